@@ -1,0 +1,1 @@
+"""Forward-hook recorders (sst_interp.hooks): capture per-iteration layer outputs and logits inline."""
