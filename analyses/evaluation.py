@@ -1,0 +1,561 @@
+"""Accuracy analyses of sec:evaluation: staged compute, error correction, overthinking, Sankey flows.
+
+Inputs are generations tables (DESIGN section 5 columns: ``question_id``, ``depth``, ``turn``,
+``correct``, ...) or :class:`~sst_interp.store.Run` objects (their ``generations()`` is read).
+
+Definitions (paper sec:evaluation):
+
+- A question's correctness at a depth is the ``correct`` flag of its last turn at that depth.
+- Only questions recorded at every depth of the run enter (N is reported).
+- Staged compute (sec:capacity, tab:staged_breakdown): questions are tried at depth 1, then 2, ...;
+  the capacity through stage ``i`` is the fraction solved at some depth <= ``i``. Under greedy decoding
+  the depth-``i`` attempt of the escalation is the flat depth-``i`` generation, so stages are computed
+  from the flat runs. (The paper's staged-vs-flat-4 McNemar reports 6 questions correct at flat 4 but
+  not under staged compute, which cannot happen under this definition: its staged runs were separate
+  evaluations. Here the reverse-discordant count is 0 by construction.)
+- Error correction (tab:main_results): (SST - baseline) / (1 - baseline), the fraction of the
+  baseline's errors the SST fixes; e.g. 1250/1319 vs 1282/1319 gives 46.38%.
+- Overthinking (tab:overthinking): flat depth ``d`` against flat depth 1; regressions = pass at 1, fail
+  at ``d``; recoveries = the reverse; McNemar on those discordant counts.
+
+- Sentence repetition (tab:repetition, sec:output_stability): per model turn, the fraction of
+  sentences (at least 20 characters) that occur more than once in that turn, averaged over the
+  question's turns; loops: turns whose text ends in a block repeated several times (see
+  :class:`LoopConfig`; the paper does not define its loop detector, so this one is ours).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import re
+
+import numpy as np
+import pandas as pd
+
+from sst_interp.analyses import stats
+from sst_interp.analyses._common import AnalysisResult, NotApplicable
+from sst_interp.errors import UsageError
+
+REQUIRED_COLUMNS = ("question_id", "depth", "turn", "correct")
+
+
+def load_generations(source: Any) -> pd.DataFrame:
+    """The generations table of ``source`` (a DataFrame, or anything with a ``generations()`` method)."""
+    if isinstance(source, pd.DataFrame):
+        df = source
+    elif hasattr(source, "generations"):
+        df = source.generations()
+    else:
+        raise UsageError(f"expected a generations DataFrame or a Run, got {type(source).__name__}")
+    missing = [c for c in REQUIRED_COLUMNS if c not in df.columns]
+    if missing:
+        raise UsageError(f"generations table lacks columns {missing}; it must follow DESIGN section 5")
+    if df["correct"].isna().any():
+        raise UsageError("generations table has ungraded rows (correct is null); grade the run first")
+    return df
+
+
+def correctness_matrix(generations: Any) -> pd.DataFrame:
+    """Per-question correctness at each depth.
+
+    Returns a bool DataFrame ``[questions, depths]`` (index ``question_id`` in first-seen order,
+    columns the sorted depths), holding the ``correct`` flag of each question's last turn; only
+    questions present at every depth are kept.
+    """
+    df = load_generations(generations)
+    if df.empty:
+        return pd.DataFrame(dtype=bool)
+    last = df.sort_values("turn", kind="stable").groupby(["question_id", "depth"], sort=False).tail(1)
+    wide = last.pivot(index="question_id", columns="depth", values="correct")
+    order = pd.unique(df["question_id"])
+    wide = wide.reindex([q for q in order if q in wide.index])
+    wide = wide.dropna(axis=0, how="any")
+    wide = wide[sorted(wide.columns)].astype(bool)
+    wide.columns = [int(c) for c in wide.columns]
+    return wide
+
+
+def staged_correct(matrix: pd.DataFrame) -> pd.DataFrame:
+    """Staged-compute correctness through each stage: ``[questions, depths]`` cumulative OR over depths."""
+    return matrix.cummax(axis=1).astype(bool)
+
+
+def error_correction(baseline_correct: int, sst_correct: int, n: int) -> float:
+    """Fraction of the baseline's errors fixed: ``(sst - base) / (1 - base)`` with accuracies ``x / n``.
+
+    Raises UsageError when the baseline makes no error (the quantity is undefined).
+    """
+    for name, value in (("baseline_correct", baseline_correct), ("sst_correct", sst_correct)):
+        if not 0 <= value <= n:
+            raise UsageError(f"{name}={value} must lie in 0..n={n}")
+    if baseline_correct == n:
+        raise UsageError("error correction is undefined when the baseline answers every question correctly")
+    return (sst_correct - baseline_correct) / (n - baseline_correct)
+
+
+def _as_mapping(sources: Any, default_name: str = "run") -> Mapping[str, Any]:
+    return sources if isinstance(sources, Mapping) else {default_name: sources}
+
+
+def _pct(x: float) -> float:
+    return 100.0 * float(x)
+
+
+@dataclass(frozen=True)
+class StagedBreakdown(AnalysisResult):
+    """tab:staged_breakdown: staged capacity through each stage, per benchmark.
+
+    Args:
+        rows: one entry per benchmark: ``(name, n, depths, solved_through_stage)`` where
+            ``solved_through_stage[i]`` counts questions solved at some depth <= ``depths[i]``.
+    """
+
+    label = "tab:staged_breakdown"
+    rows: tuple[tuple[str, int, tuple[int, ...], tuple[int, ...]], ...]
+
+    def table(self) -> pd.DataFrame:
+        """One row per benchmark: ``N``, ``stage_<d>`` accuracy (%) per stage, ``capacity`` (%)."""
+        out = []
+        for name, n, depths, solved in self.rows:
+            row: dict[str, Any] = {"benchmark": name, "N": n}
+            for depth, count in zip(depths, solved):
+                row[f"stage_{depth}"] = _pct(count / n)
+            row["capacity"] = _pct(solved[-1] / n)
+            out.append(row)
+        return pd.DataFrame(out)
+
+
+def staged_breakdown(runs: Any) -> StagedBreakdown | NotApplicable:
+    """Staged compute capacity (tab:staged_breakdown) of one run or a mapping ``{benchmark: run}``."""
+    rows = []
+    for name, source in _as_mapping(runs).items():
+        matrix = correctness_matrix(source)
+        if matrix.empty:
+            return NotApplicable(f"{name}: no question is recorded at every depth", StagedBreakdown.label)
+        if matrix.shape[1] < 2:
+            return NotApplicable(
+                f"{name}: run has a single depth ({matrix.columns[0]}); staged compute needs two or more",
+                StagedBreakdown.label,
+            )
+        solved = staged_correct(matrix).sum(axis=0)
+        rows.append((name, len(matrix), tuple(matrix.columns), tuple(int(v) for v in solved)))
+    return StagedBreakdown(tuple(rows))
+
+
+@dataclass(frozen=True)
+class MainResultRow:
+    """One benchmark of tab:main_results.
+
+    Args:
+        benchmark: its name.
+        n: questions present in both runs.
+        baseline_correct: baseline questions correct.
+        sst_correct: SST questions correct (staged capacity, or the chosen depth).
+        sst_only: questions the SST answers and the baseline misses.
+        baseline_only: the reverse.
+        mcnemar_p: exact two-sided McNemar p on the discordant pairs (1.0 when there are none).
+    """
+
+    benchmark: str
+    n: int
+    baseline_correct: int
+    sst_correct: int
+    sst_only: int
+    baseline_only: int
+    mcnemar_p: float
+
+
+@dataclass(frozen=True)
+class MainResults(AnalysisResult):
+    """tab:main_results: baseline vs SST accuracy, the difference and the error correction."""
+
+    label = "tab:main_results"
+    rows: tuple[MainResultRow, ...]
+    sst_condition: str
+
+    def table(self) -> pd.DataFrame:
+        """Columns: benchmark, N, baseline (%), sst (%), delta_pp, error_correction (%), McNemar counts/p."""
+        out = []
+        for r in self.rows:
+            base, sst = r.baseline_correct / r.n, r.sst_correct / r.n
+            out.append(
+                {
+                    "benchmark": r.benchmark,
+                    "N": r.n,
+                    "baseline": _pct(base),
+                    "sst": _pct(sst),
+                    "sst_condition": self.sst_condition,
+                    "delta_pp": _pct(sst - base),
+                    "error_correction": _pct(error_correction(r.baseline_correct, r.sst_correct, r.n)),
+                    "sst_only": r.sst_only,
+                    "baseline_only": r.baseline_only,
+                    "mcnemar_exact_p": r.mcnemar_p,
+                }
+            )
+        return pd.DataFrame(out)
+
+
+def _sst_vector(matrix: pd.DataFrame, sst_depth: int | None) -> pd.Series:
+    if sst_depth is None:
+        return matrix.any(axis=1)
+    if sst_depth not in matrix.columns:
+        raise UsageError(f"depth {sst_depth} is not in the SST run (depths {list(matrix.columns)})")
+    return matrix[sst_depth]
+
+
+def _baseline_vector(matrix: pd.DataFrame, baseline_depth: int | None) -> pd.Series:
+    if baseline_depth is None:
+        if matrix.shape[1] != 1:
+            raise UsageError(
+                f"baseline run has depths {list(matrix.columns)}; pass baseline_depth to choose one"
+            )
+        return matrix.iloc[:, 0]
+    if baseline_depth not in matrix.columns:
+        raise UsageError(f"depth {baseline_depth} is not in the baseline run (depths {list(matrix.columns)})")
+    return matrix[baseline_depth]
+
+
+def _discordant_p(b: int, c: int) -> float:
+    return 1.0 if b + c == 0 else stats.mcnemar_exact(b, c).pvalue
+
+
+def main_results(
+    pairs: Mapping[str, tuple[Any, Any]],
+    sst_depth: int | None = None,
+    baseline_depth: int | None = None,
+) -> MainResults | NotApplicable:
+    """tab:main_results from ``{benchmark: (sst_run, baseline_run)}``.
+
+    The SST side is its staged capacity (correct at any recorded depth) unless ``sst_depth`` is
+    given; the baseline side is its only depth (or ``baseline_depth``). Questions present in both
+    runs enter. A benchmark whose baseline answers everything correctly makes the table
+    NotApplicable (error correction is undefined).
+    """
+    if not isinstance(pairs, Mapping) or not pairs:
+        raise UsageError("pass a non-empty mapping {benchmark: (sst_run, baseline_run)}")
+    rows = []
+    for name, pair in pairs.items():
+        if not isinstance(pair, tuple) or len(pair) != 2:
+            raise UsageError(f"{name}: expected a (sst_run, baseline_run) pair")
+        sst = _sst_vector(correctness_matrix(pair[0]), sst_depth)
+        base = _baseline_vector(correctness_matrix(pair[1]), baseline_depth)
+        common = [q for q in sst.index if q in base.index]
+        if not common:
+            return NotApplicable(f"{name}: the SST and baseline runs share no question", MainResults.label)
+        s, b = sst.loc[common].to_numpy(bool), base.loc[common].to_numpy(bool)
+        if b.all():
+            return NotApplicable(
+                f"{name}: the baseline answers all {len(common)} questions correctly; error correction is undefined",
+                MainResults.label,
+            )
+        sst_only, base_only = int((s & ~b).sum()), int((b & ~s).sum())
+        rows.append(
+            MainResultRow(name, len(common), int(b.sum()), int(s.sum()), sst_only, base_only,
+                          _discordant_p(sst_only, base_only))
+        )
+    condition = "staged compute" if sst_depth is None else f"flat depth {sst_depth}"
+    return MainResults(tuple(rows), condition)
+
+
+@dataclass(frozen=True)
+class OverthinkingRow:
+    """One comparison of tab:overthinking.
+
+    Args:
+        condition: e.g. ``"flat depth 4"``.
+        depth: the flat depth (0 for staged compute).
+        correct: questions correct under the condition.
+        regressions: pass at the reference, fail under the condition.
+        recoveries: fail at the reference, pass under the condition.
+    """
+
+    condition: str
+    depth: int
+    correct: int
+    regressions: int
+    recoveries: int
+
+
+@dataclass(frozen=True)
+class Overthinking(AnalysisResult):
+    """tab:overthinking: flat-depth accuracy against depth 1, with McNemar, and staged vs deepest flat."""
+
+    label = "tab:overthinking"
+    n: int
+    reference_depth: int
+    reference_correct: int
+    rows: tuple[OverthinkingRow, ...]
+    staged_correct: int
+    staged_vs_deepest: OverthinkingRow
+    baseline_correct: int | None = None
+
+    def table(self) -> pd.DataFrame:
+        """Rows: staged capacity, reference depth, each flat depth, staged vs deepest flat, baseline."""
+        n, ref = self.n, self.reference_correct / self.n
+        out: list[dict[str, Any]] = [
+            {"condition": "staged compute", "accuracy": _pct(self.staged_correct / n),
+             "delta_vs_reference_pp": _pct(self.staged_correct / n - ref)},
+            {"condition": f"flat depth {self.reference_depth} (reference)", "accuracy": _pct(ref)},
+        ]
+        for r in (*self.rows, self.staged_vs_deepest):
+            b, c = r.regressions, r.recoveries
+            row: dict[str, Any] = {
+                "condition": r.condition,
+                "accuracy": _pct(r.correct / n),
+                "delta_vs_reference_pp": _pct((r.correct - self.reference_correct) / n),
+                "regressions": b,
+                "recoveries": c,
+            }
+            if r is self.staged_vs_deepest:
+                row["delta_vs_reference_pp"] = _pct((r.correct - self.staged_correct) / n)
+            if b + c:
+                corr, raw = stats.mcnemar_chi2(b, c, correction=True), stats.mcnemar_chi2(b, c, correction=False)
+                row.update(mcnemar_chi2_cc=corr.statistic, mcnemar_p_cc=corr.pvalue,
+                           mcnemar_chi2=raw.statistic, mcnemar_p=raw.pvalue,
+                           mcnemar_exact_p=stats.mcnemar_exact(b, c).pvalue)
+            else:
+                row.update(mcnemar_chi2_cc=0.0, mcnemar_p_cc=1.0, mcnemar_chi2=0.0, mcnemar_p=1.0,
+                           mcnemar_exact_p=1.0)
+            out.append(row)
+        if self.baseline_correct is not None:
+            out.append({"condition": "matched baseline (reference)", "accuracy": _pct(self.baseline_correct / n)})
+        return pd.DataFrame(out)
+
+
+def overthinking(run: Any, baseline: Any | None = None, baseline_depth: int | None = None) -> Overthinking | NotApplicable:
+    """tab:overthinking from a multi-depth run (flat generations at every depth).
+
+    Each flat depth is compared with the smallest depth (regressions, recoveries, McNemar with and
+    without continuity correction, exact McNemar); the last row compares staged compute with the
+    deepest flat depth (``regressions`` = staged-correct questions the deepest flat depth misses).
+    ``baseline`` adds the matched baseline's accuracy on the same questions as a reference row.
+    """
+    matrix = correctness_matrix(run)
+    if matrix.empty:
+        return NotApplicable("no question is recorded at every depth", Overthinking.label)
+    if matrix.shape[1] < 2:
+        return NotApplicable(
+            f"run has a single depth ({matrix.columns[0]}); overthinking needs two or more", Overthinking.label
+        )
+    values = matrix.to_numpy(bool)
+    if (values == values[:, :1]).all():
+        return NotApplicable(
+            "no question changes pass/fail between depths (e.g. every question correct); nothing to test",
+            Overthinking.label,
+        )
+    depths = list(matrix.columns)
+    ref = values[:, 0]
+    rows = []
+    for j, depth in enumerate(depths[1:], start=1):
+        col = values[:, j]
+        rows.append(OverthinkingRow(f"flat depth {depth}", depth, int(col.sum()),
+                                    int((ref & ~col).sum()), int((~ref & col).sum())))
+    staged = values.any(axis=1)
+    deepest = values[:, -1]
+    vs = OverthinkingRow(f"staged compute vs flat depth {depths[-1]}", 0, int(deepest.sum()),
+                         int((staged & ~deepest).sum()), int((~staged & deepest).sum()))
+    base_correct = None
+    if baseline is not None:
+        base = _baseline_vector(correctness_matrix(baseline), baseline_depth)
+        missing = [q for q in matrix.index if q not in base.index]
+        if missing:
+            raise UsageError(f"baseline run lacks {len(missing)} of the run's questions (e.g. {missing[0]!r})")
+        base_correct = int(base.loc[matrix.index].sum())
+    return Overthinking(len(matrix), depths[0], int(ref.sum()), tuple(rows), int(staged.sum()), vs, base_correct)
+
+
+@dataclass(frozen=True)
+class SankeyFlows(AnalysisResult):
+    """fig:overthinking_sankey data: pass/fail per depth and the four flows between consecutive depths.
+
+    Args:
+        n: questions.
+        depths: the depths in order.
+        passes: questions passing at each depth.
+        flows: per consecutive pair, ``(from_depth, to_depth, pass_pass, pass_fail, fail_pass, fail_fail)``.
+    """
+
+    label = "fig:overthinking_sankey"
+    n: int
+    depths: tuple[int, ...]
+    passes: tuple[int, ...]
+    flows: tuple[tuple[int, int, int, int, int, int], ...]
+
+    def table(self) -> pd.DataFrame:
+        """Long format: from_depth, to_depth, from_state, to_state, count (four rows per transition)."""
+        out = []
+        for d0, d1, pp, pf, fp, ff in self.flows:
+            for s0, s1, count in (("pass", "pass", pp), ("pass", "fail", pf), ("fail", "pass", fp), ("fail", "fail", ff)):
+                out.append({"from_depth": d0, "to_depth": d1, "from_state": s0, "to_state": s1, "count": count})
+        return pd.DataFrame(out)
+
+    def columns_table(self) -> pd.DataFrame:
+        """One row per depth column: depth, passes, fails, accuracy (%)."""
+        return pd.DataFrame(
+            {"depth": self.depths, "passes": self.passes,
+             "fails": [self.n - p for p in self.passes],
+             "accuracy": [_pct(p / self.n) for p in self.passes]}
+        )
+
+
+def overthinking_sankey(run: Any) -> SankeyFlows | NotApplicable:
+    """Per-question pass/fail flows between consecutive flat depths (fig:overthinking_sankey)."""
+    matrix = correctness_matrix(run)
+    if matrix.empty:
+        return NotApplicable("no question is recorded at every depth", SankeyFlows.label)
+    if matrix.shape[1] < 2:
+        return NotApplicable(f"run has a single depth ({matrix.columns[0]}); flows need two or more", SankeyFlows.label)
+    v = matrix.to_numpy(bool)
+    depths = tuple(int(d) for d in matrix.columns)
+    flows = []
+    for j in range(len(depths) - 1):
+        a, b = v[:, j], v[:, j + 1]
+        flows.append((depths[j], depths[j + 1], int((a & b).sum()), int((a & ~b).sum()),
+                      int((~a & b).sum()), int((~a & ~b).sum())))
+    return SankeyFlows(len(matrix), depths, tuple(int(x) for x in v.sum(axis=0)), tuple(flows))
+
+
+def staged_choice(run: Any) -> pd.Series:
+    """Depth at which staged compute stops per question: the first correct depth, else the deepest."""
+    matrix = correctness_matrix(run)
+    v = matrix.to_numpy(bool)
+    depths = np.asarray(matrix.columns, dtype=np.int64)
+    first = np.where(v.any(axis=1), depths[np.argmax(v, axis=1)], depths[-1])
+    return pd.Series(first, index=matrix.index, name="staged_depth")
+
+
+_SENTENCE_SPLIT = re.compile(r"(?<=[.!?])\s+|\n+")
+
+
+def split_sentences(text: str) -> list[str]:
+    """Sentences of ``text``: split after ``.``, ``!`` or ``?`` followed by whitespace, and at newlines."""
+    return [s.strip() for s in _SENTENCE_SPLIT.split(text) if s.strip()]
+
+
+def sentence_repetition(text: str, min_chars: int = 20) -> float:
+    """Fraction of sentences of at least ``min_chars`` characters whose text occurs more than once.
+
+    Counted over sentence occurrences: ``A. A. B.`` (all long) gives 2/3. A turn with no sentence
+    that long has no repetition (0.0).
+    """
+    sentences = [s for s in split_sentences(text) if len(s) >= min_chars]
+    if not sentences:
+        return 0.0
+    counts: dict[str, int] = {}
+    for s in sentences:
+        counts[s] = counts.get(s, 0) + 1
+    return sum(1 for s in sentences if counts[s] > 1) / len(sentences)
+
+
+@dataclass(frozen=True)
+class LoopConfig:
+    """When a turn counts as a loop: its text ends in one block repeated back to back.
+
+    Args:
+        min_repeats: consecutive copies of the block at the end of the text.
+        min_span_chars: the repeated tail must cover at least this many characters.
+        max_period_chars: longest block length tried.
+    """
+
+    min_repeats: int = 3
+    min_span_chars: int = 100
+    max_period_chars: int = 400
+
+
+def has_loop(text: str, config: LoopConfig | None = None) -> bool:
+    """True when ``text`` (trailing whitespace ignored) ends in a block repeated per ``config``."""
+    config = config or LoopConfig()
+    s = text.rstrip()
+    for period in range(1, min(config.max_period_chars, len(s) // config.min_repeats) + 1):
+        tail = s[-period * config.min_repeats:]
+        if tail[period:] != tail[:-period]:
+            continue
+        start = len(s) - period * config.min_repeats
+        while start > 0 and s[start - 1] == s[start - 1 + period]:
+            start -= 1
+        if len(s) - start >= config.min_span_chars:
+            return True
+    return False
+
+
+def select_depth(generations: Any, depth: int) -> pd.DataFrame:
+    """Rows of one flat depth (all turns)."""
+    df = load_generations(generations)
+    if depth not in set(df["depth"]):
+        raise UsageError(f"depth {depth} is not in the run (depths {sorted(set(df['depth']))})")
+    return df[df["depth"] == depth]
+
+
+def select_staged(generations: Any) -> pd.DataFrame:
+    """Rows staged compute would deploy: each question at its first correct depth (else the deepest)."""
+    df = load_generations(generations)
+    choice = staged_choice(df)
+    keyed = df[df["question_id"].isin(choice.index)]
+    return keyed[keyed["depth"].to_numpy() == choice.loc[keyed["question_id"]].to_numpy()]
+
+
+@dataclass(frozen=True)
+class Repetition(AnalysisResult):
+    """tab:repetition: per-question sentence repetition and loops for each configuration.
+
+    Args:
+        configurations: names in table order.
+        per_question: for each configuration, the per-question repetition (mean over turns) ``[N]``.
+        loops: for each configuration, questions with at least one looping turn.
+        reference: the configuration the Mann-Whitney p-values compare against (or None).
+    """
+
+    label = "tab:repetition"
+    configurations: tuple[str, ...]
+    per_question: tuple[np.ndarray, ...]
+    loops: tuple[int, ...]
+    reference: str | None = None
+
+    def table(self) -> pd.DataFrame:
+        """Columns: configuration, N, sentence_repetition (%), loops, mann_whitney_p (vs the reference)."""
+        ref = None if self.reference is None else self.per_question[self.configurations.index(self.reference)]
+        out = []
+        for name, values, loops in zip(self.configurations, self.per_question, self.loops):
+            row: dict[str, Any] = {"configuration": name, "N": len(values),
+                                   "sentence_repetition": _pct(values.mean()), "loops": loops}
+            if ref is not None and name != self.reference:
+                same = np.concatenate([ref, values])
+                row["mann_whitney_p"] = 1.0 if np.all(same == same[0]) else stats.mann_whitney(ref, values).pvalue
+            out.append(row)
+        return pd.DataFrame(out)
+
+
+def repetition(
+    configurations: Mapping[str, pd.DataFrame],
+    reference: str | None = None,
+    min_chars: int = 20,
+    loop: LoopConfig | None = None,
+) -> Repetition | NotApplicable:
+    """Sentence repetition and loops (tab:repetition) for ``{name: generations rows}``.
+
+    Each value holds the model turns of one configuration (e.g. ``select_depth(run, 1)``,
+    ``select_staged(run)``, or a baseline run's generations) and needs a ``text`` column.
+    """
+    loop = loop or LoopConfig()
+    if not configurations:
+        raise UsageError("pass at least one configuration {name: generations rows}")
+    if reference is not None and reference not in configurations:
+        raise UsageError(f"reference {reference!r} is not one of {list(configurations)}")
+    names, values, loops = [], [], []
+    for name, rows in configurations.items():
+        if "text" not in rows.columns or "question_id" not in rows.columns:
+            raise UsageError(f"{name}: rows need question_id and text columns")
+        if rows.empty:
+            return NotApplicable(f"{name}: no generations", Repetition.label)
+        per_turn = rows.assign(
+            _rep=[sentence_repetition(t or "", min_chars) for t in rows["text"]],
+            _loop=[has_loop(t or "", loop) for t in rows["text"]],
+        )
+        grouped = per_turn.groupby("question_id", sort=False)
+        names.append(str(name))
+        values.append(grouped["_rep"].mean().to_numpy(float))
+        loops.append(int(grouped["_loop"].any().sum()))
+    return Repetition(tuple(names), tuple(values), tuple(loops), reference)
