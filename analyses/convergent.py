@@ -1,0 +1,163 @@
+"""Convergent reasoning across iteration depths (sec:logit_dynamics (8), tab:convergent_reasoning).
+
+A question shows convergent reasoning when it is correct at every recorded depth *and* the text
+traces of the depths are pairwise distinct (so the agreement is not deterministic repetition).
+The observed rate (convergent questions / all questions) is tested against the chance of ``D``
+independent random answers on an ``n_options`` multiple-choice question, ``(1/n_options)**D``, with an
+exact one-sided binomial test and a bootstrap interval; the footnote's chi-square compares the
+all-correct count with the count expected if correctness were independent across depths
+(``N * prod_d accuracy_d``).
+
+A question's trace at a depth is the text of all its turns at that depth, joined in turn order;
+its correctness is that of its last turn (as in :mod:`sst_interp.analyses.evaluation`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from sst_interp.analyses import stats
+from sst_interp.analyses._common import AnalysisResult, NotApplicable
+from sst_interp.analyses.evaluation import correctness_matrix, load_generations
+from sst_interp.errors import UsageError
+
+TURN_SEPARATOR = "\n\x1e\n"  # record separator between turns of one trace
+
+
+def unique_trace_counts(generations: Any) -> pd.Series:
+    """Number of distinct text traces across depths per question (index ``question_id``).
+
+    Only questions recorded at every depth are counted; the trace of a depth is its turns' texts
+    joined in turn order.
+    """
+    df = load_generations(generations)
+    if "text" not in df.columns:
+        raise UsageError("generations table lacks the text column needed to compare traces")
+    keep = correctness_matrix(df).index
+    df = df[df["question_id"].isin(keep)].sort_values(["question_id", "depth", "turn"], kind="stable")
+    traces = df.groupby(["question_id", "depth"], sort=False)["text"].agg(
+        lambda texts: TURN_SEPARATOR.join("" if t is None else str(t) for t in texts)
+    )
+    counts = traces.groupby(level="question_id", sort=False).nunique()
+    return counts.reindex(keep)
+
+
+@dataclass(frozen=True)
+class ConvergentReasoning(AnalysisResult):
+    """tab:convergent_reasoning.
+
+    Args:
+        n: questions recorded at every depth.
+        depths: the depths compared.
+        n_options: answer options per question (chance of a random correct answer = 1/n_options).
+        all_correct: questions correct at every depth.
+        unique_counts: among those, how many have k distinct traces, as ``{k: count}``.
+        convergent: all-correct questions with pairwise distinct traces (k = number of depths).
+        rate_ci: bootstrap interval of ``convergent / n``.
+        binomial: one-sided exact binomial test of ``convergent`` of ``n`` at the chance probability.
+        accuracies: per-depth accuracy, in depth order.
+        independence: chi-square of the all-correct count against independence across depths,
+            or None when it is undefined (a depth with accuracy 0 or 1).
+    """
+
+    label = "tab:convergent_reasoning"
+    n: int
+    depths: tuple[int, ...]
+    n_options: int
+    all_correct: int
+    unique_counts: dict[int, int]
+    convergent: int
+    rate_ci: stats.Interval
+    binomial: stats.TestResult
+    accuracies: tuple[float, ...]
+    independence: stats.TestResult | None
+
+    @property
+    def chance(self) -> float:
+        """Chance probability that all depths answer correctly: ``(1/n_options)**len(depths)``."""
+        return (1.0 / self.n_options) ** len(self.depths)
+
+    def table(self) -> pd.DataFrame:
+        """Rows as in the paper: counts, observed rate with CI, chance baseline, ratio, tests."""
+        d = len(self.depths)
+        rate = self.convergent / self.n
+        fewer = sum(v for k, v in self.unique_counts.items() if k <= d - 2)
+        rows: list[tuple[str, float]] = [
+            (f"questions correct at all {d} depths", self.all_correct),
+            (f"with {d} pairwise distinct text traces (convergent reasoning)", self.convergent),
+            (f"with {d - 1} unique text traces (one depth pair identical)", self.unique_counts.get(d - 1, 0)),
+            (f"with {d - 2} or fewer unique text traces (deterministic repetition)", fewer),
+            ("questions (N)", self.n),
+            ("observed convergent-reasoning rate (%)", 100.0 * rate),
+            ("bootstrap 95% CI low (%)", 100.0 * self.rate_ci.low),
+            ("bootstrap 95% CI high (%)", 100.0 * self.rate_ci.high),
+            (f"chance baseline (1/{self.n_options})^{d} (%)", 100.0 * self.chance),
+            ("null expected count", self.n * self.chance),
+            ("observed / chance ratio", rate / self.chance),
+            ("binomial exact test p (one-sided greater)", self.binomial.pvalue),
+        ]
+        if self.independence is not None:
+            expected = self.n * float(np.prod(self.accuracies))
+            rows += [
+                ("all-correct expected under independence across depths", expected),
+                ("chi-square vs independence", self.independence.statistic),
+                ("chi-square vs independence p", self.independence.pvalue),
+            ]
+        return pd.DataFrame(rows, columns=["quantity", "value"])
+
+
+def _n_options_from(source: Any) -> int | None:
+    if not hasattr(source, "questions"):
+        return None
+    questions = source.questions()
+    if "choices" not in questions.columns:
+        return None
+    sizes = {len(c) for c in questions["choices"] if c is not None and len(c) > 0}
+    if len(sizes) == 1:
+        return sizes.pop()
+    return None
+
+
+def convergent_reasoning(
+    run: Any, n_options: int | None = None, n_resamples: int = 10_000, seed: int = stats.DEFAULT_SEED
+) -> ConvergentReasoning | NotApplicable:
+    """tab:convergent_reasoning from a run (or generations table) with two or more depths.
+
+    ``n_options`` defaults to the number of choices of the run's questions when they all have the
+    same number, else 4 (GPQA).
+    """
+    matrix = correctness_matrix(run)
+    if matrix.empty:
+        return NotApplicable("no question is recorded at every depth", ConvergentReasoning.label)
+    if matrix.shape[1] < 2:
+        return NotApplicable(
+            f"run has a single depth ({matrix.columns[0]}); convergence needs two or more", ConvergentReasoning.label
+        )
+    if n_options is None:
+        n_options = _n_options_from(run) or 4
+    if n_options < 2:
+        raise UsageError(f"n_options must be at least 2, got {n_options}")
+    values = matrix.to_numpy(bool)
+    depths = tuple(int(c) for c in matrix.columns)
+    all_ok = values.all(axis=1)
+    uniq = unique_trace_counts(run).reindex(matrix.index).to_numpy(int)
+    convergent_mask = all_ok & (uniq == len(depths))
+    counts = pd.Series(uniq[all_ok]).value_counts().to_dict()
+    n = len(matrix)
+    k = int(convergent_mask.sum())
+    ci = stats.bootstrap_ci(convergent_mask.astype(float), np.mean, n_resamples=n_resamples, seed=seed)
+    binom = stats.binomial_test(k, n, (1.0 / n_options) ** len(depths), alternative="greater")
+    acc = tuple(float(a) for a in values.mean(axis=0))
+    p_ind = float(np.prod(acc))
+    independence = None
+    if 0.0 < p_ind < 1.0:
+        observed = [int(all_ok.sum()), n - int(all_ok.sum())]
+        independence = stats.chi2_goodness_of_fit(observed, [n * p_ind, n * (1.0 - p_ind)])
+    return ConvergentReasoning(
+        n, depths, n_options, int(all_ok.sum()), {int(a): int(b) for a, b in counts.items()}, k, ci, binom, acc,
+        independence,
+    )
