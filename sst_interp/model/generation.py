@@ -1,0 +1,403 @@
+"""Generation with iterative refinement (paper sec:inference_iteration; DESIGN section 3).
+
+At depth k the forward pass that emits a token is repeated k times at the same position. The state stream carries
+between passes; the current position's KV entries are overwritten each time (earlier positions never change); the
+token is taken from the last pass. "Generated position 0" is the pass whose logits choose the first generated token,
+i.e. the last prompt position. Its iteration 1 is the prefill; iterations 2..k re-run the last prompt token.
+
+KV overwrite uses transformers' ``DynamicCache``: past recording is switched on before the prefill so sliding-window
+layers keep the entries a rollback needs; ``cache.crop(-1)`` removes the current position before each re-run, and
+``cache.crop(0)`` after a committed position trims sliding-window layers back to their window.
+
+Prompt modes (how the prompt is processed before generated position 0):
+
+- ``two_pass`` (default): pass 1 without blend, shift, pass 2 with blend, as in training (sec:two_pass);
+- ``sequential``: the exact recurrence, one prompt token per call;
+- ``none``: the prompt runs as a plain transformer; the last prompt position's output is the first state.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Protocol, runtime_checkable
+
+import torch
+from transformers import DynamicCache
+
+from sst_interp.errors import UsageError
+from sst_interp.model.config import PromptMode
+from sst_interp.model.scan import shift_states
+from sst_interp.model.sst import SSTModel
+
+PROMPT_MODES: tuple[str, ...] = ("two_pass", "sequential", "none")
+
+
+# ------------------------------------------------------------------------------------------------ depth policies
+@runtime_checkable
+class DepthPolicy(Protocol):
+    """Decides how many iterations each generated position gets.
+
+    The decision is taken at generated position 0 of a generation call, after each iteration, and then holds for
+    every later position (app:halting_eval). ``probe_layer`` names the decoder layer whose position-0 output
+    :meth:`should_halt` reads (``None`` if it reads nothing).
+    """
+
+    max_depth: int
+    probe_layer: int | None
+
+    def should_halt(self, iteration: int, hidden: torch.Tensor | None) -> torch.Tensor | bool:
+        """After ``iteration`` (1-based) at position 0: halt now? ``hidden`` is [B, d] at ``probe_layer``."""
+        ...
+
+    def describe(self) -> str:
+        """A short description for manifests (e.g. ``fixed(3)``)."""
+        ...
+
+
+@dataclass(frozen=True)
+class FixedDepth:
+    """Every position gets exactly ``depth`` iterations (a flat-depth run)."""
+
+    depth: int
+    probe_layer: int | None = None
+
+    def __post_init__(self) -> None:
+        if int(self.depth) < 1:
+            raise UsageError(f"depth must be at least 1, got {self.depth}")
+
+    @property
+    def max_depth(self) -> int:
+        return int(self.depth)
+
+    def should_halt(self, iteration: int, hidden: torch.Tensor | None) -> bool:
+        return iteration >= self.depth
+
+    def describe(self) -> str:
+        return f"fixed({self.depth})"
+
+
+def as_depth_policy(depth: int | DepthPolicy) -> DepthPolicy:
+    """Accept a plain integer depth or a policy object."""
+    if isinstance(depth, bool):
+        raise UsageError("depth must be an integer >= 1 or a depth policy")
+    if isinstance(depth, int):
+        return FixedDepth(depth)
+    if isinstance(depth, DepthPolicy):
+        return depth
+    raise UsageError(f"depth must be an integer >= 1 or a depth policy, got {type(depth).__name__}")
+
+
+# ------------------------------------------------------------------------------------------------ observer
+@dataclass(frozen=True)
+class PassInfo:
+    """Where one decoder pass sits in the generation.
+
+    Args:
+        position: generated position within the turn (0 = the last prompt position), or ``None`` for passes that
+            emit nothing (prompt passes, two-pass prefill pass 1).
+        iteration: 1-based iteration at this position.
+        depth: iterations planned for this position (the policy's maximum while position 0 is undecided).
+        active: [B] bool, rows still generating (finished rows are computed but not to be recorded).
+        turn: turn index (0 for single-turn generation).
+    """
+
+    position: int | None
+    iteration: int
+    depth: int
+    active: torch.Tensor
+    turn: int = 0
+
+
+class GenerationObserver(Protocol):
+    """Receives every pass of a generation call, from the pass that produced it (never a re-run)."""
+
+    def on_pass_start(self, info: PassInfo) -> None: ...
+
+    def on_pass_end(self, info: PassInfo, logits: torch.Tensor | None) -> None: ...
+
+    def on_token(self, position: int, token_ids: torch.Tensor, active: torch.Tensor) -> None: ...
+
+
+class _NullObserver:
+    def on_pass_start(self, info: PassInfo) -> None:
+        pass
+
+    def on_pass_end(self, info: PassInfo, logits: torch.Tensor | None) -> None:
+        pass
+
+    def on_token(self, position: int, token_ids: torch.Tensor, active: torch.Tensor) -> None:
+        pass
+
+
+# ------------------------------------------------------------------------------------------------ config/result
+@dataclass
+class GenerationConfig:
+    """Options of one generation call.
+
+    Args:
+        max_new_tokens: most tokens generated per row.
+        prompt_mode: ``two_pass`` | ``sequential`` | ``none`` (see the module docstring).
+        eos_token_ids: tokens that end a row (kept in its output).
+        stop_strings: strings that end a row once its decoded text contains one.
+        pad_token_id: token used for left padding and fed to finished rows.
+        do_sample: sample instead of argmax (greedy is the default and what the analyses assume).
+        temperature: sampling temperature.
+        seed: sampling seed.
+        logits_every_iteration: run the LM head after every iteration (the logit analyses need it), not only
+            after the last one.
+    """
+
+    max_new_tokens: int = 64
+    prompt_mode: PromptMode = "two_pass"
+    eos_token_ids: tuple[int, ...] = ()
+    stop_strings: tuple[str, ...] = ()
+    pad_token_id: int = 0
+    do_sample: bool = False
+    temperature: float = 1.0
+    seed: int = 0
+    logits_every_iteration: bool = False
+
+    def __post_init__(self) -> None:
+        if self.prompt_mode not in PROMPT_MODES:
+            raise UsageError(f"unknown prompt mode {self.prompt_mode!r}; use one of {', '.join(PROMPT_MODES)}")
+        if self.max_new_tokens < 1:
+            raise UsageError(f"max_new_tokens must be at least 1, got {self.max_new_tokens}")
+
+
+@dataclass
+class GenerationResult:
+    """Output of :func:`generate`, one entry per prompt.
+
+    Args:
+        token_ids: generated tokens per row (up to and including EOS).
+        stop_reasons: ``eos`` | ``stop_string`` | ``max_new_tokens`` per row.
+        chosen_depth: iterations used per row (the policy's choice at position 0).
+        depth_policy: the policy's description.
+    """
+
+    token_ids: list[list[int]]
+    stop_reasons: list[str]
+    chosen_depth: list[int]
+    depth_policy: str
+    extras: dict = field(default_factory=dict)
+
+
+# ------------------------------------------------------------------------------------------------ generation
+def left_pad(prompts: list[list[int]], pad_token_id: int, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
+    """Left-pad token lists: returns input_ids [B, T] and attention_mask [B, T] (1 = real token)."""
+    if not prompts or any(len(p) == 0 for p in prompts):
+        raise UsageError("every prompt needs at least one token")
+    width = max(len(p) for p in prompts)
+    ids = torch.full((len(prompts), width), pad_token_id, dtype=torch.long, device=device)
+    mask = torch.zeros((len(prompts), width), dtype=torch.long, device=device)
+    for row, prompt in enumerate(prompts):
+        ids[row, width - len(prompt) :] = torch.tensor(prompt, dtype=torch.long, device=device)
+        mask[row, width - len(prompt) :] = 1
+    return ids, mask
+
+
+class _Generator:
+    """State of one generation call; methods are the steps of the algorithm in the module docstring."""
+
+    def __init__(self, sst: SSTModel, prompts: list[list[int]], policy: DepthPolicy, config: GenerationConfig,
+                 observer: GenerationObserver, decode_fn) -> None:
+        self.sst, self.policy, self.config, self.observer = sst, policy, config, observer
+        self.decode_fn = decode_fn
+        self.input_ids, self.mask = left_pad(prompts, config.pad_token_id, sst.device)
+        self.batch = len(prompts)
+        self.cache = DynamicCache(config=sst.backbone.config)
+        self.cache.activate_past_recording()
+        self.carry = sst.zero_states(self.batch)
+        self.active = torch.ones(self.batch, dtype=torch.bool, device=sst.device)
+        self.generated: list[list[int]] = [[] for _ in prompts]
+        self.stop_reasons = ["max_new_tokens"] * self.batch
+        self.generator = torch.Generator(device="cpu").manual_seed(config.seed)
+        self.depth = policy.max_depth
+        self.probe_capture: dict[int, torch.Tensor] = {}
+
+    # -- passes
+    def _positions(self) -> torch.Tensor:
+        return (self.mask.cumsum(-1) - 1).clamp(min=0)
+
+    def _run(self, info: PassInfo, mode: str, input_ids: torch.Tensor, position_ids: torch.Tensor,
+             want_logits: bool, attention_mask: torch.Tensor | None = None, given=None,
+             capture: str | None = None, use_cache: bool = True):
+        self.observer.on_pass_start(info)
+        with self.sst.state_mode(mode, given=given, carry=self.carry if mode == "carry" else None,
+                                 capture=capture) as captured:
+            hidden = self.sst.decoder_forward(
+                input_ids=input_ids,
+                attention_mask=self.mask if attention_mask is None else attention_mask,
+                position_ids=position_ids,
+                past_key_values=self.cache if use_cache else None,
+                use_cache=use_cache,
+            )
+        logits = self.sst.lm_logits(hidden[:, -1:])[:, -1] if want_logits else None
+        self.observer.on_pass_end(info, logits)
+        return logits, captured
+
+    def _want_logits(self, iteration: int, depth: int) -> bool:
+        return self.config.logits_every_iteration or iteration >= depth or self.policy.probe_layer is not None
+
+    def prefill(self) -> torch.Tensor | None:
+        """Run the prompt; the last prompt position's pass is generated position 0, iteration 1."""
+        mode = self.config.prompt_mode
+        positions = self._positions()
+        info = PassInfo(position=0, iteration=1, depth=self.depth, active=self.active)
+        want = self._want_logits(1, self.depth)
+        if mode == "sequential":
+            logits = None
+            for t in range(self.input_ids.shape[1]):
+                last = t == self.input_ids.shape[1] - 1
+                step_info = info if last else PassInfo(None, 1, self.depth, self.active)
+                real = self.mask[:, t].bool()
+                # One column per call: the attention mask covers only the columns seen so far.
+                logits, _ = self._run(step_info, "carry", self.input_ids[:, t : t + 1], positions[:, t : t + 1],
+                                      want and last, attention_mask=self.mask[:, : t + 1])
+                # A padded column must leave a zero state for the row's first real token.
+                for index, state in self.carry.items():
+                    self.carry[index] = torch.where(real[:, None], state, torch.zeros_like(state))
+            return logits
+        if mode == "two_pass":
+            pass1 = PassInfo(position=None, iteration=1, depth=self.depth, active=self.active)
+            _, outputs = self._run(pass1, "off", self.input_ids, positions, False, capture="output",
+                                      use_cache=False)
+            modules = self.sst.state_modules()
+            given = {
+                index: shift_states(outputs[index], self.mask,
+                                    decay=modules[index].alpha() if self.sst.config.update == "ema_linked" else None)
+                for index in modules
+            }
+            logits, states = self._run(info, "given", self.input_ids, positions, want, given=given,
+                                          capture="state")
+        else:
+            logits, states = self._run(info, "off", self.input_ids, positions, want, capture="output")
+        for index in self.carry:
+            self.carry[index] = states[index][:, -1]
+        return logits
+
+    def rerun(self, position: int, iteration: int, token: torch.Tensor, position_ids: torch.Tensor):
+        """Iteration >= 2 at the current position: drop its KV entry and run it again with the carried state."""
+        self.cache.crop(-1)
+        info = PassInfo(position=position, iteration=iteration, depth=self.depth, active=self.active)
+        logits, _ = self._run(info, "carry", token, position_ids, self._want_logits(iteration, self.depth))
+        return logits
+
+    def choose(self, logits: torch.Tensor) -> torch.Tensor:
+        if not self.config.do_sample:
+            return logits.argmax(-1)
+        probs = torch.softmax(logits / self.config.temperature, dim=-1)
+        return torch.multinomial(probs.cpu(), 1, generator=self.generator).squeeze(-1).to(logits.device)
+
+    def decide_depth_at_position0(self, iteration: int) -> bool:
+        layer = self.policy.probe_layer
+        hidden = None
+        if layer is not None:
+            # Filled by the forward hook installed in generate(): the probe layer's output of the latest pass.
+            hidden = self.probe_capture[layer][:, -1]
+        halt = self.policy.should_halt(iteration, hidden)
+        if isinstance(halt, torch.Tensor):
+            if halt.numel() != 1 and bool(halt.any()) != bool(halt.all()):
+                raise UsageError("a probe depth policy decides one depth per batch; generate with batch size 1")
+            halt = bool(halt.reshape(-1)[0])
+        return bool(halt) or iteration >= self.policy.max_depth
+
+    def record_token(self, position: int, token: torch.Tensor) -> None:
+        token = torch.where(self.active, token, torch.full_like(token, self.config.pad_token_id))
+        self.observer.on_token(position, token, self.active.clone())
+        eos = set(self.config.eos_token_ids)
+        for row in range(self.batch):
+            if not self.active[row]:
+                continue
+            tok = int(token[row])
+            self.generated[row].append(tok)
+            if tok in eos:
+                self.stop_reasons[row], self.active[row] = "eos", False
+            elif self.config.stop_strings and self.decode_fn is not None:
+                text = self.decode_fn(self.generated[row])
+                if any(stop in text for stop in self.config.stop_strings):
+                    self.stop_reasons[row], self.active[row] = "stop_string", False
+        self.last_token = token
+
+    def run(self) -> GenerationResult:
+        logits = self.prefill()
+        last_prompt = self.input_ids[:, -1:]
+        position_ids = self._positions()[:, -1:]
+        self.depth = self._settle_position0(logits, last_prompt, position_ids)
+        for position in range(1, self.config.max_new_tokens):
+            if not bool(self.active.any()):
+                break
+            self.cache.crop(0)
+            token = self.last_token[:, None]
+            self.mask = torch.cat([self.mask, torch.ones_like(self.mask[:, :1])], dim=1)
+            position_ids = position_ids + 1
+            info = PassInfo(position=position, iteration=1, depth=self.depth, active=self.active)
+            logits, _ = self._run(info, "carry", token, position_ids, self._want_logits(1, self.depth))
+            for iteration in range(2, self.depth + 1):
+                logits = self.rerun(position, iteration, token, position_ids)
+            self.record_token(position, self.choose(logits))
+        return GenerationResult(
+            token_ids=self.generated,
+            stop_reasons=self.stop_reasons,
+            chosen_depth=[self.depth] * self.batch,
+            depth_policy=self.policy.describe(),
+        )
+
+    def _settle_position0(self, logits, token, position_ids) -> int:
+        """Iterate position 0 until the policy halts; the depth chosen here holds for the rest of the call."""
+        iteration = 1
+        while not self.decide_depth_at_position0(iteration):
+            iteration += 1
+            logits = self.rerun(0, iteration, token, position_ids)
+        if logits is None:  # the policy halted at an iteration whose logits were not computed
+            raise RuntimeError("no logits at the halting iteration")
+        self.record_token(0, self.choose(logits))
+        return iteration
+
+
+def generate(
+    sst: SSTModel,
+    prompts: list[list[int]],
+    depth: int | DepthPolicy = 1,
+    config: GenerationConfig | None = None,
+    observer: GenerationObserver | None = None,
+    decode_fn=None,
+) -> GenerationResult:
+    """Generate from a batch of tokenised prompts with iterative refinement.
+
+    Args:
+        sst: the model.
+        prompts: token id lists, one per row (any lengths; left-padded internally).
+        depth: iterations per position (int) or a :class:`DepthPolicy`.
+        config: :class:`GenerationConfig` (defaults: 64 new tokens, two-pass prefill, greedy).
+        observer: receives every pass (see :class:`GenerationObserver`).
+        decode_fn: token ids -> text, needed only for stop strings.
+
+    Returns:
+        :class:`GenerationResult`.
+    """
+    policy = as_depth_policy(depth)
+    config = config or GenerationConfig()
+    with torch.no_grad():
+        generator = _Generator(sst, prompts, policy, config, observer or _NullObserver(), decode_fn)
+        if policy.probe_layer is not None:
+            _install_probe_capture(sst, generator, policy.probe_layer)
+            try:
+                return generator.run()
+            finally:
+                _remove_probe_capture(generator)
+        return generator.run()
+
+
+def _install_probe_capture(sst: SSTModel, generator: _Generator, layer: int) -> None:
+    if not 0 <= layer < sst.num_layers:
+        raise UsageError(f"probe layer {layer} does not exist in a model with {sst.num_layers} layers")
+
+    def hook(module, inputs, output):  # noqa: ANN001 - torch hook signature
+        generator.probe_capture[layer] = output.detach()
+
+    generator.probe_handle = sst.layers[layer].register_forward_hook(hook)
+
+
+def _remove_probe_capture(generator: _Generator) -> None:
+    generator.probe_handle.remove()

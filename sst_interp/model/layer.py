@@ -1,0 +1,119 @@
+"""The SST decoder layer: the backbone's own layer class with the blend inserted between its two halves.
+
+Conversion swaps each decoder layer's ``__class__`` to a subclass made here, so weights, quantised modules,
+device placement and gradient checkpointing of the original layer are kept. The subclass reads how to treat the
+state from a :class:`StateStreamContext` shared by all layers of one model:
+
+- ``off``: no blend (a standard transformer layer; two-pass training pass 1; the baseline);
+- ``given``: blend with a supplied state for every position (pass 2; two-pass prefill): ``given[l]`` is [B, T, d];
+- ``carry``: blend with the carried state ``carry[l]`` [B, d] and replace it with the updated state; one position per
+  call (generation, sequential prefill).
+
+A layer can also *capture* its outputs for the caller (pass 1 outputs for the shift, or the updated states after a
+``given`` pass).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Literal
+
+import torch
+from torch import nn
+
+from sst_interp.model.adapters import ArchitectureAdapter
+from sst_interp.model.state_stream import StateStreamParams
+
+StateMode = Literal["off", "given", "carry"]
+STATE_MODES: tuple[str, ...] = ("off", "given", "carry")
+
+
+@dataclass
+class StateStreamContext:
+    """Per-model switchboard the SST layers consult on every forward call.
+
+    Args:
+        mode: how layers treat the state stream in the current call.
+        given: per-layer states for ``given`` mode, each [B, T, d] (already shifted: entry t is C_{t-1}).
+        carry: per-layer carried states for ``carry`` mode, each [B, d]; updated in place by each pass.
+        capture: when set, each layer stores what it produced here (``capture_kind`` chooses what).
+        capture_kind: ``"output"`` stores o [B, T, d]; ``"state"`` stores the updated state C [B, T, d].
+    """
+
+    mode: StateMode = "off"
+    given: dict[int, torch.Tensor] = field(default_factory=dict)
+    carry: dict[int, torch.Tensor] = field(default_factory=dict)
+    capture: dict[int, torch.Tensor] | None = None
+    capture_kind: Literal["output", "state"] = "output"
+
+
+class SSTLayerMixin:
+    """Forward of an SST decoder layer; combined with the backbone's layer class by :func:`convert_layer`."""
+
+    sst_index: int
+    sst_state: StateStreamParams | None
+    _sst_adapter: ArchitectureAdapter
+    _sst_context: StateStreamContext
+
+    def forward(self, hidden_states: torch.Tensor, *args, **kwargs) -> torch.Tensor:  # noqa: D102
+        if args:
+            raise TypeError("SST decoder layers take their attention inputs as keyword arguments")
+        adapter, ctx = self._sst_adapter, self._sst_context
+        h = adapter.attention_half(self, hidden_states, kwargs)
+        params = self.sst_state
+        index = self.sst_index
+        if ctx.mode == "off" or params is None:
+            previous = None
+            h_tilde = h
+        elif ctx.mode == "given":
+            previous = ctx.given[index]
+            h_tilde = params.blend(h, previous)
+        else:
+            if h.shape[1] != 1:
+                raise ValueError(f"carry mode runs one position per call, got {h.shape[1]} positions")
+            previous = ctx.carry[index].unsqueeze(1)
+            h_tilde = params.blend(h, previous)
+        output = adapter.ffn_half(self, h_tilde)
+        if ctx.mode == "carry" and params is not None:
+            ctx.carry[index] = params.update(previous, output).squeeze(1)
+        if ctx.capture is not None:
+            if ctx.capture_kind == "state" and params is not None and previous is not None:
+                ctx.capture[index] = params.update(previous, output)
+            else:
+                ctx.capture[index] = output
+        return output
+
+
+_CLASS_CACHE: dict[type, type] = {}
+
+
+def sst_layer_class(base: type) -> type:
+    """The SST subclass of a decoder layer class (made once per base class)."""
+    if issubclass(base, SSTLayerMixin):
+        return base
+    if base not in _CLASS_CACHE:
+        _CLASS_CACHE[base] = type(f"SST{base.__name__}", (SSTLayerMixin, base), {"__module__": __name__})
+    return _CLASS_CACHE[base]
+
+
+def convert_layer(
+    layer: nn.Module,
+    index: int,
+    adapter: ArchitectureAdapter,
+    context: StateStreamContext,
+    params: StateStreamParams | None,
+) -> None:
+    """Turn ``layer`` into an SST layer in place (its weights stay where they are).
+
+    ``params`` becomes the submodule ``sst_state`` (``None`` for a layer without a state stream).
+    """
+    adapter.validate_layer(layer, index)
+    layer.__class__ = sst_layer_class(type(layer))
+    layer.sst_index = index
+    if params is not None:
+        layer.sst_state = params
+    else:
+        layer.sst_state = None
+    # Plain attributes (not submodules): the adapter and the shared context are not state to save or move.
+    object.__setattr__(layer, "_sst_adapter", adapter)
+    object.__setattr__(layer, "_sst_context", context)

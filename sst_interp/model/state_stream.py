@@ -1,0 +1,86 @@
+"""Per-layer state-stream parameters and the blend/update maths (paper eq:blend, eq:state_update, eq:alpha).
+
+For layer l (all element-wise over the hidden dimension d)::
+
+    alpha_l = a_min + (a_max - a_min) * sigmoid(theta_l)                     # eq:alpha
+    S(C)    = RMSNorm_l(C)                  (state_scale="unit", the paper)
+            = RMSNorm_l(C) * rms(h)         (state_scale="hidden")
+    h~      = (1 - alpha_l) * h + alpha_l * S(C_prev)                        # eq:blend
+    C       = o                             (update="direct", eq:state_update)
+            = alpha_l * C_prev + (1 - alpha_l) * o   (update="ema_linked")
+
+The parameters are kept in float32 whatever the backbone dtype, and the blend itself is computed in float32
+then cast back to the hidden state's dtype (so a bfloat16 backbone sees one rounding, after the blend).
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from sst_interp.model.config import SSTConfig
+
+
+class StateStreamParams(nn.Module):
+    """The learned state-stream parameters of one decoder layer: ``theta`` [d] and ``state_norm_weight`` [d].
+
+    Both stay float32 even when the model is cast (``.to(torch.bfloat16)``, ``.half()``): the paper keeps them
+    at full precision, and the blend perturbation is below bfloat16 resolution otherwise (app:precision_proof).
+    """
+
+    def __init__(self, hidden_size: int, config: SSTConfig) -> None:
+        super().__init__()
+        self.a_min = config.a_min
+        self.a_max = config.a_max
+        self.update_rule = config.update
+        self.state_scale = config.state_scale
+        self.eps = config.state_norm_eps
+        self.theta = nn.Parameter(torch.full((hidden_size,), float(config.theta_init), dtype=torch.float32))
+        self.state_norm_weight = nn.Parameter(torch.ones(hidden_size, dtype=torch.float32))
+
+    def _apply(self, fn, recurse: bool = True):  # noqa: ANN001 - torch's signature
+        # Device moves apply; dtype casts do not: the state parameters are float32 by contract.
+        super()._apply(fn, recurse)
+        for param in (self.theta, self.state_norm_weight):
+            if param.dtype != torch.float32:
+                param.data = param.data.float()
+        return self
+
+    def alpha(self) -> torch.Tensor:
+        """Blend coefficients alpha_l: [d] float32, each in [a_min, a_max]."""
+        return self.a_min + (self.a_max - self.a_min) * torch.sigmoid(self.theta)
+
+    def read_state(self, state: torch.Tensor, hidden: torch.Tensor) -> torch.Tensor:
+        """S(C): the state as the blend reads it.
+
+        Args:
+            state: C_prev, [..., d] (any float dtype). A zero state reads as zero.
+            hidden: h, [..., d], only used when ``state_scale == "hidden"``.
+
+        Returns:
+            [..., d] float32.
+        """
+        state32 = state.float()
+        normed = state32 * torch.rsqrt(state32.pow(2).mean(-1, keepdim=True) + self.eps) * self.state_norm_weight
+        if self.state_scale == "hidden":
+            hidden32 = hidden.float()
+            normed = normed * torch.sqrt(hidden32.pow(2).mean(-1, keepdim=True))
+        return normed
+
+    def blend(self, hidden: torch.Tensor, state: torch.Tensor) -> torch.Tensor:
+        """h~ = (1 - alpha) * h + alpha * S(C_prev), computed in float32 and cast back to ``hidden.dtype``.
+
+        Args:
+            hidden: post-attention hidden state h, [B, T, d].
+            state: C_prev broadcastable to [B, T, d].
+        """
+        alpha = self.alpha()
+        mixed = (1.0 - alpha) * hidden.float() + alpha * self.read_state(state, hidden)
+        return mixed.to(hidden.dtype)
+
+    def update(self, previous: torch.Tensor, output: torch.Tensor) -> torch.Tensor:
+        """The new state C from C_prev [.., d] and the layer output o [.., d]; returned in ``output.dtype``."""
+        if self.update_rule == "direct":
+            return output
+        alpha = self.alpha()
+        return (alpha * previous.float() + (1.0 - alpha) * output.float()).to(output.dtype)

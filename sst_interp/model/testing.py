@@ -1,0 +1,111 @@
+"""Tiny random backbones and a character tokenizer, for tests and examples that must not load a real model.
+
+The models are real transformers classes (Gemma3ForCausalLM, LlamaForCausalLM) with a few layers, a small hidden
+size and a small sliding window, so every code path of the real models runs, fast, in float64 if asked.
+"""
+
+from __future__ import annotations
+
+import string
+
+import torch
+from tokenizers import Tokenizer, models, pre_tokenizers
+from transformers import (
+    Gemma3ForCausalLM,
+    Gemma3TextConfig,
+    LlamaConfig,
+    LlamaForCausalLM,
+    PreTrainedModel,
+    PreTrainedTokenizerFast,
+)
+
+SPECIAL_TOKENS = ("<pad>", "<eos>", "<bos>", "<unk>")
+
+
+def char_tokenizer() -> PreTrainedTokenizerFast:
+    """A character-level tokenizer over printable ASCII: ids 0-3 are <pad>, <eos>, <bos>, <unk>; 100 ids in all.
+
+    Encoding adds <bos> in front, like Gemma's tokenizer does.
+    """
+    chars = [c for c in string.printable if c not in "\x0b\x0c"]
+    vocab = {token: i for i, token in enumerate(SPECIAL_TOKENS)}
+    for char in chars:
+        vocab.setdefault(char, len(vocab))
+    backend = Tokenizer(models.WordLevel(vocab=vocab, unk_token="<unk>"))
+    backend.pre_tokenizer = pre_tokenizers.Split(pattern="", behavior="isolated")
+    from tokenizers import decoders, processors
+
+    backend.decoder = decoders.Fuse()
+    backend.post_processor = processors.TemplateProcessing(single="<bos> $A", special_tokens=[("<bos>", 2)])
+    return PreTrainedTokenizerFast(
+        tokenizer_object=backend, pad_token="<pad>", eos_token="<eos>", bos_token="<bos>", unk_token="<unk>"
+    )
+
+
+def tiny_gemma3(
+    num_layers: int = 3,
+    hidden_size: int = 32,
+    sliding_window: int = 4,
+    vocab_size: int = 128,
+    dtype: torch.dtype = torch.float64,
+    seed: int = 0,
+) -> PreTrainedModel:
+    """A random Gemma 3 text model: sliding-window layers plus a final full-attention layer, eager attention."""
+    torch.manual_seed(seed)
+    layer_types = ["sliding_attention"] * (num_layers - 1) + ["full_attention"]
+    config = Gemma3TextConfig(
+        vocab_size=vocab_size,
+        hidden_size=hidden_size,
+        intermediate_size=2 * hidden_size,
+        num_hidden_layers=num_layers,
+        num_attention_heads=2,
+        num_key_value_heads=1,
+        head_dim=hidden_size // 2,
+        sliding_window=sliding_window,
+        layer_types=layer_types,
+        max_position_embeddings=512,
+        query_pre_attn_scalar=hidden_size // 2,
+        pad_token_id=0,
+        eos_token_id=1,
+        bos_token_id=2,
+        attn_implementation="eager",
+    )
+    model = Gemma3ForCausalLM(config).to(dtype)
+    _randomise_norms(model, seed)
+    return model.eval()
+
+
+def tiny_llama(
+    num_layers: int = 3,
+    hidden_size: int = 32,
+    vocab_size: int = 128,
+    dtype: torch.dtype = torch.float64,
+    seed: int = 0,
+) -> PreTrainedModel:
+    """A random Llama model (the Llama-family adapter: Llama, Mistral, Qwen2, Qwen3)."""
+    torch.manual_seed(seed)
+    config = LlamaConfig(
+        vocab_size=vocab_size,
+        hidden_size=hidden_size,
+        intermediate_size=2 * hidden_size,
+        num_hidden_layers=num_layers,
+        num_attention_heads=2,
+        num_key_value_heads=1,
+        max_position_embeddings=512,
+        pad_token_id=0,
+        eos_token_id=1,
+        bos_token_id=2,
+        attn_implementation="eager",
+    )
+    model = LlamaForCausalLM(config).to(dtype)
+    _randomise_norms(model, seed)
+    return model.eval()
+
+
+def _randomise_norms(model: PreTrainedModel, seed: int) -> None:
+    # Fresh norms are identity maps; random scales make the tests sensitive to which norm sits where.
+    generator = torch.Generator().manual_seed(seed + 1)
+    with torch.no_grad():
+        for name, param in model.named_parameters():
+            if "norm" in name:
+                param.copy_(0.5 * torch.rand(param.shape, generator=generator, dtype=torch.float64).to(param.dtype))
