@@ -1,0 +1,51 @@
+"""The run directory (DESIGN section 5): Parquet schemas, the background RunWriter and the streaming Run reader.
+
+```
+run = Run.open(path)                       # validates manifest + shard footers
+for block in run.hidden(depth=2):          # one (question, turn) at a time
+    block.values                           # [positions, iterations, layers, d] float32
+with RunWriter.create_or_resume(path, identity, manifest_extra) as writer:
+    writer.submit(depth, question_ids, generations=rows, hidden=cols, logits=cols, sketch=cols, gates=cols)
+```
+"""
+
+from sst_interp.store.errors import CorruptRunError
+from sst_interp.store.reader import GateBlock, HiddenBlock, LogitBlock, Run, SketchBlock
+from sst_interp.store.schema import (
+    DTYPE_KEY,
+    GENERATIONS_SCHEMA,
+    QUESTIONS_SCHEMA,
+    SCHEMA_VERSION,
+    bf16_bits_to_float32,
+    float32_to_bf16_bits,
+    gates_schema,
+    hidden_schema,
+    logits_schema,
+    sketch_schema,
+)
+from sst_interp.store.space import SpaceEstimate, bytes_per_question, estimate
+from sst_interp.store.writer import ResumeReport, RunWriter
+
+__all__ = [
+    "CorruptRunError",
+    "DTYPE_KEY",
+    "GENERATIONS_SCHEMA",
+    "GateBlock",
+    "HiddenBlock",
+    "LogitBlock",
+    "QUESTIONS_SCHEMA",
+    "ResumeReport",
+    "Run",
+    "RunWriter",
+    "SCHEMA_VERSION",
+    "SketchBlock",
+    "SpaceEstimate",
+    "bf16_bits_to_float32",
+    "bytes_per_question",
+    "estimate",
+    "float32_to_bf16_bits",
+    "gates_schema",
+    "hidden_schema",
+    "logits_schema",
+    "sketch_schema",
+]

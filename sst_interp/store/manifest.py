@@ -1,0 +1,101 @@
+"""manifest.json of a run directory: atomic rewrite, identity comparison and shard bookkeeping.
+
+Layout of the manifest (JSON object):
+
+- ``schema_version``, ``identity`` (what must match to resume: model, checkpoint, data sha256, ...),
+  ``package_version`` and the caller's extra keys (``hidden_size``, ``num_layers``, ``dtype``, ``depths``,
+  ``full_positions``, ``sketch_positions``, ``sketch_k``, ``top_k``, ``decoding``, ``prompt_mode``,
+  ``depth_policy``, ...);
+- ``status``: ``{depth: [question ids complete at that depth]}`` (JSON keys are strings);
+- ``batches``: ``{depth: [batch, ...]}`` where a batch is ``{"batch": int, "question_ids": [...],
+  "shards": {kind: {"file": relative path, "bytes": int, "rows": int, "question_ids": [...]}}}``.
+  A shard holds one row group per question, in the order of its ``question_ids``, so one question is read
+  without reading the whole shard.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+MANIFEST_NAME = "manifest.json"
+
+
+def write_json_atomic(path: Path, payload: dict[str, Any]) -> None:
+    """Write ``payload`` to ``path`` atomically: temp file in the same directory, fsync, os.replace."""
+    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+    try:
+        with open(tmp, "w", encoding="utf-8") as handle:
+            json.dump(payload, handle, indent=1, sort_keys=False)
+            handle.write("\n")
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(tmp, path)
+    finally:
+        if tmp.exists():
+            tmp.unlink()
+    fsync_dir(path.parent)
+
+
+def fsync_dir(directory: Path) -> None:
+    """fsync a directory so a rename inside it is durable (no-op where directories cannot be opened)."""
+    try:
+        fd = os.open(directory, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass  # some filesystems do not support fsync on directories; the rename itself already happened
+    finally:
+        os.close(fd)
+
+
+def read_manifest(directory: Path) -> dict[str, Any]:
+    """Read ``directory/manifest.json``; raises FileNotFoundError or json.JSONDecodeError."""
+    with open(directory / MANIFEST_NAME, encoding="utf-8") as handle:
+        return json.load(handle)
+
+
+def normalise(value: Any) -> Any:
+    """JSON round trip, so values compare as they will be read back (tuples -> lists, int keys -> str)."""
+    return json.loads(json.dumps(value, sort_keys=True))
+
+
+def identity_differences(old: dict[str, Any], new: dict[str, Any]) -> list[str]:
+    """Keys whose values differ between two identities, as ``key: old -> new`` strings."""
+    old_n, new_n = normalise(old), normalise(new)
+    diffs = []
+    for key in sorted(set(old_n) | set(new_n)):
+        if old_n.get(key) != new_n.get(key):
+            diffs.append(f"{key}: {old_n.get(key)!r} -> {new_n.get(key)!r}")
+    return diffs
+
+
+def listed_files(manifest: dict[str, Any]) -> set[str]:
+    """Relative paths of every shard the manifest lists."""
+    files = set()
+    for batches in manifest.get("batches", {}).values():
+        for batch in batches:
+            for shard in batch["shards"].values():
+                files.add(shard["file"])
+    return files
+
+
+def completed_pairs(manifest: dict[str, Any]) -> set[tuple[str, int]]:
+    """``(question_id, depth)`` pairs the manifest marks complete."""
+    return {(qid, int(depth)) for depth, ids in manifest.get("status", {}).items() for qid in ids}
+
+
+def shard_index(manifest: dict[str, Any], kind: str, depth: int) -> dict[str, tuple[str, int]]:
+    """Map question id -> (relative shard path, row group index) for one kind at one depth."""
+    index: dict[str, tuple[str, int]] = {}
+    for batch in manifest.get("batches", {}).get(str(depth), []):
+        shard = batch["shards"].get(kind)
+        if shard is None:
+            continue
+        for group, qid in enumerate(shard["question_ids"]):
+            index[qid] = (shard["file"], group)
+    return index

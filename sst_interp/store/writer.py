@@ -1,0 +1,413 @@
+"""RunWriter: create or resume a run directory and write question batches from a background thread.
+
+Commit order for one batch (so a kill at any point loses no completed question and leaves no duplicate):
+shards are written to temporary names and renamed, then ``generations.parquet`` is rewritten (temp + rename),
+then ``manifest.json`` is rewritten atomically, marking the batch's questions complete. On resume, temporary
+files, shards the manifest does not list and generation rows of incomplete questions are removed.
+"""
+
+from __future__ import annotations
+
+import errno
+import fcntl
+import os
+import queue
+import shutil
+import threading
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from sst_interp import __version__
+from sst_interp.errors import UsageError
+from sst_interp.store import manifest as mf
+from sst_interp.store import schema as sch
+from sst_interp.store import tables
+from sst_interp.store.errors import CorruptRunError
+from sst_interp.store.validate import check_shard, check_table_file
+
+LOCK_NAME = ".lock"
+LAYOUT_KEYS = ("hidden_size", "num_layers", "dtype", "top_k", "sketch_k")
+RESERVED_KEYS = ("schema_version", "identity", "status", "batches", "next_batch")
+
+
+@dataclass
+class _Job:
+    depth: int
+    question_ids: list[str]
+    generations: Any
+    shards: dict[str, Any]
+
+
+@dataclass
+class ResumeReport:
+    """What create_or_resume found and cleaned.
+
+    Args:
+        resumed: True when an existing run was continued.
+        removed: relative paths of temporary files and unlisted shards that were deleted.
+        redo: ``{depth: [question ids]}`` whose listed shards were missing, so they are recorded again.
+    """
+
+    resumed: bool = False
+    removed: list[str] = field(default_factory=list)
+    redo: dict[int, list[str]] = field(default_factory=dict)
+
+
+class RunWriter:
+    """Writes a run directory; use :meth:`create_or_resume` and the context manager (closes and joins)."""
+
+    def __init__(self, path: Path, manifest: dict[str, Any], lock_handle: Any, report: ResumeReport,
+                 queue_size: int = 2, compression: str = "zstd", hidden_compression: str = "none") -> None:
+        self.path = path
+        self.report = report
+        self._manifest = manifest
+        self._lock_handle = lock_handle
+        self._compression = compression
+        self._hidden_compression = hidden_compression
+        self._queue: queue.Queue[_Job | None] = queue.Queue(maxsize=max(1, queue_size))
+        self._error: BaseException | None = None
+        self._pending: dict[int, set[str]] = {}
+        self._state_lock = threading.Lock()
+        self._closed = False
+        self.bytes_written = 0
+        self._next_batch = max(int(manifest.get("next_batch", 1)), 1 + max(
+            (b["batch"] for batches in manifest.get("batches", {}).values() for b in batches), default=0
+        ))
+        self._thread = threading.Thread(target=self._worker, name="sst-run-writer", daemon=True)
+        self._thread.start()
+
+    # ------------------------------------------------------------------------------------------ open
+    @classmethod
+    def create_or_resume(cls, path: str | Path, identity: dict[str, Any], manifest_extra: dict[str, Any],
+                         queue_size: int = 2) -> RunWriter:
+        """Create a run at ``path`` or continue the run already there.
+
+        ``identity`` must equal the existing run's (else UsageError: pick another --out). ``manifest_extra``
+        supplies ``hidden_size``, ``num_layers``, ``dtype`` and the other manifest keys; the layout keys
+        (hidden_size, num_layers, dtype, top_k, sketch_k) must also match on resume. A directory holding
+        something that is not a run is refused.
+        """
+        path = Path(path)
+        if path.exists() and not path.is_dir():
+            raise UsageError(f"--out {path} is a file, not a run directory; pick another --out")
+        path.mkdir(parents=True, exist_ok=True)
+        lock_handle = _acquire_lock(path)
+        try:
+            if (path / mf.MANIFEST_NAME).exists():
+                manifest, report = _resume(path, identity, manifest_extra)
+            else:
+                manifest, report = _create(path, identity, manifest_extra)
+        except BaseException:
+            lock_handle.close()
+            raise
+        return cls(path, manifest, lock_handle, report, queue_size=queue_size)
+
+    # ------------------------------------------------------------------------------------------ API
+    @property
+    def manifest(self) -> dict[str, Any]:
+        """A copy of the manifest as last committed."""
+        with self._state_lock:
+            return mf.normalise(self._manifest)
+
+    def completed(self, depth: int) -> set[str]:
+        """Question ids complete at ``depth`` (committed in the manifest)."""
+        with self._state_lock:
+            return set(self._manifest["status"].get(str(int(depth)), []))
+
+    def write_questions(self, frame: pd.DataFrame) -> None:
+        """Write ``questions.parquet`` (DESIGN columns). On resume new questions are appended; a question id
+        already present with different content is a UsageError (the data changed under the same run)."""
+        missing = [f.name for f in sch.QUESTIONS_SCHEMA if f.name not in frame.columns]
+        if missing:
+            raise ValueError(f"questions frame misses columns {missing}")
+        if frame["question_id"].duplicated().any():
+            raise ValueError("question ids must be unique")
+        table = pa.Table.from_pandas(frame[sch.QUESTIONS_SCHEMA.names], schema=sch.QUESTIONS_SCHEMA,
+                                     preserve_index=False)
+        target = self.path / "questions.parquet"
+        if target.exists():
+            old = pq.read_table(target)
+            old_rows = {row["question_id"]: row for row in old.to_pylist()}
+            new_rows = []
+            for row in table.to_pylist():
+                previous = old_rows.get(row["question_id"])
+                if previous is None:
+                    new_rows.append(row)
+                elif previous != row:
+                    raise UsageError(f"question {row['question_id']!r} differs from the one recorded in {self.path}; "
+                                     "pick another --out for different data")
+            if not new_rows:
+                return
+            table = pa.concat_tables([old, pa.Table.from_pylist(new_rows, schema=sch.QUESTIONS_SCHEMA)])
+        self._guard_disk(lambda: tables.write_table_atomic(table, target), target)
+
+    def submit(self, depth: int, question_ids: Sequence[str], generations: Any = None, hidden: Any = None,
+               logits: Any = None, sketch: Any = None, gates: Any = None) -> None:
+        """Queue one batch for writing; it is committed (and ``completed(depth)`` includes it) once written.
+
+        Column dicts as in :mod:`sst_interp.store.tables` (numpy arrays or torch tensors, one entry per row).
+        Blocks while the queue is full. Raises the writer thread's error, if any, and ValueError when a
+        question is already complete or queued at this depth.
+        """
+        self._raise_error()
+        if self._closed:
+            raise ValueError("submit on a closed RunWriter")
+        depth = int(depth)
+        if depth < 1:
+            raise ValueError(f"depth must be >= 1, got {depth}")
+        ids = [str(q) for q in question_ids]
+        if len(set(ids)) != len(ids):
+            raise ValueError("duplicate question ids in one batch")
+        with self._state_lock:
+            taken = set(self._manifest["status"].get(str(depth), [])) | self._pending.get(depth, set())
+            again = sorted(taken & set(ids))
+            if again:
+                raise ValueError(f"questions already recorded at depth {depth}: {again[:5]}")
+            self._pending.setdefault(depth, set()).update(ids)
+        shards = {k: v for k, v in (("hidden", hidden), ("logits", logits), ("sketch", sketch), ("gates", gates))
+                  if v is not None}
+        job = _Job(depth, ids, generations, shards)
+        while True:
+            try:
+                self._queue.put(job, timeout=0.2)
+                return
+            except queue.Full:
+                self._raise_error()
+
+    def flush(self) -> None:
+        """Wait until every submitted batch is committed; raises the writer thread's error, if any."""
+        while self._thread.is_alive() and self._queue.unfinished_tasks:
+            with self._queue.all_tasks_done:
+                self._queue.all_tasks_done.wait(timeout=0.2)
+        self._raise_error()
+
+    def close(self) -> None:
+        """Finish the queued batches, stop the thread, release the lock; raises the thread's error, if any."""
+        if not self._closed:
+            self._closed = True
+            self._queue.put(None)
+            self._thread.join()
+            self._lock_handle.close()
+        self._raise_error()
+
+    def __enter__(self) -> RunWriter:
+        return self
+
+    def __exit__(self, exc_type: Any, exc: BaseException | None, tb: Any) -> None:
+        if exc is None:
+            self.close()
+            return
+        try:
+            self.close()
+        except BaseException as writer_error:  # the body's exception wins; the writer's is attached to it
+            exc.add_note(f"the run writer also failed: {writer_error!r}")
+
+    # ------------------------------------------------------------------------------------------ thread
+    def _raise_error(self) -> None:
+        if self._error is not None:
+            raise self._error
+
+    def _worker(self) -> None:
+        while True:
+            job = self._queue.get()
+            try:
+                if job is None:
+                    return
+                if self._error is None:
+                    self._write_batch(job)
+            except BaseException as err:  # handed to the caller on the next submit/flush/close
+                self._error = err
+            finally:
+                self._queue.task_done()
+
+    def _write_batch(self, job: _Job) -> None:
+        batch_id = self._next_batch
+        self._next_batch += 1
+        layout = self._manifest
+        entry: dict[str, Any] = {"batch": batch_id, "question_ids": job.question_ids, "shards": {},
+                                 "generations": job.generations is not None}
+        for kind, columns in job.shards.items():
+            table, present = tables.build_shard_table(kind, columns, job.question_ids, layout)
+            if table.num_rows == 0:
+                continue
+            rel = f"{kind}/depth={job.depth}/part-{batch_id:06d}.parquet"
+            compression = self._hidden_compression if kind == "hidden" else self._compression
+            final = self.path / rel
+            size = self._guard_disk(lambda: tables.write_shard(table, present, final, compression), final)
+            self.bytes_written += size
+            entry["shards"][kind] = {"file": rel, "bytes": size, "rows": table.num_rows, "question_ids": present}
+        if job.generations is not None:
+            gen_table = tables.generations_table(job.generations, job.depth, job.question_ids)
+            target = self.path / "generations.parquet"
+            if target.exists():
+                gen_table = pa.concat_tables([pq.read_table(target), gen_table], promote_options="permissive")
+            self._guard_disk(lambda: tables.write_table_atomic(gen_table, target), target)
+        with self._state_lock:
+            new_manifest = mf.normalise(self._manifest)
+        key = str(job.depth)
+        new_manifest["batches"].setdefault(key, []).append(entry)
+        new_manifest["status"].setdefault(key, []).extend(job.question_ids)
+        new_manifest["next_batch"] = batch_id + 1  # shard names are never reused, even after a dropped batch
+        if job.depth not in new_manifest.get("depths", []):
+            new_manifest["depths"] = sorted(set(new_manifest.get("depths", [])) | {job.depth})
+        self._guard_disk(lambda: mf.write_json_atomic(self.path / mf.MANIFEST_NAME, new_manifest),
+                         self.path / mf.MANIFEST_NAME)
+        with self._state_lock:
+            self._manifest = new_manifest
+            self._pending[job.depth].difference_update(job.question_ids)
+
+    def _guard_disk(self, action: Any, target: Path) -> Any:
+        try:
+            return action()
+        except OSError as err:
+            if err.errno == errno.ENOSPC or "No space left" in str(err):
+                free = shutil.disk_usage(self.path).free
+                raise UsageError(
+                    f"disk full while writing {target} ({free / 1e6:.1f} MB free); free some space and rerun the "
+                    "same command to resume (completed questions are kept)"
+                ) from err
+            raise
+
+
+# ---------------------------------------------------------------------------------------------- helpers
+
+
+def _acquire_lock(path: Path) -> Any:
+    handle = open(path / LOCK_NAME, "a+b")
+    try:
+        fcntl.flock(handle.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        handle.close()
+        raise UsageError(f"another process is recording into {path}; wait for it or pick another --out") from None
+    return handle
+
+
+def _base_manifest(identity: dict[str, Any], manifest_extra: dict[str, Any]) -> dict[str, Any]:
+    clash = [k for k in RESERVED_KEYS if k in manifest_extra]
+    if clash:
+        raise ValueError(f"manifest_extra may not set {clash}")
+    if "dtype" in manifest_extra:
+        sch.check_dtype(str(manifest_extra["dtype"]))
+    manifest = {"schema_version": sch.SCHEMA_VERSION, "identity": identity, "package_version": __version__}
+    manifest.update(manifest_extra)
+    manifest.setdefault("depths", [])
+    manifest["depths"] = sorted({int(d) for d in manifest["depths"]})
+    manifest["status"] = {}
+    manifest["batches"] = {}
+    return mf.normalise(manifest)
+
+
+def _create(path: Path, identity: dict[str, Any], extra: dict[str, Any]) -> tuple[dict[str, Any], ResumeReport]:
+    report = ResumeReport()
+    for entry in path.iterdir():
+        if entry.name == LOCK_NAME:
+            continue
+        if entry.is_file() and tables.is_temp_name(entry.name):
+            entry.unlink()
+            report.removed.append(entry.name)
+            continue
+        raise UsageError(f"--out {path} already holds files that are not an sst-interp run (e.g. {entry.name}); "
+                         "pick another --out or empty it")
+    manifest = _base_manifest(identity, extra)
+    mf.write_json_atomic(path / mf.MANIFEST_NAME, manifest)
+    return manifest, report
+
+
+def _resume(path: Path, identity: dict[str, Any], extra: dict[str, Any]) -> tuple[dict[str, Any], ResumeReport]:
+    try:
+        manifest = mf.read_manifest(path)
+    except ValueError as err:
+        raise CorruptRunError(f"{path / mf.MANIFEST_NAME} is not valid JSON ({err}); this run cannot be resumed, "
+                              "pick another --out") from err
+    if not isinstance(manifest, dict) or "identity" not in manifest or "status" not in manifest:
+        raise UsageError(f"--out {path} holds a manifest.json that is not an sst-interp run; pick another --out")
+    if manifest.get("schema_version") != sch.SCHEMA_VERSION:
+        raise UsageError(f"run {path} has schema version {manifest.get('schema_version')}, this package writes "
+                         f"{sch.SCHEMA_VERSION}; pick another --out")
+    diffs = mf.identity_differences(manifest["identity"], identity)
+    diffs += [f"{k}: {manifest.get(k)!r} -> {extra[k]!r}" for k in LAYOUT_KEYS
+              if k in extra and k in manifest and mf.normalise(extra[k]) != manifest[k]]
+    if diffs:
+        raise UsageError(f"--out {path} holds a run with a different identity ({'; '.join(diffs[:3])}); "
+                         "pick another --out, or rerun with the original settings to resume")
+    report = ResumeReport(resumed=True)
+    _drop_missing_batches(path, manifest, report)
+    _filter_generations(path, manifest, report)
+    _remove_strays(path, manifest, report)
+    updated = mf.normalise(manifest)
+    for key, value in mf.normalise(extra).items():
+        if key == "depths":
+            updated["depths"] = sorted(set(updated.get("depths", [])) | {int(d) for d in value})
+        elif key not in RESERVED_KEYS:
+            updated[key] = value
+    if updated != manifest or report.redo:
+        mf.write_json_atomic(path / mf.MANIFEST_NAME, updated)
+    return updated, report
+
+
+def _drop_missing_batches(path: Path, manifest: dict[str, Any], report: ResumeReport) -> None:
+    """Batches with a missing shard (deleted by the user after a CorruptRunError) are dropped and redone;
+    a shard present but damaged is a CorruptRunError naming it."""
+    for depth, batches in manifest.get("batches", {}).items():
+        for batch in list(batches):
+            missing = [s for s in batch["shards"].values() if not (path / s["file"]).exists()]
+            if missing:
+                _drop_batch(path, manifest, depth, batch, report)
+                continue
+            for shard in batch["shards"].values():
+                check_shard(path, shard)
+
+
+def _drop_batch(path: Path, manifest: dict[str, Any], depth: str, batch: dict[str, Any],
+                report: ResumeReport) -> None:
+    """Forget one committed batch: delete its shards and mark its questions incomplete (they are redone)."""
+    for shard in batch["shards"].values():
+        target = path / shard["file"]
+        if target.exists():
+            target.unlink()
+            report.removed.append(shard["file"])
+    redo = set(batch["question_ids"])
+    manifest["status"][depth] = [q for q in manifest["status"].get(depth, []) if q not in redo]
+    manifest["batches"][depth] = [b for b in manifest["batches"][depth] if b["batch"] != batch["batch"]]
+    report.redo.setdefault(int(depth), []).extend(batch["question_ids"])
+
+
+def _remove_strays(path: Path, manifest: dict[str, Any], report: ResumeReport) -> None:
+    listed = mf.listed_files(manifest)
+    for root, _dirs, files in os.walk(path):
+        for name in files:
+            full = Path(root) / name
+            rel = full.relative_to(path).as_posix()
+            stray_shard = rel.split("/", 1)[0] in sch.KINDS and name.endswith(".parquet") and rel not in listed
+            if tables.is_temp_name(name) or stray_shard:
+                full.unlink()
+                report.removed.append(rel)
+
+
+def _filter_generations(path: Path, manifest: dict[str, Any], report: ResumeReport) -> None:
+    """Drop generation rows of incomplete questions (written before a kill, manifest not yet updated), and
+    redo batches whose generation rows are gone (generations.parquet deleted after a CorruptRunError)."""
+    target = path / "generations.parquet"
+    if target.exists():
+        check_table_file(target)
+        table = pq.read_table(target)
+        pairs = list(zip(table.column("question_id").to_pylist(), table.column("depth").to_pylist()))
+    else:
+        table, pairs = None, []
+    present = {(q, int(d)) for q, d in pairs}
+    for depth, batches in manifest.get("batches", {}).items():
+        for batch in list(batches):
+            if batch.get("generations") and any((q, int(depth)) not in present for q in batch["question_ids"]):
+                _drop_batch(path, manifest, depth, batch, report)
+    if table is None:
+        return
+    done = mf.completed_pairs(manifest)
+    keep = [(q, int(d)) in done for q, d in pairs]
+    if not all(keep):
+        tables.write_table_atomic(table.filter(pa.array(keep, type=pa.bool_())), target)
