@@ -1,0 +1,253 @@
+"""Top-k overlap of hidden states (paper app:topk_overlap), vectorised, cross-run and within-run.
+
+``overlap_k(u, v) = |topk(u) & topk(v)| / k`` where ``topk(x)`` is the set of the k dimensions with the largest
+``|x_i|``; k = 1024 of d = 5376 in the paper, scaled to other widths as ``round(d * 1024 / 5376)``.
+
+- **cross-run**: iteration ``i_a`` of the run at depth ``a`` vs iteration ``i_b`` of the run at depth ``b`` at the
+  same (question, position, layer); the paper's default is the iter=1 run vs the last iteration of the iter=N run.
+- **within-run**: iteration i vs iteration j of one run (shared token history by construction).
+
+Full-window positions come from hidden blocks; positions beyond it from the sketch blocks (the stored top-k index
+sets), when their k equals the requested one. Run-level functions stream one question at a time.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Literal
+
+import numpy as np
+import pandas as pd
+
+from sst_interp.analyses._common import AnalysisResult, NotApplicable, scaled_top_k
+from sst_interp.errors import UsageError
+
+if TYPE_CHECKING:
+    from sst_interp.store import Run
+
+Source = Literal["hidden", "sketch", "both"]
+
+
+# ---------------------------------------------------------------------------------------------- array level
+def topk_indices(values: np.ndarray, k: int) -> np.ndarray:
+    """Indices of the k largest ``|values|`` along the last axis, sorted ascending.
+
+    ``values: [..., d]`` -> ``[..., k]`` int64 (``numpy.argpartition``; ties at the k-th magnitude are broken
+    arbitrarily, as any top-k would).
+    """
+    values = np.asarray(values)
+    d = values.shape[-1]
+    if not 1 <= k <= d:
+        raise UsageError(f"top-k overlap needs 1 <= k <= d, got k={k} with d={d}")
+    mag = np.abs(values)
+    if k == d:
+        idx = np.broadcast_to(np.arange(d), values.shape).copy()
+    else:
+        idx = np.argpartition(mag, d - k, axis=-1)[..., d - k:]
+    idx.sort(axis=-1)
+    return idx
+
+
+def _membership(indices: np.ndarray, d: int) -> np.ndarray:
+    """Boolean ``[..., d]`` mask with True at ``indices: [..., k]``."""
+    mask = np.zeros(indices.shape[:-1] + (d,), dtype=bool)
+    np.put_along_axis(mask, indices.astype(np.int64), True, axis=-1)
+    return mask
+
+
+def overlap_from_indices(a: np.ndarray, b: np.ndarray, d: int) -> np.ndarray:
+    """Overlap of two stacks of top-k index sets: ``a, b: [..., k]`` (broadcastable) -> ``[...]`` float64."""
+    a = np.asarray(a)
+    b = np.asarray(b)
+    if a.shape[-1] != b.shape[-1]:
+        raise UsageError(f"index sets have different k ({a.shape[-1]} vs {b.shape[-1]})")
+    k = a.shape[-1]
+    a, b = np.broadcast_arrays(a, b)
+    shared = (_membership(a, d) & _membership(b, d)).sum(axis=-1)
+    return shared / k
+
+
+def topk_overlap(u: np.ndarray, v: np.ndarray, k: int) -> np.ndarray:
+    """Top-k overlap of ``u, v: [..., d]`` (broadcastable) along the last axis -> ``[...]`` float64."""
+    u = np.asarray(u)
+    v = np.asarray(v)
+    if u.shape[-1] != v.shape[-1]:
+        raise UsageError(f"vectors have different widths ({u.shape[-1]} vs {v.shape[-1]})")
+    return overlap_from_indices(topk_indices(u, k), topk_indices(v, k), u.shape[-1])
+
+
+def within_block_overlap(values: np.ndarray, iteration_a: int, iteration_b: int, k: int) -> np.ndarray:
+    """Within-run overlap of one question: ``values: [P, I, L, d]`` (iterations 1-based) -> ``[P, L]``."""
+    return topk_overlap(values[:, iteration_a - 1], values[:, iteration_b - 1], k)
+
+
+# ---------------------------------------------------------------------------------------------- result
+@dataclass(frozen=True)
+class OverlapResult(AnalysisResult):
+    """Top-k overlaps of many questions on a common (position, layer) grid.
+
+    Args:
+        kind: "cross-run" or "within-run".
+        comparison: e.g. "depth 1 iter 1 vs depth 4 iter 4".
+        k: the top-k used.
+        hidden_size: d.
+        question_ids: [Q] ids.
+        positions: [P] generated positions of the grid.
+        layers: [L] layers.
+        values: [Q, P, L] float64 overlaps; NaN where a question lacks that position (shorter generation).
+        full_positions: positions < this came from full hidden states, the rest from sketches.
+    """
+
+    kind: str
+    comparison: str
+    k: int
+    hidden_size: int
+    question_ids: tuple[str, ...]
+    positions: np.ndarray
+    layers: np.ndarray
+    values: np.ndarray
+    full_positions: int
+    label = "app:topk_overlap"
+
+    @property
+    def valid(self) -> np.ndarray:
+        """[Q, P] bool: the question has that position."""
+        return ~np.isnan(self.values).any(axis=2)
+
+    def flat(self) -> np.ndarray:
+        """Every recorded (question, position, layer) overlap as a 1-D array (NaNs dropped)."""
+        v = self.values.reshape(-1)
+        return v[~np.isnan(v)]
+
+    def restrict(self, positions: Sequence[int] | None = None, question_ids: Sequence[str] | None = None
+                 ) -> OverlapResult:
+        """The same result on a subset of positions and/or questions."""
+        pos_mask = np.ones(self.positions.size, bool) if positions is None else np.isin(self.positions, positions)
+        q_mask = np.ones(len(self.question_ids), bool) if question_ids is None else \
+            np.isin(np.array(self.question_ids), list(question_ids))
+        return OverlapResult(self.kind, self.comparison, self.k, self.hidden_size,
+                             tuple(np.array(self.question_ids)[q_mask].tolist()), self.positions[pos_mask],
+                             self.layers, self.values[q_mask][:, pos_mask], self.full_positions)
+
+    def table(self) -> pd.DataFrame:
+        """Long form: question_id, position, layer, overlap (recorded cells only)."""
+        q, p, l = np.meshgrid(np.arange(len(self.question_ids)), np.arange(self.positions.size),
+                              np.arange(self.layers.size), indexing="ij")
+        keep = ~np.isnan(self.values)
+        return pd.DataFrame({
+            "question_id": np.array(self.question_ids, dtype=object)[q[keep]],
+            "position": self.positions[p[keep]],
+            "layer": self.layers[l[keep]],
+            "overlap": self.values[keep],
+        })
+
+
+# ---------------------------------------------------------------------------------------------- run level
+def _resolve_k(run: Run, k: int | None, source: Source) -> int:
+    k = scaled_top_k(run.hidden_size) if k is None else int(k)
+    sketch_k = int(run.manifest.get("sketch_k") or 0)
+    if source in ("sketch", "both") and int(run.manifest.get("sketch_positions") or 0) > 0 and k != sketch_k:
+        raise UsageError(f"the run's sketches store top-{sketch_k} index sets; overlap from sketches needs "
+                         f"k={sketch_k} (got k={k}); pass k={sketch_k} or source='hidden'")
+    return k
+
+
+def _question_grid(run: Run, depth: int, qid: str, iteration: int, source: Source, k: int, turn: int,
+                   ) -> dict[int, np.ndarray]:
+    """{position: [L, k] top-k index sets} of one question at one (depth, iteration)."""
+    out: dict[int, np.ndarray] = {}
+    if source in ("hidden", "both"):
+        for block in run.hidden(depth, question_ids=[qid], turn=turn):
+            it = np.flatnonzero(block.iterations == iteration)
+            if it.size == 0:
+                raise UsageError(f"depth {depth} run has no iteration {iteration} (has {block.iterations.tolist()})")
+            idx = topk_indices(block.values[:, it[0]], k)  # [P, L, k]
+            for j, pos in enumerate(block.positions.tolist()):
+                out[int(pos)] = idx[j]
+    if source in ("sketch", "both"):
+        for block in run.sketch(depth, question_ids=[qid], turn=turn):
+            it = np.flatnonzero(block.iterations == iteration)
+            if it.size == 0:
+                continue
+            for j, pos in enumerate(block.positions.tolist()):
+                out.setdefault(int(pos), block.top_indices[j, it[0]])
+    return out
+
+
+def _collect(run: Run, pairs: list[tuple[int, int]], question_ids: list[str], k: int, source: Source, turn: int,
+             kind: str, comparison: str) -> OverlapResult | NotApplicable:
+    (depth_a, it_a), (depth_b, it_b) = pairs
+    per_question: list[dict[int, np.ndarray]] = []
+    for qid in question_ids:
+        grid_a = _question_grid(run, depth_a, qid, it_a, source, k, turn)
+        grid_b = grid_a if (depth_a, it_a) == (depth_b, it_b) else \
+            _question_grid(run, depth_b, qid, it_b, source, k, turn)
+        per_question.append({p: overlap_from_indices(grid_a[p], grid_b[p], run.hidden_size)
+                             for p in sorted(set(grid_a) & set(grid_b))})
+    positions = np.array(sorted({p for row in per_question for p in row}), dtype=np.int64)
+    if positions.size == 0:
+        return NotApplicable(f"no recorded positions to compare for {comparison} (source={source})",
+                             "app:topk_overlap")
+    layers = np.arange(run.num_layers)
+    values = np.full((len(question_ids), positions.size, layers.size), np.nan)
+    col = {int(p): j for j, p in enumerate(positions)}
+    for qi, row in enumerate(per_question):
+        for p, ov in row.items():
+            values[qi, col[p], :ov.shape[0]] = ov
+    full = int(run.manifest.get("full_positions") or 0)
+    return OverlapResult(kind, comparison, k, run.hidden_size, tuple(question_ids), positions, layers, values, full)
+
+
+def cross_run_overlap(run: Run, depth_a: int | None = None, depth_b: int | None = None,
+                      iteration_a: int | None = None, iteration_b: int | None = None, k: int | None = None,
+                      source: Source = "hidden", question_ids: Sequence[str] | None = None, turn: int = 0,
+                      ) -> OverlapResult | NotApplicable:
+    """Overlap between the run at ``depth_a`` and the run at ``depth_b`` at the same (question, position, layer).
+
+    Defaults: the smallest depth's last iteration vs the largest depth's last iteration (iter=1 vs iter=4 in the
+    paper). Questions complete at both depths; ``source`` picks hidden states, sketches or both.
+    """
+    depths = run.depths
+    if len(depths) < 2 and (depth_a is None or depth_b is None):
+        return NotApplicable(f"run has a single depth ({depths}); cross-run overlap needs two", "app:topk_overlap")
+    depth_a = depths[0] if depth_a is None else int(depth_a)
+    depth_b = depths[-1] if depth_b is None else int(depth_b)
+    for d in (depth_a, depth_b):
+        if d not in depths:
+            raise UsageError(f"depth {d} is not in the run (depths {depths})")
+    iteration_a = depth_a if iteration_a is None else int(iteration_a)
+    iteration_b = depth_b if iteration_b is None else int(iteration_b)
+    k = _resolve_k(run, k, source)
+    ids = [q for q in run.question_ids(depth_a) if q in set(run.question_ids(depth_b))]
+    if question_ids is not None:
+        ids = [q for q in ids if q in set(question_ids)]
+    if not ids:
+        return NotApplicable(f"no question is complete at both depth {depth_a} and {depth_b}", "app:topk_overlap")
+    comparison = f"depth {depth_a} iter {iteration_a} vs depth {depth_b} iter {iteration_b}"
+    return _collect(run, [(depth_a, iteration_a), (depth_b, iteration_b)], ids, k, source, turn, "cross-run",
+                    comparison)
+
+
+def within_run_overlap(run: Run, depth: int | None = None, iteration_a: int = 1, iteration_b: int | None = None,
+                       k: int | None = None, source: Source = "hidden", question_ids: Sequence[str] | None = None,
+                       turn: int = 0) -> OverlapResult | NotApplicable:
+    """Overlap between iterations ``iteration_a`` and ``iteration_b`` (default: the last) of the run at ``depth``
+    (default: the largest)."""
+    depth = run.depths[-1] if depth is None else int(depth)
+    if depth not in run.depths:
+        raise UsageError(f"depth {depth} is not in the run (depths {run.depths})")
+    iteration_b = depth if iteration_b is None else int(iteration_b)
+    if depth < 2 or iteration_a == iteration_b:
+        return NotApplicable(f"depth {depth} run has no second iteration to compare with iteration {iteration_a}",
+                             "app:topk_overlap")
+    if not (1 <= iteration_a <= depth and 1 <= iteration_b <= depth):
+        raise UsageError(f"iterations must lie in 1..{depth}, got {iteration_a} and {iteration_b}")
+    k = _resolve_k(run, k, source)
+    ids = run.question_ids(depth) if question_ids is None else \
+        [q for q in run.question_ids(depth) if q in set(question_ids)]
+    if not ids:
+        return NotApplicable(f"no question is complete at depth {depth}", "app:topk_overlap")
+    comparison = f"depth {depth} iter {iteration_a} vs iter {iteration_b}"
+    return _collect(run, [(depth, iteration_a), (depth, iteration_b)], ids, k, source, turn, "within-run",
+                    comparison)
