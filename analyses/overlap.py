@@ -154,11 +154,12 @@ def _resolve_k(run: Run, k: int | None, source: Source) -> int:
 
 
 def _question_grid(run: Run, depth: int, qid: str, iteration: int, source: Source, k: int, turn: int,
-                   ) -> dict[int, np.ndarray]:
+                   positions: Sequence[int] | None) -> dict[int, np.ndarray]:
     """{position: [L, k] top-k index sets} of one question at one (depth, iteration)."""
     out: dict[int, np.ndarray] = {}
+    wanted = None if positions is None else {int(p) for p in positions}
     if source in ("hidden", "both"):
-        for block in run.hidden(depth, question_ids=[qid], turn=turn):
+        for block in run.hidden(depth, question_ids=[qid], turn=turn, positions=positions):
             it = np.flatnonzero(block.iterations == iteration)
             if it.size == 0:
                 raise UsageError(f"depth {depth} run has no iteration {iteration} (has {block.iterations.tolist()})")
@@ -171,42 +172,44 @@ def _question_grid(run: Run, depth: int, qid: str, iteration: int, source: Sourc
             if it.size == 0:
                 continue
             for j, pos in enumerate(block.positions.tolist()):
-                out.setdefault(int(pos), block.top_indices[j, it[0]])
+                if wanted is None or pos in wanted:
+                    out.setdefault(int(pos), block.top_indices[j, it[0]])
     return out
 
 
 def _collect(run: Run, pairs: list[tuple[int, int]], question_ids: list[str], k: int, source: Source, turn: int,
-             kind: str, comparison: str) -> OverlapResult | NotApplicable:
+             kind: str, comparison: str, positions: Sequence[int] | None) -> OverlapResult | NotApplicable:
     (depth_a, it_a), (depth_b, it_b) = pairs
     per_question: list[dict[int, np.ndarray]] = []
     for qid in question_ids:
-        grid_a = _question_grid(run, depth_a, qid, it_a, source, k, turn)
+        grid_a = _question_grid(run, depth_a, qid, it_a, source, k, turn, positions)
         grid_b = grid_a if (depth_a, it_a) == (depth_b, it_b) else \
-            _question_grid(run, depth_b, qid, it_b, source, k, turn)
+            _question_grid(run, depth_b, qid, it_b, source, k, turn, positions)
         per_question.append({p: overlap_from_indices(grid_a[p], grid_b[p], run.hidden_size)
                              for p in sorted(set(grid_a) & set(grid_b))})
-    positions = np.array(sorted({p for row in per_question for p in row}), dtype=np.int64)
-    if positions.size == 0:
+    grid = np.array(sorted({p for row in per_question for p in row}), dtype=np.int64)
+    if grid.size == 0:
         return NotApplicable(f"no recorded positions to compare for {comparison} (source={source})",
                              "app:topk_overlap")
     layers = np.arange(run.num_layers)
-    values = np.full((len(question_ids), positions.size, layers.size), np.nan)
-    col = {int(p): j for j, p in enumerate(positions)}
+    values = np.full((len(question_ids), grid.size, layers.size), np.nan)
+    col = {int(p): j for j, p in enumerate(grid)}
     for qi, row in enumerate(per_question):
         for p, ov in row.items():
             values[qi, col[p], :ov.shape[0]] = ov
     full = int(run.manifest.get("full_positions") or 0)
-    return OverlapResult(kind, comparison, k, run.hidden_size, tuple(question_ids), positions, layers, values, full)
+    return OverlapResult(kind, comparison, k, run.hidden_size, tuple(question_ids), grid, layers, values, full)
 
 
 def cross_run_overlap(run: Run, depth_a: int | None = None, depth_b: int | None = None,
                       iteration_a: int | None = None, iteration_b: int | None = None, k: int | None = None,
                       source: Source = "hidden", question_ids: Sequence[str] | None = None, turn: int = 0,
-                      ) -> OverlapResult | NotApplicable:
+                      positions: Sequence[int] | None = None) -> OverlapResult | NotApplicable:
     """Overlap between the run at ``depth_a`` and the run at ``depth_b`` at the same (question, position, layer).
 
     Defaults: the smallest depth's last iteration vs the largest depth's last iteration (iter=1 vs iter=4 in the
-    paper). Questions complete at both depths; ``source`` picks hidden states, sketches or both.
+    paper). Questions complete at both depths; ``source`` picks hidden states, sketches or both; ``positions``
+    restricts the grid.
     """
     depths = run.depths
     if len(depths) < 2 and (depth_a is None or depth_b is None):
@@ -226,12 +229,12 @@ def cross_run_overlap(run: Run, depth_a: int | None = None, depth_b: int | None 
         return NotApplicable(f"no question is complete at both depth {depth_a} and {depth_b}", "app:topk_overlap")
     comparison = f"depth {depth_a} iter {iteration_a} vs depth {depth_b} iter {iteration_b}"
     return _collect(run, [(depth_a, iteration_a), (depth_b, iteration_b)], ids, k, source, turn, "cross-run",
-                    comparison)
+                    comparison, positions)
 
 
 def within_run_overlap(run: Run, depth: int | None = None, iteration_a: int = 1, iteration_b: int | None = None,
                        k: int | None = None, source: Source = "hidden", question_ids: Sequence[str] | None = None,
-                       turn: int = 0) -> OverlapResult | NotApplicable:
+                       turn: int = 0, positions: Sequence[int] | None = None) -> OverlapResult | NotApplicable:
     """Overlap between iterations ``iteration_a`` and ``iteration_b`` (default: the last) of the run at ``depth``
     (default: the largest)."""
     depth = run.depths[-1] if depth is None else int(depth)
@@ -250,4 +253,4 @@ def within_run_overlap(run: Run, depth: int | None = None, iteration_a: int = 1,
         return NotApplicable(f"no question is complete at depth {depth}", "app:topk_overlap")
     comparison = f"depth {depth} iter {iteration_a} vs iter {iteration_b}"
     return _collect(run, [(depth, iteration_a), (depth, iteration_b)], ids, k, source, turn, "within-run",
-                    comparison)
+                    comparison, positions)
