@@ -1,0 +1,218 @@
+"""Generalisation versus memorisation: LOOCV and Cover's bound (``app:halting_loocv``,
+``sec:halting_probe_generalisation``).
+
+LOOCV: each MUST HALT question is held out in turn; a fresh probe is trained from scratch on
+every other timestep (same architecture, seed, epochs, class balancing) and the full halting
+evaluation is run with it. A fold succeeds when the held-out question is correctly classified.
+Two readings of "correctly classified" are offered (``criterion``):
+
+* ``"outcome"`` (default): in the halting simulation with the fold's probe the held-out
+  question ends correct (it halts at a depth where it passes, so its MUST HALT was acted on);
+* ``"detection"``: every MUST HALT timestep of the held-out question is above threshold.
+
+Null hypothesis (memorisation): the probe classifies an unseen question as MUST HALT at its
+base prediction rate, the fraction of all labelled timesteps the probe trained on everything
+calls MUST HALT (133/357 = 0.373 in the paper). Test: one-sided exact binomial
+``P(X >= successes | Binomial(folds, base rate))`` (29/48 gives 9.4e-4) with a one-sided 95%
+Wilson interval on the held-out accuracy (``[48.6%, 100%]`` for 29/48).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import ClassVar, Literal
+
+import pandas as pd
+
+from sst_interp.analyses._common import AnalysisResult
+from sst_interp.analyses.stats import binomial_test, wilson_interval
+from sst_interp.errors import UsageError
+from sst_interp.probe.dataset import ProbeData
+from sst_interp.probe.evaluate import evaluate_probe
+from sst_interp.probe.model import DEFAULT_THRESHOLD, ProbeConfig
+from sst_interp.probe.train import TrainConfig, train_probe
+
+Criterion = Literal["outcome", "detection"]
+
+
+@dataclass(frozen=True)
+class LoocvResult(AnalysisResult):
+    """LOOCV over the MUST HALT questions with its binomial test.
+
+    Args:
+        folds: one row per held-out question: ``question_id``, ``success``, ``kind`` (its outcome in
+            the fold's halting simulation), ``chosen_depth``, ``must_halt_detected`` (all its MUST HALT
+            timesteps above threshold).
+        base_rate: null success probability (the full probe's base prediction rate).
+        criterion: ``"outcome"`` or ``"detection"``.
+        level: confidence level of the one-sided interval.
+    """
+
+    folds: pd.DataFrame
+    base_rate: float
+    criterion: str = "outcome"
+    level: float = 0.95
+    label: ClassVar[str] = "app:halting_loocv"
+
+    @property
+    def successes(self) -> int:
+        """Held-out MUST HALT questions correctly classified (29 in the paper)."""
+        return int(self.folds["success"].sum())
+
+    @property
+    def n_folds(self) -> int:
+        """Number of folds = MUST HALT questions (48 in the paper)."""
+        return len(self.folds)
+
+    @property
+    def accuracy(self) -> float:
+        """``successes / n_folds``."""
+        return self.successes / self.n_folds if self.n_folds else 0.0
+
+    @property
+    def p_value(self) -> float:
+        """One-sided exact binomial p-value against the base rate."""
+        return float(binomial_test(self.successes, self.n_folds, self.base_rate, "greater").pvalue)
+
+    @property
+    def ci(self) -> tuple[float, float]:
+        """One-sided Wilson interval ``(low, 1.0)`` on held-out accuracy at ``level``."""
+        two_sided = wilson_interval(self.successes, self.n_folds, level=1 - 2 * (1 - self.level))
+        return (float(two_sided.low), 1.0)
+
+    def table(self) -> pd.DataFrame:
+        """One row: successes/folds, accuracy, base rate, p-value, CI."""
+        low, high = self.ci
+        return pd.DataFrame(
+            [
+                {
+                    "loocv_correct": self.successes,
+                    "folds": self.n_folds,
+                    "accuracy": self.accuracy,
+                    "base_rate": self.base_rate,
+                    "p_value": self.p_value,
+                    "ci_low": low,
+                    "ci_high": high,
+                    "criterion": self.criterion,
+                }
+            ]
+        )
+
+
+def loocv(
+    data: ProbeData,
+    probe_config: ProbeConfig,
+    train_config: TrainConfig | None = None,
+    threshold: float = DEFAULT_THRESHOLD,
+    criterion: Criterion = "outcome",
+    base_rate: float | None = None,
+) -> LoocvResult:
+    """Leave-one-MUST-HALT-question-out cross-validation.
+
+    Args:
+        data: labels and states (``x: [n, d]``, ``eval_x: [Q, i_max, d]``).
+        probe_config: architecture of every fold's probe.
+        train_config: hyperparameters (default: the paper's).
+        threshold: halting threshold.
+        criterion: what counts as the held-out question being correctly classified (module docstring).
+        base_rate: null probability; default: measured by training a probe on every timestep.
+
+    Returns:
+        :class:`LoocvResult`.
+    """
+    if criterion not in ("outcome", "detection"):
+        raise UsageError(f"unknown LOOCV criterion {criterion!r}; use 'outcome' or 'detection'")
+    data.labels.require_must_halt()
+    train_config = train_config or TrainConfig()
+    if base_rate is None:
+        full, _ = train_probe(data.x, data.y, probe_config, train_config)
+        base_rate = evaluate_probe(full, data, threshold).detection.base_prediction_rate
+    held_out = data.labels.must_halt_questions
+    if len(held_out) < 2:
+        raise UsageError(
+            f"LOOCV needs at least 2 MUST HALT questions, the run has {len(held_out)}; record more questions"
+        )
+    groups, y = data.groups, data.y
+    qpos = {q: i for i, q in enumerate(data.question_ids)}
+    rows = []
+    for q in held_out:
+        keep = groups != q
+        probe, _ = train_probe(data.x[keep], y[keep], probe_config, train_config)
+        ev = evaluate_probe(probe, data, threshold)
+        mine = (groups == q) & y
+        detected = bool((ev.detection.predicted[mine]).all())
+        kind = str(ev.outcome.kind[qpos[q]])
+        success = kind == "correct" if criterion == "outcome" else detected
+        rows.append(
+            {
+                "question_id": q,
+                "success": bool(success),
+                "kind": kind,
+                "chosen_depth": int(ev.outcome.chosen_depth[qpos[q]]),
+                "must_halt_detected": detected,
+            }
+        )
+    return LoocvResult(pd.DataFrame(rows), float(base_rate), criterion)
+
+
+@dataclass(frozen=True)
+class CoverBound(AnalysisResult):
+    """Cover's capacity bound on the probe's output layer (``sec:halting_probe_generalisation``).
+
+    A linear classifier with bias on ``n_hidden`` inputs shatters at most ``n_hidden + 1`` points
+    in general position (11 for the 10-neuron probe). Cover's function-counting theorem gives the
+    number of linearly separable dichotomies of ``N`` points in general position,
+    ``C(N, n + 1) = 2 * sum_{k=0}^{n} binom(N - 1, k)``, out of ``2^N``.
+
+    Args:
+        n_hidden: width of the output layer's input (the probe's bottleneck).
+        n_points: points to separate (MUST HALT questions: 48 in the paper).
+    """
+
+    n_hidden: int
+    n_points: int
+    label: ClassVar[str] = "sec:halting_probe_generalisation"
+
+    @property
+    def shatter_capacity(self) -> int:
+        """``n_hidden + 1`` (VC dimension of a biased linear classifier)."""
+        return self.n_hidden + 1
+
+    @property
+    def ratio(self) -> float:
+        """``n_points / shatter_capacity`` (48 / 11 = 4.4 in the paper)."""
+        return self.n_points / self.shatter_capacity
+
+    @property
+    def separable_dichotomies(self) -> int:
+        """Cover's ``C(N, n + 1)``, exact integer."""
+        n, big_n = self.n_hidden, self.n_points
+        return 2 * sum(math.comb(big_n - 1, k) for k in range(0, min(n, big_n - 1) + 1))
+
+    @property
+    def separable_fraction(self) -> float:
+        """``C(N, n + 1) / 2^N``: chance a random labelling of the points is linearly separable."""
+        return math.exp(math.log(self.separable_dichotomies) - self.n_points * math.log(2))
+
+    def table(self) -> pd.DataFrame:
+        """One row with the capacity, the ratio and the separable fraction."""
+        return pd.DataFrame(
+            [
+                {
+                    "n_hidden": self.n_hidden,
+                    "shatter_capacity": self.shatter_capacity,
+                    "n_points": self.n_points,
+                    "ratio": self.ratio,
+                    "separable_fraction": self.separable_fraction,
+                }
+            ]
+        )
+
+
+def cover_bound(n_hidden: int, n_points: int) -> CoverBound:
+    """:class:`CoverBound` for a probe with ``n_hidden`` bottleneck units and ``n_points`` MUST HALT questions."""
+    if n_hidden < 1 or n_points < 1:
+        raise UsageError(f"Cover's bound needs n_hidden >= 1 and n_points >= 1, got {n_hidden}, {n_points}")
+    return CoverBound(int(n_hidden), int(n_points))
+
