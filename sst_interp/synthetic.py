@@ -32,9 +32,10 @@ What is planted (all recorded exactly in :class:`PlantedTruth`):
   after iteration d when depth d is MUST HALT (passes at staged depth <= d and fails at flat depth d+1, DESIGN
   section 7) and ``-halting_strength`` otherwise (SAFE; also every non-recoverable question). No feature when
   ``halting_dims == ()``.
-- **L2 deltas that do not predict correctness** (convergence): iteration i >= 2 adds noise of scale
-  ``l2_noise * l2_decay**(i-2)``, independent of correctness; ``l2_signal > 0`` multiplies it by
-  ``1 + l2_signal`` at iterations after which the question degrades (a positive control).
+- **L2 deltas that do not predict correctness** (convergence): iteration i >= 2 moves every state by a noise step
+  of scale ``l2_noise * l2_decay**(i-2)`` (so deltas shrink with iterations, the same for every difficulty group),
+  independent of correctness; ``l2_signal > 0`` multiplies the step into iteration i by ``1 + l2_signal`` when the
+  question degrades from flat depth i to i+1 (a positive control). Basin swaps add to the deltas too.
 """
 
 from __future__ import annotations

@@ -3,7 +3,8 @@
 Hidden states: each (question, position, layer) cell has a per-question permutation ``perm`` of the d dimensions
 and an offset ``o``; at iteration i (cumulative swaps ``m_i``) the top-k |value| set is exactly
 ``perm[o + m_i : o + m_i + k]``. Dimensions in that set get magnitude 2 + u, the others u (u ~ U[0, 1)), with a
-fixed random sign per dimension, plus iteration noise clipped to +-0.45, so the top-k set is never ambiguous
+fixed random sign per dimension, plus a drift (one noise step per iteration >= 2, the L2-delta plant) clipped to
++-0.45, so the top-k set is never ambiguous
 (|values| in [1.55, 3.45] against [0, 1.45]). Hence top-k overlap(iter a, iter b) = 1 - |m_b - m_a| / k exactly.
 The halting dimensions are the last entries of ``perm`` (never in any top-k set); at position 0 and the halting
 layer they hold +strength (MUST HALT) or -strength (SAFE) plus small noise.
@@ -65,13 +66,14 @@ def hidden_cube(spec: SyntheticSpec, plan: QuestionPlan, layout: tuple[np.ndarra
     rel = inverse[None, :] - offsets[:p_full].reshape(cells, 1)  # [cells, d]
     out = np.empty((p_full, i_max, layers, d), dtype=np.float32)
     feature = spec.halting_dim_list()
+    drift = np.zeros((cells, d), dtype=np.float32)
     for i in range(i_max):
         m = plan.swaps[:p_full, :, i].reshape(cells, 1).astype(np.int64)
         inside = (rel >= m) & (rel < m + k)
         values = np.where(inside, big, small)
-        if plan.noise_scale[i] > 0:
-            noise = rng.standard_normal((cells, d), dtype=np.float32) * np.float32(plan.noise_scale[i])
-            values += np.clip(noise, -NOISE_CLIP, NOISE_CLIP)
+        if plan.noise_scale[i] > 0:  # each iteration moves the state by one noise step (the L2 delta plant)
+            drift += rng.standard_normal((cells, d), dtype=np.float32) * np.float32(plan.noise_scale[i])
+            values += np.clip(drift, -NOISE_CLIP, NOISE_CLIP)
         values = values.reshape(p_full, layers, d)
         if feature:
             sign_i = 1.0 if plan.halt[i] else -1.0
