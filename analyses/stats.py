@@ -291,6 +291,7 @@ def bootstrap_ci(
         confidence_level=level,
         method=method,
         vectorized=True,
+        batch=max(1, min(int(n_resamples), 4_000_000 // arr.size)),  # bound memory to ~32 MB per batch
         rng=np.random.default_rng(seed),
     )
     ci = res.confidence_interval

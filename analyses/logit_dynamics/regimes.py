@@ -1,0 +1,146 @@
+"""Overlap-regime labels (low-overlap vs stable) as a plain table, so logit analyses need no basins internals.
+
+A label says whether a position is a low-overlap (basin-shift) position for one comparison of two
+iterations inside one run: the top-k overlap between that run's hidden states at ``iter_a`` and
+``iter_b``, reduced over layers and thresholded at the GMM crossover (0.976 in the paper).
+
+Label table columns (one row per labelled position):
+
+=============  ======  ==========================================================
+``depth``      int     the run (flat depth) whose hidden states were compared
+``question_id`` str
+``turn``       int
+``position``   int     generated position
+``iter_a``     int     first iteration compared (usually 1)
+``iter_b``     int     second iteration compared
+``low_overlap`` bool   True for a low-overlap (basin-shift) position
+=============  ======  ==========================================================
+
+Which label each logit comparison uses (app:logit_methodology):
+
+- cross-run pair (a, b): the higher run's own iteration 1 vs iteration b, key ``(b, 1, b)``;
+- within-run iteration 1 vs j in run d: key ``(d, 1, j)``;
+- consecutive transitions i -> i+1 in run d: key ``(d, i, i + 1)``.
+
+The basins module computes labels from recorded runs; :func:`labels_from_overlap` builds them from
+overlap arrays for one question (useful for tests and notebooks).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any, Literal
+
+import numpy as np
+import pandas as pd
+
+from sst_interp.errors import UsageError
+
+LABEL_COLUMNS = ("depth", "question_id", "turn", "position", "iter_a", "iter_b", "low_overlap")
+PAPER_THRESHOLD = 0.976
+KEY = ["depth", "question_id", "turn", "position", "iter_a", "iter_b"]
+
+
+def check_labels(labels: pd.DataFrame) -> pd.DataFrame:
+    """Validate a label table (columns above, unique keys) and return it with normalised dtypes."""
+    missing = [c for c in LABEL_COLUMNS if c not in labels.columns]
+    if missing:
+        raise UsageError(f"regime label table lacks columns {missing}; expected {list(LABEL_COLUMNS)}")
+    out = labels.loc[:, list(LABEL_COLUMNS)].copy()
+    for col in ("depth", "turn", "position", "iter_a", "iter_b"):
+        out[col] = out[col].astype(np.int64)
+    out["question_id"] = out["question_id"].astype(str)
+    out["low_overlap"] = out["low_overlap"].astype(bool)
+    if out.duplicated(KEY).any():
+        raise UsageError("regime label table has duplicate (depth, question, turn, position, iter_a, iter_b) rows")
+    return out
+
+
+def labels_from_overlap(
+    overlap: np.ndarray,
+    *,
+    depth: int,
+    question_id: str,
+    iter_a: int,
+    iter_b: int,
+    turn: int = 0,
+    positions: Sequence[int] | None = None,
+    layers: Sequence[int] | None = None,
+    threshold: float = PAPER_THRESHOLD,
+    reduce: Literal["mean", "min", "median"] = "mean",
+) -> pd.DataFrame:
+    """Label table rows from ``overlap: [P, L]`` (top-k overlap per position and layer).
+
+    A position is low-overlap when the ``reduce`` of its overlaps over ``layers`` (default: all) is
+    below ``threshold``.
+    """
+    arr = np.asarray(overlap, dtype=np.float64)
+    if arr.ndim != 2:
+        raise UsageError(f"overlap must be [positions, layers], got shape {arr.shape}")
+    cols = arr if layers is None else arr[:, list(layers)]
+    reducer = {"mean": np.mean, "min": np.min, "median": np.median}.get(reduce)
+    if reducer is None:
+        raise UsageError(f"unknown reduce {reduce!r}; use mean, min or median")
+    pos = np.arange(arr.shape[0]) if positions is None else np.asarray(positions, dtype=np.int64)
+    if pos.shape[0] != arr.shape[0]:
+        raise UsageError(f"{pos.shape[0]} positions given for an overlap array with {arr.shape[0]} rows")
+    return pd.DataFrame({"depth": depth, "question_id": question_id, "turn": turn, "position": pos,
+                         "iter_a": iter_a, "iter_b": iter_b, "low_overlap": reducer(cols, axis=1) < threshold})
+
+
+def attach_labels(records: pd.DataFrame, labels: pd.DataFrame | None) -> pd.DataFrame:
+    """Add ``low_overlap`` (nullable bool) to records keyed by ``label_depth``, ``label_iter_a``, ``label_iter_b``."""
+    if labels is None or records.empty:
+        return records.assign(low_overlap=pd.Series(pd.NA, index=records.index, dtype="boolean"))
+    lab = check_labels(labels).rename(columns={"depth": "label_depth", "iter_a": "label_iter_a",
+                                               "iter_b": "label_iter_b"})
+    on = ["label_depth", "question_id", "turn", "position", "label_iter_a", "label_iter_b"]
+    merged = records.merge(lab, on=on, how="left", validate="many_to_one")
+    merged["low_overlap"] = merged["low_overlap"].astype("boolean")
+    return merged
+
+
+def needed_pairs(depths: Sequence[int]) -> list[tuple[int, int, int]]:
+    """The (depth, iter_a, iter_b) label keys the logit analyses read for a run with these depths.
+
+    Iteration 1 vs j (2 <= j <= d) for every run d, and consecutive transitions i -> i+1 of the deepest run.
+    """
+    depths = sorted(int(d) for d in depths)
+    keys = {(d, 1, j) for d in depths for j in range(2, d + 1)}
+    deep = depths[-1]
+    keys |= {(deep, i, i + 1) for i in range(1, deep)}
+    return sorted(keys)
+
+
+def labels_from_run(
+    run: Any,
+    threshold: float = PAPER_THRESHOLD,
+    layers: Sequence[int] | None = None,
+    reduce: Literal["mean", "min", "median"] = "mean",
+    k: int | None = None,
+    turn: int = 0,
+    question_ids: Sequence[str] | None = None,
+) -> pd.DataFrame:
+    """Regime labels for every key of :func:`needed_pairs`, from the run's within-run top-k overlaps.
+
+    Uses :func:`sst_interp.analyses.overlap.within_run_overlap` (hidden states; k defaults to
+    ``round(d * 1024 / 5376)``); a position is low-overlap when the ``reduce`` over ``layers`` (default:
+    all) of its overlaps is below ``threshold`` (the paper's GMM crossover 0.976; the basins module fits
+    the crossover of a run).
+    """
+    from sst_interp.analyses.overlap import within_run_overlap  # local: overlap reads the store
+
+    frames = []
+    for depth, a, b in needed_pairs(run.depths):
+        res = within_run_overlap(run, depth=depth, iteration_a=a, iteration_b=b, k=k, turn=turn,
+                                 question_ids=question_ids)
+        if not getattr(res, "applicable", False):
+            continue
+        for qi, qid in enumerate(res.question_ids):
+            ok = res.valid[qi]
+            frames.append(labels_from_overlap(res.values[qi][ok], depth=depth, question_id=qid, iter_a=a,
+                                              iter_b=b, turn=turn, positions=res.positions[ok], layers=layers,
+                                              threshold=threshold, reduce=reduce))
+    if not frames:
+        return pd.DataFrame(columns=list(LABEL_COLUMNS))
+    return pd.concat(frames, ignore_index=True)
