@@ -1,0 +1,121 @@
+"""Decoder-layer recorders: full hidden states and top-k |value| sketches, captured in forward hooks.
+
+Each hook keeps ``output[:, -1, :]`` of the layer (the position the pass is computing) for the whole batch, on the
+device, transformed at capture (detach, slice, copy to the stored dtype). Rows that had finished generating are
+dropped when the batch is turned into columns (:func:`rows_to_columns`), one device gather per table.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+import torch
+from torch import nn
+
+from sst_interp.hooks.config import PassState, RecordConfig
+from sst_interp.hooks.owned import OwnedHooks
+
+
+def layer_output(output: Any) -> torch.Tensor:
+    """The hidden states [B, T, d] of a decoder layer's forward output (a tensor, or a tuple led by one)."""
+    return output[0] if isinstance(output, (tuple, list)) else output
+
+
+def top_abs_indices(values: torch.Tensor, k: int) -> torch.Tensor:
+    """Indices of the k largest |values| along the last axis, sorted ascending: [..., d] -> [..., k] int32."""
+    top = values.float().abs().topk(k, dim=-1, sorted=False).indices
+    return top.sort(dim=-1).values.to(torch.int32)
+
+
+class _Entries:
+    """Captured per-pass tensors [B, ...] with their coordinates (pass index, position, iteration, layer)."""
+
+    def __init__(self) -> None:
+        self.keys: list[tuple[int, int, int, int, int]] = []  # (pass index, turn, position, iteration, layer)
+        self.tensors: list[torch.Tensor] = []
+
+    def add(self, state: PassState, layer: int, tensor: torch.Tensor) -> None:
+        assert state.position is not None
+        self.keys.append((state.index, state.turn, state.position, state.iteration, layer))
+        self.tensors.append(tensor)
+
+    def __len__(self) -> int:
+        return len(self.keys)
+
+
+def rows_to_columns(entries: _Entries, active: Sequence[torch.Tensor], question_ids: Sequence[str],
+                    value_name: str, with_layer: bool = True) -> dict[str, Any] | None:
+    """Turn captured entries into writer columns, keeping only rows active during their pass.
+
+    Returns ``{"question_id": [N] str, "turn", "position", "iteration", ("layer"): [N] int32,
+    value_name: [N, ...] tensor on the capture device}``, rows ordered by batch row (question) then capture order;
+    None when nothing was captured.
+    """
+    if not entries.keys:
+        return None
+    keys = np.asarray(entries.keys, dtype=np.int64)  # [E, 5]
+    masks = torch.stack(list(active)).cpu().numpy()  # [passes, B]
+    keep = masks[keys[:, 0]]  # [E, B]
+    rows, cols = np.nonzero(keep.T)  # batch row, entry: sorted by row then entry
+    if rows.size == 0:
+        return None
+    stacked = torch.stack(entries.tensors)  # [E, B, ...]
+    index_e = torch.from_numpy(cols).to(stacked.device)
+    index_b = torch.from_numpy(rows).to(stacked.device)
+    columns: dict[str, Any] = {
+        "question_id": np.asarray(question_ids, dtype=object)[rows].astype(str),
+        "turn": keys[cols, 1].astype(np.int32),
+        "position": keys[cols, 2].astype(np.int32),
+        "iteration": keys[cols, 3].astype(np.int32),
+    }
+    if with_layer:
+        columns["layer"] = keys[cols, 4].astype(np.int32)
+    columns[value_name] = stacked[index_e, index_b]
+    return columns
+
+
+class LayerCapture:
+    """Forward hooks on decoder layers: full states in the full window, sketches in the sketch window.
+
+    Args:
+        layers: the decoder layers [L] (``sst.layers``).
+        state: the shared :class:`PassState`.
+        config: the :class:`RecordConfig`.
+        hidden_size: d, for the default sketch size.
+    """
+
+    def __init__(self, layers: Sequence[nn.Module], state: PassState, config: RecordConfig, hidden_size: int):
+        self.layers = list(layers)
+        self.state = state
+        self.dtype = config.torch_dtype
+        self.sketch_k = config.resolved_sketch_k(hidden_size)
+        self.hidden = _Entries()
+        self.sketch = _Entries()
+
+    def attach(self, hooks: OwnedHooks) -> None:
+        """Register one forward hook per layer in ``hooks``."""
+        for index, layer in enumerate(self.layers):
+            hooks.forward(layer, self._hook(index))
+
+    def _hook(self, index: int):
+        def hook(module: nn.Module, args: Any, output: Any) -> None:
+            kind = self.state.kind
+            if kind is None:
+                return
+            last = layer_output(output)[:, -1, :].detach()
+            value = last.to(self.dtype, copy=True)  # [B, d], a copy so the pass's activations can be freed
+            if kind == "full":
+                self.hidden.add(self.state, index, value)
+            else:
+                self.sketch.add(self.state, index, top_abs_indices(value, self.sketch_k))
+
+        return hook
+
+    def columns(self, question_ids: Sequence[str]) -> dict[str, dict[str, Any] | None]:
+        """``{"hidden": columns with values [N, d], "sketch": columns with top_indices [N, k]}``."""
+        return {
+            "hidden": rows_to_columns(self.hidden, self.state.active, question_ids, "values"),
+            "sketch": rows_to_columns(self.sketch, self.state.active, question_ids, "top_indices"),
+        }

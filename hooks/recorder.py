@@ -1,0 +1,112 @@
+"""Recorder: the generation observer that records one batch inline, through hooks it owns.
+
+Usage (one Recorder per generation call)::
+
+    with Recorder.for_model(sst, question_ids, RecordConfig(full_positions=10)) as rec:
+        result = generate(sst, prompts, depth=3, config=gen_config, observer=rec)
+    columns = rec.columns()     # {"hidden": ..., "sketch": ..., "logits": ..., "gates": ...} for RunWriter.submit
+
+Hooks are registered on entry and all removed on exit, also when generation raises. Recording follows the
+observer's pass announcements: a pass with ``PassInfo.position`` None (prompt passes, two-pass pass 1) or beyond
+the recording window records nothing; rows marked inactive for a pass (finished generating) are dropped.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from types import TracebackType
+from typing import Any
+
+import torch
+from torch import nn
+
+from sst_interp.hooks.capture import LayerCapture
+from sst_interp.hooks.config import PassState, RecordConfig
+from sst_interp.hooks.gates import GateCapture
+from sst_interp.hooks.logits import LogitCapture
+from sst_interp.hooks.owned import OwnedHooks
+
+
+class Recorder:
+    """Records hidden states, sketches, logit summaries and gate activity of one generation call.
+
+    Args:
+        layers: the decoder layers [L] to hook (``sst.layers``).
+        hidden_size: d.
+        question_ids: the question of each batch row, [B].
+        config: :class:`RecordConfig`.
+    """
+
+    def __init__(self, layers: Sequence[nn.Module], hidden_size: int, question_ids: Sequence[str],
+                 config: RecordConfig) -> None:
+        self.config = config
+        self.question_ids = [str(q) for q in question_ids]
+        self.state = PassState()
+        self.layers = LayerCapture(layers, self.state, config, hidden_size)
+        self.logits = LogitCapture(self.state, config.top_k) if config.logits else None
+        self.gates = GateCapture(layers, self.state, config.gate_sign_bits) if config.gates else None
+        self.hooks = OwnedHooks()
+        self.tokens: dict[tuple[int, int], torch.Tensor] = {}
+
+    @classmethod
+    def for_model(cls, sst: Any, question_ids: Sequence[str], config: RecordConfig) -> Recorder:
+        """A Recorder on ``sst.layers`` with ``sst.hidden_size``."""
+        return cls(sst.layers, sst.hidden_size, question_ids, config)
+
+    # ------------------------------------------------------------------------------------------ hooks
+    def __enter__(self) -> Recorder:
+        try:
+            self.layers.attach(self.hooks)
+            if self.gates is not None:
+                self.gates.attach(self.hooks)
+        except BaseException:
+            self.hooks.close()
+            raise
+        return self
+
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> None:
+        self.hooks.close()
+        self.state.kind = None
+
+    # ------------------------------------------------------------------------------------------ observer
+    def on_pass_start(self, info: Any) -> None:
+        """Observer: a decoder pass begins; decide whether (and how) it is recorded."""
+        state = self.state
+        position = info.position
+        if position is None or position >= self.config.window:
+            state.kind = None
+            return
+        active = info.active.detach().to(torch.bool).clone()
+        if active.shape[0] != len(self.question_ids):
+            raise ValueError(f"the batch has {active.shape[0]} rows but the recorder has "
+                             f"{len(self.question_ids)} question ids")
+        state.active.append(active)
+        state.index = len(state.active) - 1
+        state.position, state.iteration, state.turn = int(position), int(info.iteration), int(info.turn)
+        state.kind = "full" if position < self.config.full_window else "sketch"
+
+    def on_pass_end(self, info: Any, logits: torch.Tensor | None) -> None:
+        """Observer: a pass ended with ``logits`` [B, V] (or None when the LM head did not run)."""
+        if self.logits is not None:
+            self.logits.on_pass_end(logits)
+        self.state.kind = None
+
+    def on_token(self, position: int, token_ids: torch.Tensor, active: torch.Tensor) -> None:
+        """Observer: the token of ``position`` was chosen (kept for checks; the writer takes text from the result)."""
+        if position < self.config.window:
+            self.tokens[(self.state.turn, position)] = token_ids.detach().clone()
+
+    # ------------------------------------------------------------------------------------------ output
+    def columns(self) -> dict[str, dict[str, Any]]:
+        """Writer columns per table (``hidden``, ``sketch``, ``logits``, ``gates``); empty tables are left out.
+
+        ``hidden["values"]`` is [N, d] in the recorded dtype and ``sketch["top_indices"]`` [N, k] int32, both
+        still on the model's device (the writer thread moves them); coordinates are numpy [N] int32.
+        """
+        out: dict[str, dict[str, Any] | None] = dict(self.layers.columns(self.question_ids))
+        if self.logits is not None:
+            out["logits"] = self.logits.columns(self.question_ids)
+        if self.gates is not None:
+            out["gates"] = self.gates.columns(self.question_ids)
+        return {name: cols for name, cols in out.items() if cols is not None}
