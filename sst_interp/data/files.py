@@ -1,0 +1,151 @@
+"""Finding and reading benchmark files: a local path, ``SST_INTERP_DATA_DIR``, or the Hugging Face hub.
+
+Lookup order for a source when no path is given:
+
+1. ``$SST_INTERP_DATA_DIR/<layout path>`` where the layout is that of the shared data
+   folder (``gsm8k/test.jsonl``, ``gpqa/dataset.zip``, ``math500/test.jsonl``,
+   ``humaneval/HumanEval.jsonl.gz``);
+2. otherwise ``huggingface_hub.hf_hub_download`` of the hub copy in :data:`HUB_FILES`
+   (online only; offline this is a UsageError asking for ``--data PATH``).
+
+A given path may be the file itself or a folder holding either the layout path or the bare file name.
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pyarrow.parquet as pq
+
+from sst_interp.errors import UsageError
+
+DATA_DIR_ENV = "SST_INTERP_DATA_DIR"
+
+
+@dataclass(frozen=True)
+class HubFile:
+    """A dataset file on the Hugging Face hub.
+
+    Args:
+        repo_id: dataset repository, e.g. ``"openai/gsm8k"``.
+        filename: path of the file inside the repository.
+        note: extra advice for the error message when the download fails (e.g. a gated repository).
+    """
+
+    repo_id: str
+    filename: str
+    note: str = ""
+
+
+_GATED = "the repository is gated: accept its terms on the hub and log in with `hf auth login`"
+
+HUB_FILES: dict[tuple[str, str], HubFile] = {
+    ("gsm8k", "test"): HubFile("openai/gsm8k", "main/test-00000-of-00001.parquet"),
+    ("gsm8k", "train"): HubFile("openai/gsm8k", "main/train-00000-of-00001.parquet"),
+    ("math500", "test"): HubFile("HuggingFaceH4/MATH-500", "test.jsonl"),
+    ("humaneval", "test"): HubFile("openai/openai_humaneval", "openai_humaneval/test-00000-of-00001.parquet"),
+    **{
+        ("gpqa", subset): HubFile("Idavidrein/gpqa", f"gpqa_{subset}.csv", _GATED)
+        for subset in ("diamond", "main", "extended")
+    },
+}
+
+
+def resolve_file(
+    source: str, layout_path: str, path: str | os.PathLike[str] | None, expected: str, hub: HubFile | None
+) -> Path:
+    """The local file to read for ``source``.
+
+    Args:
+        source: source name, for messages.
+        layout_path: the file's path in the shared data layout, e.g. ``"gsm8k/test.jsonl"``.
+        path: a user-given file or folder, or None to use ``$SST_INTERP_DATA_DIR`` or the hub.
+        expected: one-line description of the expected format, for messages.
+        hub: the hub copy to download when no path and no data dir are given (None: no hub copy).
+    """
+    if path is not None:
+        given = Path(path).expanduser()
+        if given.is_dir():
+            for candidate in (given / layout_path, given / Path(layout_path).name):
+                if candidate.is_file():
+                    return candidate
+            raise UsageError(
+                f"{source}: folder {given} holds neither {layout_path} nor {Path(layout_path).name}; "
+                f"pass --data to the file ({expected})"
+            )
+        if not given.is_file():
+            raise UsageError(f"{source}: data file {given} does not exist; pass --data to a local copy ({expected})")
+        return given
+    data_dir = os.environ.get(DATA_DIR_ENV)
+    if data_dir:
+        candidate = Path(data_dir).expanduser() / layout_path
+        if not candidate.is_file():
+            raise UsageError(
+                f"{source}: {candidate} does not exist (from ${DATA_DIR_ENV}); expected {expected} at {layout_path}"
+            )
+        return candidate
+    if hub is None:
+        raise UsageError(f"{source}: no local file and no hub copy; pass --data PATH to a local copy ({expected})")
+    return _download(source, hub, expected)
+
+
+def _download(source: str, hub: HubFile, expected: str) -> Path:
+    """Download ``hub`` with huggingface_hub (cached by it); a failure becomes a UsageError."""
+    from huggingface_hub import hf_hub_download
+
+    try:
+        return Path(hf_hub_download(repo_id=hub.repo_id, filename=hub.filename, repo_type="dataset"))
+    except Exception as err:  # any hub/network failure means the same thing to the user
+        note = f"; {hub.note}" if hub.note else ""
+        raise UsageError(
+            f"{source}: could not download {hub.repo_id}/{hub.filename} from the Hugging Face hub "
+            f"({type(err).__name__}{note}); pass --data PATH to a local copy ({expected})"
+        ) from err
+
+
+def read_records(path: Path, expected: str, required: tuple[str, ...]) -> list[dict[str, Any]]:
+    """Rows of a ``.jsonl``, ``.jsonl.gz`` or ``.parquet`` file as dicts, each holding ``required`` keys.
+
+    Raises UsageError naming the file (and line) and the expected format when it cannot be read.
+    """
+    name = path.name.lower()
+    try:
+        if name.endswith(".parquet"):
+            records = pq.read_table(path).to_pylist()
+        elif name.endswith(".gz"):
+            with gzip.open(path, "rt", encoding="utf-8") as handle:
+                records = _parse_jsonl(handle.read(), path, expected)
+        else:
+            records = _parse_jsonl(path.read_text(encoding="utf-8"), path, expected)
+    except UsageError:
+        raise
+    except (OSError, UnicodeDecodeError, EOFError, ValueError) as err:
+        raise UsageError(f"cannot read {path} ({type(err).__name__}: {err}); expected {expected}") from err
+    for index, record in enumerate(records):
+        missing = [key for key in required if key not in record]
+        if missing:
+            raise UsageError(f"{path}: row {index + 1} lacks keys {missing}; expected {expected}")
+    if not records:
+        raise UsageError(f"{path} holds no rows; expected {expected}")
+    return records
+
+
+def _parse_jsonl(text: str, path: Path, expected: str) -> list[dict[str, Any]]:
+    """Parse JSON Lines text; blank lines are skipped, anything else must be a JSON object."""
+    records = []
+    for number, line in enumerate(text.splitlines(), start=1):
+        if not line.strip():
+            continue
+        try:
+            record = json.loads(line)
+        except json.JSONDecodeError as err:
+            raise UsageError(f"{path}: line {number} is not JSON ({err.msg}); expected {expected}") from err
+        if not isinstance(record, dict):
+            raise UsageError(f"{path}: line {number} is not a JSON object; expected {expected}")
+        records.append(record)
+    return records

@@ -1,0 +1,67 @@
+"""``load_questions``: one entry point for every question source.
+
+Sources and their options (passed as keyword arguments):
+
+=========  ============================================  =====================================
+name       file (shared data layout)                     options
+=========  ============================================  =====================================
+demo       built in                                      ``n`` (24), ``seed`` (0), ``level``
+gsm8k      ``gsm8k/test.jsonl``                          ``split`` (``test`` | ``train``)
+gpqa       ``gpqa/dataset.zip``                          ``subset`` (``diamond``), ``password``
+math500    ``math500/test.jsonl``                        none
+humaneval  ``humaneval/HumanEval.jsonl.gz``              none
+=========  ============================================  =====================================
+"""
+
+from __future__ import annotations
+
+import inspect
+import os
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from sst_interp.data.demo import load_demo
+from sst_interp.data.gpqa import load_gpqa
+from sst_interp.data.loaders import load_gsm8k, load_humaneval, load_math500
+from sst_interp.data.question import Question, select_questions
+from sst_interp.errors import UsageError
+
+LOADERS: dict[str, Callable[..., list[Question]]] = {
+    "demo": load_demo,
+    "gsm8k": load_gsm8k,
+    "gpqa": load_gpqa,
+    "math500": load_math500,
+    "humaneval": load_humaneval,
+}
+
+
+def known_sources() -> list[str]:
+    """Names accepted by :func:`load_questions`."""
+    return list(LOADERS)
+
+
+def load_questions(
+    name: str,
+    data_path: str | os.PathLike[str] | None = None,
+    limit: int | None = None,
+    ids: Sequence[str] | None = None,
+    **options: Any,
+) -> list[Question]:
+    """Load the questions of source ``name``, then keep ``ids`` (in that order) and the first ``limit``.
+
+    Args:
+        name: a source in :data:`LOADERS`.
+        data_path: a local file or folder (``--data``); None uses ``$SST_INTERP_DATA_DIR`` or the hub.
+        limit: keep at most this many questions.
+        ids: keep only these question ids; an unknown id is a UsageError.
+        **options: source options (table in the module docstring); an unknown option is a UsageError.
+    """
+    loader = LOADERS.get(name)
+    if loader is None:
+        raise UsageError(f"unknown question set {name!r}; known: {', '.join(LOADERS)}")
+    accepted = [p for p in inspect.signature(loader).parameters if p != "path"]
+    unknown = sorted(set(options) - set(accepted))
+    if unknown:
+        raise UsageError(f"question set {name!r} has no options {unknown}; it accepts {accepted or 'none'}")
+    questions = loader(data_path, **options)
+    return select_questions(questions, limit=limit, ids=ids)
