@@ -76,3 +76,22 @@ def test_degenerate_inputs():
     assert not res.table()["value"].isna().any()
     with pytest.raises(Exception):
         cv.convergent_reasoning(planted_run(), n_options=1)
+
+
+def test_synthetic_run_convergence_matches_planted_traces(tmp_path):
+    import numpy as np
+
+    from sst_interp.store import Run
+    from sst_interp.synthetic import SyntheticSpec, write_synthetic_run
+
+    spec = SyntheticSpec(n_questions=40, depths=(1, 2, 3, 4), full_positions=2, num_layers=2, hidden_size=64,
+                         top_k=8, vocab_size=512, seed=11, batch_questions=40, identical_trace_prob=0.3,
+                         correctness_kinds={"always": 0.7, "never": 0.3})
+    truth = write_synthetic_run(tmp_path / "run", spec)
+    res = cv.convergent_reasoning(Run.open(tmp_path / "run"), n_resamples=500)
+    assert res.n_options == 4  # read from the questions' choices
+    distinct = np.array([len({truth.tokens[(q, d)].tobytes() for d in truth.depths}) for q in truth.question_ids])
+    all_ok = truth.correct.all(1)
+    assert res.all_correct == int(all_ok.sum())
+    assert res.convergent == int((all_ok & (distinct == 4)).sum())
+    assert 0 < res.convergent < res.all_correct  # the plant makes some traces identical

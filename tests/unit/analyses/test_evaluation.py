@@ -166,3 +166,23 @@ def test_repetition_table_and_mann_whitney(gpqa):
     staged = ev.select_staged(gpqa)
     assert len(staged) == 198
     assert ev.staged_choice(gpqa).value_counts().to_dict() == {1: 101, 2: 11, 3: 2, 4: 84}
+
+
+def test_synthetic_run_recovers_planted_correctness(tmp_path):
+    from sst_interp.store import Run
+    from sst_interp.synthetic import SyntheticSpec, write_synthetic_run
+
+    spec = SyntheticSpec(n_questions=40, depths=(1, 2, 3), full_positions=2, num_layers=2, hidden_size=64,
+                         top_k=8, vocab_size=512, seed=7, batch_questions=40)
+    truth = write_synthetic_run(tmp_path / "run", spec)
+    run = Run.open(tmp_path / "run")
+    c = truth.correct  # [Q, 3]
+    stages = ev.staged_breakdown({"syn": run}).table().iloc[0]
+    for j, d in enumerate((1, 2, 3)):
+        assert stages[f"stage_{d}"] == pytest.approx(100 * c[:, : j + 1].any(1).mean())
+    t = ev.overthinking(run).table().set_index("condition")
+    assert t.loc["flat depth 3", "regressions"] == int((c[:, 0] & ~c[:, 2]).sum())
+    assert t.loc["flat depth 3", "recoveries"] == int((~c[:, 0] & c[:, 2]).sum())
+    flows = ev.overthinking_sankey(run)
+    assert flows.passes == tuple(int(x) for x in c.sum(0))
+    assert flows.flows[0][3] == int((c[:, 0] & ~c[:, 1]).sum())  # pass -> fail at 1 -> 2
