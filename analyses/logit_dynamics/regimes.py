@@ -67,12 +67,13 @@ def labels_from_overlap(
     positions: Sequence[int] | None = None,
     layers: Sequence[int] | None = None,
     threshold: float = PAPER_THRESHOLD,
-    reduce: Literal["mean", "min", "median"] = "mean",
+    reduce: Literal["mean", "min", "median"] = "min",
 ) -> pd.DataFrame:
     """Label table rows from ``overlap: [P, L]`` (top-k overlap per position and layer).
 
     A position is low-overlap when the ``reduce`` of its overlaps over ``layers`` (default: all) is
-    below ``threshold``.
+    below ``threshold``. The default ``"min"`` (below the threshold at any layer) matches the basins
+    module's default rule ``"any"``.
     """
     arr = np.asarray(overlap, dtype=np.float64)
     if arr.ndim != 2:
@@ -116,7 +117,7 @@ def labels_from_run(
     run: Any,
     threshold: float = PAPER_THRESHOLD,
     layers: Sequence[int] | None = None,
-    reduce: Literal["mean", "min", "median"] = "mean",
+    reduce: Literal["mean", "min", "median"] = "min",
     k: int | None = None,
     turn: int = 0,
     question_ids: Sequence[str] | None = None,
@@ -125,8 +126,8 @@ def labels_from_run(
 
     Uses :func:`sst_interp.analyses.overlap.within_run_overlap` (hidden states; k defaults to
     ``round(d * 1024 / 5376)``); a position is low-overlap when the ``reduce`` over ``layers`` (default:
-    all) of its overlaps is below ``threshold`` (the paper's GMM crossover 0.976; the basins module fits
-    the crossover of a run).
+    all) of its overlaps is below ``threshold`` (default: the paper's GMM crossover 0.976; pass the
+    crossover that :func:`sst_interp.analyses.basins.fit_gmm` finds for this run to match the basins module).
     """
     from sst_interp.analyses.overlap import within_run_overlap  # local: overlap reads the store
 

@@ -81,7 +81,7 @@ def planted(tmp_path_factory):
 
 
 def truth_labels(truth) -> pd.DataFrame:
-    """Labels from the exact planted overlaps (mean over layers below 0.976)."""
+    """Labels from the exact planted overlaps (below 0.976 at some layer)."""
     frames = []
     for d, a, b in ld.needed_pairs(truth.depths):
         ov = truth.overlap(a, b)[:, :truth.spec.full_positions]
