@@ -1,0 +1,63 @@
+"""``python -m sst_interp.generate``: print the completion of one prompt at several iteration depths.
+
+The quickest way to see an SST work::
+
+    python -m sst_interp.generate --prompt "Q: 17 + 25 = ?\nA:" --depths 1,2,3,4
+"""
+
+from __future__ import annotations
+
+import argparse
+import codecs
+import time
+
+from sst_interp.errors import UsageError, cli_entry
+from sst_interp.model.generation import GenerationConfig, PROMPT_MODES, generate
+from sst_interp.model.loading import DEMO_PRESET_NOTE, ModelSpec, build_sst, eos_token_ids, parse_depths
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="python -m sst_interp.generate", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--prompt", required=True, help="prompt text; \\n escapes are expanded")
+    parser.add_argument("--depths", default="1,2,3,4", help="comma-separated iteration depths (default 1,2,3,4)")
+    parser.add_argument("--model", default="default", help="default | local HF folder | .gguf file | hub id")
+    parser.add_argument("--checkpoint", default=None, help="SST checkpoint folder (sst_config.json + state)")
+    parser.add_argument("--state-scale", choices=("unit", "hidden"), default=None,
+                        help="state read scale of an untrained SST (default: hidden on the default backbone)")
+    parser.add_argument("--max-new-tokens", type=int, default=32)
+    parser.add_argument("--prompt-mode", choices=PROMPT_MODES, default="two_pass")
+    parser.add_argument("--dtype", choices=("float32", "bfloat16"), default="float32")
+    parser.add_argument("--device", default="cpu")
+    return parser
+
+
+@cli_entry
+def main(argv: list[str] | None = None) -> None:
+    args = build_parser().parse_args(argv)
+    depths = parse_depths(args.depths)
+    if args.max_new_tokens < 1:
+        raise UsageError("--max-new-tokens must be at least 1")
+    spec = ModelSpec(args.model, args.checkpoint, args.state_scale, args.dtype, args.device)
+    if spec.is_demo_preset:
+        print(f"[{DEMO_PRESET_NOTE}]")
+    sst, tokenizer = build_sst(spec)
+    prompt = codecs.decode(args.prompt, "unicode_escape") if "\\" in args.prompt else args.prompt
+    prompt_ids = tokenizer(prompt).input_ids
+    config = GenerationConfig(
+        max_new_tokens=args.max_new_tokens,
+        prompt_mode=args.prompt_mode,
+        eos_token_ids=eos_token_ids(tokenizer, sst),
+        pad_token_id=tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0,
+    )
+    for depth in depths:
+        start = time.perf_counter()
+        result = generate(sst, [prompt_ids], depth, config)
+        seconds = time.perf_counter() - start
+        text = tokenizer.decode(result.token_ids[0], skip_special_tokens=True)
+        n = len(result.token_ids[0])
+        print(f"--- depth {depth} ({n} tokens, {seconds:.1f} s, stop: {result.stop_reasons[0]})")
+        print(text)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,101 @@
+"""Build an SST from command-line style arguments: a backbone, an optional checkpoint, a preset.
+
+Shared by ``python -m sst_interp.generate`` and ``python -m sst_interp.record`` so both mean the same thing by
+``--model``, ``--checkpoint`` and the demo preset.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from transformers import PreTrainedTokenizerBase
+
+from sst_interp.errors import UsageError
+from sst_interp.model.backbone import DEFAULT_MODEL, backbone_identity, load_backbone
+from sst_interp.model.checkpoint import load_checkpoint
+from sst_interp.model.config import SSTConfig
+from sst_interp.model.sst import SSTModel
+
+DEMO_PRESET_NOTE = (
+    "demo preset: the default Gemma 3 270M backbone, untrained, with state_scale='hidden' "
+    "(an untrained unit-scale SST is nearly inert); pass --checkpoint for a trained SST"
+)
+
+
+@dataclass
+class ModelSpec:
+    """Which SST to build.
+
+    Args:
+        model: ``default``, a local HF folder, a ``.gguf`` file or a hub id.
+        checkpoint: an SST checkpoint folder, or ``None`` for an untrained SST.
+        state_scale: for an untrained SST: ``unit`` (the paper) or ``hidden``; ``None`` picks ``hidden`` for the
+            default backbone without checkpoint (the demo preset) and ``unit`` otherwise.
+        dtype: ``float32`` or ``bfloat16`` (``float64`` for exactness experiments).
+        device: torch device string.
+    """
+
+    model: str = DEFAULT_MODEL
+    checkpoint: str | None = None
+    state_scale: str | None = None
+    dtype: str = "float32"
+    device: str = "cpu"
+
+    @property
+    def is_demo_preset(self) -> bool:
+        """True when the default backbone runs untrained with the hidden-scale state (see DEMO_PRESET_NOTE)."""
+        return self.model == DEFAULT_MODEL and self.checkpoint is None and self.state_scale in (None, "hidden")
+
+    def identity(self) -> dict[str, str | None]:
+        """What makes two runs comparable: backbone, checkpoint, SST variant and dtype."""
+        return {
+            "model": backbone_identity(self.model),
+            "checkpoint": self.checkpoint,
+            "state_scale": self.resolved_state_scale() if self.checkpoint is None else "from checkpoint",
+            "dtype": self.dtype,
+        }
+
+    def resolved_state_scale(self) -> str:
+        if self.state_scale is not None:
+            return self.state_scale
+        return "hidden" if self.model == DEFAULT_MODEL else "unit"
+
+
+def build_sst(spec: ModelSpec) -> tuple[SSTModel, PreTrainedTokenizerBase]:
+    """Load the backbone and return ``(sst, tokenizer)`` for ``spec``."""
+    backbone, tokenizer = load_backbone(spec.model, dtype=spec.dtype, device=spec.device)
+    if spec.checkpoint is not None:
+        if spec.state_scale is not None:
+            raise UsageError("--state-scale applies to untrained SSTs only; a checkpoint carries its own variant")
+        sst = load_checkpoint(backbone, spec.checkpoint)
+    else:
+        sst = SSTModel.from_backbone(backbone, SSTConfig(state_scale=spec.resolved_state_scale()))
+    sst.to(spec.device)
+    return sst, tokenizer
+
+
+def eos_token_ids(tokenizer: PreTrainedTokenizerBase, sst: SSTModel) -> tuple[int, ...]:
+    """Token ids that end generation: the tokenizer's EOS plus the backbone's generation-config EOS ids."""
+    ids: set[int] = set()
+    if tokenizer.eos_token_id is not None:
+        ids.add(int(tokenizer.eos_token_id))
+    config_eos = getattr(getattr(sst.backbone, "generation_config", None), "eos_token_id", None)
+    if isinstance(config_eos, int):
+        ids.add(config_eos)
+    elif config_eos:
+        ids.update(int(i) for i in config_eos)
+    return tuple(sorted(ids))
+
+
+def parse_depths(text: str) -> list[int]:
+    """Parse ``"1,2,3,4"`` into ``[1, 2, 3, 4]``; anything else (empty, non-integers, < 1) is a UsageError."""
+    parts = [part.strip() for part in str(text).split(",") if part.strip()]
+    try:
+        depths = [int(part) for part in parts]
+    except ValueError:
+        raise UsageError(f"invalid depth list {text!r}; give comma-separated integers >= 1, e.g. 1,2,3,4") from None
+    if not depths or any(depth < 1 for depth in depths):
+        raise UsageError(f"invalid depth list {text!r}; every depth must be an integer >= 1, e.g. 1,2,3,4")
+    if len(set(depths)) != len(depths):
+        raise UsageError(f"invalid depth list {text!r}: a depth is repeated")
+    return depths
