@@ -262,76 +262,75 @@ def main_results(
 
 @dataclass(frozen=True)
 class OverthinkingRow:
-    """One comparison of tab:overthinking.
+    """One paired comparison of tab:overthinking: ``condition`` against ``compared_with``.
 
     Args:
         condition: e.g. ``"flat depth 4"``.
-        depth: the flat depth (0 for staged compute).
-        correct: questions correct under the condition.
-        regressions: pass at the reference, fail under the condition.
-        recoveries: fail at the reference, pass under the condition.
+        compared_with: the condition it is paired with, e.g. ``"flat depth 1"``.
+        correct: questions correct under ``condition``.
+        compared_correct: questions correct under ``compared_with``.
+        regressions: pass under ``compared_with``, fail under ``condition``.
+        recoveries: fail under ``compared_with``, pass under ``condition``.
     """
 
     condition: str
-    depth: int
+    compared_with: str
     correct: int
+    compared_correct: int
     regressions: int
     recoveries: int
 
 
+def _paired(condition: str, compared_with: str, cond: np.ndarray, ref: np.ndarray) -> OverthinkingRow:
+    return OverthinkingRow(condition, compared_with, int(cond.sum()), int(ref.sum()),
+                           int((ref & ~cond).sum()), int((~ref & cond).sum()))
+
+
 @dataclass(frozen=True)
 class Overthinking(AnalysisResult):
-    """tab:overthinking: flat-depth accuracy against depth 1, with McNemar, and staged vs deepest flat."""
+    """tab:overthinking: each condition paired with flat depth 1 (and the deepest flat depth with staged).
+
+    Args:
+        n: questions.
+        rows: staged compute, the reference depth, each flat depth and the matched baseline (when given),
+            each against the reference depth; last, the deepest flat depth against staged compute.
+    """
 
     label = "tab:overthinking"
     n: int
-    reference_depth: int
-    reference_correct: int
     rows: tuple[OverthinkingRow, ...]
-    staged_correct: int
-    staged_vs_deepest: OverthinkingRow
-    baseline_correct: int | None = None
 
     def table(self) -> pd.DataFrame:
-        """Rows: staged capacity, reference depth, each flat depth, staged vs deepest flat, baseline."""
-        n, ref = self.n, self.reference_correct / self.n
-        out: list[dict[str, Any]] = [
-            {"condition": "staged compute", "accuracy": _pct(self.staged_correct / n),
-             "delta_vs_reference_pp": _pct(self.staged_correct / n - ref)},
-            {"condition": f"flat depth {self.reference_depth} (reference)", "accuracy": _pct(ref)},
-        ]
-        for r in (*self.rows, self.staged_vs_deepest):
+        """Columns: condition, compared_with, accuracy (%), delta_pp, regressions, recoveries, McNemar tests.
+
+        ``mcnemar_*_cc`` are continuity corrected (the paper's 30 vs 14 -> p = 0.024); ``mcnemar_chi2`` /
+        ``mcnemar_p`` are not (the paper's 42 vs 6 -> chi2 = 27.0); ``mcnemar_exact_p`` is two-sided exact.
+        """
+        out = []
+        for r in self.rows:
             b, c = r.regressions, r.recoveries
             row: dict[str, Any] = {
-                "condition": r.condition,
-                "accuracy": _pct(r.correct / n),
-                "delta_vs_reference_pp": _pct((r.correct - self.reference_correct) / n),
-                "regressions": b,
-                "recoveries": c,
+                "condition": r.condition, "compared_with": r.compared_with, "accuracy": _pct(r.correct / self.n),
+                "delta_pp": _pct((r.correct - r.compared_correct) / self.n), "regressions": b, "recoveries": c,
+                "mcnemar_chi2_cc": 0.0, "mcnemar_p_cc": 1.0, "mcnemar_chi2": 0.0, "mcnemar_p": 1.0,
+                "mcnemar_exact_p": 1.0,
             }
-            if r is self.staged_vs_deepest:
-                row["delta_vs_reference_pp"] = _pct((r.correct - self.staged_correct) / n)
             if b + c:
                 corr, raw = stats.mcnemar_chi2(b, c, correction=True), stats.mcnemar_chi2(b, c, correction=False)
-                row.update(mcnemar_chi2_cc=corr.statistic, mcnemar_p_cc=corr.pvalue,
-                           mcnemar_chi2=raw.statistic, mcnemar_p=raw.pvalue,
-                           mcnemar_exact_p=stats.mcnemar_exact(b, c).pvalue)
-            else:
-                row.update(mcnemar_chi2_cc=0.0, mcnemar_p_cc=1.0, mcnemar_chi2=0.0, mcnemar_p=1.0,
-                           mcnemar_exact_p=1.0)
+                row.update(mcnemar_chi2_cc=corr.statistic, mcnemar_p_cc=corr.pvalue, mcnemar_chi2=raw.statistic,
+                           mcnemar_p=raw.pvalue, mcnemar_exact_p=stats.mcnemar_exact(b, c).pvalue)
             out.append(row)
-        if self.baseline_correct is not None:
-            out.append({"condition": "matched baseline (reference)", "accuracy": _pct(self.baseline_correct / n)})
         return pd.DataFrame(out)
 
 
-def overthinking(run: Any, baseline: Any | None = None, baseline_depth: int | None = None) -> Overthinking | NotApplicable:
+def overthinking(run: Any, baseline: Any | None = None, baseline_depth: int | None = None
+                 ) -> Overthinking | NotApplicable:
     """tab:overthinking from a multi-depth run (flat generations at every depth).
 
-    Each flat depth is compared with the smallest depth (regressions, recoveries, McNemar with and
-    without continuity correction, exact McNemar); the last row compares staged compute with the
-    deepest flat depth (``regressions`` = staged-correct questions the deepest flat depth misses).
-    ``baseline`` adds the matched baseline's accuracy on the same questions as a reference row.
+    Staged compute, each flat depth and (when given) the matched ``baseline`` on the same questions are
+    paired with the smallest depth (regressions, recoveries, McNemar with and without continuity
+    correction, exact McNemar); the last row pairs the deepest flat depth with staged compute
+    (``regressions`` = staged-correct questions the deepest flat depth misses).
     """
     matrix = correctness_matrix(run)
     if matrix.empty:
@@ -347,24 +346,18 @@ def overthinking(run: Any, baseline: Any | None = None, baseline_depth: int | No
             Overthinking.label,
         )
     depths = list(matrix.columns)
-    ref = values[:, 0]
-    rows = []
-    for j, depth in enumerate(depths[1:], start=1):
-        col = values[:, j]
-        rows.append(OverthinkingRow(f"flat depth {depth}", depth, int(col.sum()),
-                                    int((ref & ~col).sum()), int((~ref & col).sum())))
+    ref, ref_name = values[:, 0], f"flat depth {depths[0]}"
     staged = values.any(axis=1)
-    deepest = values[:, -1]
-    vs = OverthinkingRow(f"staged compute vs flat depth {depths[-1]}", 0, int(deepest.sum()),
-                         int((staged & ~deepest).sum()), int((~staged & deepest).sum()))
-    base_correct = None
+    rows = [_paired("staged compute", ref_name, staged, ref), _paired(ref_name, ref_name, ref, ref)]
+    rows += [_paired(f"flat depth {d}", ref_name, values[:, j], ref) for j, d in enumerate(depths[1:], start=1)]
     if baseline is not None:
         base = _baseline_vector(correctness_matrix(baseline), baseline_depth)
         missing = [q for q in matrix.index if q not in base.index]
         if missing:
             raise UsageError(f"baseline run lacks {len(missing)} of the run's questions (e.g. {missing[0]!r})")
-        base_correct = int(base.loc[matrix.index].sum())
-    return Overthinking(len(matrix), depths[0], int(ref.sum()), tuple(rows), int(staged.sum()), vs, base_correct)
+        rows.append(_paired("matched baseline", ref_name, base.loc[matrix.index].to_numpy(bool), ref))
+    rows.append(_paired(f"flat depth {depths[-1]}", "staged compute", values[:, -1], staged))
+    return Overthinking(len(matrix), tuple(rows))
 
 
 @dataclass(frozen=True)

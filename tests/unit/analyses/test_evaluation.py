@@ -78,22 +78,25 @@ def test_main_results_baseline_all_correct_not_applicable():
 
 
 def test_overthinking_gpqa(gpqa):
-    res = ev.overthinking(gpqa, baseline=flat_generations(198, 91).assign(
-        question_id=sorted(gpqa["question_id"].unique())))
-    t = res.table().set_index("condition")
-    assert round(t.loc["staged compute", "accuracy"], 2) == 61.11
-    assert round(t.loc["staged compute", "delta_vs_reference_pp"], 2) == 10.10
-    assert round(t.loc["flat depth 3", "delta_vs_reference_pp"], 2) == -3.54
-    assert round(t.loc["flat depth 2", "delta_vs_reference_pp"], 2) == -4.04
-    d4 = t.loc["flat depth 4"]
-    assert round(d4["accuracy"], 2) == 42.93 and round(d4["delta_vs_reference_pp"], 2) == -8.08
+    base = flat_generations(198, 91).assign(question_id=sorted(gpqa["question_id"].unique()))
+    t = ev.overthinking(gpqa, baseline=base).table()
+    assert not t.isna().any().any()
+    vs1 = t[t.compared_with == "flat depth 1"].set_index("condition")
+    assert round(vs1.loc["staged compute", "accuracy"], 2) == 61.11
+    assert round(vs1.loc["staged compute", "delta_pp"], 2) == 10.10
+    assert round(vs1.loc["flat depth 1", "accuracy"], 2) == 51.01
+    assert round(vs1.loc["flat depth 3", "delta_pp"], 2) == -3.54
+    assert round(vs1.loc["flat depth 2", "delta_pp"], 2) == -4.04
+    d4 = vs1.loc["flat depth 4"]
+    assert round(d4["accuracy"], 2) == 42.93 and round(d4["delta_pp"], 2) == -8.08
     assert (d4["regressions"], d4["recoveries"]) == (30, 14)
     assert round(d4["mcnemar_p_cc"], 3) == 0.024
-    vs = t.loc["staged compute vs flat depth 4"]
+    assert round(vs1.loc["matched baseline", "accuracy"], 2) == 45.96
+    vs = t[t.compared_with == "staged compute"].iloc[0]
+    assert vs["condition"] == "flat depth 4"
     assert (vs["regressions"], vs["recoveries"]) == (36, 0)
-    assert round(vs["delta_vs_reference_pp"], 2) == -18.18
+    assert round(vs["delta_pp"], 2) == -18.18
     assert vs["mcnemar_chi2"] == pytest.approx(36.0)  # (36 - 0)^2 / 36
-    assert round(t.loc["matched baseline (reference)", "accuracy"], 2) == 45.96
 
 
 def test_sankey_flows_gpqa(gpqa):
@@ -180,7 +183,8 @@ def test_synthetic_run_recovers_planted_correctness(tmp_path):
     stages = ev.staged_breakdown({"syn": run}).table().iloc[0]
     for j, d in enumerate((1, 2, 3)):
         assert stages[f"stage_{d}"] == pytest.approx(100 * c[:, : j + 1].any(1).mean())
-    t = ev.overthinking(run).table().set_index("condition")
+    t = ev.overthinking(run).table()
+    t = t[t.compared_with == "flat depth 1"].set_index("condition")
     assert t.loc["flat depth 3", "regressions"] == int((c[:, 0] & ~c[:, 2]).sum())
     assert t.loc["flat depth 3", "recoveries"] == int((~c[:, 0] & c[:, 2]).sum())
     flows = ev.overthinking_sankey(run)
