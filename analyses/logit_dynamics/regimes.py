@@ -124,24 +124,32 @@ def labels_from_run(
 ) -> pd.DataFrame:
     """Regime labels for every key of :func:`needed_pairs`, from the run's within-run top-k overlaps.
 
-    Uses :func:`sst_interp.analyses.overlap.within_run_overlap` (hidden states; k defaults to
-    ``round(d * 1024 / 5376)``); a position is low-overlap when the ``reduce`` over ``layers`` (default:
-    all) of its overlaps is below ``threshold`` (default: the paper's GMM crossover 0.976; pass the
-    crossover that :func:`sst_interp.analyses.basins.fit_gmm` finds for this run to match the basins module).
+    Reads each depth's hidden states once, one question at a time, takes the top-k index sets of every
+    iteration (:func:`sst_interp.analyses.overlap.topk_indices`; k defaults to ``round(d * 1024 / 5376)``)
+    and compares them per key. A position is low-overlap when the ``reduce`` over ``layers`` (default: all)
+    of its overlaps is below ``threshold`` (default: the paper's GMM crossover 0.976; pass the crossover
+    that :func:`sst_interp.analyses.basins.fit_gmm` finds for this run to match the basins module).
     """
-    from sst_interp.analyses.overlap import within_run_overlap  # local: overlap reads the store
+    from sst_interp.analyses._common import scaled_top_k
+    from sst_interp.analyses.overlap import overlap_from_indices, topk_indices
 
+    k = scaled_top_k(run.hidden_size) if k is None else int(k)
+    keys = needed_pairs(run.depths)
     frames = []
-    for depth, a, b in needed_pairs(run.depths):
-        res = within_run_overlap(run, depth=depth, iteration_a=a, iteration_b=b, k=k, turn=turn,
-                                 question_ids=question_ids)
-        if not getattr(res, "applicable", False):
-            continue
-        for qi, qid in enumerate(res.question_ids):
-            ok = res.valid[qi]
-            frames.append(labels_from_overlap(res.values[qi][ok], depth=depth, question_id=qid, iter_a=a,
-                                              iter_b=b, turn=turn, positions=res.positions[ok], layers=layers,
-                                              threshold=threshold, reduce=reduce))
+    for depth in sorted({d for d, _, _ in keys}):
+        pairs = [(a, b) for d, a, b in keys if d == depth]
+        for block in run.hidden(depth, question_ids=question_ids, turn=turn):
+            its = block.iterations.tolist()
+            idx = {it: topk_indices(block.values[:, its.index(it)], k) for it in {x for p in pairs for x in p}
+                   if it in its}
+            for a, b in pairs:
+                if a not in idx or b not in idx:
+                    continue
+                ov = overlap_from_indices(idx[a], idx[b], run.hidden_size)  # [P, L]
+                ok = ~np.isnan(block.values[:, [its.index(a), its.index(b)]]).any(axis=(1, 2, 3))
+                frames.append(labels_from_overlap(ov[ok], depth=depth, question_id=block.question_id, iter_a=a,
+                                                  iter_b=b, turn=block.turn, positions=block.positions[ok],
+                                                  layers=layers, threshold=threshold, reduce=reduce))
     if not frames:
         return pd.DataFrame(columns=list(LABEL_COLUMNS))
     return pd.concat(frames, ignore_index=True)
