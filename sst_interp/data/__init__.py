@@ -18,7 +18,7 @@ from sst_interp.data.grading import GRADERS, GradeResult, Judge, grade
 from sst_interp.data.loaders import load_gsm8k, load_humaneval, load_math500
 from sst_interp.data.prompts import STOP_STRINGS, stop_strings, truncate_at_stop
 from sst_interp.data.question import QUESTION_COLUMNS, Question, frame_to_questions, questions_to_frame
-from sst_interp.data.registry import known_sources, load_questions
+from sst_interp.data.registry import data_file, known_sources, load_questions
 
 __all__ = [
     "GRADERS",
@@ -27,6 +27,7 @@ __all__ = [
     "GradeResult",
     "Judge",
     "Question",
+    "data_file",
     "frame_to_questions",
     "grade",
     "known_sources",

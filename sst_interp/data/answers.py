@@ -63,7 +63,9 @@ def extract_choice_letter(text: str, n_choices: int = 4, choices: Sequence[str] 
 
 
 def normalise_number(text: str) -> str:
-    """Canonical decimal string of a number: no commas, ``-`` for minus, no trailing zeros (``"1,234.50"`` -> ``"1234.5"``).
+    """Canonical decimal string of a number: no commas, ``-`` for minus, no trailing zeros.
+
+    ``"1,234.50"`` -> ``"1234.5"``, ``"18.00"`` -> ``"18"``, ``"\u22125"`` -> ``"-5"``.
 
     Returns ``""`` if ``text`` is not a number.
     """

@@ -69,7 +69,9 @@ def _read_zip(path: Path, subset: str, password: str) -> str:
             data = archive.read(member, pwd=password.encode("utf-8"))
     except RuntimeError as err:
         if "password" in str(err).lower():
-            raise UsageError(f"wrong password for {path}; the GPQA README gives it (default {GPQA_PASSWORD!r})") from err
+            raise UsageError(
+                f"wrong password for {path}; the GPQA README gives it (default {GPQA_PASSWORD!r})"
+            ) from err
         raise
     except (zipfile.BadZipFile, zlib.error) as err:
         # A wrong password passes ZipCrypto's one-byte check 1 time in 256 and then fails here.
@@ -91,6 +93,18 @@ def _parse_csv(text: str, origin: Path) -> list[dict[str, str]]:
     return rows
 
 
+def gpqa_file(path: str | os.PathLike[str] | None = None, subset: str = "diamond") -> Path:
+    """The local GPQA file for ``subset``: the zip, or a CSV (given, or downloaded from the hub)."""
+    if subset == "experts":
+        raise UsageError(
+            "GPQA 'experts' (gpqa_experts.csv) lists the expert validators, not questions; "
+            f"choose a question subset: {list(GPQA_SUBSETS)}"
+        )
+    if subset not in GPQA_SUBSETS:
+        raise UsageError(f"unknown GPQA subset {subset!r}; known: {list(GPQA_SUBSETS)}")
+    return resolve_file("gpqa", "gpqa/dataset.zip", path, GPQA_FORMAT, HUB_FILES[("gpqa", subset)])
+
+
 def load_gpqa(
     path: str | os.PathLike[str] | None = None, subset: str = "diamond", password: str = GPQA_PASSWORD
 ) -> list[Question]:
@@ -102,14 +116,7 @@ def load_gpqa(
             ``gpqa_<subset>.csv`` sets the subset from its name.
         password: the zip password; a wrong one is a UsageError.
     """
-    if subset == "experts":
-        raise UsageError(
-            "GPQA 'experts' (gpqa_experts.csv) lists the expert validators, not questions; "
-            f"choose a question subset: {list(GPQA_SUBSETS)}"
-        )
-    if subset not in GPQA_SUBSETS:
-        raise UsageError(f"unknown GPQA subset {subset!r}; known: {list(GPQA_SUBSETS)}")
-    file = resolve_file("gpqa", "gpqa/dataset.zip", path, GPQA_FORMAT, HUB_FILES[("gpqa", subset)])
+    file = gpqa_file(path, subset)
     if zipfile.is_zipfile(file):
         text = _read_zip(file, subset, password)
     else:

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import os
 import re
+from pathlib import Path
 
 from sst_interp.data.files import HUB_FILES, read_records, resolve_file
 from sst_interp.data.prompts import gsm8k_prompt, math_prompt
@@ -40,11 +41,16 @@ def gsm8k_reference(answer: str) -> str:
     return match.group(1).replace(",", "").strip()
 
 
-def load_gsm8k(path: PathLike = None, split: str = "test") -> list[Question]:
-    """GSM8K questions of ``split`` (``test``: 1,319 rows; ``train``: 7,473 rows)."""
+def gsm8k_file(path: PathLike = None, split: str = "test") -> Path:
+    """The local GSM8K file of ``split`` (downloaded from the hub when no path or data dir is given)."""
     if split not in GSM8K_SPLITS:
         raise UsageError(f"unknown GSM8K split {split!r}; known: {list(GSM8K_SPLITS)}")
-    file = resolve_file("gsm8k", f"gsm8k/{split}.jsonl", path, GSM8K_FORMAT, HUB_FILES[("gsm8k", split)])
+    return resolve_file("gsm8k", f"gsm8k/{split}.jsonl", path, GSM8K_FORMAT, HUB_FILES[("gsm8k", split)])
+
+
+def load_gsm8k(path: PathLike = None, split: str = "test") -> list[Question]:
+    """GSM8K questions of ``split`` (``test``: 1,319 rows; ``train``: 7,473 rows)."""
+    file = gsm8k_file(path, split)
     records = read_records(file, GSM8K_FORMAT, ("question", "answer"))
     questions = []
     for index, record in enumerate(records):
@@ -65,9 +71,14 @@ def load_gsm8k(path: PathLike = None, split: str = "test") -> list[Question]:
     return questions
 
 
+def math500_file(path: PathLike = None) -> Path:
+    """The local MATH-500 file."""
+    return resolve_file("math500", "math500/test.jsonl", path, MATH500_FORMAT, HUB_FILES[("math500", "test")])
+
+
 def load_math500(path: PathLike = None) -> list[Question]:
     """MATH-500 questions (500 rows); metadata keeps subject, level (int 1-5) and the reference solution."""
-    file = resolve_file("math500", "math500/test.jsonl", path, MATH500_FORMAT, HUB_FILES[("math500", "test")])
+    file = math500_file(path)
     required = ("problem", "solution", "answer", "subject", "level", "unique_id")
     records = read_records(file, MATH500_FORMAT, required)
     return [
@@ -92,11 +103,16 @@ def humaneval_check_code(test: str, entry_point: str) -> str:
     return f"{test.rstrip()}\n\n\ncheck({entry_point})\n"
 
 
-def load_humaneval(path: PathLike = None) -> list[Question]:
-    """HumanEval tasks (164 rows); metadata keeps ``entry_point``, ``test`` and ``canonical_solution``."""
-    file = resolve_file(
+def humaneval_file(path: PathLike = None) -> Path:
+    """The local HumanEval file."""
+    return resolve_file(
         "humaneval", "humaneval/HumanEval.jsonl.gz", path, HUMANEVAL_FORMAT, HUB_FILES[("humaneval", "test")]
     )
+
+
+def load_humaneval(path: PathLike = None) -> list[Question]:
+    """HumanEval tasks (164 rows); metadata keeps ``entry_point``, ``test`` and ``canonical_solution``."""
+    file = humaneval_file(path)
     required = ("task_id", "prompt", "entry_point", "canonical_solution", "test")
     records = read_records(file, HUMANEVAL_FORMAT, required)
     return [

@@ -60,9 +60,9 @@ MATH_TEMPLATE = "Solve the math problem. Put the final answer in \\boxed{{}}.\n\
 
 STOP_STRINGS: dict[str, tuple[str, ...]] = {
     "demo": ("\n",),
-    "gsm8k": ("\nQuestion:", "\n\n\n"),
-    "gpqa": ("\nQuestion:", "\n\n\n"),
-    "math500": ("\nProblem:", "\n\n\n"),
+    "gsm8k": ("\nQuestion:",),
+    "gpqa": ("\nQuestion:",),
+    "math500": ("\nProblem:",),
     "humaneval": ("\ndef ", "\nclass ", "\nif __name__", "\nprint(", "\nassert ", "\n#"),
 }
 

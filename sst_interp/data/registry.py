@@ -18,11 +18,12 @@ from __future__ import annotations
 import inspect
 import os
 from collections.abc import Callable, Sequence
+from pathlib import Path
 from typing import Any
 
 from sst_interp.data.demo import load_demo
-from sst_interp.data.gpqa import load_gpqa
-from sst_interp.data.loaders import load_gsm8k, load_humaneval, load_math500
+from sst_interp.data.gpqa import gpqa_file, load_gpqa
+from sst_interp.data.loaders import gsm8k_file, humaneval_file, load_gsm8k, load_humaneval, load_math500, math500_file
 from sst_interp.data.question import Question, select_questions
 from sst_interp.errors import UsageError
 
@@ -32,6 +33,13 @@ LOADERS: dict[str, Callable[..., list[Question]]] = {
     "gpqa": load_gpqa,
     "math500": load_math500,
     "humaneval": load_humaneval,
+}
+
+FILE_RESOLVERS: dict[str, Callable[..., Path]] = {
+    "gsm8k": gsm8k_file,
+    "gpqa": gpqa_file,
+    "math500": math500_file,
+    "humaneval": humaneval_file,
 }
 
 
@@ -65,3 +73,18 @@ def load_questions(
         raise UsageError(f"question set {name!r} has no options {unknown}; it accepts {accepted or 'none'}")
     questions = loader(data_path, **options)
     return select_questions(questions, limit=limit, ids=ids)
+
+
+def data_file(name: str, data_path: str | os.PathLike[str] | None = None, **options: Any) -> Path | None:
+    """The local file :func:`load_questions` reads for these arguments (None for the built-in demo).
+
+    For a run manifest's data identity (path and sha256). Options that do not choose the file
+    (e.g. GPQA's ``password``, the demo's ``seed``) are ignored here.
+    """
+    if name not in LOADERS:
+        raise UsageError(f"unknown question set {name!r}; known: {', '.join(LOADERS)}")
+    resolver = FILE_RESOLVERS.get(name)
+    if resolver is None:
+        return None
+    accepted = set(inspect.signature(resolver).parameters) - {"path"}
+    return resolver(data_path, **{key: value for key, value in options.items() if key in accepted})
