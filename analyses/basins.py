@@ -166,9 +166,10 @@ def classify_positions(values: np.ndarray, threshold: float, rule: Rule = "any")
     if rule == "any":
         low = (filled < threshold).any(axis=-1)
     elif rule in ("mean", "median"):
-        with np.errstate(all="ignore"):
-            agg = np.nanmean(values, axis=-1) if rule == "mean" else np.nanmedian(values, axis=-1)
-        low = np.where(missing, False, agg < threshold)
+        agg = np.full(missing.shape, np.inf)
+        rows = values[~missing]
+        agg[~missing] = np.nanmean(rows, axis=-1) if rule == "mean" else np.nanmedian(rows, axis=-1)
+        low = agg < threshold
     else:
         raise UsageError(f"unknown low-overlap rule {rule!r}; use any, mean or median")
     return low & ~missing

@@ -159,6 +159,9 @@ def convergence_from_arrays(deltas: np.ndarray, depths: Sequence[int], correct: 
                              "fig:convergence_monitoring")
     cur_values = np.array([v for v, _ in per_q])
     labels = np.array([o for _, o in per_q])
+    if not (labels != "same").any():
+        return NotApplicable("no question changes correctness between consecutive flat depths; there is no "
+                             "outcome for the L2 delta to predict", "fig:convergence_monitoring")
     imp, deg = cur_values[labels == "improves"], cur_values[labels == "degrades"]
     mw_p = mw_u = auroc = None
     if imp.size and deg.size:
