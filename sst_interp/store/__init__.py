@@ -23,8 +23,8 @@ from sst_interp.store.schema import (
     logits_schema,
     sketch_schema,
 )
-from sst_interp.store.space import SpaceEstimate, bytes_per_question, estimate
-from sst_interp.store.writer import ResumeReport, RunWriter
+from sst_interp.store.space import SpaceEstimate, bytes_per_question, estimate, estimate_remaining
+from sst_interp.store.writer import ResumeReport, RunWriter, check_out
 
 __all__ = [
     "CorruptRunError",
@@ -42,7 +42,9 @@ __all__ = [
     "SpaceEstimate",
     "bf16_bits_to_float32",
     "bytes_per_question",
+    "check_out",
     "estimate",
+    "estimate_remaining",
     "float32_to_bf16_bits",
     "gates_schema",
     "hidden_schema",

@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import shutil
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 # Parquet per-row overhead of the coordinate columns (question_id dictionary index, 4 int32, levels): generous.
 ROW_OVERHEAD_BYTES = 24
@@ -68,11 +69,22 @@ def bytes_per_question(depths: Sequence[int], full_positions: int, sketch_positi
 def estimate(out: str | Path, questions: int, **sizes: int | str | bool | Sequence[int]) -> SpaceEstimate:
     """SpaceEstimate for ``questions`` questions written under ``out``; ``sizes`` as :func:`bytes_per_question`."""
     per = bytes_per_question(**sizes)  # type: ignore[arg-type]
+    return SpaceEstimate(per, per * max(questions, 0), _free(out))
+
+
+def estimate_remaining(out: str | Path, remaining: Mapping[int, int], **sizes: Any) -> SpaceEstimate:
+    """SpaceEstimate for ``remaining`` = {depth: questions still to record at that depth}; ``sizes`` as
+    :func:`bytes_per_question` without ``depths``. ``bytes_per_question`` of the result covers all the depths."""
+    per_depth = {int(k): bytes_per_question(depths=[int(k)], **sizes) for k in remaining}
+    total = sum(per_depth[int(k)] * max(int(n), 0) for k, n in remaining.items())
+    return SpaceEstimate(sum(per_depth.values()), total, _free(out))
+
+
+def _free(out: str | Path) -> int:
     target = Path(out)
     while not target.exists() and target != target.parent:
         target = target.parent
-    free = shutil.disk_usage(target).free
-    return SpaceEstimate(per, per * max(questions, 0), free)
+    return shutil.disk_usage(target).free
 
 
 def _human(n: float) -> str:

@@ -319,7 +319,26 @@ def _create(path: Path, identity: dict[str, Any], extra: dict[str, Any]) -> tupl
     return manifest, report
 
 
-def _resume(path: Path, identity: dict[str, Any], extra: dict[str, Any]) -> tuple[dict[str, Any], ResumeReport]:
+def check_out(path: str | Path, identity: dict[str, Any], manifest_extra: dict[str, Any] | None = None) -> bool:
+    """Check, without touching anything, that ``path`` can take this run: absent, empty, or a run with the same
+    identity (and layout keys, when given). Returns True when a run is there to resume; raises UsageError as
+    :meth:`RunWriter.create_or_resume` would."""
+    path = Path(path)
+    if not path.exists():
+        return False
+    if not path.is_dir():
+        raise UsageError(f"--out {path} is a file, not a run directory; pick another --out")
+    if not (path / mf.MANIFEST_NAME).exists():
+        for entry in path.iterdir():
+            if entry.name != LOCK_NAME and not (entry.is_file() and tables.is_temp_name(entry.name)):
+                raise UsageError(f"--out {path} already holds files that are not an sst-interp run (e.g. "
+                                 f"{entry.name}); pick another --out or empty it")
+        return False
+    _validated_manifest(path, identity, manifest_extra or {})
+    return True
+
+
+def _validated_manifest(path: Path, identity: dict[str, Any], extra: dict[str, Any]) -> dict[str, Any]:
     try:
         manifest = mf.read_manifest(path)
     except ValueError as err:
@@ -336,6 +355,11 @@ def _resume(path: Path, identity: dict[str, Any], extra: dict[str, Any]) -> tupl
     if diffs:
         raise UsageError(f"--out {path} holds a run with a different identity ({'; '.join(diffs[:3])}); "
                          "pick another --out, or rerun with the original settings to resume")
+    return manifest
+
+
+def _resume(path: Path, identity: dict[str, Any], extra: dict[str, Any]) -> tuple[dict[str, Any], ResumeReport]:
+    manifest = _validated_manifest(path, identity, extra)
     report = ResumeReport(resumed=True)
     _drop_missing_batches(path, manifest, report)
     _filter_generations(path, manifest, report)
