@@ -12,7 +12,7 @@ from transformers import PreTrainedTokenizerBase
 
 from sst_interp.errors import UsageError
 from sst_interp.model.backbone import DEFAULT_MODEL, backbone_identity, load_backbone
-from sst_interp.model.checkpoint import load_checkpoint
+from sst_interp.model.checkpoint import load_checkpoint, read_checkpoint_config
 from sst_interp.model.config import SSTConfig
 from sst_interp.model.sst import SSTModel
 
@@ -63,6 +63,8 @@ class ModelSpec:
 
 def build_sst(spec: ModelSpec) -> tuple[SSTModel, PreTrainedTokenizerBase]:
     """Load the backbone and return ``(sst, tokenizer)`` for ``spec``."""
+    if spec.checkpoint is not None:
+        read_checkpoint_config(spec.checkpoint)  # fail on a bad checkpoint before the slow backbone load
     backbone, tokenizer = load_backbone(spec.model, dtype=spec.dtype, device=spec.device)
     if spec.checkpoint is not None:
         if spec.state_scale is not None:

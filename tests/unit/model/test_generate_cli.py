@@ -1,0 +1,19 @@
+"""`python -m sst_interp.generate`: bad input is one line on stderr and exit code 2."""
+
+import pytest
+
+from sst_interp.generate import main
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--prompt", "x", "--depths", "0"], "invalid depth list '0'"),
+    (["--prompt", "x", "--depths", "two"], "invalid depth list 'two'"),
+    (["--prompt", "x", "--checkpoint", "/nonexistent/ckpt"], "is not an SST checkpoint"),
+    (["--prompt", "x", "--max-new-tokens", "0"], "--max-new-tokens must be at least 1"),
+])
+def test_bad_input_exits_2_with_one_line(capsys, argv, message):
+    with pytest.raises(SystemExit) as exit_info:
+        main(argv)
+    assert exit_info.value.code == 2
+    err = capsys.readouterr().err.strip()
+    assert err.count("\n") == 0 and err.startswith("error: ") and message in err
