@@ -15,6 +15,13 @@ base prediction rate, the fraction of all labelled timesteps the probe trained o
 calls MUST HALT (133/357 = 0.373 in the paper). Test: one-sided exact binomial
 ``P(X >= successes | Binomial(folds, base rate))`` (29/48 gives 9.4e-4) with a one-sided 95%
 Wilson interval on the held-out accuracy (``[48.6%, 100%]`` for 29/48).
+
+A stricter, depth-matched null is reported beside it (not in the paper): MUST HALT timesteps
+concentrate at iteration 1 (60 of 68 in the paper), and a probe can tell iterations apart
+without reading any halting feature, so each fold's null probability is the full probe's
+predicted-halt rate among all timesteps at the held-out question's MUST HALT depths, and the
+successes are tested against the Poisson-binomial of those per-fold probabilities
+(``scipy.stats.poisson_binom``).
 """
 
 from __future__ import annotations
@@ -23,7 +30,9 @@ import math
 from dataclasses import dataclass
 from typing import ClassVar, Literal
 
+import numpy as np
 import pandas as pd
+from scipy.stats import poisson_binom
 
 from sst_interp.analyses._common import AnalysisResult
 from sst_interp.analyses.stats import binomial_test, wilson_interval
@@ -43,7 +52,7 @@ class LoocvResult(AnalysisResult):
     Args:
         folds: one row per held-out question: ``question_id``, ``success``, ``kind`` (its outcome in
             the fold's halting simulation), ``chosen_depth``, ``must_halt_detected`` (all its MUST HALT
-            timesteps above threshold).
+            timesteps above threshold), ``null_depth_matched`` (the fold's depth-matched null probability).
         base_rate: null success probability (the full probe's base prediction rate).
         criterion: ``"outcome"`` or ``"detection"``.
         level: confidence level of the one-sided interval.
@@ -81,8 +90,16 @@ class LoocvResult(AnalysisResult):
         two_sided = wilson_interval(self.successes, self.n_folds, level=1 - 2 * (1 - self.level))
         return (float(two_sided.low), 1.0)
 
+    @property
+    def p_value_depth_matched(self) -> float:
+        """``P(X >= successes)`` for X Poisson-binomial with the per-fold depth-matched null probabilities."""
+        if "null_depth_matched" not in self.folds or self.n_folds == 0:
+            return float("nan")
+        probs = self.folds["null_depth_matched"].to_numpy(dtype=float)
+        return float(poisson_binom.sf(self.successes - 1, probs))
+
     def table(self) -> pd.DataFrame:
-        """One row: successes/folds, accuracy, base rate, p-value, CI."""
+        """One row: successes/folds, accuracy, base rate, p-value, CI, depth-matched p-value."""
         low, high = self.ci
         return pd.DataFrame(
             [
@@ -95,6 +112,7 @@ class LoocvResult(AnalysisResult):
                     "ci_low": low,
                     "ci_high": high,
                     "criterion": self.criterion,
+                    "p_value_depth_matched": self.p_value_depth_matched,
                 }
             ]
         )
@@ -106,7 +124,7 @@ def loocv(
     train_config: TrainConfig | None = None,
     threshold: float = DEFAULT_THRESHOLD,
     criterion: Criterion = "outcome",
-    base_rate: float | None = None,
+    full_predicted: np.ndarray | None = None,
 ) -> LoocvResult:
     """Leave-one-MUST-HALT-question-out cross-validation.
 
@@ -116,7 +134,8 @@ def loocv(
         train_config: hyperparameters (default: the paper's).
         threshold: halting threshold.
         criterion: what counts as the held-out question being correctly classified (module docstring).
-        base_rate: null probability; default: measured by training a probe on every timestep.
+        full_predicted: ``[n_timesteps]`` bool, the predictions of a probe trained on every timestep
+            (its mean is the base prediction rate); default: train that probe here.
 
     Returns:
         :class:`LoocvResult`.
@@ -125,9 +144,14 @@ def loocv(
         raise UsageError(f"unknown LOOCV criterion {criterion!r}; use 'outcome' or 'detection'")
     data.labels.require_must_halt()
     train_config = train_config or TrainConfig()
-    if base_rate is None:
+    if full_predicted is None:
         full, _ = train_probe(data.x, data.y, probe_config, train_config)
-        base_rate = evaluate_probe(full, data, threshold).detection.base_prediction_rate
+        full_predicted = evaluate_probe(full, data, threshold).detection.predicted
+    full_predicted = np.asarray(full_predicted, dtype=bool)
+    if full_predicted.shape != data.y.shape:
+        raise UsageError(f"full_predicted must have one entry per timestep ({len(data.y)}), got {full_predicted.shape}")
+    base_rate = float(full_predicted.mean())
+    depth = data.labels.timesteps["depth"].to_numpy()
     held_out = data.labels.must_halt_questions
     if len(held_out) < 2:
         raise UsageError(
@@ -141,6 +165,7 @@ def loocv(
         probe, _ = train_probe(data.x[keep], y[keep], probe_config, train_config)
         ev = evaluate_probe(probe, data, threshold)
         mine = (groups == q) & y
+        at_depths = np.isin(depth, np.unique(depth[mine]))
         detected = bool((ev.detection.predicted[mine]).all())
         kind = str(ev.outcome.kind[qpos[q]])
         success = kind == "correct" if criterion == "outcome" else detected
@@ -151,6 +176,7 @@ def loocv(
                 "kind": kind,
                 "chosen_depth": int(ev.outcome.chosen_depth[qpos[q]]),
                 "must_halt_detected": detected,
+                "null_depth_matched": float(full_predicted[at_depths].mean()),
             }
         )
     return LoocvResult(pd.DataFrame(rows), float(base_rate), criterion)

@@ -27,13 +27,14 @@ from sst_interp.probe.train import TrainConfig, train_probe
 def _loocv_columns(result: LoocvResult | None) -> dict[str, object]:
     if result is None:
         return {"loocv_correct": None, "loocv_folds": None, "loocv_accuracy": np.nan, "loocv_base_rate": np.nan,
-                "loocv_p": np.nan}
+                "loocv_p": np.nan, "loocv_p_depth_matched": np.nan}
     return {
         "loocv_correct": result.successes,
         "loocv_folds": result.n_folds,
         "loocv_accuracy": result.accuracy,
         "loocv_base_rate": result.base_rate,
         "loocv_p": result.p_value,
+        "loocv_p_depth_matched": result.p_value_depth_matched,
     }
 
 
@@ -80,7 +81,7 @@ def layer_sweep(
         ev = evaluate_probe(probe, data, threshold)
         cv = None
         if layer in loocv_set:
-            cv = loocv(data, config, train_config, threshold, base_rate=ev.detection.base_prediction_rate)
+            cv = loocv(data, config, train_config, threshold, full_predicted=ev.detection.predicted)
         rows.append({"layer": layer, **ev.row(), **_loocv_columns(cv)})
     return LayerSweep(pd.DataFrame(rows))
 
@@ -122,6 +123,6 @@ def activation_swap(
         config = ProbeConfig(data.hidden_size, hidden=hidden, activation=act)
         probe, _ = train_probe(data.x, data.y, config, train_config)
         ev = evaluate_probe(probe, data, threshold)
-        cv = loocv(data, config, train_config, threshold, base_rate=ev.detection.base_prediction_rate) if with_loocv else None
+        cv = loocv(data, config, train_config, threshold, full_predicted=ev.detection.predicted) if with_loocv else None
         rows.append({"activation": act, **ev.row(), **_loocv_columns(cv)})
     return ActivationSwap(pd.DataFrame(rows))

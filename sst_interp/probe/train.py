@@ -32,18 +32,24 @@ class TrainConfig:
         batch_size: minibatch size.
         epochs: passes over the balanced training set.
         seed: seeds the weight initialisation and the sampler's generator.
+        threads: torch intra-op threads while training (restored afterwards); 1 by default because the
+            probe is tiny and thread synchronisation would dominate (and a fixed count keeps results
+            identical across machines with different core counts). Not part of the recipe.
     """
 
     lr: float = 1e-3
     batch_size: int = 32
     epochs: int = 60
     seed: int = 42
+    threads: int = 1
 
     def __post_init__(self) -> None:
         if self.lr <= 0 or self.batch_size < 1 or self.epochs < 1:
             raise UsageError(
                 f"training needs lr > 0, batch_size >= 1, epochs >= 1; got {self.lr}, {self.batch_size}, {self.epochs}"
             )
+        if self.threads < 1:
+            raise UsageError(f"training threads must be >= 1, got {self.threads}")
 
 
 @dataclass(frozen=True)
@@ -113,6 +119,15 @@ def train_probe(
         raise UsageError(f"probe input_size {probe_config.input_size} does not match the data's d = {x.shape[1]}")
     if not np.isfinite(x).all():
         raise UsageError("training hidden states contain NaN or inf; check the run's hidden shards")
+    previous_threads = torch.get_num_threads()
+    torch.set_num_threads(config.threads)
+    try:
+        return _train(x, y, probe_config, config)
+    finally:
+        torch.set_num_threads(previous_threads)
+
+
+def _train(x: np.ndarray, y: np.ndarray, probe_config: ProbeConfig, config: TrainConfig) -> tuple[HaltingProbe, TrainReport]:
     start = time.perf_counter()
     idx = balance_indices(y)
     xb = torch.from_numpy(x[idx])
