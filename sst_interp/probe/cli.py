@@ -121,7 +121,9 @@ def _open_run(path: Path) -> Any:
 
 
 def _default_out(cfg: CliConfig, layer: int | str) -> Path:
-    return cfg.out if cfg.out is not None else cfg.run / "probe" / (f"layer{layer}" if isinstance(layer, int) else layer)
+    if cfg.out is not None:
+        return cfg.out
+    return cfg.run / "probe" / (f"layer{layer}" if isinstance(layer, int) else layer)
 
 
 def _probe_for(cfg: CliConfig, data: ProbeData, hidden: int) -> tuple[HaltingProbe, dict[str, Any]]:
@@ -217,7 +219,8 @@ def cmd_loocv(cfg: CliConfig, criterion: str) -> int:
     data = load_probe_data(run, cfg.layer)
     data.labels.require_must_halt()
     config = ProbeConfig(data.hidden_size, hidden=cfg.hidden, activation=cfg.activation)
-    result = loocv(data, config, TrainConfig(epochs=cfg.epochs, seed=cfg.seed), cfg.threshold, criterion)  # type: ignore[arg-type]
+    train_config = TrainConfig(epochs=cfg.epochs, seed=cfg.seed)
+    result = loocv(data, config, train_config, cfg.threshold, criterion)  # type: ignore[arg-type]
     cover = cover_bound(cfg.hidden, len(data.labels.must_halt_questions))
     out = _default_out(cfg, data.layer)
     _write(out, {"app_halting_loocv": result.table(), "app_halting_loocv_folds": result.folds,
@@ -260,9 +263,11 @@ def cmd_ablate(cfg: CliConfig, args: argparse.Namespace) -> int:
         linear, _ = train_linear_on(data, prune.essential, train_config)
         summary["linear_probe"] = evaluate_probe(linear, data, cfg.threshold).row()
         if args.linear_loocv:
-            summary["linear_probe_loocv"] = loocv(data, linear.config, train_config, cfg.threshold).table().to_dict("records")[0]
+            linear_cv = loocv(data, linear.config, train_config, cfg.threshold)
+            summary["linear_probe_loocv"] = linear_cv.table().to_dict("records")[0]
     if not probe.is_linear:
-        summary["cover_bound"] = cover_bound(probe.n_hidden, len(data.labels.must_halt_questions)).table().to_dict("records")[0]
+        cover = cover_bound(probe.n_hidden, len(data.labels.must_halt_questions))
+        summary["cover_bound"] = cover.table().to_dict("records")[0]
     if args.activation_swap:
         tables["halting_probe_activation_swap"] = activation_swap(
             data, cfg.hidden if cfg.probe is None else max(probe.n_hidden, 1), train_config=train_config,

@@ -130,7 +130,8 @@ def load_probe_data_layers(run: Any, layers: list[int]) -> dict[int, ProbeData]:
     d = int(run.hidden_size)
     ts = labels.timesteps
     first_turn = gens.groupby(["question_id", "depth"])["turn"].min()
-    row_of_ts = {(q, int(t), int(dd)): i for i, (q, t, dd) in enumerate(zip(ts["question_id"], ts["turn"], ts["depth"]))}
+    keys = zip(ts["question_id"], ts["turn"], ts["depth"])
+    row_of_ts = {(q, int(t), int(dd)): i for i, (q, t, dd) in enumerate(keys)}
     q_index = {q: i for i, q in enumerate(qids)}
     x = np.full((len(layers), len(ts), d), np.nan, dtype=np.float32)
     eval_x = np.full((len(layers), len(qids), i_max, d), np.nan, dtype=np.float32)

@@ -136,7 +136,8 @@ class HaltingOutcome(AnalysisResult):
             (f"Staged compute capacity (i_max = {i_max})", self.staged_correct, self.staged_correct / n,
              100 * (self.staged_correct / n - base), None, None),
         ]
-        return pd.DataFrame(rows, columns=["method", "correct", "accuracy", "delta_pp_vs_iter1", "overthinks", "missed"])
+        columns = ["method", "correct", "accuracy", "delta_pp_vs_iter1", "overthinks", "missed"]
+        return pd.DataFrame(rows, columns=columns)
 
 
 def simulate_halting(

@@ -66,7 +66,8 @@ def layer_sweep(
 
     Args:
         data_by_layer: ``{layer: ProbeData}`` (see :func:`~sst_interp.probe.dataset.load_probe_data_layers`).
-        probe_config: architecture (``input_size`` is taken from the data); default 64 units, SiLU, as the paper's sweep.
+        probe_config: architecture (``input_size`` is taken from the data); default 64 units and SiLU,
+            as the paper's sweep.
         train_config: hyperparameters.
         loocv_layers: layers to run LOOCV on (it trains one probe per MUST HALT question).
         threshold: halting threshold.

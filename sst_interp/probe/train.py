@@ -127,7 +127,9 @@ def train_probe(
         torch.set_num_threads(previous_threads)
 
 
-def _train(x: np.ndarray, y: np.ndarray, probe_config: ProbeConfig, config: TrainConfig) -> tuple[HaltingProbe, TrainReport]:
+def _train(
+    x: np.ndarray, y: np.ndarray, probe_config: ProbeConfig, config: TrainConfig
+) -> tuple[HaltingProbe, TrainReport]:
     start = time.perf_counter()
     idx = balance_indices(y)
     xb = torch.from_numpy(x[idx])

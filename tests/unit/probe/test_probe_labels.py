@@ -36,7 +36,8 @@ def test_hand_computed_labels():
         columns=["question_id", "depth", "turn"],
     )
     labels = make_labels(correct, turns)
-    got = {(q, t, d): mh for q, t, d, mh in labels.timesteps[["question_id", "turn", "depth", "must_halt"]].itertuples(index=False)}
+    rows = labels.timesteps[["question_id", "turn", "depth", "must_halt"]].itertuples(index=False)
+    got = {(q, t, d): mh for q, t, d, mh in rows}
     expected = {
         # regress1: c=1, fails at flat 2 -> MUST HALT at 1
         ("regress1", 0, 1): True,
@@ -61,7 +62,8 @@ def test_hand_computed_labels():
 
 def test_unrecoverable_questions_give_no_timesteps():
     correct = pd.DataFrame({1: [False], 2: [False]}, index=pd.Index(["never"], name="question_id"))
-    labels = make_labels(correct, pd.DataFrame([("never", 1, 0), ("never", 2, 0)], columns=["question_id", "depth", "turn"]))
+    turns = pd.DataFrame([("never", 1, 0), ("never", 2, 0)], columns=["question_id", "depth", "turn"])
+    labels = make_labels(correct, turns)
     assert labels.timesteps.empty
     with pytest.raises(UsageError, match="no MUST HALT"):
         labels.require_must_halt()

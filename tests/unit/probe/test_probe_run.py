@@ -148,10 +148,11 @@ def test_cli_loocv_sweep_ablate(planted_run, tmp_path):
     cv = pd.read_csv(tmp_path / "cv" / "app_halting_loocv.csv").iloc[0]
     assert cv["folds"] == len(pd.read_csv(tmp_path / "cv" / "app_halting_loocv_folds.csv")) and cv["p_value"] < 0.01
     assert pd.read_csv(tmp_path / "cv" / "cover_bound.csv")["shatter_capacity"].iloc[0] == 11
-    assert main(["sweep", "--run", str(run.path), "--layers", "1,3", "--hidden", "10", "--out", str(tmp_path / "sw")]) == 0
+    common = ["--run", str(run.path), "--hidden", "10"]
+    assert main(["sweep", *common, "--layers", "1,3", "--out", str(tmp_path / "sw")]) == 0
     sweep = pd.read_csv(tmp_path / "sw" / "tab_halting_probe_layer_sweep.csv")
     assert sweep["layer"].tolist() == [1, 3]
-    assert main(["ablate", "--run", str(run.path), "--hidden", "10", "--keep", "2,4", "--out", str(tmp_path / "ab")]) == 0
+    assert main(["ablate", *common, "--keep", "2,4", "--out", str(tmp_path / "ab")]) == 0
     summary = json.loads((tmp_path / "ab" / "summary.json").read_text())
     assert set(summary["essential_dims"]) <= set(DIMS) and summary["essential_dims"]
     assert summary["linear_probe"]["overthinks"] == 0
