@@ -1,0 +1,40 @@
+"""The report (``python -m sst_interp.report``): every table and figure the recorded runs support, as files and as
+one HTML page.
+
+Modules, one concern each:
+
+* :mod:`~sst_interp.reporting.config` -- :class:`ReportConfig` and resolving it into opened inputs;
+* :mod:`~sst_interp.reporting.artefacts` -- the artefact registry (:class:`ArtefactSpec`, :class:`ArtefactData`);
+* ``specs_*`` -- what each artefact computes, by paper section (evaluation, basins, logits, monitoring, probe,
+  alpha);
+* :mod:`~sst_interp.reporting.context` -- shared analyses, computed once per run;
+* :mod:`~sst_interp.reporting.cache` -- artefact data cached under ``<out>/.cache`` keyed by input content;
+* :mod:`~sst_interp.reporting.tables` -- Markdown, CSV, LaTeX (booktabs) and HTML tables;
+* ``fig_*`` -- matplotlib figures (Agg canvas), by paper section;
+* :mod:`~sst_interp.reporting.html` -- ``index.html``;
+* :mod:`~sst_interp.reporting.build` -- :func:`build_report`, the orchestration.
+
+Typical use::
+
+    from sst_interp.reporting import ReportConfig, build_report
+    result = build_report(ReportConfig(runs=(Path("runs/gpqa"),), baselines=(Path("runs/gpqa_base"),)))
+    result.names("skipped")
+"""
+
+from sst_interp.reporting.artefacts import UNSUPPORTED, ArtefactData, ArtefactSpec, all_specs
+from sst_interp.reporting.build import ReportResult, build_report
+from sst_interp.reporting.config import ReportConfig, ReportInputs, resolve_inputs
+from sst_interp.reporting.html import Outcome
+
+__all__ = [
+    "UNSUPPORTED",
+    "ArtefactData",
+    "ArtefactSpec",
+    "Outcome",
+    "ReportConfig",
+    "ReportInputs",
+    "ReportResult",
+    "all_specs",
+    "build_report",
+    "resolve_inputs",
+]

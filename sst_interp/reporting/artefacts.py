@@ -1,0 +1,189 @@
+"""The artefact registry: what the report can produce, how each artefact is computed and, for figures, drawn.
+
+An :class:`ArtefactSpec` is one table or figure of the paper (named after its label: ``tab:main_results`` ->
+``tab_main_results``). Its ``compute`` turns the report's inputs into :class:`ArtefactData` (named DataFrames plus
+JSON-able notes) or a :class:`~sst_interp.analyses._common.NotApplicable` saying why the inputs cannot support it;
+a figure's ``draw`` turns that data into a matplotlib ``Figure``. Only :class:`ArtefactData` is cached, so redrawing
+a figure never reruns an analysis.
+
+Scopes: ``report`` artefacts combine every run (one table across benchmarks); ``run`` artefacts are made once per
+SST run (suffixed ``-<run name>`` when there are several); ``checkpoint`` artefacts once per distinct SST
+checkpoint; ``training`` artefacts from the training logs.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Literal
+
+import pandas as pd
+
+from sst_interp.analyses._common import NotApplicable
+
+if TYPE_CHECKING:
+    from matplotlib.figure import Figure
+
+    from sst_interp.reporting.context import ReportContext
+
+Kind = Literal["table", "figure"]
+Scope = Literal["report", "run", "checkpoint", "training"]
+
+#: Page sections, in display order.
+FAMILIES: tuple[str, ...] = (
+    "Evaluation",
+    "Basin shifts (punctuated equilibrium)",
+    "Logit dynamics",
+    "Precision and convergence monitoring",
+    "Halting probe",
+    "Learned blend coefficients and training",
+)
+
+
+@dataclass
+class ArtefactData:
+    """What an artefact computes.
+
+    Args:
+        tables: name -> DataFrame. ``"main"`` is the table a table artefact shows and writes; figures read the
+            frames their panels need.
+        meta: JSON-able values: ``notes`` (list of one-line strings shown under a table) and whatever numbers a
+            figure annotates.
+    """
+
+    tables: dict[str, pd.DataFrame]
+    meta: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def notes(self) -> list[str]:
+        """One-line notes shown under the table."""
+        return [str(n) for n in self.meta.get("notes", [])]
+
+
+Compute = Callable[["ReportContext", "str | None"], "ArtefactData | NotApplicable"]
+Draw = Callable[[ArtefactData], "Figure"]
+
+
+@dataclass(frozen=True)
+class ArtefactSpec:
+    """One table or figure the report knows how to make.
+
+    Args:
+        name: base file name, the paper label with ``:`` -> ``_`` (``tab_main_results``).
+        kind: "table" or "figure".
+        label: the paper label it reproduces (``tab:main_results``), or "" for measurements without one.
+        family: page section (one of :data:`FAMILIES`).
+        caption: one line on what the artefact shows.
+        scope: "report", "run", "checkpoint" or "training" (module docstring).
+        needs: inputs whose content keys the cache: any of "run", "runs", "baseline", "probe", "checkpoint",
+            "training".
+        compute: ``(context, target) -> ArtefactData | NotApplicable``; ``target`` is the run name, the checkpoint
+            path or None.
+        draw: figures only: ``ArtefactData -> Figure``.
+    """
+
+    name: str
+    kind: Kind
+    label: str
+    family: str
+    caption: str
+    scope: Scope
+    needs: tuple[str, ...]
+    compute: Compute
+    draw: Draw | None = None
+
+    def __post_init__(self) -> None:
+        if self.family not in FAMILIES:
+            raise ValueError(f"{self.name}: unknown family {self.family!r}")
+        if (self.kind == "figure") != (self.draw is not None):
+            raise ValueError(f"{self.name}: figures need draw, tables must not have one")
+
+
+@dataclass(frozen=True)
+class Artefact:
+    """One artefact to produce: a spec bound to its target.
+
+    Args:
+        spec: what to make.
+        name: output name (``spec.name`` plus ``-<target>`` when the scope has several targets).
+        target: run name, checkpoint path or None.
+    """
+
+    spec: ArtefactSpec
+    name: str
+    target: str | None
+
+    @property
+    def label(self) -> str:
+        """The LaTeX label (paper label plus the target suffix)."""
+        base = self.spec.label or self.spec.name.replace("_", ":", 1)
+        return base + self.name[len(self.spec.name):]
+
+
+#: Paper artefacts no run can support, with the reason (listed on the page, never produced).
+UNSUPPORTED: dict[str, str] = {
+    "fig_architecture": "a schematic of the architecture, not a measurement",
+    "tab_external_gsm8k": "published accuracies of other models; not derived from recorded runs",
+    "tab_external_gpqa": "published accuracies of other models; not derived from recorded runs",
+    "tab_hyperparameters": "the training configuration; read it from the training run's config",
+    "tab_alpha_init_ablation": "needs runs of the no-bias ablation checkpoint paired with the SST's; not supported",
+    "tab_ema_variant_ablation": "needs runs of the EMA-variant checkpoint paired with the SST's; not supported",
+    "fig_sst_vs_nobias_loss": "needs the no-bias ablation's training log; not supported",
+}
+
+
+def all_specs() -> list[ArtefactSpec]:
+    """Every spec, in page order."""
+    from sst_interp.reporting import (
+        specs_alpha,
+        specs_basins,
+        specs_evaluation,
+        specs_logits,
+        specs_monitoring,
+        specs_probe,
+    )
+
+    specs = [*specs_evaluation.SPECS, *specs_basins.SPECS, *specs_logits.SPECS, *specs_monitoring.SPECS,
+             *specs_probe.SPECS, *specs_alpha.SPECS]
+    names = [s.name for s in specs]
+    dup = {n for n in names if names.count(n) > 1}
+    if dup:
+        raise ValueError(f"duplicate artefact names {sorted(dup)}")
+    return sorted(specs, key=lambda s: FAMILIES.index(s.family))
+
+
+def plan(specs: list[ArtefactSpec], run_names: list[str], checkpoints: list[str]) -> list[Artefact]:
+    """Bind specs to targets: one per run for ``run`` scope, one per checkpoint for ``checkpoint`` scope."""
+    out: list[Artefact] = []
+    for spec in specs:
+        if spec.scope == "run":
+            for name in run_names:
+                out.append(Artefact(spec, spec.name if len(run_names) == 1 else f"{spec.name}-{name}", name))
+        elif spec.scope == "checkpoint":
+            if not checkpoints:
+                out.append(Artefact(spec, spec.name, None))
+            for ckpt in checkpoints:
+                suffix = "" if len(checkpoints) == 1 else "-" + (re.sub(r"[^A-Za-z0-9_.]+", "_", Path(ckpt).name)
+                                                                 or "checkpoint")
+                out.append(Artefact(spec, spec.name + suffix, ckpt))
+        else:
+            out.append(Artefact(spec, spec.name, None))
+    return out
+
+
+def attr_notes(frame: pd.DataFrame) -> list[str]:
+    """``frame.attrs`` as notes (``key: value``), for tables whose analyses put summary counts there."""
+    return [f"{str(k).replace('_', ' ')}: {v}" for k, v in frame.attrs.items()]
+
+
+def table_data(result: Any, notes: list[str] | None = None, **extra: pd.DataFrame) -> ArtefactData | NotApplicable:
+    """An analysis result's ``.table()`` as the ``main`` table, its attrs and ``notes`` as notes, plus ``extra``
+    frames; a NotApplicable passes through."""
+    if isinstance(result, NotApplicable):
+        return result
+    frame = result.table().copy()
+    found = attr_notes(frame)
+    frame.attrs = {}
+    return ArtefactData({"main": frame, **extra}, {"notes": [*(notes or []), *found]})

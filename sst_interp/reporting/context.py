@@ -1,0 +1,237 @@
+"""Shared analyses of one report, computed at most once and only when an artefact that needs them is not cached.
+
+Several artefacts read the same analysis (every basin figure reads one :func:`punctuated_equilibrium`; every
+logit table reads one set of comparison records; the probe tables share one trained probe), so the context
+memoises them per run. Everything streams from the run one question at a time (the analyses' contract).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, TypeVar
+
+import numpy as np
+import pandas as pd
+
+from sst_interp.analyses._common import NotApplicable
+from sst_interp.errors import UsageError
+from sst_interp.reporting.config import ReportInputs, RunInput
+
+T = TypeVar("T")
+
+#: Width of the reported halting probe and of the probe the neuron analysis reads (paper sec:halting_probe_method).
+REPORTED_PROBE_WIDTH = 10
+MECHANISTIC_PROBE_WIDTH = 64
+
+
+@dataclass(frozen=True)
+class ProbeBundle:
+    """The halting probe of one run and its evaluation.
+
+    Args:
+        data: labels and position-0 states at the probe layer (:class:`~sst_interp.probe.ProbeData`).
+        probe: the probe (loaded from ``--probe`` or trained here).
+        threshold: halting threshold on the logit.
+        origin: one line saying where the probe came from.
+        evaluation: :class:`~sst_interp.probe.evaluate.ProbeEvaluation` of the probe on ``data``.
+    """
+
+    data: Any
+    probe: Any
+    threshold: float
+    origin: str
+    evaluation: Any
+
+
+@dataclass(frozen=True)
+class AlphaMatrix:
+    """Learned blend coefficients of a checkpoint.
+
+    Args:
+        alpha: ``[L, d]`` float64 coefficients, one row per state-stream layer.
+        layers: ``[L]`` the decoder layer of each row.
+        source: the checkpoint folder.
+        alpha_init: the coefficient every dimension started from.
+    """
+
+    alpha: np.ndarray
+    layers: np.ndarray
+    source: str
+    alpha_init: float
+
+
+class ReportContext:
+    """Lazily computed, memoised analyses over :class:`ReportInputs`."""
+
+    def __init__(self, inputs: ReportInputs) -> None:
+        self.inputs = inputs
+        self._memo: dict[tuple[str, ...], Any] = {}
+
+    def memo(self, key: tuple[str, ...], build: Callable[[], T]) -> T:
+        """``build()`` once per ``key``."""
+        if key not in self._memo:
+            self._memo[key] = build()
+        return self._memo[key]
+
+    # ------------------------------------------------------------------------------------------ runs
+    def run_input(self, name: str | None) -> RunInput:
+        """The run called ``name`` (the only run when None)."""
+        if name is None:
+            return self.inputs.runs[0]
+        return self.inputs.run(name)
+
+    def baseline(self, name: str | None) -> RunInput | None:
+        """The matched baseline of run ``name`` (None without one)."""
+        return self.inputs.baselines.get(self.run_input(name).name)
+
+    def punctuated(self, name: str | None) -> Any:
+        """:func:`~sst_interp.analyses.basin_profiles.punctuated_equilibrium` of the run."""
+        from sst_interp.analyses.basin_profiles import punctuated_equilibrium
+
+        item = self.run_input(name)
+        return self.memo(("pe", item.name), lambda: punctuated_equilibrium(item.run))
+
+    def threshold(self, name: str | None) -> tuple[float, str]:
+        """The low-overlap threshold of the run and where it came from (its GMM crossover, else the paper's)."""
+        from sst_interp.analyses.basins import GMMFit
+        from sst_interp.analyses.logit_dynamics import PAPER_THRESHOLD
+
+        pe = self.punctuated(name)
+        gmm = getattr(pe, "gmm", None)
+        if isinstance(gmm, GMMFit):
+            return float(gmm.threshold), "this run's GMM crossover"
+        return float(PAPER_THRESHOLD), "the paper's GMM crossover (this run has no fit)"
+
+    def labels(self, name: str | None) -> pd.DataFrame:
+        """Regime labels (low-overlap / stable per compared iteration pair) at the run's threshold."""
+        from sst_interp.analyses.logit_dynamics import labels_from_run
+
+        item = self.run_input(name)
+        return self.memo(("labels", item.name),
+                         lambda: labels_from_run(item.run, threshold=self.threshold(item.name)[0]))
+
+    def records(self, name: str | None) -> Any:
+        """:class:`~sst_interp.analyses.logit_dynamics.LogitRecords` of the run (window = full positions)."""
+        from sst_interp.analyses.logit_dynamics import collect_records
+
+        item = self.run_input(name)
+        top_k = int(item.run.manifest.get("top_k") or 100)
+        window = int(item.run.manifest.get("full_positions") or 10)
+        return self.memo(("records", item.name), lambda: collect_records(
+            item.run, self.labels(item.name), max_positions=window, top_n=min(100, top_k)))
+
+    def convergence(self, name: str | None) -> Any:
+        """:func:`~sst_interp.analyses.convergence.convergence_monitoring` of the run."""
+        from sst_interp.analyses.convergence import convergence_monitoring
+
+        item = self.run_input(name)
+        return self.memo(("convergence", item.name), lambda: convergence_monitoring(item.run))
+
+    # ------------------------------------------------------------------------------------------ probe
+    def probe(self, name: str | None) -> ProbeBundle | NotApplicable:
+        """The run's halting probe: ``--probe`` when given, else a 10-neuron probe trained on the run's labels."""
+        item = self.run_input(name)
+        return self.memo(("probe", item.name), lambda: self._probe(item))
+
+    def _probe(self, item: RunInput) -> ProbeBundle | NotApplicable:
+        from sst_interp.probe import load_probe, load_probe_data
+        from sst_interp.probe.evaluate import evaluate_probe
+        from sst_interp.probe.model import DEFAULT_THRESHOLD, ProbeConfig
+        from sst_interp.probe.train import TrainConfig, train_probe
+
+        label = "tab:halting_probe"
+        if self.inputs.probe is not None:
+            probe, meta = load_probe(self.inputs.probe)
+            if probe.config.input_size != item.run.hidden_size or not 0 <= meta.layer < item.run.num_layers:
+                return NotApplicable(f"--probe {self.inputs.probe} reads layer {meta.layer} of width "
+                                     f"{probe.config.input_size}; run {item.name} has {item.run.num_layers} layers "
+                                     f"of width {item.run.hidden_size}", label)
+            data = load_probe_data(item.run, meta.layer)
+            origin = f"--probe {self.inputs.probe} (layer {meta.layer})"
+            threshold = float(meta.threshold)
+        else:
+            data = load_probe_data(item.run)
+            if data.labels.n_must_halt == 0:
+                return NotApplicable("the run has no MUST HALT timesteps (no question passes at its staged depth "
+                                     "and fails at the next flat depth); pass --probe to evaluate a trained probe",
+                                     label)
+            if data.labels.n_safe == 0:
+                return NotApplicable("the run has no SAFE timesteps; a probe needs both classes", label)
+            config = ProbeConfig(data.hidden_size, hidden=REPORTED_PROBE_WIDTH)
+            probe, _ = train_probe(data.x, data.y, config, TrainConfig())
+            origin = (f"{REPORTED_PROBE_WIDTH}-neuron probe trained here on the run's labels (layer {data.layer}, "
+                      "paper recipe, seed 42)")
+            threshold = float(DEFAULT_THRESHOLD)
+        return ProbeBundle(data, probe, threshold, origin, evaluate_probe(probe, data, threshold))
+
+    def mechanistic_probe(self, name: str | None) -> Any:
+        """The 64-neuron probe of the neuron analysis: ``--probe`` when it has 64 units, else one trained here."""
+        from sst_interp.probe.model import ProbeConfig
+        from sst_interp.probe.train import TrainConfig, train_probe
+
+        bundle = self.probe(name)
+        if isinstance(bundle, NotApplicable):
+            return bundle
+        if bundle.probe.n_hidden == MECHANISTIC_PROBE_WIDTH:
+            return bundle.probe
+        item = self.run_input(name)
+
+        def build() -> Any:
+            bundle.data.labels.require_must_halt()
+            config = ProbeConfig(bundle.data.hidden_size, hidden=MECHANISTIC_PROBE_WIDTH)
+            return train_probe(bundle.data.x, bundle.data.y, config, TrainConfig())[0]
+
+        return self.memo(("probe64", item.name), build)
+
+    def feature_search(self, name: str | None) -> tuple[Any, Any]:
+        """(top-K sweep, greedy prune or NotApplicable) of the reported probe (memoised; they are slow)."""
+        from sst_interp.probe.features import greedy_prune, topk_sweep
+
+        bundle = self.probe(name)
+        item = self.run_input(name)
+
+        def build() -> tuple[Any, Any]:
+            sweep = topk_sweep(bundle.probe, bundle.data, None, bundle.threshold)
+            if sweep.minimal_k is None:
+                return sweep, NotApplicable("no top-K input set reproduces the unablated probe's result",
+                                            "tab:halting_probe_greedy_prune")
+            return sweep, greedy_prune(bundle.probe, bundle.data, sweep.minimal_k, bundle.threshold)
+
+        return self.memo(("features", item.name), build)
+
+    # ------------------------------------------------------------------------------------------ alpha
+    def alpha(self, checkpoint: str | None) -> AlphaMatrix | NotApplicable:
+        """Blend coefficients of an SST checkpoint folder (read from its safetensors; no model is built)."""
+        if checkpoint is None:
+            reasons = sorted(set(self.inputs.missing_checkpoints.values()))
+            return NotApplicable(reasons[0] if reasons else "no SST checkpoint given (--checkpoint)", "alpha")
+        return self.memo(("alpha", checkpoint), lambda: read_alpha(Path(checkpoint)))
+
+    def alpha_for_run(self, name: str | None) -> AlphaMatrix | None:
+        """The alpha of the checkpoint run ``name`` was recorded with, or None."""
+        ckpt = self.inputs.checkpoints.get(self.run_input(name).name)
+        result = self.alpha(str(ckpt)) if ckpt is not None else None
+        return result if isinstance(result, AlphaMatrix) else None
+
+
+def read_alpha(folder: Path) -> AlphaMatrix:
+    """``alpha_l = a_min + (a_max - a_min) * sigmoid(theta_l)`` for every layer of a checkpoint folder."""
+    from safetensors.numpy import load_file
+
+    from sst_interp.analyses.alpha import alpha_from_theta
+    from sst_interp.model.checkpoint import STATE_FILE, read_checkpoint_config
+
+    meta = read_checkpoint_config(folder)
+    sst = meta["sst"]
+    a_min, a_max = float(sst.get("a_min", 0.015)), float(sst.get("a_max", 0.10))
+    theta_init = float(sst.get("theta_init", -1.8))
+    tensors = load_file(str(folder / STATE_FILE))
+    layers = sorted(int(k.split(".")[1]) for k in tensors if k.endswith(".theta"))
+    if not layers:
+        raise UsageError(f"{folder / STATE_FILE} holds no layers.*.theta tensors; it is not an SST checkpoint")
+    theta = np.stack([np.asarray(tensors[f"layers.{i}.theta"], dtype=np.float64) for i in layers])
+    alpha = alpha_from_theta(theta, a_min, a_max)
+    init = a_min + (a_max - a_min) / (1.0 + np.exp(-theta_init))
+    return AlphaMatrix(alpha, np.asarray(layers, dtype=np.int64), str(folder), float(init))

@@ -1,0 +1,86 @@
+"""Overlap heatmaps (fig:overlap_heatmap, fig:overlap_heatmap_zoom) and layer profiles (fig:layer_profile,
+fig:layer_profile_per_position, fig:layer_profile_512pos)."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+from matplotlib import colormaps
+from matplotlib.figure import Figure
+
+from sst_interp.reporting.artefacts import ArtefactData
+from sst_interp.reporting.fig_common import BASE_FONT, bottom_legend, draw_profile, new_figure, overlap_ylim, style
+
+HEAT_CMAP = "magma"
+THRESHOLD_COLOR = "#00c8ff"
+
+
+def draw_heatmap(data: ArtefactData) -> Figure:
+    """Layers (rows, layer 0 at the bottom) x generated positions (columns), colour = top-k overlap; the GMM
+    threshold is marked on the colour bar and low-overlap positions by triangles above the map."""
+    cells = data.tables["cells"]
+    meta = data.meta
+    threshold = float(meta["threshold"])
+    layers = np.arange(int(cells["layer"].min()), int(cells["layer"].max()) + 1)
+    positions = np.arange(int(cells["position"].min()), int(cells["position"].max()) + 1)
+    grid = np.full((layers.size, positions.size), np.nan)
+    grid[cells["layer"].to_numpy() - layers[0], cells["position"].to_numpy() - positions[0]] = cells["overlap"]
+    vmin = min(float(np.nanmin(grid)), threshold) - 0.01
+    width = 6.5 if positions.size <= 16 else min(13.0, 6.0 + positions.size / 40)
+    fig = new_figure(width, 4.4)
+    ax = fig.add_subplot()
+    cmap = colormaps[HEAT_CMAP].copy()
+    cmap.set_bad("#d9d9d9")
+    image = ax.imshow(np.ma.masked_invalid(grid), origin="lower", aspect="auto", cmap=cmap, vmin=max(vmin, 0.0),
+                      vmax=1.0, interpolation="nearest",
+                      extent=(positions[0] - 0.5, positions[-1] + 0.5, layers[0] - 0.5, layers[-1] + 0.5))
+    bar = fig.colorbar(image, ax=ax, pad=0.01)
+    bar.set_label("top-k overlap", fontsize=BASE_FONT)
+    bar.ax.axhline(threshold, color=THRESHOLD_COLOR, linewidth=2)
+    bar.ax.tick_params(labelsize=BASE_FONT - 1)
+    bar.ax.text(1.6, threshold, f" threshold\n {threshold:.3f}", transform=bar.ax.get_yaxis_transform(),
+                va="center", fontsize=BASE_FONT - 2, color="#005f7a")
+    low = [p for p in meta.get("low_positions", []) if positions[0] <= p <= positions[-1]]
+    if low:
+        ax.plot(low, np.full(len(low), layers[-1] + 0.5), marker="v", linestyle="none", color=THRESHOLD_COLOR,
+                markersize=5 if positions.size > 40 else 7, clip_on=False, markeredgecolor="black",
+                markeredgewidth=0.4, label="low-overlap position")
+    full = int(meta.get("full_positions") or 0)
+    if not meta.get("zoom") and positions[0] < full <= positions[-1]:
+        ax.axvline(full - 0.5, color="white", linestyle="--", linewidth=1.0)
+        ax.text(full - 0.5, layers[0] - 0.5, "  sketches ->", color="white", fontsize=BASE_FONT - 2, va="bottom")
+    if positions.size <= 30:
+        ax.set_xticks(positions)
+    if layers.size <= 30:
+        ax.set_yticks(layers)
+    style(ax, f"question {meta['question_id']}: {meta.get('comparison', '')}", "generated position", "layer")
+    ax.grid(False)
+    return fig
+
+
+def draw_profiles(data: ArtefactData) -> Figure:
+    """One panel per profile in ``meta['panels']``: median and percentile bands (or traces for N < 5) over layers,
+    the threshold dashed; panels share the y axis and one legend sits below them."""
+    panels = data.meta["panels"]
+    threshold = data.meta.get("threshold")
+    n = len(panels)
+    ncols = n if n <= 3 else min(5, math.ceil(n / math.ceil(n / 5)))
+    nrows = math.ceil(n / ncols)
+    fig = new_figure(max(4.8, 3.0 * ncols), 2.6 * nrows + 0.9)
+    axes = fig.subplots(nrows, ncols, sharey=True, squeeze=False).ravel()
+    frames = []
+    for ax, panel in zip(axes, panels):
+        stats = data.tables[f"stats_{panel['key']}"]
+        traces = data.tables.get(f"traces_{panel['key']}")
+        draw_profile(ax, stats, traces, threshold)
+        frames += [stats, traces] if traces is not None else [stats]
+        style(ax, f"{panel['title']} (N = {panel['n']})", "layer", "top-k overlap")
+    for ax in axes[n:]:
+        ax.set_visible(False)
+    overlap_ylim(axes[0], frames, threshold)
+    comparison = data.meta.get("comparison")
+    if comparison:
+        fig.suptitle(f"Layer profile of top-k overlap ({comparison})", fontsize=BASE_FONT + 1)
+    bottom_legend(fig, list(axes[:n]))
+    return fig

@@ -1,0 +1,128 @@
+"""Evaluation artefacts (paper sec:evaluation): headline, staged capacity, overthinking, pass/fail flows,
+repetition, convergent reasoning."""
+
+from __future__ import annotations
+
+import pandas as pd
+
+from sst_interp.analyses import convergent, evaluation
+from sst_interp.analyses._common import NotApplicable
+from sst_interp.reporting import fig_evaluation
+from sst_interp.reporting.artefacts import ArtefactData, ArtefactSpec, table_data
+from sst_interp.reporting.context import ReportContext
+
+FAMILY = "Evaluation"
+
+
+def _baseline_depth(base: object) -> int:
+    return int(min(base.run.depths))  # type: ignore[attr-defined]
+
+
+def main_results(ctx: ReportContext, target: str | None) -> ArtefactData | NotApplicable:
+    """tab:main_results for every run with a matched baseline (one row per benchmark)."""
+    frames, notes = [], []
+    for item in ctx.inputs.runs:
+        base = ctx.inputs.baselines.get(item.name)
+        if base is None:
+            continue
+        result = evaluation.main_results({item.benchmark: (item.run, base.run)},
+                                         baseline_depth=_baseline_depth(base))
+        if isinstance(result, NotApplicable):
+            notes.append(f"{item.benchmark}: {result.reason}")
+            continue
+        frames.append(result.table())
+        notes.append(f"{item.benchmark}: SST run {item.path} (staged compute over depths "
+                     f"{', '.join(map(str, item.run.depths))}) vs baseline {base.path} at depth {_baseline_depth(base)}")
+    if not frames:
+        reason = "; ".join(notes) if notes else ("no --baseline run given (the headline compares the SST with its "
+                                                 "matched fine-tuned baseline)")
+        return NotApplicable(reason, "tab:main_results")
+    return ArtefactData({"main": pd.concat(frames, ignore_index=True)}, {"notes": notes})
+
+
+def staged_breakdown(ctx: ReportContext, target: str | None) -> ArtefactData | NotApplicable:
+    """tab:staged_breakdown over every multi-depth run."""
+    runs = {item.benchmark: item.run for item in ctx.inputs.runs if len(item.run.depths) >= 2}
+    if not runs:
+        depths = ", ".join(f"{i.name}: {i.run.depths}" for i in ctx.inputs.runs)
+        return NotApplicable(f"every run has a single depth ({depths}); staged compute needs two or more",
+                             "tab:staged_breakdown")
+    return table_data(evaluation.staged_breakdown(runs))
+
+
+def overthinking(ctx: ReportContext, target: str | None) -> ArtefactData | NotApplicable:
+    """tab:overthinking of one run (with its matched baseline as a reference row when there is one)."""
+    item, base = ctx.run_input(target), ctx.baseline(target)
+    result = evaluation.overthinking(item.run, base.run if base else None,
+                                     _baseline_depth(base) if base else None)
+    notes = [] if base else ["no --baseline run given: the matched-baseline reference row is omitted"]
+    return table_data(result, notes)
+
+
+def sankey(ctx: ReportContext, target: str | None) -> ArtefactData | NotApplicable:
+    """fig:overthinking_sankey data: pass/fail columns and the four flows of each transition."""
+    result = evaluation.overthinking_sankey(ctx.run_input(target).run)
+    if isinstance(result, NotApplicable):
+        return result
+    return ArtefactData({"flows": result.table(), "columns": result.columns_table()}, {"n": result.n})
+
+
+def repetition(ctx: ReportContext, target: str | None) -> ArtefactData | NotApplicable:
+    """tab:repetition: per benchmark, SST staged / flat shallowest / flat deepest and the baseline."""
+    frames, notes = [], []
+    for item in ctx.inputs.runs:
+        gens = item.run.generations()
+        depths = sorted(item.run.depths)
+        configs: dict[str, pd.DataFrame] = {}
+        base = ctx.inputs.baselines.get(item.name)
+        if base is not None:
+            configs[f"Baseline iter={_baseline_depth(base)}"] = evaluation.select_depth(base.run.generations(),
+                                                                                        _baseline_depth(base))
+        configs[f"SST flat iter={depths[0]}"] = evaluation.select_depth(gens, depths[0])
+        if len(depths) >= 2:
+            configs["SST staged"] = evaluation.select_staged(gens)
+            configs[f"SST flat iter={depths[-1]}"] = evaluation.select_depth(gens, depths[-1])
+        reference = next(iter(configs))
+        result = evaluation.repetition(configs, reference=reference)
+        if isinstance(result, NotApplicable):
+            notes.append(f"{item.benchmark}: {result.reason}")
+            continue
+        frame = result.table()
+        frame.insert(0, "benchmark", item.benchmark)
+        frames.append(frame)
+        notes.append(f"{item.benchmark}: Mann-Whitney p compares each configuration with {reference}")
+    if not frames:
+        return NotApplicable("; ".join(notes), "tab:repetition")
+    if not ctx.inputs.baselines:
+        notes.append("no --baseline run given: baseline rows are omitted")
+    return ArtefactData({"main": pd.concat(frames, ignore_index=True)}, {"notes": notes})
+
+
+def convergent_reasoning(ctx: ReportContext, target: str | None) -> ArtefactData | NotApplicable:
+    """tab:convergent_reasoning of one run."""
+    return table_data(convergent.convergent_reasoning(ctx.run_input(target).run))
+
+
+SPECS: list[ArtefactSpec] = [
+    ArtefactSpec("tab_main_results", "table", "tab:main_results", FAMILY,
+                 "Headline comparison: matched baseline vs SST at staged compute, the difference in points and the "
+                 "error correction (SST - baseline) / (1 - baseline), per benchmark.",
+                 "report", ("runs", "baseline"), main_results),
+    ArtefactSpec("tab_staged_breakdown", "table", "tab:staged_breakdown", FAMILY,
+                 "Staged compute capacity: fraction of questions solved at some depth up to each stage, per "
+                 "benchmark.", "report", ("runs",), staged_breakdown),
+    ArtefactSpec("tab_overthinking", "table", "tab:overthinking", FAMILY,
+                 "Overthinking regression: accuracy of staged compute and of each flat depth, each paired with the "
+                 "shallowest depth (regressions, recoveries, McNemar tests).", "run", ("run", "baseline"),
+                 overthinking),
+    ArtefactSpec("fig_overthinking_sankey", "figure", "fig:overthinking_sankey", FAMILY,
+                 "Per-question pass/fail flows between consecutive flat depths: ribbons pass->pass, pass->fail "
+                 "(regression), fail->pass (recovery), fail->fail; accuracy above each column.", "run", ("run",),
+                 sankey, fig_evaluation.draw_sankey),
+    ArtefactSpec("tab_repetition", "table", "tab:repetition", FAMILY,
+                 "Sentence-level repetition (sentences of >= 20 characters occurring more than once per turn) and "
+                 "loops, per benchmark and configuration.", "report", ("runs", "baseline"), repetition),
+    ArtefactSpec("tab_convergent_reasoning", "table", "tab:convergent_reasoning", "Logit dynamics",
+                 "Convergent reasoning: questions correct at every depth with pairwise distinct text traces, "
+                 "against the chance of independent random answers.", "run", ("run",), convergent_reasoning),
+]

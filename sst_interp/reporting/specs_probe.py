@@ -1,0 +1,187 @@
+"""Halting-probe artefacts (sec:halting_probe, app:halting): evaluation, per-iteration detection, halt signal, LOOCV,
+layer sweep, neuron ablations, input-dimension sweep, greedy pruning and the feature grid.
+
+The probe is ``--probe`` when given, else a 10-neuron probe trained on the run's MUST HALT labels (paper recipe);
+the neuron analysis reads a 64-neuron probe, as the paper's does.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from sst_interp.analyses._common import NotApplicable, paper_layer
+from sst_interp.reporting import fig_probe
+from sst_interp.reporting.artefacts import ArtefactData, ArtefactSpec, table_data
+from sst_interp.reporting.context import MECHANISTIC_PROBE_WIDTH, ProbeBundle, ReportContext
+
+FAMILY = "Halting probe"
+
+
+def _with_bundle(build: Callable[[ReportContext, str | None, ProbeBundle], Any]
+                 ) -> Callable[[ReportContext, str | None], Any]:
+    def compute(ctx: ReportContext, target: str | None) -> ArtefactData | NotApplicable:
+        bundle = ctx.probe(target)
+        if isinstance(bundle, NotApplicable):
+            return bundle
+        return build(ctx, target, bundle)
+
+    compute.__doc__ = build.__doc__
+    return compute
+
+
+def _origin(bundle: ProbeBundle) -> str:
+    return f"probe: {bundle.origin}"
+
+
+def halting_probe(ctx: ReportContext, target: str | None, b: ProbeBundle) -> ArtefactData | NotApplicable:
+    """tab:halting_probe with the McNemar test against iteration 1 and the chosen-depth breakdown."""
+    out = b.evaluation.outcome
+    n_b, n_c, p = out.mcnemar_vs_iter1()
+    breakdown = out.depth_breakdown()
+    notes = [_origin(b),
+             f"McNemar exact one-sided vs iter=1: {n_b} wrong->right, {n_c} right->wrong, p = {p:.3g}",
+             "correct answers by chosen depth: " + ", ".join(f"iter={d}: {c}" for d, c in
+                                                          zip(breakdown["depth"], breakdown["correct"]))]
+    return table_data(out, notes, questions=out.per_question())
+
+
+def per_iter(ctx: ReportContext, target: str | None, b: ProbeBundle) -> ArtefactData | NotApplicable:
+    """tab:halting_probe_per_iter."""
+    det = b.evaluation.detection
+    return table_data(det, [_origin(b), f"base prediction rate: {det.n_predicted_halt}/{len(det.must_halt)} = "
+                                        f"{det.base_prediction_rate:.3f} of timesteps classified MUST HALT"])
+
+
+def halt_signal(ctx: ReportContext, target: str | None, b: ProbeBundle) -> ArtefactData | NotApplicable:
+    """fig:halt_signal: the probe's logit at every labelled timestep."""
+    from sst_interp.probe.figures import halt_signal_data
+
+    signal = halt_signal_data(b.evaluation, b.data)
+    return ArtefactData({"timesteps": signal.table(), "summary": signal.summary()},
+                        {"threshold": float(signal.threshold), "layer": int(b.data.layer), "origin": b.origin})
+
+
+def loocv_table(ctx: ReportContext, target: str | None, b: ProbeBundle) -> ArtefactData | NotApplicable:
+    """LOOCV over the MUST HALT questions (app:halting_loocv) with Cover's bound on the output layer."""
+    from sst_interp.probe.loocv import cover_bound, loocv
+    from sst_interp.probe.train import TrainConfig
+
+    b.data.labels.require_must_halt()
+    result = loocv(b.data, b.probe.config, TrainConfig(), b.threshold,
+                   full_predicted=b.evaluation.detection.predicted)
+    notes = [_origin(b), "each fold retrains the same architecture from scratch without one MUST HALT question"]
+    extra = {"folds": result.folds}
+    if not b.probe.is_linear:
+        cover = cover_bound(b.probe.n_hidden, len(b.data.labels.must_halt_questions))
+        cover_row = cover.table().iloc[0].to_dict()
+        notes.append("Cover's bound: " + ", ".join(f"{k} = {v}" for k, v in cover_row.items()))
+    return table_data(result, notes, **extra)
+
+
+def layer_sweep(ctx: ReportContext, target: str | None, b: ProbeBundle) -> ArtefactData | NotApplicable:
+    """tab:halting_probe_layer_sweep: a 64-neuron probe per layer (the paper's layers scaled), LOOCV at the probe
+    layer."""
+    from sst_interp.probe.dataset import PAPER_SWEEP_LAYERS, load_probe_data_layers
+    from sst_interp.probe.model import ProbeConfig
+    from sst_interp.probe.sweeps import layer_sweep as sweep
+    from sst_interp.probe.train import TrainConfig
+
+    b.data.labels.require_must_halt()
+    run = ctx.run_input(target).run
+    layers = sorted({paper_layer(v, run.num_layers) for v in PAPER_SWEEP_LAYERS} | {int(b.data.layer)})
+    data = load_probe_data_layers(run, layers)
+    result = sweep(data, ProbeConfig(run.hidden_size, hidden=MECHANISTIC_PROBE_WIDTH), TrainConfig(),
+                   loocv_layers=[int(b.data.layer)], threshold=b.threshold)
+    return table_data(result, [f"layers: the paper's {list(PAPER_SWEEP_LAYERS)} of 62 at the same depth fraction "
+                               f"of {run.num_layers}; LOOCV at the probe layer {b.data.layer} only"])
+
+
+def ablation_sweep(ctx: ReportContext, target: str | None, b: ProbeBundle) -> ArtefactData | NotApplicable:
+    """tab:halting_probe_ablation_sweep on the 64-neuron probe."""
+    from sst_interp.probe.ablation import neuron_analysis
+
+    probe = ctx.mechanistic_probe(target)
+    if isinstance(probe, NotApplicable):
+        return probe
+    result = neuron_analysis(probe, b.data, threshold=b.threshold)
+    notes = [f"{probe.n_hidden}-neuron probe at layer {b.data.layer}"
+             + (" (--probe)" if probe is b.probe else " trained here (paper recipe, seed 42)"),
+             f"logit mass of the top 4 / top 10 neurons: {result.mass_share(4):.0%} / {result.mass_share(10):.0%}",
+             f"effective direction vs MUST HALT input gradient: r = {result.direction_r_gradient:.4f}; vs the "
+             f"direction without the top neuron: r = {result.direction_r_ablated:.4f}"]
+    return table_data(result, notes, contributions=result.contribution_table())
+
+
+def topk(ctx: ReportContext, target: str | None, b: ProbeBundle) -> ArtefactData | NotApplicable:
+    """tab:halting_probe_topk_sweep on the frozen reported probe."""
+    sweep, _ = ctx.feature_search(target)
+    c, ot, miss = sweep.baseline
+    return table_data(sweep, [_origin(b), f"baseline to reproduce: correct {c}, overthinks {ot}, missed {miss}",
+                              f"minimal K: {sweep.minimal_k}"])
+
+
+def greedy(ctx: ReportContext, target: str | None, b: ProbeBundle) -> ArtefactData | NotApplicable:
+    """tab:halting_probe_greedy_prune and the linear probe on the essential set."""
+    from sst_interp.probe.evaluate import evaluate_probe
+    from sst_interp.probe.features import train_linear_on
+
+    _, prune = ctx.feature_search(target)
+    if isinstance(prune, NotApplicable):
+        return prune
+    linear, _ = train_linear_on(b.data, prune.essential)
+    row = evaluate_probe(linear, b.data, b.threshold).row()
+    notes = [_origin(b), f"essential dimensions: {', '.join(map(str, prune.essential.tolist()))}",
+             f"linear probe on them: correct {row['correct']}/{row['n_questions']}, overthinks {row['overthinks']}, "
+             f"missed {row['missed']}"]
+    return table_data(prune, notes)
+
+
+def feature_grid(ctx: ReportContext, target: str | None, b: ProbeBundle) -> ArtefactData | NotApplicable:
+    """fig:feature_position_grid: the essential dimensions on a grid of the hidden state."""
+    from sst_interp.analyses.alpha import panel_grid_shape
+    from sst_interp.probe.features import feature_grid as grid
+
+    _, prune = ctx.feature_search(target)
+    if isinstance(prune, NotApplicable):
+        return prune
+    d = b.data.hidden_size
+    cols = panel_grid_shape(d)[0]
+    result = grid(prune.importance, prune.essential, cols=cols)
+    return ArtefactData({"essential": result.table()}, {"rows": int(result.grid.shape[0]), "cols": cols,
+                                                        "d": d, "layer": int(b.data.layer)})
+
+
+def _spec(name: str, kind: str, caption: str, build: Callable[..., Any], draw: Any = None,
+          label: str | None = None) -> ArtefactSpec:
+    return ArtefactSpec(name, kind, name.replace("_", ":", 1) if label is None else label, FAMILY, caption,  # type: ignore[arg-type]
+                        "run", ("run", "probe"), _with_bundle(build), draw)
+
+
+SPECS: list[ArtefactSpec] = [
+    _spec("tab_halting_probe", "table",
+          "Halting by the probe: accuracy against iter=1 and the staged capacity, overthinks (continued past a "
+          "passing depth) and misses (halted too early).", halting_probe),
+    _spec("tab_halting_probe_per_iter", "table",
+          "MUST HALT detection and SAFE timesteps left alone, per iteration depth.", per_iter),
+    _spec("fig_halt_signal", "figure",
+          "Probe logit at every labelled timestep: histogram by class, per-question strip, and each timestep at its "
+          "depth with detected halts, harmless false halts and missed continues.", halt_signal,
+          fig_probe.draw_halt_signal),
+    _spec("tab_halting_probe_loocv", "table",
+          "Leave-one-MUST-HALT-question-out cross-validation: held-out questions correctly halted vs the "
+          "memorisation null (the probe's base prediction rate).", loocv_table, label=""),
+    _spec("tab_halting_probe_layer_sweep", "table",
+          "A probe trained at each layer of the paper's sweep: evaluation and LOOCV.", layer_sweep),
+    _spec("tab_halting_probe_ablation_sweep", "table",
+          "Neuron ablations of the 64-neuron probe: keep the top-N neurons by logit contribution, remove the top "
+          "neuron, or keep only it.", ablation_sweep),
+    _spec("tab_halting_probe_topk_sweep", "table",
+          "Inference-only input ablation: keep the top-K hidden dimensions by weight importance, zero the rest.",
+          topk),
+    _spec("tab_halting_probe_greedy_prune", "table",
+          "Greedy pruning of the top-K set to the essential dimensions the probe cannot lose.", greedy),
+    _spec("fig_feature_position_grid", "figure",
+          "The essential hidden-state dimensions on a grid of the position-0 state (dim 0 at the bottom left), "
+          "coloured by weight importance.", feature_grid, fig_probe.draw_feature_grid),
+]
