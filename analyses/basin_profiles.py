@@ -223,7 +223,7 @@ def punctuated_equilibrium(run: Run, k: int | None = None, rule: Rule = "any", c
         return overlap
     na = NotApplicable
     gmm = fit_gmm(overlap.values)
-    robust = gmm_robustness(overlap.values, components)
+    robust = gmm_robustness(overlap.values, components, fitted=[gmm] if isinstance(gmm, GMMFit) else [])
     div = divergence(run)
     if isinstance(gmm, NotApplicable):
         reason = na(gmm.reason, "sec:punctuated_equilibrium")

@@ -146,9 +146,12 @@ class GMMRobustness(AnalysisResult):
 
 
 def gmm_robustness(overlaps: np.ndarray, components: Sequence[int] = (2, 3, 4, 5), random_state: int = GMM_SEED,
-                   max_iter: int = GMM_MAX_ITER, max_samples: int | None = None) -> GMMRobustness | NotApplicable:
-    """Refit the GMM with each component count and compare the crossover thresholds."""
-    fits = tuple(fit_gmm(overlaps, c, random_state, max_iter, max_samples) for c in components)
+                   max_iter: int = GMM_MAX_ITER, max_samples: int | None = None,
+                   fitted: Sequence[GMMFit] = ()) -> GMMRobustness | NotApplicable:
+    """Refit the GMM with each component count and compare the crossover thresholds (``fitted``: fits already
+    made on the same values with the same settings, reused instead of refitting)."""
+    known = {f.n_components: f for f in fitted}
+    fits = tuple(known.get(c) or fit_gmm(overlaps, c, random_state, max_iter, max_samples) for c in components)
     if not any(isinstance(f, GMMFit) for f in fits):
         return NotApplicable(next(f.reason for f in fits if isinstance(f, NotApplicable)), "app:gmm/robustness")
     return GMMRobustness(fits)

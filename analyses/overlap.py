@@ -30,8 +30,9 @@ Source = Literal["hidden", "sketch", "both"]
 
 
 # ---------------------------------------------------------------------------------------------- array level
-def topk_indices(values: np.ndarray, k: int) -> np.ndarray:
-    """Indices of the k largest ``|values|`` along the last axis, sorted ascending.
+def topk_indices(values: np.ndarray, k: int, sort: bool = True) -> np.ndarray:
+    """Indices of the k largest ``|values|`` along the last axis, sorted ascending (unordered with ``sort=False``,
+    which is all an overlap needs).
 
     ``values: [..., d]`` -> ``[..., k]`` int64 (``numpy.argpartition``; ties at the k-th magnitude are broken
     arbitrarily, as any top-k would).
@@ -45,7 +46,8 @@ def topk_indices(values: np.ndarray, k: int) -> np.ndarray:
         idx = np.broadcast_to(np.arange(d), values.shape).copy()
     else:
         idx = np.argpartition(mag, d - k, axis=-1)[..., d - k:]
-    idx.sort(axis=-1)
+    if sort:
+        idx.sort(axis=-1)
     return idx
 
 
@@ -74,7 +76,7 @@ def topk_overlap(u: np.ndarray, v: np.ndarray, k: int) -> np.ndarray:
     v = np.asarray(v)
     if u.shape[-1] != v.shape[-1]:
         raise UsageError(f"vectors have different widths ({u.shape[-1]} vs {v.shape[-1]})")
-    return overlap_from_indices(topk_indices(u, k), topk_indices(v, k), u.shape[-1])
+    return overlap_from_indices(topk_indices(u, k, sort=False), topk_indices(v, k, sort=False), u.shape[-1])
 
 
 def within_block_overlap(values: np.ndarray, iteration_a: int, iteration_b: int, k: int) -> np.ndarray:
@@ -163,7 +165,7 @@ def _question_grid(run: Run, depth: int, qid: str, iteration: int, source: Sourc
             it = np.flatnonzero(block.iterations == iteration)
             if it.size == 0:
                 raise UsageError(f"depth {depth} run has no iteration {iteration} (has {block.iterations.tolist()})")
-            idx = topk_indices(block.values[:, it[0]], k)  # [P, L, k]
+            idx = topk_indices(block.values[:, it[0]], k, sort=False)  # [P, L, k]
             for j, pos in enumerate(block.positions.tolist()):
                 out[int(pos)] = idx[j]
     if source in ("sketch", "both"):
