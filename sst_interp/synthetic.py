@@ -91,6 +91,8 @@ class SyntheticSpec:
         n_exceptions: the first n questions diverge at position 0 before their first basin shift.
         flip_prob_basin: per (position, iteration) argmax flip probability in the basin phase.
         flip_prob_stable: the same in the stable phase.
+        gaps: optional explicit [n_questions, full_positions] iteration-1 top-1 minus top-2 gaps (nats, rounded to
+            multiples of 1/16); None draws them (0, 1/16 or 1/8 where a stable-phase flip happens, wide in basins).
         correctness_kinds: probabilities of the correctness kinds (see module docstring).
         correct: optional explicit [n_questions, n_depths] bool correctness.
         halting_layer: layer of the halting feature; None -> the paper's layer 15 scaled to num_layers.
@@ -129,6 +131,7 @@ class SyntheticSpec:
     n_exceptions: int = 0
     flip_prob_basin: float = 0.3
     flip_prob_stable: float = 0.03
+    gaps: Any = None
     correctness_kinds: dict[str, float] = field(default_factory=lambda: {
         "always": 0.3, "never": 0.25, "recover": 0.2, "regress": 0.15, "fragile": 0.05, "random": 0.05})
     correct: Any = None
@@ -153,7 +156,7 @@ class SyntheticSpec:
         unknown = set(self.correctness_kinds) - set(KINDS)
         if unknown:
             raise UsageError(f"unknown correctness kinds {sorted(unknown)}; use {', '.join(KINDS)}")
-        for name in ("correct", "divergence"):
+        for name in ("correct", "divergence", "gaps"):
             value = getattr(self, name)
             if value is not None and np.asarray(value).shape[0] != self.n_questions:
                 raise UsageError(f"{name} must have one row per question ({self.n_questions})")

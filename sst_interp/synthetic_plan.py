@@ -340,4 +340,6 @@ def _plan_logits(spec: SyntheticSpec, index: int, basin: np.ndarray, onset: np.n
                                                                      GAP_QUANTUM, MAX_GAP))
         else:
             gaps[p] = float(np.clip(quantise(rng.exponential(1.0)), GAP_QUANTUM, MAX_GAP))
+    if spec.gaps is not None:  # explicit gaps, rounded to the 1/16 grid that keeps them exact in float32
+        gaps = np.clip(quantise(np.asarray(spec.gaps, dtype=np.float64)[index][:p_full]), 0.0, None)
     return winners, flip_basin, gaps, replaced

@@ -139,6 +139,26 @@ def test_same_spec_is_identical_and_resume_adds_nothing(tmp_path, written):
     assert not np.array_equal(different.swaps, truth.swaps)
 
 
+def test_explicit_gaps_are_planted_exactly(tmp_path):
+    gaps = np.array([[0.0, 0.0625, 2.5], [6.375, 0.125, 1.0]])
+    divergence = np.array([[-1, 0, 0, 0], [-1, 2, 1, 2]])
+    spec = SyntheticSpec(n_questions=2, full_positions=3, num_layers=2, hidden_size=128, gaps=gaps,
+                         divergence=divergence, batch_questions=2)
+    truth = write_synthetic_run(tmp_path / "run", spec)
+    np.testing.assert_array_equal(truth.gaps, gaps)
+    for q, block in enumerate(Run.open(tmp_path / "run").logits(4)):
+        lp = block.top_logprobs[:, 0]
+        np.testing.assert_array_equal(lp[:, 0] - lp[:, 1], gaps[q])
+        np.testing.assert_array_equal(truth.divergence[q], divergence[q])
+        for j in (1, 2, 3):  # the run at depth j+1 first emits a different token at the planted position
+            p = divergence[q, j]
+            assert block.argmax[p, j] != block.argmax[p, 0]
+            assert (block.argmax[:p, j] == block.argmax[:p, 0]).all()
+        for p in range(3):
+            for i in range(4):
+                assert block.top_ids[p, 0].tolist().index(int(block.argmax[p, i])) == truth.winners[q, p, i]
+
+
 def test_exception_questions_diverge_before_their_first_basin(tmp_path):
     spec = SyntheticSpec(n_questions=4, n_exceptions=2, full_positions=5, num_layers=3, hidden_size=128,
                          batch_questions=4)
