@@ -10,7 +10,16 @@ from matplotlib.colors import Normalize
 from matplotlib.figure import Figure
 
 from sst_interp.reporting.artefacts import ArtefactData
-from sst_interp.reporting.fig_common import BASE_FONT, FAIL, NEUTRAL, bottom_legend, message, new_figure, style
+from sst_interp.reporting.fig_common import (
+    BASE_FONT,
+    FAIL,
+    NEUTRAL,
+    bottom_legend,
+    integer_ticks,
+    message,
+    new_figure,
+    style,
+)
 
 LINE = "#1f4e9c"
 SERIES_COLORS = {"sst": "#1f4e9c", "baseline": "#e377c2"}
@@ -31,6 +40,7 @@ def draw_ribbon(data: ArtefactData) -> Figure:
     ax.axhline(float(data.meta["alpha_init"]), color=FAIL, linestyle="--", linewidth=1,
                label=f"alpha_init = {float(data.meta['alpha_init']):.4f}")
     style(ax, "Per-layer distribution of learned alpha", "layer", "alpha")
+    integer_ticks(ax)
     bottom_legend(fig, [ax], ncol=5)
     return fig
 
@@ -99,7 +109,7 @@ def draw_panels_raw(data: ArtefactData) -> Figure:
 def draw_panels_deviation(data: ArtefactData) -> Figure:
     """Deviation grids on a symmetric diverging scale (red above alpha_init, blue below)."""
     limit = max(float(data.meta["deviation_limit"]), 1e-6)
-    return _panels(data, "deviation", "RdBu_r", -limit, limit, "alpha - alpha_init", "deviation from alpha_init")
+    return _panels(data, "deviation", "RdBu_r", -limit, limit, "alpha - alpha_init", "alpha - alpha_init")
 
 
 def draw_specialisation(data: ArtefactData) -> Figure:
@@ -121,6 +131,7 @@ def draw_specialisation(data: ArtefactData) -> Figure:
         ax.axvline(layer, color=NEUTRAL, linestyle="--", linewidth=0.7)
     style(ax, "Per-layer specialisation |alpha - alpha_init| (dashed: selected layers)", "layer",
           "|alpha - alpha_init|")
+    integer_ticks(ax)
     bottom_legend(fig, [ax], ncol=6)
     return fig
 

@@ -36,11 +36,9 @@ def draw_heatmap(data: ArtefactData) -> Figure:
                       vmax=1.0, interpolation="nearest",
                       extent=(positions[0] - 0.5, positions[-1] + 0.5, layers[0] - 0.5, layers[-1] + 0.5))
     bar = fig.colorbar(image, ax=ax, pad=0.01)
-    bar.set_label("top-k overlap", fontsize=BASE_FONT)
-    bar.ax.axhline(threshold, color=THRESHOLD_COLOR, linewidth=2)
+    bar.set_label(f"top-k overlap (line: GMM threshold {threshold:.3f})", fontsize=BASE_FONT)
+    bar.ax.axhline(threshold, color=THRESHOLD_COLOR, linewidth=2.5)
     bar.ax.tick_params(labelsize=BASE_FONT - 1)
-    bar.ax.text(1.6, threshold, f" threshold\n {threshold:.3f}", transform=bar.ax.get_yaxis_transform(),
-                va="center", fontsize=BASE_FONT - 2, color="#005f7a")
     low = [p for p in meta.get("low_positions", []) if positions[0] <= p <= positions[-1]]
     if low:
         ax.plot(low, np.full(len(low), layers[-1] + 0.5), marker="v", linestyle="none", color=THRESHOLD_COLOR,
@@ -48,13 +46,15 @@ def draw_heatmap(data: ArtefactData) -> Figure:
                 markeredgewidth=0.4, label="low-overlap position")
     full = int(meta.get("full_positions") or 0)
     if not meta.get("zoom") and positions[0] < full <= positions[-1]:
-        ax.axvline(full - 0.5, color="white", linestyle="--", linewidth=1.0)
-        ax.text(full - 0.5, layers[0] - 0.5, "  sketches ->", color="white", fontsize=BASE_FONT - 2, va="bottom")
+        ax.axvline(full - 0.5, color="black", linestyle="--", linewidth=1.0)
+        ax.text(full - 0.5, layers[0] - 0.5, " full states | top-k sketches ", color="black", ha="center",
+                va="bottom", fontsize=BASE_FONT - 2, bbox={"facecolor": "white", "edgecolor": "none", "alpha": 0.85})
     if positions.size <= 30:
         ax.set_xticks(positions)
     if layers.size <= 30:
         ax.set_yticks(layers)
-    style(ax, f"question {meta['question_id']}: {meta.get('comparison', '')}", "generated position", "layer")
+    style(ax, "", "generated position", "layer")
+    ax.set_title(f"question {meta['question_id']}: {meta.get('comparison', '')}", fontsize=BASE_FONT + 1, pad=12)
     ax.grid(False)
     return fig
 
@@ -67,15 +67,15 @@ def draw_profiles(data: ArtefactData) -> Figure:
     n = len(panels)
     ncols = n if n <= 3 else min(5, math.ceil(n / math.ceil(n / 5)))
     nrows = math.ceil(n / ncols)
-    fig = new_figure(max(4.8, 3.0 * ncols), 2.6 * nrows + 0.9)
+    fig = new_figure(max(5.0, (3.8 if ncols <= 3 else 3.0) * ncols), 2.7 * nrows + 0.9)
     axes = fig.subplots(nrows, ncols, sharey=True, squeeze=False).ravel()
     frames = []
-    for ax, panel in zip(axes, panels):
+    for i, (ax, panel) in enumerate(zip(axes, panels)):
         stats = data.tables[f"stats_{panel['key']}"]
         traces = data.tables.get(f"traces_{panel['key']}")
         draw_profile(ax, stats, traces, threshold)
         frames += [stats, traces] if traces is not None else [stats]
-        style(ax, f"{panel['title']} (N = {panel['n']})", "layer", "top-k overlap")
+        style(ax, f"{panel['title']} (N = {panel['n']})", "layer", "top-k overlap" if i % ncols == 0 else "")
     for ax in axes[n:]:
         ax.set_visible(False)
     overlap_ylim(axes[0], frames, threshold)

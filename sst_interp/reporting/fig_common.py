@@ -11,6 +11,7 @@ import pandas as pd
 from matplotlib.axes import Axes
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
+from matplotlib.ticker import MaxNLocator
 
 PNG_DPI = 150
 PASS = "#2ca02c"
@@ -55,6 +56,11 @@ def style(ax: Axes, title: str = "", xlabel: str = "", ylabel: str = "") -> None
     ax.grid(True, linewidth=0.4, alpha=0.4)
 
 
+def integer_ticks(ax: Axes, axis: str = "x") -> None:
+    """Integer-only ticks (layers, positions, depths)."""
+    (ax.xaxis if axis == "x" else ax.yaxis).set_major_locator(MaxNLocator(integer=True))
+
+
 def message(ax: Axes, text: str) -> None:
     """An axis that says why it holds no data (instead of an empty panel)."""
     ax.text(0.5, 0.5, text, ha="center", va="center", fontsize=BASE_FONT, wrap=True, transform=ax.transAxes)
@@ -81,6 +87,7 @@ def draw_profile(ax: Axes, stats: pd.DataFrame, traces: pd.DataFrame | None, thr
                     markersize=3, label="individual traces (N < 5)" if i == 0 else None)
     if threshold is not None:
         ax.axhline(threshold, color=FAIL, linestyle="--", linewidth=0.9, label=f"threshold {threshold:.3f}")
+    integer_ticks(ax)
 
 
 def overlap_ylim(ax: Axes, frames: Sequence[pd.DataFrame], threshold: float | None) -> None:
@@ -101,5 +108,7 @@ def bottom_legend(fig: Figure, axes: Sequence[Axes], ncol: int = 6) -> None:
                 handles.append(h)
                 labels.append(label)
     if handles:
-        fig.legend(handles, labels, loc="outside lower center", ncol=min(ncol, len(handles)), fontsize=BASE_FONT - 1,
-                   frameon=False)
+        longest = max(len(label) for label in labels)
+        fits = max(1, int(fig.get_figwidth() / (0.45 + 0.075 * longest)))  # entries that fit side by side
+        fig.legend(handles, labels, loc="outside lower center", ncol=min(ncol, len(handles), fits),
+                   fontsize=BASE_FONT - 1, frameon=False)

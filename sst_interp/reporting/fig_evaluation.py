@@ -68,9 +68,9 @@ def draw_sankey(data: ArtefactData) -> Figure:
             out_cursor[key[0]] -= k * h
             in_cursor[key[1]] -= k * h
             _ribbon(ax, x + BAR / 2, x + 1 - BAR / 2, src, dst, FLOW_COLORS[key])
-        ax.text(x + 0.5, -0.08, f"{count.get(('pass', 'fail'), 0)} regressions\n"
-                f"{count.get(('fail', 'pass'), 0)} recoveries", ha="center", va="top", fontsize=BASE_FONT - 1,
-                color=NEUTRAL)
+        reg, rec = count.get(("pass", "fail"), 0), count.get(("fail", "pass"), 0)
+        ax.text(x + 0.5, -0.08, f"{reg} regression{'' if reg == 1 else 's'}\n{rec} recover{'y' if rec == 1 else 'ies'}",
+                ha="center", va="top", fontsize=BASE_FONT - 1, color=NEUTRAL)
     ax.set_xlim(-0.5, len(depths) - 0.5)
     ax.set_ylim(-0.22, 1.0 + GAP + 0.12)
     ax.set_xticks(range(len(depths)), [f"flat iter={d}" for d in depths], fontsize=BASE_FONT)

@@ -32,10 +32,13 @@ def _traces(ax: Axes, traces: pd.DataFrame, colors: dict[int, str], transitions:
     for (qid, pos), part in sub.groupby(["question_id", "position"], sort=False):
         g = int(part["correct_depth"].iloc[0])
         ax.plot(part["transition"], part["delta"], color=colors[g], alpha=0.25, linewidth=0.6)
-    for g, part in sub.groupby("correct_depth"):
+    groups = list(sub.groupby("correct_depth"))
+    for i, (g, part) in enumerate(groups):
+        # drawn widest first, so medians that coincide (the point of panel a) stay visible as nested lines
+        width = 1.2 + 1.1 * (len(groups) - 1 - i)
         med = part.groupby("transition")["delta"].median()
-        ax.plot(med.index, med.to_numpy(), color=colors[int(g)], linewidth=2.2, marker="o", markersize=3,
-                label=f"{_group_name(int(g))} (median)")
+        ax.plot(med.index, med.to_numpy(), color=colors[int(g)], linewidth=width, marker="o", markersize=2 + width,
+                label=f"{_group_name(int(g))} (median)", zorder=3 + i)
     ax.set_xticks(transitions, [f"{t}->{t + 1}" for t in transitions])
 
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import numpy as np
-from matplotlib import colormaps
+from matplotlib.colors import ListedColormap
 from matplotlib.figure import Figure
 
 from sst_interp.reporting.artefacts import ArtefactData
@@ -75,15 +75,14 @@ def draw_feature_grid(data: ArtefactData) -> Figure:
     background = np.where(np.arange(rows * cols) < d, 0.0, np.nan).reshape(rows, cols)
     fig = new_figure(max(4.5, min(9.0, cols * 0.11 + 2.0)), max(4.0, min(10.0, rows * 0.11 + 1.2)))
     ax = fig.add_subplot()
-    grey = colormaps["Greys"].copy()
-    grey.set_bad("white")
-    ax.imshow(np.ma.masked_invalid(background), origin="lower", cmap=grey, vmin=0, vmax=8, aspect="equal",
-              interpolation="nearest")
+    grey = ListedColormap(["#d4d4d4"])
+    grey.set_bad("white")  # cells past d when the grid is not full
+    ax.imshow(np.ma.masked_invalid(background), origin="lower", cmap=grey, aspect="equal", interpolation="nearest")
     image = ax.imshow(np.ma.masked_invalid(grid.reshape(rows, cols)), origin="lower", cmap="plasma",
                       aspect="equal", interpolation="nearest")
     bar = fig.colorbar(image, ax=ax, shrink=0.8)
     bar.set_label("effective weight importance", fontsize=BASE_FONT)
-    style(ax, f"{len(ess)} essential of {d} dimensions at layer {data.meta.get('layer')} ({rows} x {cols} grid)",
+    style(ax, f"{len(ess)} essential of {d} dimensions at layer {data.meta.get('layer')} (grey: the rest)",
           f"dim mod {cols}", f"dim // {cols}")
     ax.grid(False)
     return fig

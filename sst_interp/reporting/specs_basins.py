@@ -63,14 +63,14 @@ def layer_profile(ctx: ReportContext, target: str | None) -> ArtefactData | NotA
         return pe
     tables: dict[str, pd.DataFrame] = {}
     panels, notes = [], []
-    for key, title in (("position 0", "(a) position 0"), ("late", "(b) late positions")):
+    for key, letter in (("position 0", "(a)"), ("late", "(b)")):
         prof = pe.profiles.get(key)
         if prof is None or isinstance(prof, NotApplicable):
-            notes.append(f"{title}: {getattr(prof, 'reason', 'not computed')}")
+            notes.append(f"{letter} {key}: {getattr(prof, 'reason', 'not computed')}")
             continue
         tag = key.replace(" ", "")
         tables.update(profile_frames(prof, tag))
-        panels.append({"key": tag, "title": f"{title}: {prof.name}", "n": prof.n})
+        panels.append({"key": tag, "title": f"{letter} {prof.name}", "n": prof.n})
     if not panels:
         return NotApplicable("; ".join(notes), "fig:layer_profile")
     return ArtefactData(tables, {"panels": panels, "threshold": ctx.threshold(target)[0], "notes": notes,
