@@ -30,8 +30,7 @@ def draw_heatmap(data: ArtefactData) -> Figure:
     width = 6.5 if positions.size <= 16 else min(13.0, 6.0 + positions.size / 40)
     fig = new_figure(width, 4.4)
     ax = fig.add_subplot()
-    cmap = colormaps[HEAT_CMAP].copy()
-    cmap.set_bad("#d9d9d9")
+    cmap = colormaps[HEAT_CMAP].with_extremes(bad="#d9d9d9")
     image = ax.imshow(np.ma.masked_invalid(grid), origin="lower", aspect="auto", cmap=cmap, vmin=max(vmin, 0.0),
                       vmax=1.0, interpolation="nearest",
                       extent=(positions[0] - 0.5, positions[-1] + 0.5, layers[0] - 0.5, layers[-1] + 0.5))

@@ -75,8 +75,7 @@ def draw_feature_grid(data: ArtefactData) -> Figure:
     background = np.where(np.arange(rows * cols) < d, 0.0, np.nan).reshape(rows, cols)
     fig = new_figure(max(4.5, min(9.0, cols * 0.11 + 2.0)), max(4.0, min(10.0, rows * 0.11 + 1.2)))
     ax = fig.add_subplot()
-    grey = ListedColormap(["#d4d4d4"])
-    grey.set_bad("white")  # cells past d when the grid is not full
+    grey = ListedColormap(["#d4d4d4"]).with_extremes(bad="white")  # white: cells past d when the grid is not full
     ax.imshow(np.ma.masked_invalid(background), origin="lower", cmap=grey, aspect="equal", interpolation="nearest")
     image = ax.imshow(np.ma.masked_invalid(grid.reshape(rows, cols)), origin="lower", cmap="plasma",
                       aspect="equal", interpolation="nearest")
