@@ -1,0 +1,151 @@
+"""``python -m sst_interp.train`` (also ``sst-train``): train an SST (two-pass) or the matched baseline.
+
+Every :class:`~sst_interp.train.config.TrainConfig` field is a flag (``lr_sst`` -> ``--lr-sst``; booleans also have
+``--no-...``; lists are comma-separated; ``--action-tokens "<execute>=262140,</execute>=262141"``). ``--demo``
+starts from the demo preset (:func:`~sst_interp.train.config.demo_config`) instead of the paper's defaults and, when
+no ``--train-data`` is given, writes the procedural demo data into ``OUT/data/``. Rerunning the same command resumes
+from ``OUT/last/``.
+
+Examples::
+
+    python -m sst_interp.train --demo
+    python -m sst_interp.train --train-data train.jsonl --val-data val.jsonl --out runs/sst
+    python -m sst_interp.train --baseline --train-data train.jsonl --val-data val.jsonl --out runs/baseline
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import re
+import sys
+import typing
+from collections.abc import Sequence
+from typing import Any
+
+from sst_interp.errors import UsageError, cli_entry
+from sst_interp.train.config import TrainConfig, demo_config
+
+
+def _field_help() -> dict[str, str]:
+    """Field name -> its line(s) in the ``Args:`` section of the TrainConfig docstring."""
+    doc = TrainConfig.__doc__ or ""
+    helps: dict[str, str] = {}
+    current = None
+    for line in doc.split("Args:", 1)[-1].splitlines():
+        match = re.match(r"^\s{8}(\w+): (.*)$", line)
+        if match:
+            current = match.group(1)
+            helps[current] = match.group(2)
+        elif current and line.strip():
+            helps[current] += " " + line.strip()
+    return {k: v.replace("%", "%%") for k, v in helps.items()}
+
+
+def _parse_list(kind: type) -> Any:
+    def parse(text: str) -> list:
+        items = [item.strip() for item in text.split(",") if item.strip()]
+        try:
+            return [kind(item) for item in items]
+        except ValueError as err:
+            raise argparse.ArgumentTypeError(f"expected a comma-separated list of {kind.__name__}, got {text!r}") from err
+
+    return parse
+
+
+def _parse_mapping(text: str) -> dict[str, int]:
+    mapping: dict[str, int] = {}
+    for item in (part.strip() for part in text.split(",")):
+        if not item:
+            continue
+        token, sep, value = item.rpartition("=")
+        if not sep or not token:
+            raise argparse.ArgumentTypeError(f"expected TOKEN=ID pairs separated by commas, got {item!r}")
+        try:
+            mapping[token] = int(value)
+        except ValueError as err:
+            raise argparse.ArgumentTypeError(f"token id must be an integer in {item!r}") from err
+    return mapping
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The argument parser: ``--demo`` plus one flag per :class:`TrainConfig` field (defaults left unset)."""
+    parser = argparse.ArgumentParser(
+        prog="python -m sst_interp.train",
+        description="Two-pass SST training (paper sec:two_pass) or the matched one-pass baseline (--baseline).",
+    )
+    parser.add_argument("--demo", action="store_true",
+                        help="demo preset: a small SST on the default backbone, CPU, a few minutes, procedural data")
+    helps = _field_help()
+    hints = typing.get_type_hints(TrainConfig)
+    for field in dataclasses.fields(TrainConfig):
+        flag = "--" + field.name.replace("_", "-")
+        kind = hints[field.name]
+        options: dict[str, Any] = {"dest": field.name, "default": None, "help": helps.get(field.name, "")}
+        if kind is bool:
+            options["action"] = argparse.BooleanOptionalAction
+        elif kind in (int, float, str):
+            options["type"] = kind
+        elif kind == (str | None):
+            options["type"] = str
+        elif kind == (list[int] | None):
+            options["type"] = _parse_list(int)
+        elif kind == list[str]:
+            options["type"] = _parse_list(str)
+        elif kind == dict[str, int]:
+            options["type"] = _parse_mapping
+            options["metavar"] = "TOKEN=ID,..."
+        else:  # pragma: no cover - a new field type must be handled here
+            raise TypeError(f"no CLI mapping for {field.name}: {kind}")
+        parser.add_argument(flag, **options)
+    return parser
+
+
+def config_from_args(args: argparse.Namespace) -> TrainConfig:
+    """The :class:`TrainConfig` of parsed arguments (the demo preset or the paper's defaults, then the flags)."""
+    given = {f.name: getattr(args, f.name) for f in dataclasses.fields(TrainConfig) if getattr(args, f.name) is not None}
+    if args.demo:
+        if given.get("baseline"):
+            given.setdefault("out", "runs/train-demo-baseline")
+        config = demo_config(**given)
+        if config.train_data is None:
+            from pathlib import Path
+
+            from sst_interp.train.demo_data import write_demo_data
+
+            train, val = write_demo_data(Path(config.out) / "data")
+            config.train_data, config.val_data = str(train), str(val)
+        return config
+    return TrainConfig(**given)
+
+
+@cli_entry
+def main(argv: Sequence[str] | None = None) -> int:
+    """Parse ``argv``, train, print where the checkpoint is. Bad input exits with code 2 and one line."""
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    config = config_from_args(args)
+    from sst_interp.train.loop import Trainer
+
+    what = "baseline (one pass, no SST)" if config.baseline else f"SST (two-pass, state_scale={config.state_scale})"
+    print(f"training the {what} on {config.model}; preset {config.preset}; writing {config.out}", file=sys.stderr)
+    if config.preset == "demo":
+        print("demo preset: LoRA rank 8, LoRA lr 1e-3, 12 steps of one packed 96-token sequence, state_scale=hidden "
+              "(not the paper's settings; see sst_interp.train.config.demo_config)", file=sys.stderr)
+    trainer = Trainer(config)
+    if trainer.resumed:
+        print(f"resuming from {config.out}/last at step {trainer.step}", file=sys.stderr)
+    result = trainer.run()
+    first = result.log["train_loss"].iloc[0] if len(result.log) else float("nan")
+    last = result.log["train_loss"].iloc[-1] if len(result.log) else float("nan")
+    best = "-" if result.best_val_loss is None else f"{result.best_val_loss:.4f} at step {result.best_step}"
+    print(f"done: {result.steps} steps ({result.stop_reason}); train loss {first:.4f} -> {last:.4f}; "
+          f"best validation loss {best}")
+    print(f"checkpoint: {result.best_checkpoint}")
+    if not config.baseline:
+        print(f"record it with: python -m sst_interp.record --checkpoint {result.best_checkpoint}")
+    return 0
+
+
+if __name__ == "__main__":  # pragma: no cover
+    raise SystemExit(main())

@@ -1,0 +1,228 @@
+"""Training configuration (paper app:training_setup, tab:hyperparameters; DESIGN section 4).
+
+Every default is the paper's value from ``tab:hyperparameters`` unless its line says otherwise. Every field is a CLI
+flag of ``python -m sst_interp.train`` (``--lr-sst`` sets ``lr_sst``, and so on).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, field, fields
+from typing import Any
+
+from sst_interp.errors import UsageError
+
+#: The paper's LoRA targets: attention QKV+O, MLP {gate, up, down}, lm_head (tab:hyperparameters).
+PAPER_LORA_TARGETS: tuple[str, ...] = (
+    "q_proj",
+    "k_proj",
+    "v_proj",
+    "o_proj",
+    "gate_proj",
+    "up_proj",
+    "down_proj",
+    "lm_head",
+)
+#: The custom CodeACT action tokens and the unused Gemma 3 vocabulary ids they map to (app:dataset).
+PAPER_ACTION_TOKENS: dict[str, int] = {"<execute>": 262140, "</execute>": 262141}
+
+QUANTIZE_CHOICES: tuple[str, ...] = ("auto", "nf4", "none")
+
+
+@dataclass
+class TrainConfig:
+    """One training run: the SST (two-pass) or, with ``baseline``, the matched one-pass LoRA baseline.
+
+    Args:
+        train_data: JSONL file of training examples (see :mod:`sst_interp.train.data` for the row formats).
+        val_data: JSONL file of validation examples; ``None`` disables validation and early stopping.
+        out: output folder: logs, ``best/`` and ``last/`` checkpoints, ``summary.json``.
+        model: backbone: ``"default"`` (Gemma 3 270M), a local Hugging Face folder, a ``.gguf`` file or a hub id.
+        baseline: train the matched baseline (sec:baseline_ft): same data, order and optimiser; no SST, one pass.
+        state_scale: SST state scale, ``"unit"`` (the paper) or ``"hidden"`` (see :class:`sst_interp.model.SSTConfig`).
+        theta_init: initial blend logit (paper: -1.8).
+        a_min: lower bound of alpha (paper: 0.015).
+        a_max: upper bound of alpha (paper: 0.10).
+        update: SST state update, ``"direct"`` (the paper) or ``"ema_linked"``.
+        sst_layers: decoder layers with a state stream; ``None`` means all (the paper).
+        text_field: JSON key that holds a pre-formatted chat string (app:dataset_format). The paper does not name
+            the key; ``"text"`` is our choice.
+        model_turn_start: marker that opens a model turn; tokens after it are labelled (app:dataset_format).
+        turn_end: marker that closes a turn; the closing marker of a model turn is labelled too.
+        action_tokens: custom token strings and the reserved vocabulary ids they map to (paper: ``<execute>`` ->
+            262140, ``</execute>`` -> 262141).
+        max_seq_len: longest training sequence in tokens (paper: 8192); longer examples are cut on the right.
+        pack: concatenate consecutive examples into sequences of at most ``max_seq_len`` tokens; each document
+            starts from a zero state and attends only to itself. Off by default (the paper does not pack).
+        lora_r: LoRA rank (paper: 64).
+        lora_alpha: LoRA scaling alpha (paper: 64).
+        lora_dropout: LoRA dropout (paper: 0.05).
+        lora_targets: module names that get LoRA adapters (paper: attention QKV+O, MLP gate/up/down, lm_head).
+        quantize: ``"auto"`` (NF4 QLoRA when CUDA is present, plain LoRA otherwise), ``"nf4"`` or ``"none"``.
+        lr_lora: peak learning rate of the LoRA group (paper: 1e-4).
+        lr_sst: constant learning rate of the SST group (paper: 1e-2).
+        warmup_steps: linear warmup steps of the LoRA group before cosine decay (paper: 10).
+        weight_decay: AdamW weight decay of both groups (paper: 0).
+        adam_beta1: AdamW beta1 (paper: 0.9).
+        adam_beta2: AdamW beta2 (paper: 0.999).
+        adam_eps: AdamW epsilon (paper: 1e-8).
+        max_grad_norm: gradient clipping norm over all trainable parameters (paper: 1.0).
+        micro_batch_size: sequences per forward (paper: 1).
+        grad_accum: micro-batches per optimiser step (paper: 16).
+        max_steps: optimiser steps at most (paper: 2000); also the length of the cosine schedule.
+        eval_every: validate (and save ``last/``) every this many optimiser steps. The paper does not state its
+            interval; 10 is our choice (its best steps, 410 and 280, are both multiples of 10).
+        patience: stop after this many validations without a new best validation loss (paper: 4).
+        gradient_checkpointing: recompute layer activations in the backward pass (paper: on).
+        offload_checkpoints: keep checkpointed activations in host memory (the paper's "offloaded gradient
+            checkpointing"); only useful on an accelerator.
+        ce_chunk_size: labelled positions per chunk of the chunked cross-entropy (the LM head's logits of one chunk
+            are the only ones alive at a time).
+        dtype: compute dtype of the backbone: ``"auto"`` is bfloat16 on CUDA and float32 on CPU.
+        device: ``"auto"`` (CUDA if present, else CPU), ``"cpu"`` or ``"cuda"``.
+        seed: seed of torch's generator (LoRA initialisation and dropout).
+        preset: name of the preset the config came from (``"paper"`` or ``"demo"``), recorded in the outputs.
+    """
+
+    train_data: str | None = None
+    val_data: str | None = None
+    out: str = "runs/train"
+    model: str = "default"
+    baseline: bool = False
+    state_scale: str = "unit"
+    theta_init: float = -1.8
+    a_min: float = 0.015
+    a_max: float = 0.10
+    update: str = "direct"
+    sst_layers: list[int] | None = None
+    text_field: str = "text"
+    model_turn_start: str = "<start_of_turn>model"
+    turn_end: str = "<end_of_turn>"
+    action_tokens: dict[str, int] = field(default_factory=lambda: dict(PAPER_ACTION_TOKENS))
+    max_seq_len: int = 8192
+    pack: bool = False
+    lora_r: int = 64
+    lora_alpha: float = 64.0
+    lora_dropout: float = 0.05
+    lora_targets: list[str] = field(default_factory=lambda: list(PAPER_LORA_TARGETS))
+    quantize: str = "auto"
+    lr_lora: float = 1e-4
+    lr_sst: float = 1e-2
+    warmup_steps: int = 10
+    weight_decay: float = 0.0
+    adam_beta1: float = 0.9
+    adam_beta2: float = 0.999
+    adam_eps: float = 1e-8
+    max_grad_norm: float = 1.0
+    micro_batch_size: int = 1
+    grad_accum: int = 16
+    max_steps: int = 2000
+    eval_every: int = 10
+    patience: int = 4
+    gradient_checkpointing: bool = True
+    offload_checkpoints: bool = False
+    ce_chunk_size: int = 1024
+    dtype: str = "auto"
+    device: str = "auto"
+    seed: int = 0
+    preset: str = "paper"
+
+    def __post_init__(self) -> None:
+        positive = ("max_seq_len", "lora_r", "micro_batch_size", "grad_accum", "max_steps", "eval_every",
+                    "patience", "ce_chunk_size")
+        for name in positive:
+            if int(getattr(self, name)) < 1:
+                raise UsageError(f"{name} must be at least 1, got {getattr(self, name)}")
+        for name in ("lr_lora", "lr_sst", "max_grad_norm", "lora_alpha", "adam_eps"):
+            if not float(getattr(self, name)) > 0:
+                raise UsageError(f"{name} must be positive, got {getattr(self, name)}")
+        if self.warmup_steps < 0 or self.weight_decay < 0:
+            raise UsageError("warmup_steps and weight_decay must not be negative")
+        if not 0.0 <= self.lora_dropout < 1.0:
+            raise UsageError(f"lora_dropout must be in [0, 1), got {self.lora_dropout}")
+        for name in ("adam_beta1", "adam_beta2"):
+            if not 0.0 <= getattr(self, name) < 1.0:
+                raise UsageError(f"{name} must be in [0, 1), got {getattr(self, name)}")
+        if self.quantize not in QUANTIZE_CHOICES:
+            raise UsageError(f"unknown quantize mode {self.quantize!r}; use one of {', '.join(QUANTIZE_CHOICES)}")
+        if self.dtype not in ("auto", "float32", "bfloat16", "float16", "float64"):
+            raise UsageError(f"unknown dtype {self.dtype!r}; use auto, float32, bfloat16, float16 or float64")
+        if self.device not in ("auto", "cpu", "cuda"):
+            raise UsageError(f"unknown device {self.device!r}; use auto, cpu or cuda")
+        if not self.model_turn_start or not self.turn_end:
+            raise UsageError("model_turn_start and turn_end must be non-empty strings")
+        if not self.lora_targets:
+            raise UsageError("lora_targets must name at least one module (e.g. q_proj)")
+        for token, token_id in self.action_tokens.items():
+            if not token or int(token_id) < 0:
+                raise UsageError(f"bad action token mapping {token!r} -> {token_id}; use TOKEN=ID with ID >= 0")
+        self.action_tokens = {str(k): int(v) for k, v in self.action_tokens.items()}
+        self.lora_targets = [str(t) for t in self.lora_targets]
+        if self.sst_layers is not None:
+            self.sst_layers = sorted({int(layer) for layer in self.sst_layers})
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready dict (written to ``train_config.json``)."""
+        return asdict(self)
+
+    def to_json(self) -> str:
+        """The config as indented JSON."""
+        return json.dumps(self.to_dict(), indent=2, sort_keys=True)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> TrainConfig:
+        """Inverse of :meth:`to_dict`; unknown keys are a :class:`UsageError`."""
+        known = {f.name for f in fields(cls)}
+        unknown = sorted(set(data) - known)
+        if unknown:
+            raise UsageError(f"unknown training config keys {unknown}; known keys are {sorted(known)}")
+        return cls(**data)
+
+    def sst_config_dict(self) -> dict[str, Any]:
+        """The keyword arguments of :class:`sst_interp.model.SSTConfig` this run uses."""
+        return {
+            "a_min": self.a_min,
+            "a_max": self.a_max,
+            "theta_init": self.theta_init,
+            "update": self.update,
+            "state_scale": self.state_scale,
+            "layers": self.sst_layers,
+        }
+
+
+#: Fields that may change between a run and its resumption (everything else must match).
+RESUMABLE_FIELDS: frozenset[str] = frozenset({"max_steps", "eval_every", "patience", "out", "device",
+                                              "offload_checkpoints", "gradient_checkpointing", "ce_chunk_size"})
+
+
+def demo_config(out: str = "runs/train-demo", **overrides: Any) -> TrainConfig:
+    """The ``--demo`` preset: a small SST on the default backbone that trains on a 2-core CPU in a few minutes.
+
+    Departures from the paper, all for speed on a CPU (a two-pass step costs about 0.1 s of CPU per token on Gemma
+    3 270M there): LoRA rank 8 (alpha 8) instead of 64; one micro-batch per step instead of 16, each a packed
+    sequence of at most 96 tokens (about 8 demo documents); 12 steps with 2 warmup steps; a LoRA learning rate of
+    1e-3 instead of 1e-4 so that 12 steps move the adapter visibly; validation every 4 steps; gradient checkpointing
+    off (the model fits in memory); ``state_scale="hidden"`` (an untrained unit-scale SST on Gemma 3 270M is nearly
+    inert, DESIGN section 3); and no action-token mapping (the demo text has no ``<execute>`` tokens). The SST
+    learning rate (1e-2), AdamW settings, clipping, LoRA dropout and targets are the paper's.
+    """
+    settings: dict[str, Any] = {
+        "out": out,
+        "preset": "demo",
+        "state_scale": "hidden",
+        "lora_r": 8,
+        "lora_alpha": 8.0,
+        "lr_lora": 1e-3,
+        "grad_accum": 1,
+        "max_steps": 12,
+        "warmup_steps": 2,
+        "eval_every": 4,
+        "max_seq_len": 96,
+        "pack": True,
+        "gradient_checkpointing": False,
+        "action_tokens": {},
+        "quantize": "none",
+        "device": "cpu",
+    }
+    settings.update(overrides)
+    return TrainConfig(**settings)
