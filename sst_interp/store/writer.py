@@ -206,7 +206,8 @@ class RunWriter:
         try:
             self.close()
         except BaseException as writer_error:  # the body's exception wins; the writer's is attached to it
-            exc.add_note(f"the run writer also failed: {writer_error!r}")
+            if writer_error is not exc:
+                exc.add_note(f"the run writer also failed: {writer_error!r}")
 
     # ------------------------------------------------------------------------------------------ thread
     def _raise_error(self) -> None:

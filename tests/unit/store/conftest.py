@@ -62,7 +62,8 @@ def make_batch(question_ids: Sequence[str], depth: int, positions: int = 2, turn
     top_ids = (np.arange(TOP_K)[None, :] + lp[:, None] * 10 + li[:, None]).astype(np.int32)
     logits = {"question_id": lq, "turn": lt, "position": lp, "iteration": li, "argmax": top_ids[:, 0],
               "top_ids": top_ids, "top_logprobs": -np.arange(1, TOP_K + 1, dtype=np.float32)[None, :].repeat(n, 0),
-              "entropy": (li / 10).astype(np.float32), "tracked_logprobs": -li[:, None] * np.ones((n, TOP_K), np.float32)}
+              "entropy": (li / 10).astype(np.float32),
+              "tracked_logprobs": -li[:, None] * np.ones((n, TOP_K), np.float32)}
     generations = [
         {"question_id": qid, "turn": turn, "token_ids": [1, 2, 3], "text": f"{qid} answer", "n_tokens": 3,
          "stop_reason": "eos", "extracted_answer": "3", "correct": depth % 2 == 1, "grader": "exact"}

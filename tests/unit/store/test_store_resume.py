@@ -211,3 +211,20 @@ def test_manifest_is_rewritten_atomically_per_batch(tmp_path, run_settings, batc
         writer.submit(2, ["y"], **batch_factory(["y"], 2))
     assert seen == [{}, {"2": ["x"]}, {"2": ["x", "y"]}]
     assert not [p for p in path.rglob("*") if ".tmp-" in p.name]
+
+
+def test_check_out_touches_nothing(tmp_path, run_settings, batch_factory):
+    from sst_interp.store import check_out
+
+    assert check_out(tmp_path / "absent", run_settings["identity"]) is False
+    assert not (tmp_path / "absent").exists()
+    path = _first_batch(tmp_path / "run", run_settings, batch_factory)
+    before = {p: p.stat().st_mtime_ns for p in path.rglob("*")}
+    assert check_out(path, run_settings["identity"]) is True
+    with pytest.raises(UsageError, match="different identity"):
+        check_out(path, dict(run_settings["identity"], model="other"))
+    assert {p: p.stat().st_mtime_ns for p in path.rglob("*")} == before
+    (tmp_path / "junk").mkdir()
+    (tmp_path / "junk" / "x").write_text("x")
+    with pytest.raises(UsageError, match="not an sst-interp run"):
+        check_out(tmp_path / "junk", run_settings["identity"])

@@ -7,7 +7,7 @@ from collections import namedtuple
 
 import numpy as np
 
-from sst_interp.store import Run, RunWriter, bytes_per_question, estimate
+from sst_interp.store import Run, RunWriter, bytes_per_question, estimate, estimate_remaining
 
 
 def test_bytes_per_question_hand_computed() -> None:
@@ -54,3 +54,12 @@ def test_estimate_bounds_real_hidden_dominated_run(tmp_path, run_settings) -> No
                                          layers=layers, d=d, dtype="float32", top_k=0, sketch_k=0,
                                          max_new_tokens=positions)
     assert actual <= predicted <= 1.25 * actual
+
+
+def test_estimate_remaining_sums_depths(tmp_path) -> None:
+    sizes = dict(full_positions=2, sketch_positions=3, layers=2, d=4, dtype="float32", top_k=2, sketch_k=1,
+                 max_new_tokens=4)
+    one = bytes_per_question(depths=[1], **sizes)
+    two = bytes_per_question(depths=[2], **sizes)
+    est = estimate_remaining(tmp_path, {1: 3, 2: 0}, **sizes)
+    assert est.total_bytes == 3 * one and est.bytes_per_question == one + two == 27120
