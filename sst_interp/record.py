@@ -20,7 +20,8 @@ from typing import Any
 
 from sst_interp import __version__
 from sst_interp.errors import UsageError, cli_entry
-from sst_interp.model.generation import PROMPT_MODES
+from sst_interp.data import questions_to_frame
+from sst_interp.model.generation import PROMPT_MODES, FixedDepth
 
 DEFAULT_DEPTHS = "1,2,3,4"
 
@@ -52,6 +53,9 @@ class RecordArgs:
         device: torch device; ``auto`` picks cuda when available.
         source_option: ``KEY=VALUE`` options of the question set (repeatable), e.g. ``subset=main`` or
             ``password=...`` for gpqa, ``n=48`` for demo; integers are passed as integers.
+        depth_policy: ``fixed`` (a flat run at every depth of ``depths``) or ``probe:PATH``: a saved halting
+            probe chooses each question's depth at position 0 (up to max(depths)); the question is filed under
+            its chosen depth and ``generations.chosen_depth`` records it (Sec. 6, app:halting_eval).
     """
 
     questions: str = "demo"
@@ -74,6 +78,19 @@ class RecordArgs:
     prompt_mode: str = "two_pass"
     device: str = "auto"
     source_option: list[str] | None = None
+    depth_policy: str = "fixed"
+
+    def probe_path(self) -> Path | None:
+        """The probe folder of ``--depth-policy probe:PATH`` (None for ``fixed``)."""
+        if self.depth_policy == "fixed":
+            return None
+        kind, sep, path = self.depth_policy.partition(":")
+        if kind != "probe" or not sep or not path:
+            raise UsageError(f"--depth-policy must be 'fixed' or 'probe:PATH', got {self.depth_policy!r}")
+        if not Path(path).exists():
+            raise UsageError(f"--depth-policy probe:{path}: no such probe; train one with "
+                             f"python -m sst_interp.probe train --run RUN")
+        return Path(path)
 
     def out_path(self) -> Path:
         """The run directory: --out, or runs/<questions>."""
@@ -119,6 +136,7 @@ class RecordArgs:
             raise UsageError(f"--prompt-mode must be one of {', '.join(PROMPT_MODES)}, got {self.prompt_mode!r}")
         if self.demo_preset and self.checkpoint is not None:
             raise UsageError("--demo-preset is for an untrained SST; drop it when passing --checkpoint")
+        self.probe_path()
         return depths
 
 
@@ -149,6 +167,9 @@ def build_parser() -> argparse.ArgumentParser:
     add("--device", default=defaults.device, help="cpu | cuda | auto (default)")
     add("--source-option", action="append", default=None, metavar="KEY=VALUE",
         help="question-set option, repeatable (gpqa: subset=, password=; demo: n=, seed=, level=)")
+    add("--depth-policy", default=defaults.depth_policy,
+        help="fixed (default: a flat run per depth) | probe:PATH (a saved halting probe picks each question's "
+             "depth, up to max(--depths))")
     return parser
 
 
@@ -212,7 +233,31 @@ def run_identity(args: RecordArgs, spec: Any, data_sha256: str) -> dict[str, Any
         top_k=args.top_k,
         gates=args.gates,
     )
+    probe = args.probe_path()
+    if probe is not None:
+        identity["depth_policy"] = f"probe:{probe.resolve()}"
+        identity["probe_sha256"] = _folder_sha256(probe)
     return identity
+
+
+def _folder_sha256(path: Path) -> str:
+    """sha256 over a file, or over every file of a folder in name order."""
+    digest = hashlib.sha256()
+    for file in sorted(path.rglob("*")) if path.is_dir() else [path]:
+        if file.is_file():
+            digest.update(file.name.encode())
+            digest.update(file.read_bytes())
+    return digest.hexdigest()
+
+
+def depth_policy(args: RecordArgs, depths: list[int]) -> Any:
+    """The :class:`ProbeDepth` of ``--depth-policy probe:PATH`` with i_max = max(depths), or None for fixed."""
+    probe = args.probe_path()
+    if probe is None:
+        return None
+    from sst_interp.probe.policy import ProbeDepth
+
+    return ProbeDepth.from_path(probe, max_depth=max(depths))
 
 
 def record(args: RecordArgs) -> dict[int, float]:
@@ -239,6 +284,9 @@ def record(args: RecordArgs) -> dict[int, float]:
     config = RecordConfig(full_positions=args.full_positions, sketch_positions=args.sketch_positions,
                           sketch_k=args.sketch_k, top_k=args.top_k, dtype=args.dtype, gates=args.gates)
     extra = manifest_extra(args, sst, tokenizer, config, depths, demo)
+    policy = depth_policy(args, depths)
+    if policy is not None:
+        return record_with_policy(args, policy, sst, tokenizer, selected, config, identity, extra, out)
     with RunWriter.create_or_resume(out, identity, extra) as writer:
         writer.write_questions(questions_to_frame(selected))
         remaining = {k: [q for q in selected if q.question_id not in writer.completed(k)] for k in depths}
@@ -256,10 +304,37 @@ def record(args: RecordArgs) -> dict[int, float]:
                 for start in range(0, len(todo), args.batch_size):
                     batch = todo[start : start + args.batch_size]
                     progress.set_postfix_str(f"depth {depth}")
-                    rows, columns = record_batch(sst, tokenizer, batch, depth, args, config)
+                    rows, columns = record_batch(sst, tokenizer, batch, FixedDepth(depth), args, config)
                     writer.submit(depth, [q.question_id for q in batch], generations=rows, **columns)
                     progress.update(len(batch))
     return print_summary(out, depths)
+
+
+def record_with_policy(args: RecordArgs, policy: Any, sst: Any, tokenizer: Any, selected: list[Any], config: Any,
+                       identity: dict[str, Any], extra: dict[str, Any], out: Path) -> dict[int, float]:
+    """A run under a probe depth policy: one question per generation call (the policy picks one depth per
+    call), each filed under the depth it chose. Resumes like a flat run."""
+    from tqdm import tqdm
+
+    from sst_interp.store import RunWriter
+
+    extra = dict(extra, depths=[], depth_policy=policy.describe(), max_depth=policy.max_depth)
+    with RunWriter.create_or_resume(out, identity, extra) as writer:
+        writer.write_questions(questions_to_frame(selected))
+        done = set().union(*(writer.completed(k) for k in range(1, policy.max_depth + 1)))
+        todo = [q for q in selected if q.question_id not in done]
+        print(f"depth policy {policy.describe()}: {len(done)} of {len(selected)} questions already recorded in {out}")
+        for question in tqdm(todo, unit="q", desc="record", disable=not todo):
+            rows, columns = record_batch(sst, tokenizer, [question], policy, args, config)
+            writer.submit(rows[0]["chosen_depth"], [question.question_id], generations=rows, **columns)
+    run_depths = list(range(1, policy.max_depth + 1))
+    return print_summary(out, [d for d in run_depths if d in _recorded_depths(out)])
+
+
+def _recorded_depths(out: Path) -> list[int]:
+    from sst_interp.store import Run
+
+    return Run.open(out).depths
 
 
 def manifest_extra(args: RecordArgs, sst: Any, tokenizer: Any, config: Any, depths: list[int],
@@ -296,12 +371,13 @@ def manifest_extra(args: RecordArgs, sst: Any, tokenizer: Any, config: Any, dept
     }
 
 
-def record_batch(sst: Any, tokenizer: Any, batch: list[Any], depth: int, args: RecordArgs,
+def record_batch(sst: Any, tokenizer: Any, batch: list[Any], depth: Any, args: RecordArgs,
                  config: Any) -> tuple[list[dict[str, Any]], dict[str, Any]]:
-    """Generate one batch at ``depth`` with the recorder attached; returns (generation rows, writer columns)."""
+    """Generate one batch under a depth policy (``FixedDepth(k)`` or a probe policy) with the recorder attached;
+    returns (generation rows, writer columns)."""
     from sst_interp.data import grade, stop_strings
     from sst_interp.hooks import Recorder
-    from sst_interp.model.generation import FixedDepth, GenerationConfig, generate
+    from sst_interp.model.generation import GenerationConfig, generate
     from sst_interp.model.loading import eos_token_ids
 
     prompts = [list(tokenizer(q.prompt).input_ids) for q in batch]
@@ -312,7 +388,7 @@ def record_batch(sst: Any, tokenizer: Any, batch: list[Any], depth: int, args: R
                                   logits_every_iteration=True)
     ids = [q.question_id for q in batch]
     with Recorder.for_model(sst, ids, config) as recorder:
-        result = generate(sst, prompts, FixedDepth(depth), gen_config, observer=recorder,
+        result = generate(sst, prompts, depth, gen_config, observer=recorder,
                           decode_fn=lambda tokens: tokenizer.decode(tokens, skip_special_tokens=True))
     rows = []
     for row, question in enumerate(batch):
@@ -320,7 +396,7 @@ def record_batch(sst: Any, tokenizer: Any, batch: list[Any], depth: int, args: R
         text = tokenizer.decode(tokens, skip_special_tokens=True)
         verdict = grade(question, text)
         rows.append({
-            "question_id": question.question_id, "depth": depth, "turn": 0, "token_ids": tokens, "text": text,
+            "question_id": question.question_id, "depth": int(result.chosen_depth[row]), "turn": 0, "token_ids": tokens, "text": text,
             "n_tokens": len(tokens), "stop_reason": result.stop_reasons[row],
             "extracted_answer": verdict.extracted_answer, "correct": bool(verdict.correct),
             "grader": verdict.grader, "depth_policy": result.depth_policy,
