@@ -24,7 +24,7 @@ from sst_interp.reporting.fig_common import (
 LINE = "#1f4e9c"
 SERIES_COLORS = {"sst": "#1f4e9c", "baseline": "#e377c2"}
 SERIES_NAMES = {"sst": "SST", "baseline": "matched baseline"}
-EMA_ALPHA = 0.05
+EMA_MIN_ALPHA = 0.02
 
 
 def draw_ribbon(data: ArtefactData) -> Figure:
@@ -143,8 +143,9 @@ def draw_losses(data: ArtefactData) -> Figure:
     for series in data.meta["series"]:
         log = data.tables[series].sort_values("step")
         color, name = SERIES_COLORS[series], SERIES_NAMES[series]
-        train_ax.plot(log["step"], log["train_loss"], color=color, alpha=0.25, linewidth=0.8, label=f"{name} (raw)")
-        ema = log["train_loss"].ewm(alpha=EMA_ALPHA, adjust=True).mean()
+        train_ax.plot(log["step"], log["train_loss"], color=color, alpha=0.35, linewidth=0.8, label=f"{name} (raw)")
+        # smoothing scaled to the log's length: ~1/20 of the steps, so the average does not lag short runs
+        ema = log["train_loss"].ewm(alpha=min(0.3, max(EMA_MIN_ALPHA, 20.0 / max(len(log), 1))), adjust=True).mean()
         train_ax.plot(log["step"], ema, color=color, linewidth=1.8, label=f"{name} (moving average)")
         val = log.dropna(subset=["val_loss"])
         if len(val):

@@ -4,13 +4,22 @@ fig:layer_profile_per_position, fig:layer_profile_512pos)."""
 from __future__ import annotations
 
 import math
+import textwrap
 
 import numpy as np
 from matplotlib import colormaps
 from matplotlib.figure import Figure
 
 from sst_interp.reporting.artefacts import ArtefactData
-from sst_interp.reporting.fig_common import BASE_FONT, bottom_legend, draw_profile, new_figure, overlap_ylim, style
+from sst_interp.reporting.fig_common import (
+    BASE_FONT,
+    bottom_legend,
+    draw_profile,
+    message,
+    new_figure,
+    overlap_ylim,
+    style,
+)
 
 HEAT_CMAP = "magma"
 THRESHOLD_COLOR = "#00c8ff"
@@ -46,7 +55,7 @@ def draw_heatmap(data: ArtefactData) -> Figure:
     full = int(meta.get("full_positions") or 0)
     if not meta.get("zoom") and positions[0] < full <= positions[-1]:
         ax.axvline(full - 0.5, color="black", linestyle="--", linewidth=1.0)
-        ax.text(full - 0.5, layers[0] - 0.5, " full states | top-k sketches ", color="black", ha="center",
+        ax.text(full - 0.5, layers[0] - 0.5, " right of the line: top-k sketches ", color="black", ha="left",
                 va="bottom", fontsize=BASE_FONT - 2, bbox={"facecolor": "white", "edgecolor": "none", "alpha": 0.85})
     if positions.size <= 30:
         ax.set_xticks(positions)
@@ -70,6 +79,11 @@ def draw_profiles(data: ArtefactData) -> Figure:
     axes = fig.subplots(nrows, ncols, sharey=True, squeeze=False).ravel()
     frames = []
     for i, (ax, panel) in enumerate(zip(axes, panels)):
+        if panel.get("key") is None:  # a panel the run cannot fill: say why instead of leaving it blank
+            message(ax, "\n".join(textwrap.wrap(str(panel.get("message", "no data")), 32)))
+            style(ax, f"{panel['title']} (N = 0)", "layer", "")
+            ax.grid(False)
+            continue
         stats = data.tables[f"stats_{panel['key']}"]
         traces = data.tables.get(f"traces_{panel['key']}")
         draw_profile(ax, stats, traces, threshold)

@@ -64,8 +64,8 @@ def integer_ticks(ax: Axes, axis: str = "x") -> None:
 def message(ax: Axes, text: str) -> None:
     """An axis that says why it holds no data (instead of an empty panel)."""
     ax.text(0.5, 0.5, text, ha="center", va="center", fontsize=BASE_FONT, wrap=True, transform=ax.transAxes)
-    ax.set_xticks([])
-    ax.set_yticks([])
+    # tick_params, not set_*ticks: the axis may share its y ticks with panels that do hold data
+    ax.tick_params(left=False, labelleft=False, bottom=False, labelbottom=False)
 
 
 def draw_profile(ax: Axes, stats: pd.DataFrame, traces: pd.DataFrame | None, threshold: float | None,

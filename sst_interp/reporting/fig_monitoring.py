@@ -6,6 +6,7 @@ import numpy as np
 import pandas as pd
 from matplotlib import colormaps
 from matplotlib.axes import Axes
+from matplotlib.collections import LineCollection
 from matplotlib.figure import Figure
 
 from sst_interp.reporting.artefacts import ArtefactData
@@ -29,9 +30,14 @@ def _group_name(g: int) -> str:
 
 def _traces(ax: Axes, traces: pd.DataFrame, colors: dict[int, str], transitions: list[int]) -> None:
     sub = traces[traces["transition"].isin(transitions)]
-    for (qid, pos), part in sub.groupby(["question_id", "position"], sort=False):
-        g = int(part["correct_depth"].iloc[0])
-        ax.plot(part["transition"], part["delta"], color=colors[g], alpha=0.25, linewidth=0.6)
+    wide = sub.pivot_table(index=["question_id", "position", "correct_depth"], columns="transition", values="delta")
+    wide = wide.reindex(columns=transitions)
+    xs = np.asarray(transitions, dtype=float)
+    lines = [np.column_stack([xs, row]) for row in wide.to_numpy()]
+    groups_of_lines = wide.index.get_level_values("correct_depth").astype(int)
+    ax.add_collection(LineCollection(lines, colors=[colors[g] for g in groups_of_lines], alpha=0.25,
+                                     linewidths=0.6))
+    ax.autoscale_view()
     groups = list(sub.groupby("correct_depth"))
     for i, (g, part) in enumerate(groups):
         # drawn widest first, so medians that coincide (the point of panel a) stay visible as nested lines

@@ -115,7 +115,7 @@ def render_page(outcomes: Sequence[Outcome], inputs: ReportInputs, unsupported: 
     skipped = [o for o in outcomes if o.status == "skipped"]
     failed = [o for o in outcomes if o.status == "failed"]
     stamp = dt.datetime.now().isoformat(timespec="seconds")
-    body = [f"<h1>SST interpretability report</h1>",
+    body = ["<h1>SST interpretability report</h1>",
             f"<p>Generated {_esc(stamp)} by sst_interp {_esc(__version__)}: {len(ok)} artefacts, {len(skipped) + len(unsupported)} "
             f"skipped, {len(failed)} failed.</p>"]
     if only:

@@ -66,12 +66,16 @@ def layer_profile(ctx: ReportContext, target: str | None) -> ArtefactData | NotA
     for key, letter in (("position 0", "(a)"), ("late", "(b)")):
         prof = pe.profiles.get(key)
         if prof is None or isinstance(prof, NotApplicable):
-            notes.append(f"{letter} {key}: {getattr(prof, 'reason', 'not computed')}")
+            reason = getattr(prof, "reason", "not computed")
+            notes.append(f"{letter} {key}: {reason}")
+            what = "late positions" if key == "late" else key
+            panels.append({"key": None, "title": f"{letter} {what}", "n": 0,
+                           "message": f"no pre-divergence low-overlap traces ({reason})"})
             continue
         tag = key.replace(" ", "")
         tables.update(profile_frames(prof, tag))
         panels.append({"key": tag, "title": f"{letter} {prof.name}", "n": prof.n})
-    if not panels:
+    if all(p["key"] is None for p in panels):
         return NotApplicable("; ".join(notes), "fig:layer_profile")
     return ArtefactData(tables, {"panels": panels, "threshold": ctx.threshold(target)[0], "notes": notes,
                                  "comparison": _comparison(ctx, target)})
