@@ -88,6 +88,8 @@ def build_parser() -> argparse.ArgumentParser:
             options["type"] = kind
         elif kind == (str | None):
             options["type"] = str
+        elif kind == (int | None):
+            options["type"] = int
         elif kind == (list[int] | None):
             options["type"] = _parse_list(int)
         elif kind == list[str]:
@@ -125,7 +127,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     config = config_from_args(args)
+    import torch
+
     from sst_interp.train.loop import Trainer
+
+    if config.threads is not None:
+        torch.set_num_threads(config.threads)
 
     what = "baseline (one pass, no SST)" if config.baseline else f"SST (two-pass, state_scale={config.state_scale})"
     print(f"training the {what} on {config.model}; preset {config.preset}; writing {config.out}", file=sys.stderr)

@@ -81,6 +81,8 @@ class TrainConfig:
         dtype: compute dtype of the backbone: ``"auto"`` is bfloat16 on CUDA and float32 on CPU.
         device: ``"auto"`` (CUDA if present, else CPU), ``"cpu"`` or ``"cuda"``.
         seed: seed of torch's generator (LoRA initialisation and dropout).
+        threads: torch intra-op threads for the command line run; ``None`` keeps torch's default (on a shared CPU,
+            1 avoids the stalls of oversubscribed threads).
         preset: name of the preset the config came from (``"paper"`` or ``"demo"``), recorded in the outputs.
     """
 
@@ -125,6 +127,7 @@ class TrainConfig:
     dtype: str = "auto"
     device: str = "auto"
     seed: int = 0
+    threads: int | None = None
     preset: str = "paper"
 
     def __post_init__(self) -> None:
@@ -158,6 +161,8 @@ class TrainConfig:
                 raise UsageError(f"bad action token mapping {token!r} -> {token_id}; use TOKEN=ID with ID >= 0")
         self.action_tokens = {str(k): int(v) for k, v in self.action_tokens.items()}
         self.lora_targets = [str(t) for t in self.lora_targets]
+        if self.threads is not None and self.threads < 1:
+            raise UsageError(f"threads must be at least 1, got {self.threads}")
         if self.sst_layers is not None:
             self.sst_layers = sorted({int(layer) for layer in self.sst_layers})
 
@@ -191,7 +196,7 @@ class TrainConfig:
 
 
 #: Fields that may change between a run and its resumption (everything else must match).
-RESUMABLE_FIELDS: frozenset[str] = frozenset({"max_steps", "eval_every", "patience", "out", "device",
+RESUMABLE_FIELDS: frozenset[str] = frozenset({"max_steps", "eval_every", "patience", "out", "device", "threads",
                                               "offload_checkpoints", "gradient_checkpointing", "ce_chunk_size"})
 
 

@@ -209,7 +209,8 @@ class Trainer:
 
     def _check_out_folder(self) -> None:
         path = self.out / RUN_META
-        if not path.is_file():
+        if not path.is_file() or existing_folder(self.out / "last") is None:
+            # nothing to resume (a new folder, or a run that failed before its first save): start afresh
             self.out.mkdir(parents=True, exist_ok=True)
             path.write_text(json.dumps(self.meta, indent=2, sort_keys=True))
             return
@@ -228,8 +229,8 @@ class Trainer:
     def _maybe_resume(self) -> bool:
         folder = existing_folder(self.out / "last")
         if folder is None:
+            self.logs.truncate_after(-1)
             if self.model.sst is not None:
-                self.logs.truncate_after(-1)
                 self.logs.log_alpha(self.model.sst.alphas().cpu().numpy(), list(self.model.sst.state_modules()), 0)
             return False
         tensors, state = load_training_state(folder)

@@ -172,3 +172,11 @@ def test_rows_without_model_tokens_stop_the_trainer(tmp_path):
     path = write_jsonl(tmp_path / "t.jsonl", [{"text": "<bos><start_of_turn>user\nhello<end_of_turn>\n"}])
     with pytest.raises(UsageError, match="line 1: no model-turn tokens"):
         _trainer(tiny_config(tmp_path, train_data=str(path)))
+
+
+def test_a_run_that_failed_before_saving_does_not_block_its_folder(tmp_path):
+    bad = write_jsonl(tmp_path / "bad.jsonl", [{"text": "<bos><start_of_turn>user\nhello<end_of_turn>\n"}])
+    with pytest.raises(UsageError):
+        _trainer(tiny_config(tmp_path, train_data=str(bad), max_steps=1))
+    result = _trainer(tiny_config(tmp_path, max_steps=1)).run()  # same --out, fixed data
+    assert result.steps == 1

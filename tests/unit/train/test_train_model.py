@@ -203,3 +203,20 @@ def test_untied_llama_trains_too(tmp_path, tokenizer):
 def test_unknown_lora_targets_are_refused(tmp_path):
     with pytest.raises(UsageError, match=r"LoRA targets \['qkv'\] are not modules"):
         build_train_model(tiny_backbone(), tiny_config(tmp_path, lora_targets=["q_proj", "qkv"]))
+
+
+@pytest.mark.parametrize("baseline", [False, True])
+def test_padded_micro_batch_equals_its_rows(tmp_path, tokenizer, baseline):
+    config = tiny_config(tmp_path, baseline=baseline)
+    model = _model(config)
+    model.eval()
+    fmt = data_format_from_config(config)
+    rows = [chat_rows(1)[0], {"text": chat_rows(1, offset=3)[0]["text"] + "<start_of_turn>model\nmore<end_of_turn>"}]
+    examples = [tokenize_row(row, tokenizer, fmt, i) for i, row in enumerate(rows)]
+    both = collate(pack_examples(examples, 512, False), tokenizer.pad_token_id)
+    assert (both.input_ids == tokenizer.pad_token_id).any()  # the first row is padded
+    with torch.no_grad():
+        together, n = micro_batch_loss(model, both, 7)
+        parts = [micro_batch_loss(model, collate([s], 0), 7) for s in pack_examples(examples, 512, False)]
+    assert n == sum(p[1] for p in parts)
+    torch.testing.assert_close(together, sum(p[0] for p in parts), rtol=1e-6, atol=1e-6)
