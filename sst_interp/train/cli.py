@@ -23,7 +23,7 @@ import typing
 from collections.abc import Sequence
 from typing import Any
 
-from sst_interp.errors import UsageError, cli_entry
+from sst_interp.errors import cli_entry
 from sst_interp.train.config import TrainConfig, demo_config
 
 
@@ -137,8 +137,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     what = "baseline (one pass, no SST)" if config.baseline else f"SST (two-pass, state_scale={config.state_scale})"
     print(f"training the {what} on {config.model}; preset {config.preset}; writing {config.out}", file=sys.stderr)
     if config.preset == "demo":
-        print("demo preset: LoRA rank 8, LoRA lr 1e-3, 12 steps of one packed 96-token sequence, state_scale=hidden "
-              "(not the paper's settings; see sst_interp.train.config.demo_config)", file=sys.stderr)
+        print("demo preset: LoRA rank 8, LoRA lr 1e-3, 16 steps of 2 packed 96-token sequences, one thread, "
+              "state_scale=hidden (not the paper's settings; see sst_interp.train.config.demo_config)", file=sys.stderr)
     trainer = Trainer(config)
     if trainer.resumed:
         print(f"resuming from {config.out}/last at step {trainer.step}", file=sys.stderr)

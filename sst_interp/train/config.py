@@ -203,13 +203,15 @@ RESUMABLE_FIELDS: frozenset[str] = frozenset({"max_steps", "eval_every", "patien
 def demo_config(out: str = "runs/train-demo", **overrides: Any) -> TrainConfig:
     """The ``--demo`` preset: a small SST on the default backbone that trains on a 2-core CPU in a few minutes.
 
-    Departures from the paper, all for speed on a CPU (a two-pass step costs about 0.1 s of CPU per token on Gemma
-    3 270M there): LoRA rank 8 (alpha 8) instead of 64; one micro-batch per step instead of 16, each a packed
-    sequence of at most 96 tokens (about 8 demo documents); 12 steps with 2 warmup steps; a LoRA learning rate of
-    1e-3 instead of 1e-4 so that 12 steps move the adapter visibly; validation every 4 steps; gradient checkpointing
-    off (the model fits in memory); ``state_scale="hidden"`` (an untrained unit-scale SST on Gemma 3 270M is nearly
-    inert, DESIGN section 3); and no action-token mapping (the demo text has no ``<execute>`` tokens). The SST
-    learning rate (1e-2), AdamW settings, clipping, LoRA dropout and targets are the paper's.
+    Departures from the paper, all for speed on a CPU (a two-pass step costs about 0.03 s of CPU per token on Gemma
+    3 270M there): LoRA rank 8 (alpha 8) instead of 64; 2 micro-batches per step instead of 16, each a packed
+    sequence of at most 96 tokens (about 8 demo documents); 16 steps with 2 warmup steps; a LoRA learning rate of
+    1e-3 instead of 1e-4 so that 16 steps move the adapter visibly; validation every 4 steps; gradient checkpointing
+    off (the model fits in memory); one torch thread (on a shared 2-core machine more threads stall each other and
+    ran 5x slower; pass ``--threads N`` on a machine of your own); ``state_scale="hidden"`` (an untrained unit-scale
+    SST on Gemma 3 270M is nearly inert, DESIGN section 3); and no action-token mapping (the demo text has no
+    ``<execute>`` tokens). The SST learning rate (1e-2), AdamW settings, clipping, LoRA dropout and targets are the
+    paper's.
     """
     settings: dict[str, Any] = {
         "out": out,
@@ -218,13 +220,14 @@ def demo_config(out: str = "runs/train-demo", **overrides: Any) -> TrainConfig:
         "lora_r": 8,
         "lora_alpha": 8.0,
         "lr_lora": 1e-3,
-        "grad_accum": 1,
-        "max_steps": 12,
+        "grad_accum": 2,
+        "max_steps": 16,
         "warmup_steps": 2,
         "eval_every": 4,
         "max_seq_len": 96,
         "pack": True,
         "gradient_checkpointing": False,
+        "threads": 1,
         "action_tokens": {},
         "quantize": "none",
         "device": "cpu",

@@ -51,7 +51,7 @@ def demo_rows(n: int, seed: int, level: int = DEFAULT_LEVEL, exclude: int = EXCL
     return rows
 
 
-def write_demo_data(folder: str | Path, n_train: int = 96, n_val: int = 24, level: int = DEFAULT_LEVEL) -> tuple[Path, Path]:
+def write_demo_data(folder: str | Path, n_train: int = 256, n_val: int = 24, level: int = DEFAULT_LEVEL) -> tuple[Path, Path]:
     """Write ``train.jsonl`` and ``val.jsonl`` of demo rows into ``folder``; returns their paths.
 
     Validation rows share no question with the training rows or the evaluation items.
