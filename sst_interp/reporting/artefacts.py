@@ -62,10 +62,6 @@ class ArtefactData:
         return [str(n) for n in self.meta.get("notes", [])]
 
 
-Compute = Callable[["ReportContext", "str | None"], "ArtefactData | NotApplicable"]
-Draw = Callable[[ArtefactData], "Figure"]
-
-
 @dataclass(frozen=True)
 class ArtefactSpec:
     """One table or figure the report knows how to make.
@@ -91,8 +87,8 @@ class ArtefactSpec:
     caption: str
     scope: Scope
     needs: tuple[str, ...]
-    compute: Compute
-    draw: Draw | None = None
+    compute: Callable[[ReportContext, str | None], ArtefactData | NotApplicable]
+    draw: Callable[[ArtefactData], Figure] | None = None
 
     def __post_init__(self) -> None:
         if self.family not in FAMILIES:

@@ -272,7 +272,8 @@ def resolve_inputs(config: ReportConfig) -> ReportInputs:
     runs = _open_runs(run_paths)
     baselines = [RunInput(n, p, Run.open(p), n) for n, p in zip(_unique_names(base_paths), base_paths)]
     if config.probe is not None and not Path(config.probe).exists():
-        raise UsageError(f"--probe {config.probe} does not exist; pass a probe folder saved by `sst_interp.probe train`")
+        raise UsageError(f"--probe {config.probe} does not exist; pass a probe folder saved by "
+                         "`python -m sst_interp.probe train`")
     checkpoints, missing = _checkpoints(runs, Path(config.checkpoint) if config.checkpoint else None)
     return ReportInputs(
         runs=tuple(runs),

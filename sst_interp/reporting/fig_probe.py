@@ -7,7 +7,16 @@ from matplotlib.colors import ListedColormap
 from matplotlib.figure import Figure
 
 from sst_interp.reporting.artefacts import ArtefactData
-from sst_interp.reporting.fig_common import BASE_FONT, FAIL, NEUTRAL, RECOVERY, REGRESSION, bottom_legend, new_figure, style
+from sst_interp.reporting.fig_common import (
+    BASE_FONT,
+    FAIL,
+    NEUTRAL,
+    RECOVERY,
+    REGRESSION,
+    bottom_legend,
+    new_figure,
+    style,
+)
 
 KIND_COLORS = {"must_halt": FAIL, "continue": REGRESSION, "safe": RECOVERY}
 KIND_NAMES = {"must_halt": "MUST HALT question", "continue": "continue question", "safe": "SAFE question"}

@@ -116,8 +116,8 @@ def render_page(outcomes: Sequence[Outcome], inputs: ReportInputs, unsupported: 
     failed = [o for o in outcomes if o.status == "failed"]
     stamp = dt.datetime.now().isoformat(timespec="seconds")
     body = ["<h1>SST interpretability report</h1>",
-            f"<p>Generated {_esc(stamp)} by sst_interp {_esc(__version__)}: {len(ok)} artefacts, {len(skipped) + len(unsupported)} "
-            f"skipped, {len(failed)} failed.</p>"]
+            f"<p>Generated {_esc(stamp)} by sst_interp {_esc(__version__)}: {len(ok)} artefacts, "
+            f"{len(skipped) + len(unsupported)} skipped, {len(failed)} failed.</p>"]
     if only:
         body.append(f"<p>Restricted with --only to: <code>{_esc(', '.join(only))}</code>.</p>")
     nav = [f'<li><a href="#{_esc(f.lower().split()[0])}">{_esc(f)}</a> '

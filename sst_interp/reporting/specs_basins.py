@@ -124,12 +124,11 @@ def gmm(ctx: ReportContext, target: str | None) -> ArtefactData | NotApplicable:
     fit = _part(ctx, target, "gmm")
     if isinstance(fit, NotApplicable):
         return fit
-    notes = [f"crossover threshold: {fit.threshold:.4f}", f"overlap values fitted: {fit.n}",
-             f"comparison: {_comparison(ctx, target)}", f"EM converged: {fit.converged}"]
-    data = table_data(fit, notes)
-    if isinstance(data, ArtefactData):
-        data.meta["notes"] = notes  # the fit's attrs (threshold, n) are already in the notes above
-    return data
+    frame = fit.table().copy()
+    frame.attrs = {}  # threshold and n are in the notes below
+    return ArtefactData({"main": frame}, {"notes": [
+        f"crossover threshold: {fit.threshold:.4f}", f"overlap values fitted: {fit.n}",
+        f"comparison: {_comparison(ctx, target)}", f"EM converged: {fit.converged}"]})
 
 
 def gmm_robustness(ctx: ReportContext, target: str | None) -> ArtefactData | NotApplicable:

@@ -31,8 +31,9 @@ def main_results(ctx: ReportContext, target: str | None) -> ArtefactData | NotAp
             notes.append(f"{item.benchmark}: {result.reason}")
             continue
         frames.append(result.table())
-        notes.append(f"{item.benchmark}: SST run {item.path} (staged compute over depths "
-                     f"{', '.join(map(str, item.run.depths))}) vs baseline {base.path} at depth {_baseline_depth(base)}")
+        depths = ", ".join(map(str, item.run.depths))
+        notes.append(f"{item.benchmark}: SST run {item.path} (staged compute over depths {depths}) vs baseline "
+                     f"{base.path} at depth {_baseline_depth(base)}")
     if not frames:
         reason = "; ".join(notes) if notes else ("no --baseline run given (the headline compares the SST with its "
                                                  "matched fine-tuned baseline)")

@@ -154,8 +154,9 @@ def feature_grid(ctx: ReportContext, target: str | None, b: ProbeBundle) -> Arte
 
 def _spec(name: str, kind: str, caption: str, build: Callable[..., Any], draw: Any = None,
           label: str | None = None) -> ArtefactSpec:
-    return ArtefactSpec(name, kind, name.replace("_", ":", 1) if label is None else label, FAMILY, caption,  # type: ignore[arg-type]
-                        "run", ("run", "probe"), _with_bundle(build), draw)
+    paper_label = name.replace("_", ":", 1) if label is None else label
+    return ArtefactSpec(name, kind, paper_label, FAMILY, caption, "run", ("run", "probe"),  # type: ignore[arg-type]
+                        _with_bundle(build), draw)
 
 
 SPECS: list[ArtefactSpec] = [

@@ -8,8 +8,14 @@ import pytest
 
 from sst_interp.errors import UsageError
 from sst_interp.report import main
-from sst_interp.reporting.config import ReportConfig, expand_run_paths, latest_run, resolve_inputs, resolve_training_logs
-from tests.unit.reporting.builders import write_checkpoint, write_tiny_run, write_training_logs, theta_matrix
+from sst_interp.reporting.config import (
+    ReportConfig,
+    expand_run_paths,
+    latest_run,
+    resolve_inputs,
+    resolve_training_logs,
+)
+from tests.unit.reporting.builders import theta_matrix, write_checkpoint, write_tiny_run, write_training_logs
 
 
 @pytest.fixture(scope="module")

@@ -201,3 +201,41 @@ def test_single_depth_run_lists_its_skips(tmp_path):
     page = result.index.read_text()
     assert all(f'id="{name}"' in page for name in reasons)
     assert "single depth" in page
+
+
+def test_a_saved_probe_is_evaluated_instead_of_training_one(report, tmp_path):
+    from sst_interp.probe import (
+        ProbeConfig,
+        ProbeMeta,
+        TrainConfig,
+        evaluate_probe,
+        load_probe_data,
+        save_probe,
+        train_probe,
+    )
+
+    data = load_probe_data(report["run"], 2)  # not the default layer, so the saved probe's layer is what is used
+    probe, _ = train_probe(data.x, data.y, ProbeConfig(data.hidden_size, hidden=6), TrainConfig(epochs=20, seed=3))
+    saved = save_probe(tmp_path / "probe", probe, ProbeMeta(layer=2, threshold=0.5, max_depth=4))
+    config = dataclasses.replace(report["config"], probe=saved, out=tmp_path / "out",
+                                 only=("tab_halting_probe", "tab_halting_probe_per_iter"))
+    result = build_report(config)
+    assert result.names("ok") == ["tab_halting_probe", "tab_halting_probe_per_iter"]
+    expected = evaluate_probe(probe, data, 0.5)
+    same(pd.read_csv(config.out / "tab_halting_probe.csv"), expected.outcome.table())
+    same(pd.read_csv(config.out / "tab_halting_probe_per_iter.csv"), expected.detection.table())
+    assert any(f"--probe {saved} (layer 2)" in n for n in result.outcome("tab_halting_probe").data.notes)
+
+
+def test_several_runs_share_report_tables_and_get_suffixed_run_artefacts(report, tmp_path):
+    from tests.unit.reporting.builders import write_tiny_run
+
+    write_tiny_run(tmp_path / "second", depths=(1, 2, 3), n_questions=4)
+    config = dataclasses.replace(report["config"], runs=(report["root"] / "runs" / "sst", tmp_path / "second"),
+                                 out=tmp_path / "out", only=("tab_staged_breakdown", "tab_convergent_reasoning"))
+    result = build_report(config)
+    assert [o.artefact.name for o in result.outcomes] == [
+        "tab_staged_breakdown", "tab_convergent_reasoning-sst", "tab_convergent_reasoning-second"]
+    staged = pd.read_csv(config.out / "tab_staged_breakdown.csv")
+    assert staged["benchmark"].tolist() == ["sst", "second"] and staged["N"].tolist() == [12, 4]
+    assert staged["stage_4"].isna().tolist() == [False, True]  # the second run stops at depth 3
