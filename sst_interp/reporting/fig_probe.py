@@ -82,7 +82,7 @@ def draw_feature_grid(data: ArtefactData) -> Figure:
     grid = np.full(rows * cols, np.nan)
     grid[ess["dim"].to_numpy(dtype=np.int64)] = ess["importance"].to_numpy(dtype=float)
     background = np.where(np.arange(rows * cols) < d, 0.0, np.nan).reshape(rows, cols)
-    fig = new_figure(max(4.5, min(9.0, cols * 0.11 + 2.0)), max(4.0, min(10.0, rows * 0.11 + 1.2)))
+    fig = new_figure(max(5.5, min(9.0, cols * 0.11 + 2.0)), max(4.0, min(10.0, rows * 0.11 + 1.4)))
     ax = fig.add_subplot()
     grey = ListedColormap(["#d4d4d4"]).with_extremes(bad="white")  # white: cells past d when the grid is not full
     ax.imshow(np.ma.masked_invalid(background), origin="lower", cmap=grey, aspect="equal", interpolation="nearest")
@@ -90,7 +90,7 @@ def draw_feature_grid(data: ArtefactData) -> Figure:
                       aspect="equal", interpolation="nearest")
     bar = fig.colorbar(image, ax=ax, shrink=0.8)
     bar.set_label("effective weight importance", fontsize=BASE_FONT)
-    style(ax, f"{len(ess)} essential of {d} dimensions at layer {data.meta.get('layer')} (grey: the rest)",
+    style(ax, f"{len(ess)} essential of {d} dimensions at layer {data.meta.get('layer')}\n(grey: the other dimensions)",
           f"dim mod {cols}", f"dim // {cols}")
     ax.grid(False)
     return fig
