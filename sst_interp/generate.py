@@ -13,7 +13,14 @@ import time
 
 from sst_interp.errors import UsageError, cli_entry
 from sst_interp.model.generation import GenerationConfig, PROMPT_MODES, generate
-from sst_interp.model.loading import DEMO_PRESET_NOTE, ModelSpec, build_sst, eos_token_ids, parse_depths
+from sst_interp.model.loading import (
+    DEMO_PRESET_NOTE,
+    ModelSpec,
+    build_sst,
+    eos_token_ids,
+    parse_depths,
+    resolve_prompt_mode,
+)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -25,7 +32,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--state-scale", choices=("unit", "hidden"), default=None,
                         help="state read scale of an untrained SST (default: hidden on the default backbone)")
     parser.add_argument("--max-new-tokens", type=int, default=32)
-    parser.add_argument("--prompt-mode", choices=PROMPT_MODES, default="two_pass")
+    parser.add_argument("--prompt-mode", choices=PROMPT_MODES, default=None,
+                        help="two_pass | sequential | none (default: none under the demo preset, else two_pass)")
     parser.add_argument("--dtype", choices=("float32", "bfloat16"), default="float32")
     parser.add_argument("--device", default="cpu")
     return parser
@@ -45,7 +53,7 @@ def main(argv: list[str] | None = None) -> None:
     prompt_ids = tokenizer(prompt).input_ids
     config = GenerationConfig(
         max_new_tokens=args.max_new_tokens,
-        prompt_mode=args.prompt_mode,
+        prompt_mode=resolve_prompt_mode(args.prompt_mode, spec.is_demo_preset),
         eos_token_ids=eos_token_ids(tokenizer, sst),
         pad_token_id=tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0,
     )

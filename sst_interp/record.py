@@ -49,7 +49,8 @@ class RecordArgs:
         gates: also record FFN gate activity.
         limit: record only the first N questions.
         ids: comma-separated question ids to record.
-        prompt_mode: two_pass | sequential | none (how the prompt is processed).
+        prompt_mode: two_pass | sequential | none (how the prompt is processed); None means ``none`` under the
+            demo preset and ``two_pass`` otherwise (see sst_interp.model.loading.DEMO_PROMPT_MODE).
         device: torch device; ``auto`` picks cuda when available.
         source_option: ``KEY=VALUE`` options of the question set (repeatable), e.g. ``subset=main`` or
             ``password=...`` for gpqa, ``n=48`` for demo; integers are passed as integers.
@@ -75,7 +76,7 @@ class RecordArgs:
     gates: bool = False
     limit: int | None = None
     ids: str | None = None
-    prompt_mode: str = "two_pass"
+    prompt_mode: str | None = None
     device: str = "auto"
     source_option: list[str] | None = None
     depth_policy: str = "fixed"
@@ -132,7 +133,7 @@ class RecordArgs:
             raise UsageError(f"--limit must be at least 1, got {self.limit}")
         if self.dtype not in ("float32", "bfloat16"):
             raise UsageError(f"--dtype must be float32 or bfloat16, got {self.dtype!r}")
-        if self.prompt_mode not in PROMPT_MODES:
+        if self.prompt_mode is not None and self.prompt_mode not in PROMPT_MODES:
             raise UsageError(f"--prompt-mode must be one of {', '.join(PROMPT_MODES)}, got {self.prompt_mode!r}")
         if self.demo_preset and self.checkpoint is not None:
             raise UsageError("--demo-preset is for an untrained SST; drop it when passing --checkpoint")
@@ -163,7 +164,8 @@ def build_parser() -> argparse.ArgumentParser:
     add("--gates", action="store_true", help="also record FFN gate activity")
     add("--limit", type=int, default=None, help="record only the first N questions")
     add("--ids", default=None, help="comma-separated question ids")
-    add("--prompt-mode", default=defaults.prompt_mode, help="two_pass | sequential | none")
+    add("--prompt-mode", default=None,
+        help="two_pass | sequential | none (default: none under the demo preset, else two_pass)")
     add("--device", default=defaults.device, help="cpu | cuda | auto (default)")
     add("--source-option", action="append", default=None, metavar="KEY=VALUE",
         help="question-set option, repeatable (gpqa: subset=, password=; demo: n=, seed=, level=)")
@@ -275,6 +277,9 @@ def record(args: RecordArgs) -> dict[int, float]:
     selected = select_questions(every, limit=args.limit, ids=args.id_list())
     data_sha = questions_sha256(questions_to_frame(every))
     spec, demo = model_spec(args)
+    from sst_interp.model.loading import resolve_prompt_mode
+
+    args.prompt_mode = resolve_prompt_mode(args.prompt_mode, demo)
     identity = run_identity(args, spec, data_sha)
     out = args.out_path()
     check_out(out, identity)  # refuse a wrong --out before spending time on the model

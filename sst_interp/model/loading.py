@@ -17,9 +17,22 @@ from sst_interp.model.config import SSTConfig
 from sst_interp.model.sst import SSTModel
 
 DEMO_PRESET_NOTE = (
-    "demo preset: the default Gemma 3 270M backbone, untrained, with state_scale='hidden' "
-    "(an untrained unit-scale SST is nearly inert); pass --checkpoint for a trained SST"
+    "demo preset: the default Gemma 3 270M backbone, untrained, with state_scale='hidden' (an untrained "
+    "unit-scale SST is nearly inert) and prompt mode 'none' (the prompt runs as the pretrained model; the state "
+    "stream starts at generated position 0); pass --checkpoint for a trained SST"
 )
+#: The demo preset's prompt mode. An untrained SST that blends states through the prompt (``two_pass``) derails
+#: the base model (4/24 demo questions at depth 1, vs 13/24 for the plain backbone); with ``none`` position 0
+#: iteration 1 is a standard forward pass (sec:punctuated_equilibrium) and depth 1 scores 9/24.
+DEMO_PROMPT_MODE = "none"
+DEFAULT_PROMPT_MODE = "two_pass"
+
+
+def resolve_prompt_mode(prompt_mode: str | None, demo_preset: bool) -> str:
+    """The prompt mode to use: the one asked for, else ``none`` under the demo preset and ``two_pass`` otherwise."""
+    if prompt_mode is not None:
+        return prompt_mode
+    return DEMO_PROMPT_MODE if demo_preset else DEFAULT_PROMPT_MODE
 
 
 @dataclass

@@ -33,7 +33,7 @@ def test_run_contents_match_the_generations(models, tmp_path, capsys):
     run = Run.open(out)
     assert run.depths == [1, 2] and run.num_layers == 3 and run.hidden_size == 32
     assert run.manifest["sketch_k"] == 6  # round(32 * 1024 / 5376)
-    assert run.manifest["prompt_mode"] == "two_pass" and run.manifest["sst"]["state_scale"] == "hidden"
+    assert run.manifest["prompt_mode"] == "none" and run.manifest["sst"]["state_scale"] == "hidden"  # demo preset
     ids = run.question_ids()
     assert ids == ["demo-000", "demo-001", "demo-002"]
     gens = run.generations().set_index(["question_id", "depth"])
