@@ -59,7 +59,9 @@ def save_checkpoint(
     (folder / CONFIG_FILE).write_text(json.dumps(meta, indent=2))
     peft_model = getattr(sst, "peft_model", None)
     if save_adapter and peft_model is not None:
-        peft_model.save_pretrained(str(folder / ADAPTER_DIR))
+        # The LM head is a LoRA target and tied to the embeddings on Gemma; without this flag peft also writes the
+        # whole embedding matrix (671 MB on the 270M model) into the adapter.
+        peft_model.save_pretrained(str(folder / ADAPTER_DIR), save_embedding_layers=False)
     return folder
 
 

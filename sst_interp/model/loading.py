@@ -76,10 +76,17 @@ class ModelSpec:
 
 def build_sst(spec: ModelSpec) -> tuple[SSTModel, PreTrainedTokenizerBase]:
     """Load the backbone and return ``(sst, tokenizer)`` for ``spec``."""
-    if spec.checkpoint is not None:
+    baseline = spec.checkpoint is not None and is_baseline_checkpoint(spec.checkpoint)
+    if spec.checkpoint is not None and not baseline:
         read_checkpoint_config(spec.checkpoint)  # fail on a bad checkpoint before the slow backbone load
     backbone, tokenizer = load_backbone(spec.model, dtype=spec.dtype, device=spec.device)
-    if spec.checkpoint is not None:
+    if baseline:
+        from sst_interp.train.state import load_baseline_checkpoint
+
+        # The matched baseline (sec:baseline_ft) has no state stream: an SST with no stateful layer is exactly the
+        # fine-tuned backbone, and extra iterations change nothing.
+        sst = SSTModel.from_backbone(load_baseline_checkpoint(backbone, spec.checkpoint), SSTConfig(layers=[]))
+    elif spec.checkpoint is not None:
         if spec.state_scale is not None:
             raise UsageError("--state-scale applies to untrained SSTs only; a checkpoint carries its own variant")
         sst = load_checkpoint(backbone, spec.checkpoint)
@@ -87,6 +94,13 @@ def build_sst(spec: ModelSpec) -> tuple[SSTModel, PreTrainedTokenizerBase]:
         sst = SSTModel.from_backbone(backbone, SSTConfig(state_scale=spec.resolved_state_scale()))
     sst.to(spec.device)
     return sst, tokenizer
+
+
+def is_baseline_checkpoint(folder: str) -> bool:
+    """True for a matched-baseline checkpoint written by ``python -m sst_interp.train --baseline``."""
+    from pathlib import Path
+
+    return (Path(folder) / "baseline.json").is_file()
 
 
 def eos_token_ids(tokenizer: PreTrainedTokenizerBase, sst: SSTModel) -> tuple[int, ...]:
