@@ -13,22 +13,12 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import pandas as pd
-import pyarrow as pa
 
 from sst_interp.errors import UsageError
+from sst_interp.store.schema import QUESTIONS_SCHEMA
 
-QUESTION_COLUMNS: tuple[str, ...] = ("question_id", "source", "prompt", "reference", "choices", "metadata")
-
-QUESTIONS_SCHEMA = pa.schema(
-    [
-        ("question_id", pa.string()),
-        ("source", pa.string()),
-        ("prompt", pa.string()),
-        ("reference", pa.string()),
-        ("choices", pa.list_(pa.string())),
-        ("metadata", pa.string()),
-    ]
-)
+# The questions.parquet schema is part of the run-directory contract, which the store defines.
+QUESTION_COLUMNS: tuple[str, ...] = tuple(QUESTIONS_SCHEMA.names)
 
 
 @dataclass(frozen=True)
