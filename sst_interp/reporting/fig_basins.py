@@ -78,6 +78,7 @@ def draw_profiles(data: ArtefactData) -> Figure:
     fig = new_figure(max(5.0, (3.8 if ncols <= 3 else 3.0) * ncols), 2.7 * nrows + 0.9)
     axes = fig.subplots(nrows, ncols, sharey=True, squeeze=False).ravel()
     frames = []
+    filled: list[int] = []
     for i, (ax, panel) in enumerate(zip(axes, panels)):
         if panel.get("key") is None:  # a panel the run cannot fill: say why instead of leaving it blank
             message(ax, "\n".join(textwrap.wrap(str(panel.get("message", "no data")), 32)))
@@ -87,10 +88,18 @@ def draw_profiles(data: ArtefactData) -> Figure:
         stats = data.tables[f"stats_{panel['key']}"]
         traces = data.tables.get(f"traces_{panel['key']}")
         draw_profile(ax, stats, traces, threshold)
+        filled.append(i)
         frames += [stats, traces] if traces is not None else [stats]
         style(ax, f"{panel['title']} (N = {panel['n']})", "layer", "top-k overlap" if i % ncols == 0 else "")
     for ax in axes[n:]:
         ax.set_visible(False)
+    # Shared y ticks are labelled on a row's first panel only; when that panel holds no data (its labels are
+    # switched off), label the row's first panel that does, so no row is left without a readable y axis.
+    for row in range(nrows):
+        row_filled = [i for i in filled if i // ncols == row]
+        if row_filled and row_filled[0] % ncols != 0:
+            axes[row_filled[0]].tick_params(labelleft=True)
+            axes[row_filled[0]].set_ylabel("top-k overlap")
     overlap_ylim(axes[0], frames, threshold)
     comparison = data.meta.get("comparison")
     if comparison:

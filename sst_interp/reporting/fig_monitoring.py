@@ -65,7 +65,7 @@ def draw_convergence(data: ArtefactData) -> Figure:
         _traces(a_zoom, traces, colors, later)
         vals = traces.loc[traces["transition"].isin(later), "delta"]
         a_zoom.set_ylim(0, float(np.nanpercentile(vals, 99)) * 1.1 if len(vals) else 1.0)
-        style(a_zoom, "(a) later transitions, zoomed (y up to p99)", "transition", "L2 delta")
+        style(a_zoom, "(a') later transitions, zoomed (y up to p99)", "transition", "L2 delta")
     else:
         message(a_zoom, "one transition only: nothing to zoom")
     if points.empty:
@@ -109,4 +109,4 @@ def _outcome_bins(ax: Axes, points: pd.DataFrame) -> None:
     labels = [f"{edges[i]:.3g}-\n{edges[i + 1]:.3g}" for i in frac.index]
     ax.set_xticks(x, labels, fontsize=7)
     ax.set_ylim(0, 1)
-    style(ax, "(b) P(next outcome | current delta bin)", "current L2 delta (quantile bins)", "fraction of points")
+    style(ax, "(b') P(next outcome | current delta bin)", "current L2 delta (quantile bins)", "fraction of points")

@@ -44,7 +44,8 @@ def draw_halt_signal(data: ArtefactData) -> Figure:
             row = summary.loc[cls]
             top.hist(part, bins=bins, color=color, alpha=0.55,
                      label=f"{'MUST HALT' if flag else 'SAFE'} timesteps (n={len(part)}, mean {row['mean']:.2f}, "
-                           f"std {row['std']:.2f})")
+                           f"std {row['std']:.2f})" if len(part) > 1 else
+                     f"{'MUST HALT' if flag else 'SAFE'} timestep (n=1, logit {row['mean']:.2f})")
     top.axvline(threshold, color="black", linestyle="--", linewidth=1, label=f"threshold {threshold:.3f}")
     gap = summary["gap_between_means"].iloc[0]
     style(top, f"Halt logit at layer {data.meta.get('layer')} (gap between class means {gap:.2f})", "probe logit",
