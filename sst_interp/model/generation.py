@@ -258,6 +258,8 @@ class _Generator:
                 for index, state in self.carry.items():
                     self.carry[index] = torch.where(real[:, None], state, torch.zeros_like(state))
             return logits
+        if mode == "two_pass" and not self.carry:
+            mode = "none"  # no stateful layer: pass 1 would produce states nobody reads; the result is identical
         if mode == "two_pass":
             pass1 = PassInfo(position=None, iteration=1, depth=self.depth, active=self.active)
             _, outputs = self._run(pass1, "off", self.input_ids, positions, False, capture="output",

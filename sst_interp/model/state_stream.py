@@ -16,6 +16,7 @@ then cast back to the hidden state's dtype (so a bfloat16 backbone sees one roun
 from __future__ import annotations
 
 import torch
+import torch.nn.functional as F
 from torch import nn
 
 from sst_interp.model.config import SSTConfig
@@ -37,6 +38,7 @@ class StateStreamParams(nn.Module):
         self.eps = config.state_norm_eps
         self.theta = nn.Parameter(torch.full((hidden_size,), float(config.theta_init), dtype=torch.float32))
         self.state_norm_weight = nn.Parameter(torch.ones(hidden_size, dtype=torch.float32))
+        self._alpha_cache: tuple[int, torch.device, torch.Tensor] | None = None
 
     def _apply(self, fn, recurse: bool = True):  # noqa: ANN001 - torch's signature
         # Device moves apply; dtype casts do not: the state parameters are float32 by contract.
@@ -50,6 +52,17 @@ class StateStreamParams(nn.Module):
         """Blend coefficients alpha_l: [d] float32, each in [a_min, a_max]."""
         return self.a_min + (self.a_max - self.a_min) * torch.sigmoid(self.theta)
 
+    def _inference_alpha(self) -> torch.Tensor:
+        # Generation calls the blend once per layer and pass; without autograd, alpha only changes when theta does
+        # (its version counter moves on every in-place update, e.g. an optimizer step or a checkpoint load).
+        if torch.is_grad_enabled() and self.theta.requires_grad:
+            return self.alpha()
+        key = (self.theta._version, self.theta.device)
+        if self._alpha_cache is None or self._alpha_cache[:2] != key:
+            with torch.no_grad():
+                self._alpha_cache = (*key, self.alpha())
+        return self._alpha_cache[2]
+
     def read_state(self, state: torch.Tensor, hidden: torch.Tensor) -> torch.Tensor:
         """S(C): the state as the blend reads it.
 
@@ -60,11 +73,10 @@ class StateStreamParams(nn.Module):
         Returns:
             [..., d] float32.
         """
-        state32 = state.float()
-        normed = state32 * torch.rsqrt(state32.pow(2).mean(-1, keepdim=True) + self.eps) * self.state_norm_weight
+        normed = F.rms_norm(state.float(), self.state_norm_weight.shape, self.state_norm_weight, self.eps)
         if self.state_scale == "hidden":
             hidden32 = hidden.float()
-            normed = normed * torch.sqrt(hidden32.pow(2).mean(-1, keepdim=True))
+            normed = normed * (torch.linalg.vector_norm(hidden32, dim=-1, keepdim=True) * hidden32.shape[-1] ** -0.5)
         return normed
 
     def blend(self, hidden: torch.Tensor, state: torch.Tensor) -> torch.Tensor:
@@ -74,8 +86,8 @@ class StateStreamParams(nn.Module):
             hidden: post-attention hidden state h, [B, T, d].
             state: C_prev broadcastable to [B, T, d].
         """
-        alpha = self.alpha()
-        mixed = (1.0 - alpha) * hidden.float() + alpha * self.read_state(state, hidden)
+        # lerp(h, S, a) = h + a * (S - h) = (1 - a) * h + a * S, as one fused operation.
+        mixed = torch.lerp(hidden.float(), self.read_state(state, hidden), self._inference_alpha())
         return mixed.to(hidden.dtype)
 
     def update(self, previous: torch.Tensor, output: torch.Tensor) -> torch.Tensor:
