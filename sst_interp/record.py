@@ -38,7 +38,8 @@ class RecordArgs:
         checkpoint: SST checkpoint folder, or None for an untrained SST.
         demo_preset: untrained SST reads the state at hidden scale (state_scale="hidden"); None = on exactly
             when neither --model nor --checkpoint is given.
-        max_new_tokens: most tokens generated per question.
+        max_new_tokens: most tokens generated per question; None uses the source's default
+            (sst_interp.data.MAX_NEW_TOKENS: demo 16, gsm8k 256, gpqa 256, math500 512, humaneval 384).
         batch_size: questions per generation batch (and per written batch).
         dtype: float32 | bfloat16: the model's compute dtype and the stored dtype of hidden states.
         out: run directory; None means runs/<questions>.
@@ -65,7 +66,7 @@ class RecordArgs:
     model: str | None = None
     checkpoint: str | None = None
     demo_preset: bool | None = None
-    max_new_tokens: int = 64
+    max_new_tokens: int | None = None
     batch_size: int = 8
     dtype: str = "float32"
     out: str | None = None
@@ -121,6 +122,10 @@ class RecordArgs:
         from sst_interp.model.loading import parse_depths
 
         depths = parse_depths(self.depths)
+        if self.max_new_tokens is None:
+            from sst_interp.data import default_max_new_tokens
+
+            self.max_new_tokens = default_max_new_tokens(self.questions)
         for name in ("max_new_tokens", "batch_size", "top_k"):
             if getattr(self, name) < 1:
                 raise UsageError(f"--{name.replace('_', '-')} must be at least 1, got {getattr(self, name)}")
@@ -153,7 +158,8 @@ def build_parser() -> argparse.ArgumentParser:
     add("--checkpoint", default=None, help="SST checkpoint folder")
     add("--demo-preset", action=argparse.BooleanOptionalAction, default=None,
         help="untrained SST with state_scale='hidden' (default: on when no --model/--checkpoint is given)")
-    add("--max-new-tokens", type=int, default=defaults.max_new_tokens)
+    add("--max-new-tokens", type=int, default=None,
+        help="most tokens per answer (default per set: demo 16, gsm8k 256, gpqa 256, math500 512, humaneval 384)")
     add("--batch-size", type=int, default=defaults.batch_size)
     add("--dtype", default=defaults.dtype, help="float32 | bfloat16 (model compute and stored hidden dtype)")
     add("--out", default=None, help="run directory (default runs/<questions>)")

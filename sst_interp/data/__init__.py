@@ -16,7 +16,7 @@ from sst_interp.data.demo import load_demo
 from sst_interp.data.gpqa import load_gpqa
 from sst_interp.data.grading import GRADERS, GradeResult, Judge, grade
 from sst_interp.data.loaders import load_gsm8k, load_humaneval, load_math500
-from sst_interp.data.prompts import STOP_STRINGS, stop_strings, truncate_at_stop
+from sst_interp.data.prompts import MAX_NEW_TOKENS, STOP_STRINGS, default_max_new_tokens, stop_strings, truncate_at_stop
 from sst_interp.data.question import QUESTION_COLUMNS, Question, frame_to_questions, questions_to_frame
 from sst_interp.data.registry import data_file, known_sources, load_questions
 
@@ -39,5 +39,7 @@ __all__ = [
     "load_questions",
     "questions_to_frame",
     "stop_strings",
+    "default_max_new_tokens",
+    "MAX_NEW_TOKENS",
     "truncate_at_stop",
 ]

@@ -90,6 +90,16 @@ def math_prompt(problem: str) -> str:
     return MATH_TEMPLATE.format(problem=problem.strip())
 
 
+#: Default generation budget per source (``record --max-new-tokens`` overrides it): demo answers are a few
+#: tokens; the benchmark sets need room for a worked solution.
+MAX_NEW_TOKENS: dict[str, int] = {"demo": 16, "gsm8k": 256, "gpqa": 256, "math500": 512, "humaneval": 384}
+
+
+def default_max_new_tokens(source: str) -> int:
+    """The default ``max_new_tokens`` for a question source (64 for a source not listed)."""
+    return MAX_NEW_TOKENS.get(source, 64)
+
+
 def stop_strings(source: str) -> tuple[str, ...]:
     """The stop strings for ``source``; UsageError for an unknown source."""
     try:
