@@ -8,6 +8,7 @@ import math
 from matplotlib import colormaps
 from matplotlib.colors import Normalize
 from matplotlib.figure import Figure
+from matplotlib.ticker import MaxNLocator
 
 from sst_interp.reporting.artefacts import ArtefactData
 from sst_interp.reporting.fig_common import (
@@ -64,6 +65,9 @@ def draw_pca(data: ArtefactData) -> Figure:
                             edgecolors="black", linewidths=0.3)
         ia, ib = pcs.index(a), pcs.index(b)
         style(ax, "", f"{a.upper()} ({explained[ia]:.1%})", f"{b.upper()} ({explained[ib]:.1%})")
+        # PC scores of alpha deviations are ~1e-3: few ticks in scientific notation keep the labels apart.
+        ax.xaxis.set_major_locator(MaxNLocator(5))
+        ax.ticklabel_format(axis="both", style="sci", scilimits=(-2, 2))
     bar = fig.colorbar(points, ax=list(axes), shrink=0.85)
     bar.set_label("layer", fontsize=BASE_FONT)
     fig.suptitle(f"Depth-ordered trajectory of alpha deviations (adjacent / all-pairs distance "
