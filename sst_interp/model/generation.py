@@ -18,7 +18,7 @@ Prompt modes (how the prompt is processed before generated position 0):
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Protocol, runtime_checkable
 
 import torch
@@ -222,6 +222,8 @@ class _Generator:
     def _run(self, info: PassInfo, mode: str, input_ids: torch.Tensor, position_ids: torch.Tensor,
              want_logits: bool, attention_mask: torch.Tensor | None = None, given=None,
              capture: str | None = None, use_cache: bool = True):
+        # A snapshot: the generator marks rows finished in place later, and an observer may keep the mask.
+        info = replace(info, active=info.active.clone())
         self.observer.on_pass_start(info)
         with self.sst.state_mode(mode, given=given, carry=self.carry if mode == "carry" else None,
                                  capture=capture) as captured:
