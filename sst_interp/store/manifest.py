@@ -20,22 +20,16 @@ import os
 from pathlib import Path
 from typing import Any
 
+from sst_interp.store.atomic import atomic_open
+
 MANIFEST_NAME = "manifest.json"
 
 
 def write_json_atomic(path: Path, payload: dict[str, Any]) -> None:
     """Write ``payload`` to ``path`` atomically: temp file in the same directory, fsync, os.replace."""
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-    try:
-        with open(tmp, "w", encoding="utf-8") as handle:
-            json.dump(payload, handle, indent=1, sort_keys=False)
-            handle.write("\n")
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.replace(tmp, path)
-    finally:
-        if tmp.exists():
-            tmp.unlink()
+    with atomic_open(path, "w", encoding="utf-8") as handle:
+        json.dump(payload, handle, indent=1, sort_keys=False)
+        handle.write("\n")
     fsync_dir(path.parent)
 
 

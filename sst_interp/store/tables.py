@@ -11,7 +11,6 @@ writer thread). ``question_id`` [N] str, ``turn``/``position``/``iteration``/``l
 
 from __future__ import annotations
 
-import os
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -22,6 +21,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from sst_interp.store import schema as sch
+from sst_interp.store.atomic import atomic_open
 
 SORT_KEYS = {
     "hidden": ("turn", "position", "iteration", "layer"),
@@ -118,20 +118,9 @@ def _bytes_rows(bits: Any, order: np.ndarray | None) -> list[bytes]:
     return rows
 
 
-def temp_name(final: Path) -> Path:
-    """The temporary name a file is written under before it is renamed to ``final`` (hidden, same directory)."""
-    return final.with_name(f".{final.name}.tmp-{os.getpid()}")
-
-
-def is_temp_name(name: str) -> bool:
-    """Whether a file name is one of our temporary names (left behind by a killed run)."""
-    return name.startswith(".") and ".tmp-" in name
-
-
 def write_shard(table: pa.Table, present: Sequence[str], final: Path, compression: str) -> int:
     """Write ``table`` to ``final`` with one row group per question (rows grouped as ``present``), via a temp
     name + fsync + os.replace. Returns the file size in bytes."""
-    tmp = temp_name(final)
     final.parent.mkdir(parents=True, exist_ok=True)
     qids = table.column("question_id").to_numpy(zero_copy_only=False)
     bounds = np.flatnonzero(qids[1:] != qids[:-1]) + 1 if len(qids) else np.array([], dtype=np.int64)
@@ -140,34 +129,19 @@ def write_shard(table: pa.Table, present: Sequence[str], final: Path, compressio
     if len(starts) != len(present):
         raise ValueError("rows of one question must be contiguous in a shard")
     stats = [name for name in STATISTICS if name in table.schema.names]
-    try:
-        with open(tmp, "wb") as sink:
-            with pq.ParquetWriter(
-                sink, table.schema, compression=compression, use_dictionary=["question_id"], write_statistics=stats
-            ) as writer:
-                for start, end in zip(starts, ends):
-                    writer.write_table(table.slice(start, end - start), row_group_size=max(1, end - start))
-            sink.flush()
-            os.fsync(sink.fileno())
-        os.replace(tmp, final)
-    finally:
-        if tmp.exists():
-            tmp.unlink()
+    with atomic_open(final) as sink:
+        with pq.ParquetWriter(
+            sink, table.schema, compression=compression, use_dictionary=["question_id"], write_statistics=stats
+        ) as writer:
+            for start, end in zip(starts, ends):
+                writer.write_table(table.slice(start, end - start), row_group_size=max(1, end - start))
     return final.stat().st_size
 
 
 def write_table_atomic(table: pa.Table, final: Path, compression: str = "zstd") -> None:
     """Write a small table (questions, generations) to ``final`` via temp name + fsync + os.replace."""
-    tmp = temp_name(final)
-    try:
-        with open(tmp, "wb") as sink:
-            pq.write_table(table, sink, compression=compression)
-            sink.flush()
-            os.fsync(sink.fileno())
-        os.replace(tmp, final)
-    finally:
-        if tmp.exists():
-            tmp.unlink()
+    with atomic_open(final) as sink:
+        pq.write_table(table, sink, compression=compression)
 
 
 def generations_table(rows: Any, depth: int, question_ids: Sequence[str]) -> pa.Table:

@@ -28,6 +28,7 @@ from sst_interp.errors import UsageError
 from sst_interp.store import manifest as mf
 from sst_interp.store import schema as sch
 from sst_interp.store import tables
+from sst_interp.store.atomic import is_temp_name
 from sst_interp.store.errors import CorruptRunError
 from sst_interp.store.validate import check_shard, check_table_file
 
@@ -309,7 +310,7 @@ def _create(path: Path, identity: dict[str, Any], extra: dict[str, Any]) -> tupl
     for entry in path.iterdir():
         if entry.name == LOCK_NAME:
             continue
-        if entry.is_file() and tables.is_temp_name(entry.name):
+        if entry.is_file() and is_temp_name(entry.name):
             entry.unlink()
             report.removed.append(entry.name)
             continue
@@ -331,7 +332,7 @@ def check_out(path: str | Path, identity: dict[str, Any], manifest_extra: dict[s
         raise UsageError(f"--out {path} is a file, not a run directory; pick another --out")
     if not (path / mf.MANIFEST_NAME).exists():
         for entry in path.iterdir():
-            if entry.name != LOCK_NAME and not (entry.is_file() and tables.is_temp_name(entry.name)):
+            if entry.name != LOCK_NAME and not (entry.is_file() and is_temp_name(entry.name)):
                 raise UsageError(f"--out {path} already holds files that are not an sst-interp run (e.g. "
                                  f"{entry.name}); pick another --out or empty it")
         return False
@@ -410,7 +411,7 @@ def _remove_strays(path: Path, manifest: dict[str, Any], report: ResumeReport) -
             full = Path(root) / name
             rel = full.relative_to(path).as_posix()
             stray_shard = rel.split("/", 1)[0] in sch.KINDS and name.endswith(".parquet") and rel not in listed
-            if tables.is_temp_name(name) or stray_shard:
+            if is_temp_name(name) or stray_shard:
                 full.unlink()
                 report.removed.append(rel)
 
