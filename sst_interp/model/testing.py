@@ -9,7 +9,7 @@ from __future__ import annotations
 import string
 
 import torch
-from tokenizers import Tokenizer, models, pre_tokenizers
+from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors
 from transformers import (
     Gemma3ForCausalLM,
     Gemma3TextConfig,
@@ -33,13 +33,35 @@ def char_tokenizer() -> PreTrainedTokenizerFast:
         vocab.setdefault(char, len(vocab))
     backend = Tokenizer(models.WordLevel(vocab=vocab, unk_token="<unk>"))
     backend.pre_tokenizer = pre_tokenizers.Split(pattern="", behavior="isolated")
-    from tokenizers import decoders, processors
-
     backend.decoder = decoders.Fuse()
     backend.post_processor = processors.TemplateProcessing(single="<bos> $A", special_tokens=[("<bos>", 2)])
     return PreTrainedTokenizerFast(
         tokenizer_object=backend, pad_token="<pad>", eos_token="<eos>", bos_token="<bos>", unk_token="<unk>"
     )
+
+
+def _shared_sizes(num_layers: int, hidden_size: int, vocab_size: int) -> dict:
+    """Config fields both tiny families share: sizes, special token ids (those of :func:`char_tokenizer`), eager."""
+    return dict(
+        vocab_size=vocab_size,
+        hidden_size=hidden_size,
+        intermediate_size=2 * hidden_size,
+        num_hidden_layers=num_layers,
+        num_attention_heads=2,
+        num_key_value_heads=1,
+        max_position_embeddings=512,
+        pad_token_id=0,
+        eos_token_id=1,
+        bos_token_id=2,
+        attn_implementation="eager",
+    )
+
+
+def _build(model_class: type, config, dtype: torch.dtype, seed: int) -> PreTrainedModel:
+    torch.manual_seed(seed)
+    model = model_class(config).to(dtype)
+    _randomise_norms(model, seed)
+    return model.eval()
 
 
 def tiny_gemma3(
@@ -51,28 +73,14 @@ def tiny_gemma3(
     seed: int = 0,
 ) -> PreTrainedModel:
     """A random Gemma 3 text model: sliding-window layers plus a final full-attention layer, eager attention."""
-    torch.manual_seed(seed)
-    layer_types = ["sliding_attention"] * (num_layers - 1) + ["full_attention"]
     config = Gemma3TextConfig(
-        vocab_size=vocab_size,
-        hidden_size=hidden_size,
-        intermediate_size=2 * hidden_size,
-        num_hidden_layers=num_layers,
-        num_attention_heads=2,
-        num_key_value_heads=1,
+        **_shared_sizes(num_layers, hidden_size, vocab_size),
         head_dim=hidden_size // 2,
         sliding_window=sliding_window,
-        layer_types=layer_types,
-        max_position_embeddings=512,
+        layer_types=["sliding_attention"] * (num_layers - 1) + ["full_attention"],
         query_pre_attn_scalar=hidden_size // 2,
-        pad_token_id=0,
-        eos_token_id=1,
-        bos_token_id=2,
-        attn_implementation="eager",
     )
-    model = Gemma3ForCausalLM(config).to(dtype)
-    _randomise_norms(model, seed)
-    return model.eval()
+    return _build(Gemma3ForCausalLM, config, dtype, seed)
 
 
 def tiny_llama(
@@ -83,23 +91,7 @@ def tiny_llama(
     seed: int = 0,
 ) -> PreTrainedModel:
     """A random Llama model (the Llama-family adapter: Llama, Mistral, Qwen2, Qwen3)."""
-    torch.manual_seed(seed)
-    config = LlamaConfig(
-        vocab_size=vocab_size,
-        hidden_size=hidden_size,
-        intermediate_size=2 * hidden_size,
-        num_hidden_layers=num_layers,
-        num_attention_heads=2,
-        num_key_value_heads=1,
-        max_position_embeddings=512,
-        pad_token_id=0,
-        eos_token_id=1,
-        bos_token_id=2,
-        attn_implementation="eager",
-    )
-    model = LlamaForCausalLM(config).to(dtype)
-    _randomise_norms(model, seed)
-    return model.eval()
+    return _build(LlamaForCausalLM, LlamaConfig(**_shared_sizes(num_layers, hidden_size, vocab_size)), dtype, seed)
 
 
 def _randomise_norms(model: PreTrainedModel, seed: int) -> None:
