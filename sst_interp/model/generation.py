@@ -196,13 +196,39 @@ def left_pad(prompts: list[list[int]], pad_token_id: int, device: torch.device) 
     return ids, mask
 
 
-class _Generator:
-    """State of one generation call; methods are the steps of the algorithm in the module docstring."""
+class GenerationSession:
+    """A batch of conversations generated turn by turn with the KV cache kept (earlier turns never recomputed).
+
+    Turn 0 starts from the prompts; every later turn starts from a segment appended with :meth:`append` (for
+    CodeACT: the tool response and the next model-turn opening), which is prefilled in the configured prompt
+    mode on top of the kept cache. Each turn has its own generated position 0 (the appended segment's last
+    token) and its own depth decision (a depth policy decides at every turn's position 0). A single-turn
+    :func:`generate` call is a session with one turn.
+
+    Rows are masked, never dropped: a row that finished its turn (or its episode) keeps a column in every later
+    pass, but that column's attention-mask entry is 0, so the row's context holds exactly its own tokens; the
+    observer's ``active`` masks mark only the rows whose tokens are being generated. In a batch, those padding
+    columns count towards a sliding-window layer's window (its width is in cache columns), so a batched episode
+    can differ numerically from the same episode alone once its context passes the window; batch size 1 is
+    exact.
+
+    Args:
+        sst: the model.
+        prompts: token id lists, one per row (left-padded internally).
+        policy: the depth policy (decides at position 0 of every turn).
+        config: :class:`GenerationConfig`; ``max_new_tokens`` applies per turn.
+        observer: receives every pass.
+        decode_fn: token ids -> text, for stop strings.
+        carry_across_turns: the first token of an appended segment reads the state the previous turn ended
+            with (``True``) or a zero state, as at the start of a prompt (``False``, DESIGN section 3's default).
+    """
 
     def __init__(self, sst: SSTModel, prompts: list[list[int]], policy: DepthPolicy, config: GenerationConfig,
-                 observer: GenerationObserver, decode_fn) -> None:
-        self.sst, self.policy, self.config, self.observer = sst, policy, config, observer
+                 observer: GenerationObserver | None = None, decode_fn=None, carry_across_turns: bool = False) -> None:
+        self.sst, self.policy, self.config = sst, policy, config
+        self.observer = observer or _NullObserver()
         self.decode_fn = decode_fn
+        self.carry_across_turns = carry_across_turns
         self.input_ids, self.mask = left_pad(prompts, config.pad_token_id, sst.device)
         self.batch = len(prompts)
         self.cache = DynamicCache(config=sst.backbone.config)
@@ -214,6 +240,9 @@ class _Generator:
         self.generator = torch.Generator(device="cpu").manual_seed(config.seed)
         self.depth = policy.max_depth
         self.probe_capture: dict[int, torch.Tensor] = {}
+        self.turn = -1
+        self.pending: torch.Tensor | None = None  # [B, T] tokens to prefill before the next turn
+        self.last_token = torch.full((self.batch,), config.pad_token_id, dtype=torch.long, device=sst.device)
 
     # -- passes
     def _positions(self) -> torch.Tensor:
@@ -223,7 +252,7 @@ class _Generator:
              want_logits: bool, attention_mask: torch.Tensor | None = None, given=None,
              capture: str | None = None, use_cache: bool = True):
         # A snapshot: the generator marks rows finished in place later, and an observer may keep the mask.
-        info = replace(info, active=info.active.clone())
+        info = replace(info, active=info.active.clone(), turn=self.turn)
         self.observer.on_pass_start(info)
         with self.sst.state_mode(mode, given=given, carry=self.carry if mode == "carry" else None,
                                  capture=capture) as captured:
@@ -241,41 +270,53 @@ class _Generator:
     def _want_logits(self, iteration: int, depth: int) -> bool:
         return self.config.logits_every_iteration or iteration >= depth or self.policy.probe_layer is not None
 
-    def prefill(self) -> torch.Tensor | None:
-        """Run the prompt; the last prompt position's pass is generated position 0, iteration 1."""
+    def prefill(self, tokens: torch.Tensor, segment_mask: torch.Tensor) -> torch.Tensor | None:
+        """Run a segment ([B, T] tokens, [B, T] mask; the prompt or an appended turn) on top of the cache.
+
+        The segment's last column is generated position 0, iteration 1 of the new turn. Earlier columns are
+        processed in the prompt mode; they see the cache (earlier turns) through the attention mask.
+        """
+        past = self.mask.shape[1] if self.turn > 0 else 0
+        self.mask = segment_mask if past == 0 else torch.cat([self.mask, segment_mask], dim=1)
+        positions = self._positions()[:, past:]
+        initial = {index: (state if self.carry_across_turns and past else torch.zeros_like(state))
+                   for index, state in self.carry.items()}
         mode = self.config.prompt_mode
-        positions = self._positions()
         info = PassInfo(position=0, iteration=1, depth=self.depth, active=self.active)
         want = self._want_logits(1, self.depth)
+        width = tokens.shape[1]
         if mode == "sequential":
+            self.carry.update(initial)
             logits = None
-            for t in range(self.input_ids.shape[1]):
-                last = t == self.input_ids.shape[1] - 1
+            for t in range(width):
+                last = t == width - 1
                 step_info = info if last else PassInfo(None, 1, self.depth, self.active)
-                real = self.mask[:, t].bool()
+                real = segment_mask[:, t].bool()
                 # One column per call: the attention mask covers only the columns seen so far.
-                logits, _ = self._run(step_info, "carry", self.input_ids[:, t : t + 1], positions[:, t : t + 1],
-                                      want and last, attention_mask=self.mask[:, : t + 1])
-                # A padded column must leave a zero state for the row's first real token.
+                logits, _ = self._run(step_info, "carry", tokens[:, t : t + 1], positions[:, t : t + 1],
+                                      want and last, attention_mask=self.mask[:, : past + t + 1])
+                # A padded column must leave the row's initial state for its first real token.
                 for index, state in self.carry.items():
-                    self.carry[index] = torch.where(real[:, None], state, torch.zeros_like(state))
+                    self.carry[index] = torch.where(real[:, None], state, initial[index])
             return logits
         if mode == "two_pass" and not self.carry:
             mode = "none"  # no stateful layer: pass 1 would produce states nobody reads; the result is identical
         if mode == "two_pass":
             pass1 = PassInfo(position=None, iteration=1, depth=self.depth, active=self.active)
-            _, outputs = self._run(pass1, "off", self.input_ids, positions, False, capture="output",
-                                      use_cache=False)
+            # Pass 1 sees earlier turns through the cache; its own KV entries are dropped before pass 2.
+            _, outputs = self._run(pass1, "off", tokens, positions, False, capture="output", use_cache=past > 0)
+            if past:
+                self.cache.crop(-width)
             modules = self.sst.state_modules()
-            given = {
-                index: shift_states(outputs[index], self.mask,
-                                    decay=modules[index].alpha() if self.sst.config.update == "ema_linked" else None)
-                for index in modules
-            }
-            logits, states = self._run(info, "given", self.input_ids, positions, want, given=given,
-                                          capture="state")
+            first_real = segment_mask.bool() & (segment_mask.cumsum(-1) == 1)
+            given = {}
+            for index in modules:
+                shifted = shift_states(outputs[index], segment_mask,
+                                       decay=modules[index].alpha() if self.sst.config.update == "ema_linked" else None)
+                given[index] = torch.where(first_real[..., None], initial[index][:, None].to(shifted.dtype), shifted)
+            logits, states = self._run(info, "given", tokens, positions, want, given=given, capture="state")
         else:
-            logits, states = self._run(info, "off", self.input_ids, positions, want, capture="output")
+            logits, states = self._run(info, "off", tokens, positions, want, capture="output")
         for index in self.carry:
             self.carry[index] = states[index][:, -1]
         return logits
@@ -307,6 +348,7 @@ class _Generator:
         return bool(halt) or iteration >= self.policy.max_depth
 
     def record_token(self, position: int, token: torch.Tensor) -> None:
+        was_active = self.active.clone()
         token = torch.where(self.active, token, torch.full_like(token, self.config.pad_token_id))
         self.observer.on_token(position, token, self.active.clone())
         eos = set(self.config.eos_token_ids)
@@ -321,25 +363,66 @@ class _Generator:
                 text = self.decode_fn(self.generated[row])
                 if any(stop in text for stop in self.config.stop_strings):
                     self.stop_reasons[row], self.active[row] = "stop_string", False
-        self.last_token = token
+        # A row keeps the last token it generated: it is fed next (or, when its turn ended, put in front of its
+        # next segment by append()).
+        self.last_token = torch.where(was_active, token, self.last_token)
 
-    def run(self) -> GenerationResult:
-        logits = self.prefill()
-        last_prompt = self.input_ids[:, -1:]
+    # -- turns
+    def append(self, segments: list[list[int] | None]) -> None:
+        """Queue the next turn's segment per row (``None``: the row's conversation is over).
+
+        The token that ended a row's previous turn was chosen but never fed to the model, so it is put in front
+        of the row's segment; the segment's last token becomes generated position 0 of the next turn.
+        """
+        if self.turn < 0:
+            raise RuntimeError("append() comes after the first turn")
+        if len(segments) != self.batch:
+            raise ValueError(f"append() takes one segment per row ({self.batch}), got {len(segments)}")
+        rows = [None if seg is None else [int(self.last_token[row])] + list(seg) for row, seg in enumerate(segments)]
+        if all(row is None for row in rows):
+            raise ValueError("append() needs at least one continuing row")
+        width = max(len(row) for row in rows if row is not None)
+        padded = [row if row is not None else [] for row in rows]
+        ids = torch.full((self.batch, width), self.config.pad_token_id, dtype=torch.long, device=self.sst.device)
+        mask = torch.zeros((self.batch, width), dtype=torch.long, device=self.sst.device)
+        for row, seg in enumerate(padded):
+            if seg:
+                ids[row, width - len(seg):] = torch.tensor(seg, dtype=torch.long, device=self.sst.device)
+                mask[row, width - len(seg):] = 1
+        self.pending = (ids, mask)
+        self.active = torch.tensor([row is not None for row in rows], dtype=torch.bool, device=self.sst.device)
+
+    @torch.no_grad()
+    def run_turn(self) -> GenerationResult:
+        """Generate one turn for the active rows; returns this turn's tokens per row (empty for inactive rows)."""
+        if self.turn < 0:
+            tokens, mask = self.input_ids, self.mask
+        elif self.pending is None:
+            raise RuntimeError("call append() with the next turn's segments before run_turn()")
+        else:
+            tokens, mask = self.pending
+            self.pending = None
+        self.turn += 1
+        self.depth = self.policy.max_depth
+        self.generated = [[] for _ in range(self.batch)]
+        self.stop_reasons = ["max_new_tokens" if bool(a) else "inactive" for a in self.active]
+        logits = self.prefill(tokens, mask)
         position_ids = self._positions()[:, -1:]
-        self.depth = self._settle_position0(logits, last_prompt, position_ids)
+        self.depth = self._settle_position0(logits, tokens[:, -1:], position_ids)
         for position in range(1, self.config.max_new_tokens):
             if not bool(self.active.any()):
                 break
             self.cache.crop(0)
             token = self.last_token[:, None]
-            self.mask = torch.cat([self.mask, torch.ones_like(self.mask[:, :1])], dim=1)
-            position_ids = position_ids + 1
+            # A finished row's column is masked out, so its context stays exactly its own tokens.
+            self.mask = torch.cat([self.mask, self.active.long()[:, None]], dim=1)
+            position_ids = self._positions()[:, -1:]
             info = PassInfo(position=position, iteration=1, depth=self.depth, active=self.active)
             logits, _ = self._run(info, "carry", token, position_ids, self._want_logits(1, self.depth))
             for iteration in range(2, self.depth + 1):
                 logits = self.rerun(position, iteration, token, position_ids)
             self.record_token(position, self.choose(logits))
+        self.cache.crop(0)
         return GenerationResult(
             token_ids=self.generated,
             stop_reasons=self.stop_reasons,
@@ -348,7 +431,7 @@ class _Generator:
         )
 
     def _settle_position0(self, logits, token, position_ids) -> int:
-        """Iterate position 0 until the policy halts; the depth chosen here holds for the rest of the call."""
+        """Iterate position 0 until the policy halts; the depth chosen here holds for the rest of the turn."""
         iteration = 1
         while not self.decide_depth_at_position0(iteration):
             iteration += 1
@@ -357,6 +440,17 @@ class _Generator:
             raise RuntimeError("no logits at the halting iteration")
         self.record_token(0, self.choose(logits))
         return iteration
+
+    def __enter__(self) -> GenerationSession:
+        if self.policy.probe_layer is not None:
+            _install_probe_capture(self.sst, self, self.policy.probe_layer)
+        return self
+
+    def __exit__(self, *exc) -> None:
+        handle = getattr(self, "probe_handle", None)
+        if handle is not None:
+            handle.remove()
+            self.probe_handle = None
 
 
 def generate(
@@ -382,18 +476,11 @@ def generate(
     """
     policy = as_depth_policy(depth)
     config = config or GenerationConfig()
-    with torch.no_grad():
-        generator = _Generator(sst, prompts, policy, config, observer or _NullObserver(), decode_fn)
-        if policy.probe_layer is not None:
-            _install_probe_capture(sst, generator, policy.probe_layer)
-            try:
-                return generator.run()
-            finally:
-                _remove_probe_capture(generator)
-        return generator.run()
+    with torch.no_grad(), GenerationSession(sst, prompts, policy, config, observer, decode_fn) as session:
+        return session.run_turn()
 
 
-def _install_probe_capture(sst: SSTModel, generator: _Generator, layer: int) -> None:
+def _install_probe_capture(sst: SSTModel, generator: GenerationSession, layer: int) -> None:
     if not 0 <= layer < sst.num_layers:
         raise UsageError(f"probe layer {layer} does not exist in a model with {sst.num_layers} layers")
 
@@ -401,7 +488,3 @@ def _install_probe_capture(sst: SSTModel, generator: _Generator, layer: int) -> 
         generator.probe_capture[layer] = output.detach()
 
     generator.probe_handle = sst.layers[layer].register_forward_hook(hook)
-
-
-def _remove_probe_capture(generator: _Generator) -> None:
-    generator.probe_handle.remove()
