@@ -18,6 +18,7 @@ Prompt modes (how the prompt is processed before generated position 0):
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass, field, replace
 from typing import Protocol, runtime_checkable
 
@@ -241,6 +242,7 @@ class GenerationSession:
         self.depth = policy.max_depth
         self.probe_capture: dict[int, torch.Tensor] = {}
         self.turn = -1
+        self.last_prefill_s = 0.0  # wall time of the latest turn's prefill (the episode benchmark reads it)
         self.pending: torch.Tensor | None = None  # [B, T] tokens to prefill before the next turn
         self.last_token = torch.full((self.batch,), config.pad_token_id, dtype=torch.long, device=sst.device)
 
@@ -406,7 +408,9 @@ class GenerationSession:
         self.depth = self.policy.max_depth
         self.generated = [[] for _ in range(self.batch)]
         self.stop_reasons = ["max_new_tokens" if bool(a) else "inactive" for a in self.active]
+        started = time.perf_counter()
         logits = self.prefill(tokens, mask)
+        self.last_prefill_s = time.perf_counter() - started
         position_ids = self._positions()[:, -1:]
         self.depth = self._settle_position0(logits, tokens[:, -1:], position_ids)
         for position in range(1, self.config.max_new_tokens):

@@ -136,7 +136,7 @@ class Run:
             for batch in batches:
                 for shard in batch["shards"].values():
                     check_shard(path, shard)
-        for name in ("questions.parquet", "generations.parquet"):
+        for name in ("questions.parquet", "generations.parquet", "episodes.parquet"):
             if (path / name).exists():
                 check_table_file(path / name)
         return cls(path, manifest)
@@ -156,6 +156,34 @@ class Run:
             return sch.GENERATIONS_SCHEMA.empty_table().to_pandas()
         table = pq.read_table(target)
         done = mf.completed_pairs(self.manifest)
+        keep = [(q, int(d)) in done for q, d in zip(table.column("question_id").to_pylist(),
+                                                      table.column("depth").to_pylist())]
+        return table.filter(pa.array(keep, type=pa.bool_())).to_pandas()
+
+    @property
+    def protocol(self) -> str:
+        """``completion`` or ``codeact`` (multi-turn episodes; runs from before the field are ``completion``)."""
+        return str(self.manifest.get("protocol", "completion"))
+
+    def episodes(self) -> pd.DataFrame:
+        """episodes.parquet (one row per CodeACT episode: question, depth), only completed pairs.
+
+        A completion run has no episode table: each generation is then a one-turn episode, and this returns those
+        rows in the episodes columns (``n_turns`` 1, ``final_answer`` the extracted answer, ``stop_reason`` the
+        generation's), so that grading code reads one table for both protocols.
+        """
+        target = self.path / "episodes.parquet"
+        done = mf.completed_pairs(self.manifest)
+        if not target.exists():
+            gens = self.generations()
+            gens = gens[gens["turn"] == 0]
+            frame = pd.DataFrame({
+                "question_id": gens["question_id"], "depth": gens["depth"], "n_turns": 1,
+                "stop_reason": gens["stop_reason"], "final_answer": gens["extracted_answer"],
+                "correct": gens["correct"], "grader": gens["grader"], "depth_policy": gens["depth_policy"],
+                "chosen_depth": gens["chosen_depth"]})
+            return frame.reset_index(drop=True)
+        table = pq.read_table(target)
         keep = [(q, int(d)) in done for q, d in zip(table.column("question_id").to_pylist(),
                                                       table.column("depth").to_pylist())]
         return table.filter(pa.array(keep, type=pa.bool_())).to_pandas()

@@ -51,6 +51,25 @@ GENERATIONS_SCHEMA = pa.schema(
     ]
 )
 
+#: One row per (question_id, depth) CodeACT episode (DESIGN section 5); ``stop_reason`` is one of
+#: ``finish_session|no_code|max_turns|token_budget``.
+EPISODES_SCHEMA = pa.schema(
+    [
+        ("question_id", pa.string()),
+        ("depth", pa.int64()),
+        ("n_turns", pa.int64()),
+        ("stop_reason", pa.string()),
+        ("final_answer", pa.string()),
+        ("correct", pa.bool_()),
+        ("grader", pa.string()),
+        ("depth_policy", pa.string()),
+        ("chosen_depth", pa.int64()),
+    ]
+)
+
+#: Columns a CodeACT run's generations rows carry besides GENERATIONS_SCHEMA (one row per model turn).
+CODEACT_GENERATION_COLUMNS = {"code": pa.string(), "tool_output": pa.string(), "tool_status": pa.string()}
+
 
 def hidden_schema(d: int, dtype: str) -> pa.Schema:
     """Schema of ``hidden/depth=D/*.parquet`` for hidden size ``d`` and logical ``dtype``."""

@@ -144,6 +144,28 @@ def write_table_atomic(table: pa.Table, final: Path, compression: str = "zstd") 
         pq.write_table(table, sink, compression=compression)
 
 
+def _contract_table(frame: pd.DataFrame, schema: pa.Schema) -> pa.Table:
+    """The DESIGN columns of ``frame`` in ``schema``'s order and types, then its extra columns."""
+    base = pa.Table.from_pandas(frame[[f.name for f in schema]], schema=schema, preserve_index=False)
+    for name in [c for c in frame.columns if c not in schema.names]:
+        base = base.append_column(name, pa.array(frame[name].tolist()))
+    return base
+
+
+def episodes_table(rows: Any, depth: int, question_ids: Sequence[str]) -> pa.Table:
+    """Episode rows (one per question of the batch) -> a table with the DESIGN columns first, extras after."""
+    frame = rows.copy() if isinstance(rows, pd.DataFrame) else pd.DataFrame(rows)
+    missing = [f.name for f in sch.EPISODES_SCHEMA if f.name not in frame.columns]
+    if missing:
+        raise ValueError(f"episode rows miss columns {missing}")
+    if set(frame["depth"].astype(int)) - {depth}:
+        raise ValueError(f"episode rows hold depths other than the batch depth {depth}")
+    ids = frame["question_id"].astype(str)
+    if set(ids) != set(question_ids) or ids.duplicated().any():
+        raise ValueError("a batch needs exactly one episode row per question")
+    return _contract_table(frame, sch.EPISODES_SCHEMA)
+
+
 def generations_table(rows: Any, depth: int, question_ids: Sequence[str]) -> pa.Table:
     """Generations rows (DataFrame, list of dicts, or dict of columns) -> a table with the DESIGN columns first.
 
@@ -164,9 +186,6 @@ def generations_table(rows: Any, depth: int, question_ids: Sequence[str]) -> pa.
     if unknown:
         raise ValueError(f"generations rows for question ids not in this batch: {sorted(unknown)[:5]}")
     frame["token_ids"] = [np.asarray(t, dtype=np.int32) for t in frame["token_ids"]]
-    base = pa.Table.from_pandas(frame[[f.name for f in sch.GENERATIONS_SCHEMA]], schema=sch.GENERATIONS_SCHEMA,
-                                preserve_index=False)
-    extras = [c for c in frame.columns if c not in sch.GENERATIONS_SCHEMA.names]
-    for name in extras:
-        base = base.append_column(name, pa.array(frame[name].tolist()))
-    return base
+    if frame.duplicated(["question_id", "turn"]).any():
+        raise ValueError("generations rows repeat a (question, turn)")
+    return _contract_table(frame, sch.GENERATIONS_SCHEMA)

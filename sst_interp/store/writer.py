@@ -33,6 +33,7 @@ from sst_interp.store.errors import CorruptRunError
 from sst_interp.store.validate import check_shard, check_table_file
 
 LOCK_NAME = ".lock"
+EPISODES_NAME = "episodes.parquet"
 LAYOUT_KEYS = ("hidden_size", "num_layers", "dtype", "top_k", "sketch_k")
 RESERVED_KEYS = ("schema_version", "identity", "status", "batches", "next_batch")
 
@@ -43,6 +44,7 @@ class _Job:
     question_ids: list[str]
     generations: Any
     shards: dict[str, Any]
+    episodes: Any = None
 
 
 @dataclass
@@ -149,8 +151,10 @@ class RunWriter:
         self._guard_disk(lambda: tables.write_table_atomic(table, target), target)
 
     def submit(self, depth: int, question_ids: Sequence[str], generations: Any = None, hidden: Any = None,
-               logits: Any = None, sketch: Any = None, gates: Any = None) -> None:
+               logits: Any = None, sketch: Any = None, gates: Any = None, episodes: Any = None) -> None:
         """Queue one batch for writing; it is committed (and ``completed(depth)`` includes it) once written.
+
+        ``episodes`` (CodeACT runs): one row per question of the batch, for ``episodes.parquet``.
 
         Column dicts as in :mod:`sst_interp.store.tables` (numpy arrays or torch tensors, one entry per row).
         Blocks while the queue is full. Raises the writer thread's error, if any, and ValueError when a
@@ -173,7 +177,7 @@ class RunWriter:
             self._pending.setdefault(depth, set()).update(ids)
         shards = {k: v for k, v in (("hidden", hidden), ("logits", logits), ("sketch", sketch), ("gates", gates))
                   if v is not None}
-        job = _Job(depth, ids, generations, shards)
+        job = _Job(depth, ids, generations, shards, episodes)
         while True:
             try:
                 self._queue.put(job, timeout=0.2)
@@ -233,7 +237,7 @@ class RunWriter:
         self._next_batch += 1
         layout = self._manifest
         entry: dict[str, Any] = {"batch": batch_id, "question_ids": job.question_ids, "shards": {},
-                                 "generations": job.generations is not None}
+                                 "generations": job.generations is not None, "episodes": job.episodes is not None}
         for kind, columns in job.shards.items():
             table, present = tables.build_shard_table(kind, columns, job.question_ids, layout)
             if table.num_rows == 0:
@@ -250,6 +254,12 @@ class RunWriter:
             if target.exists():
                 gen_table = pa.concat_tables([pq.read_table(target), gen_table], promote_options="permissive")
             self._guard_disk(lambda: tables.write_table_atomic(gen_table, target), target)
+        if job.episodes is not None:
+            episode_table = tables.episodes_table(job.episodes, job.depth, job.question_ids)
+            target = self.path / EPISODES_NAME
+            if target.exists():
+                episode_table = pa.concat_tables([pq.read_table(target), episode_table], promote_options="permissive")
+            self._guard_disk(lambda: tables.write_table_atomic(episode_table, target), target)
         with self._state_lock:
             new_manifest = mf.normalise(self._manifest)
         key = str(job.depth)
@@ -417,23 +427,28 @@ def _remove_strays(path: Path, manifest: dict[str, Any], report: ResumeReport) -
 
 
 def _filter_generations(path: Path, manifest: dict[str, Any], report: ResumeReport) -> None:
-    """Drop generation rows of incomplete questions (written before a kill, manifest not yet updated), and
-    redo batches whose generation rows are gone (generations.parquet deleted after a CorruptRunError)."""
-    target = path / "generations.parquet"
-    if target.exists():
-        check_table_file(target)
-        table = pq.read_table(target)
-        pairs = list(zip(table.column("question_id").to_pylist(), table.column("depth").to_pylist()))
-    else:
-        table, pairs = None, []
-    present = {(q, int(d)) for q, d in pairs}
-    for depth, batches in manifest.get("batches", {}).items():
-        for batch in list(batches):
-            if batch.get("generations") and any((q, int(depth)) not in present for q in batch["question_ids"]):
-                _drop_batch(path, manifest, depth, batch, report)
-    if table is None:
-        return
+    """Drop generation and episode rows of incomplete questions (written before a kill, manifest not yet
+    updated), and redo batches whose rows are gone (a table deleted after a CorruptRunError). Batches are dropped
+    first, for both tables, so that no table keeps rows of a batch the other one's check dropped."""
+    loaded = {}
+    for name, flag in (("generations.parquet", "generations"), (EPISODES_NAME, "episodes")):
+        target = path / name
+        table = None
+        if target.exists():
+            check_table_file(target)
+            table = pq.read_table(target)
+        loaded[name] = table
+        present = set() if table is None else {
+            (q, int(d)) for q, d in zip(table.column("question_id").to_pylist(), table.column("depth").to_pylist())}
+        for depth, batches in manifest.get("batches", {}).items():
+            for batch in list(batches):
+                if batch.get(flag) and any((q, int(depth)) not in present for q in batch["question_ids"]):
+                    _drop_batch(path, manifest, depth, batch, report)
     done = mf.completed_pairs(manifest)
-    keep = [(q, int(d)) in done for q, d in pairs]
-    if not all(keep):
-        tables.write_table_atomic(table.filter(pa.array(keep, type=pa.bool_())), target)
+    for name, table in loaded.items():
+        if table is None:
+            continue
+        pairs = zip(table.column("question_id").to_pylist(), table.column("depth").to_pylist())
+        keep = [(q, int(d)) in done for q, d in pairs]
+        if not all(keep):
+            tables.write_table_atomic(table.filter(pa.array(keep, type=pa.bool_())), path / name)

@@ -10,6 +10,7 @@ import json
 from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
+from sst_interp.codeact.format import GEMMA3_ACTION_IDS
 from sst_interp.errors import UsageError
 
 #: The paper's LoRA targets: attention QKV+O, MLP {gate, up, down}, lm_head (tab:hyperparameters).
@@ -24,7 +25,7 @@ PAPER_LORA_TARGETS: tuple[str, ...] = (
     "lm_head",
 )
 #: The custom CodeACT action tokens and the unused Gemma 3 vocabulary ids they map to (app:dataset).
-PAPER_ACTION_TOKENS: dict[str, int] = {"<execute>": 262140, "</execute>": 262141}
+PAPER_ACTION_TOKENS: dict[str, int] = dict(GEMMA3_ACTION_IDS)
 
 QUANTIZE_CHOICES: tuple[str, ...] = ("auto", "nf4", "none")
 

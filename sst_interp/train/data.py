@@ -22,7 +22,6 @@ and the order repeats unchanged for later epochs, for the SST and the baseline a
 from __future__ import annotations
 
 import json
-import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -31,6 +30,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from sst_interp.codeact.format import GEMMA3_ACTION_IDS, encode_with_actions
 from sst_interp.errors import UsageError
 
 IGNORE_INDEX = -100
@@ -51,7 +51,7 @@ class DataFormat:
     text_field: str = "text"
     model_turn_start: str = "<start_of_turn>model"
     turn_end: str = "<end_of_turn>"
-    action_tokens: tuple[tuple[str, int], ...] = (("<execute>", 262140), ("</execute>", 262141))
+    action_tokens: tuple[tuple[str, int], ...] = GEMMA3_ACTION_IDS
     max_seq_len: int = 8192
 
 
@@ -183,40 +183,6 @@ def model_turn_spans(text: str, fmt: DataFormat) -> list[tuple[int, int]]:
         cursor = end
 
 
-def encode_with_actions(
-    text: str, tokenizer: Any, fmt: DataFormat, add_special_tokens: bool = False
-) -> tuple[list[int], list[tuple[int, int]]]:
-    """Tokenise ``text``, mapping each action token string to its reserved id.
-
-    Returns:
-        ``(ids, offsets)``: token ids and each token's character span in ``text`` (special tokens the tokenizer adds
-        get an empty span at 0).
-    """
-    actions = dict(fmt.action_tokens)
-    if actions:
-        pattern = "|".join(re.escape(token) for token in sorted(actions, key=len, reverse=True))
-        pieces = re.split(f"({pattern})", text)
-    else:
-        pieces = [text]
-    ids: list[int] = []
-    offsets: list[tuple[int, int]] = []
-    cursor = 0
-    first = True
-    for piece in pieces:
-        if not piece:
-            continue
-        if piece in actions:
-            ids.append(actions[piece])
-            offsets.append((cursor, cursor + len(piece)))
-        else:
-            encoded = tokenizer(piece, add_special_tokens=add_special_tokens and first, return_offsets_mapping=True)
-            ids.extend(int(i) for i in encoded["input_ids"])
-            offsets.extend((cursor + a, cursor + b) if b > a else (0, 0) for a, b in encoded["offset_mapping"])
-        first = False
-        cursor += len(piece)
-    return ids, offsets
-
-
 def tokenize_row(row: dict[str, Any], tokenizer: Any, fmt: DataFormat, index: int, source: str = "data") -> TokenizedExample:
     """Tokenise one row and build its labels (see the module docstring for the row formats).
 
@@ -226,14 +192,14 @@ def tokenize_row(row: dict[str, Any], tokenizer: Any, fmt: DataFormat, index: in
     line = row.get("_line", index + 1)
     if isinstance(row.get(fmt.text_field), str):
         text = row[fmt.text_field]
-        ids, offsets = encode_with_actions(text, tokenizer, fmt, add_special_tokens=False)
+        ids, offsets = encode_with_actions(text, tokenizer, fmt.action_tokens, add_special_tokens=False)
         spans = model_turn_spans(text, fmt)
         labelled = [
             offset[1] > offset[0] and any(start <= offset[0] < end for start, end in spans) for offset in offsets
         ]
     elif isinstance(row.get("prompt"), str) and isinstance(row.get("completion"), str):
-        prompt_ids, _ = encode_with_actions(row["prompt"], tokenizer, fmt, add_special_tokens=True)
-        completion_ids, _ = encode_with_actions(row["completion"], tokenizer, fmt, add_special_tokens=False)
+        prompt_ids, _ = encode_with_actions(row["prompt"], tokenizer, fmt.action_tokens, add_special_tokens=True)
+        completion_ids, _ = encode_with_actions(row["completion"], tokenizer, fmt.action_tokens, add_special_tokens=False)
         ids = prompt_ids + completion_ids
         labelled = [False] * len(prompt_ids) + [True] * len(completion_ids)
     else:

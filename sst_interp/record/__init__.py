@@ -1,0 +1,32 @@
+"""``python -m sst_interp.record``: generate answers, or CodeACT episodes, at every iteration depth; record the state
+stream inline; grade.
+
+Two protocols (``--protocol``): ``completion`` (one generation per question; the default) and ``codeact``
+(multi-turn episodes whose code runs in a sandbox, as the paper evaluates: :mod:`sst_interp.codeact`)::
+
+    python -m sst_interp.record --questions demo --depths 1,2,3,4 --out runs/demo
+    python -m sst_interp.record --questions gsm8k --protocol codeact --limit 8 --depths 1,2
+
+Modules: :mod:`~sst_interp.record.options` (the options), :mod:`~sst_interp.record.cli` (the command line),
+:mod:`~sst_interp.record.runner` (the library entry :func:`record_questions` and the CLI's :func:`record`),
+:mod:`~sst_interp.record.completion` and :mod:`~sst_interp.record.episodes` (one batch of each protocol),
+:mod:`~sst_interp.record.identity` (run identity and manifest), :mod:`~sst_interp.record.summary`.
+"""
+
+from sst_interp.record.cli import build_parser, main, parse_args
+from sst_interp.record.options import DEFAULT_DEPTHS, PROTOCOLS, RecordArgs
+from sst_interp.record.runner import record, record_questions
+from sst_interp.record.summary import print_summary, staged_capacity
+
+__all__ = [
+    "DEFAULT_DEPTHS",
+    "PROTOCOLS",
+    "RecordArgs",
+    "build_parser",
+    "main",
+    "parse_args",
+    "print_summary",
+    "record",
+    "record_questions",
+    "staged_capacity",
+]

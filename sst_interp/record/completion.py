@@ -1,0 +1,41 @@
+"""The completion protocol: one generation per question, recorded inline and graded."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from sst_interp.record.options import RecordArgs
+
+
+def record_batch(sst: Any, tokenizer: Any, batch: list[Any], depth: Any, args: RecordArgs,
+                 config: Any) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+    """Generate one batch under a depth policy (``FixedDepth(k)`` or a probe policy) with the recorder attached;
+    returns (generation rows, writer columns)."""
+    from sst_interp.data import grade, stop_strings
+    from sst_interp.hooks import Recorder
+    from sst_interp.model.generation import GenerationConfig, generate
+    from sst_interp.model.loading import eos_token_ids
+
+    prompts = [list(tokenizer(q.prompt).input_ids) for q in batch]
+    pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
+    gen_config = GenerationConfig(max_new_tokens=args.max_new_tokens, prompt_mode=args.prompt_mode,
+                                  eos_token_ids=eos_token_ids(tokenizer, sst),
+                                  stop_strings=stop_strings(batch[0].source), pad_token_id=pad,
+                                  logits_every_iteration=True)
+    ids = [q.question_id for q in batch]
+    with Recorder.for_model(sst, ids, config) as recorder:
+        result = generate(sst, prompts, depth, gen_config, observer=recorder,
+                          decode_fn=lambda tokens: tokenizer.decode(tokens, skip_special_tokens=True))
+    rows = []
+    for row, question in enumerate(batch):
+        tokens = result.token_ids[row]
+        text = tokenizer.decode(tokens, skip_special_tokens=True)
+        verdict = grade(question, text)
+        rows.append({
+            "question_id": question.question_id, "depth": int(result.chosen_depth[row]), "turn": 0,
+            "token_ids": tokens, "text": text, "n_tokens": len(tokens), "stop_reason": result.stop_reasons[row],
+            "extracted_answer": verdict.extracted_answer, "correct": bool(verdict.correct),
+            "grader": verdict.grader, "depth_policy": result.depth_policy,
+            "chosen_depth": int(result.chosen_depth[row]), "prompt_tokens": len(prompts[row]),
+        })
+    return rows, recorder.columns()

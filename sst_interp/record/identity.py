@@ -1,0 +1,153 @@
+"""What a run is: its identity (what must match to resume), its manifest keys, and the model and policy it uses."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import Path
+from typing import Any
+
+from sst_interp import __version__
+from sst_interp.record.options import RecordArgs
+
+
+def questions_sha256(frame: Any) -> str:
+    """sha256 of a question table's content (ids, prompts, references, choices, metadata), as run identity."""
+    digest = hashlib.sha256()
+    for row in frame.itertuples(index=False):
+        digest.update(json.dumps([row.question_id, row.source, row.prompt, row.reference, list(row.choices),
+                                  row.metadata], ensure_ascii=False).encode())
+    return digest.hexdigest()
+
+
+def resolve_device(name: str) -> str:
+    """``auto`` -> ``cuda`` when available, else ``cpu``; other names pass through."""
+    if name != "auto":
+        return name
+    import torch
+
+    return "cuda" if torch.cuda.is_available() else "cpu"
+
+
+def model_spec(args: RecordArgs) -> tuple[Any, bool]:
+    """The :class:`~sst_interp.model.loading.ModelSpec` for ``args`` and whether the demo preset is on."""
+    from sst_interp.model.backbone import DEFAULT_MODEL
+    from sst_interp.model.loading import ModelSpec
+
+    if args.checkpoint is not None:
+        return ModelSpec(args.model or DEFAULT_MODEL, args.checkpoint, None, args.dtype, resolve_device(args.device)), \
+            False
+    demo = args.demo_preset if args.demo_preset is not None else args.model is None
+    spec = ModelSpec(args.model or DEFAULT_MODEL, None, "hidden" if demo else "unit", args.dtype,
+                     resolve_device(args.device))
+    return spec, bool(demo)
+
+
+def folder_sha256(path: Path) -> str:
+    """sha256 over a file, or over every file of a folder in name order."""
+    digest = hashlib.sha256()
+    for file in sorted(path.rglob("*")) if path.is_dir() else [path]:
+        if file.is_file():
+            digest.update(file.name.encode())
+            digest.update(file.read_bytes())
+    return digest.hexdigest()
+
+
+def run_identity(args: RecordArgs, model_identity: dict[str, Any], data_sha256: str) -> dict[str, Any]:
+    """What must match to resume a run: model, checkpoint, SST variant, data, and what is recorded and how.
+
+    Under ``codeact`` the episode settings, the sandbox and the batch size are part of it too: batched episodes
+    pad inside the sliding window, so another batch size can change the numbers (GenerationSession).
+    """
+    identity = dict(model_identity)
+    if args.checkpoint is not None:
+        folder = Path(args.checkpoint)
+        identity["checkpoint"] = str(folder.resolve())
+        state = folder / "sst_state.safetensors"
+        if state.is_file():
+            identity["checkpoint_sha256"] = hashlib.sha256(state.read_bytes()).hexdigest()
+    identity.update(
+        questions=args.questions,
+        data_sha256=data_sha256,
+        max_new_tokens=args.max_new_tokens,
+        prompt_mode=args.prompt_mode,
+        decoding="greedy",
+        full_positions=args.full_positions,
+        sketch_positions=args.sketch_positions,
+        sketch_k=args.sketch_k,
+        top_k=args.top_k,
+        gates=args.gates,
+    )
+    if args.codeact:
+        identity.update(protocol="codeact", episode=episode_config(args).to_dict(), sandbox=args.sandbox,
+                        sandbox_timeout=args.sandbox_timeout, batch_size=args.batch_size)
+    probe = args.probe_path()
+    if probe is not None:
+        identity["depth_policy"] = f"probe:{probe.resolve()}"
+        identity["probe_sha256"] = folder_sha256(probe)
+    return identity
+
+
+def episode_config(args: RecordArgs) -> Any:
+    """The :class:`~sst_interp.codeact.episode.EpisodeConfig` of ``args``."""
+    from sst_interp.codeact.episode import EpisodeConfig
+
+    return EpisodeConfig(max_turns=args.max_turns, max_context_tokens=args.max_context_tokens,
+                         carry_across_turns=args.carry_state_across_turns, tool_output_chars=args.tool_output_chars)
+
+
+def sandbox_config(args: RecordArgs, hidden_paths: tuple[str, ...] = ()) -> Any:
+    """The :class:`~sst_interp.sandbox.SandboxConfig` of ``args``; ``hidden_paths`` (e.g. the run directory) are
+    invisible inside the sandbox."""
+    from sst_interp.sandbox import SandboxConfig
+
+    return SandboxConfig(backend=args.sandbox, timeout_s=args.sandbox_timeout, hidden_paths=tuple(hidden_paths))
+
+
+def make_depth_policy(args: RecordArgs, depths: list[int]) -> Any:
+    """The :class:`ProbeDepth` of ``--depth-policy probe:PATH`` with i_max = max(depths), or None for fixed."""
+    probe = args.probe_path()
+    if probe is None:
+        return None
+    from sst_interp.probe.policy import ProbeDepth
+
+    return ProbeDepth.from_path(probe, max_depth=max(depths))
+
+
+def manifest_extra(args: RecordArgs, sst: Any, tokenizer: Any, config: Any, depths: list[int],
+                   demo: bool) -> dict[str, Any]:
+    """Manifest keys besides the identity: layout, SST config, decoding, protocol, settings."""
+    from sst_interp.data import stop_strings
+    from sst_interp.model.loading import eos_token_ids
+
+    mlp = getattr(sst.layers[0], "mlp", None)
+    gate = getattr(mlp, "gate_proj", None)
+    extra = {
+        "hidden_size": sst.hidden_size,
+        "num_layers": sst.num_layers,
+        "dtype": args.dtype,
+        "depths": depths,
+        "full_positions": config.full_positions,
+        "sketch_positions": config.sketch_positions,
+        "sketch_k": config.resolved_sketch_k(sst.hidden_size),
+        "top_k": config.top_k,
+        "gates": config.gates,
+        "ffn_size": getattr(gate, "out_features", None),
+        "decoding": {"strategy": "greedy", "do_sample": False, "max_new_tokens": args.max_new_tokens,
+                     "eos_token_ids": list(eos_token_ids(tokenizer, sst)),
+                     "stop_strings": [] if args.codeact else list(stop_strings(args.questions))},
+        "prompt_mode": args.prompt_mode,
+        "protocol": args.protocol,
+        "depth_policy": "fixed",
+        "sst": sst.config.to_dict(),
+        "demo_preset": demo,
+        "questions": args.questions,
+        "batch_size": args.batch_size,
+        "device": str(sst.device),
+        "package_version": __version__,
+        "logits_every_iteration": True,
+    }
+    if args.codeact:
+        extra["episode"] = episode_config(args).to_dict()
+        extra["sandbox"] = {"backend": args.sandbox, "timeout_s": args.sandbox_timeout}
+    return extra

@@ -1,0 +1,44 @@
+"""The summary ``record`` prints: accuracy and staged capacity per depth, from the run's episodes."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+
+def staged_capacity(correct: dict[int, set[str]], questions: list[str], depths: list[int]) -> dict[int, int]:
+    """Questions correct at staged depth k: correct at any flat depth <= k (paper tab:staged_breakdown)."""
+    staged, seen = {}, set()
+    for depth in sorted(depths):
+        seen |= correct.get(depth, set()) & set(questions)
+        staged[depth] = len(seen)
+    return staged
+
+
+def print_summary(out: Path, depths: list[int]) -> dict[int, float]:
+    """Print accuracy and staged capacity per depth and the run path; returns accuracy per depth.
+
+    Correctness is per episode (``Run.episodes``): one completion in a completion run, one multi-turn episode in a
+    CodeACT run; a CodeACT run also prints how its episodes ended and how many model turns they used.
+    """
+    from sst_interp.store import Run
+
+    run = Run.open(out)
+    episodes = run.episodes()
+    correct = {d: set(episodes.loc[(episodes["depth"] == d) & episodes["correct"], "question_id"]) for d in depths}
+    common = [q for q in run.question_ids() if all(q in run.question_ids(d) for d in depths)]
+    staged = staged_capacity(correct, common, depths)
+    accuracy = {}
+    print(f"{'depth':>5}  {'accuracy':>16}  {'staged capacity':>16}")
+    for depth in depths:
+        n = len(run.question_ids(depth))
+        right = len(correct[depth])
+        accuracy[depth] = right / n if n else float("nan")
+        staged_text = f"{staged[depth]}/{len(common)}" if common else "-"
+        print(f"{depth:>5}  {right:>5}/{n:<4} {100 * accuracy[depth]:5.1f}%  {staged_text:>16}")
+    if run.protocol == "codeact" and len(episodes):
+        reasons = episodes["stop_reason"].value_counts().to_dict()
+        turns = episodes["n_turns"]
+        print(f"episodes: {len(episodes)}, model turns {int(turns.sum())} (mean {turns.mean():.2f}, max "
+              f"{int(turns.max())}); ended by " + ", ".join(f"{k} {v}" for k, v in sorted(reasons.items())))
+    print(f"run: {out}")
+    return accuracy
