@@ -62,9 +62,14 @@ def correctness_matrix(generations: Any) -> pd.DataFrame:
     """Per-question correctness at each depth.
 
     Returns a bool DataFrame ``[questions, depths]`` (index ``question_id`` in first-seen order,
-    columns the sorted depths), holding the ``correct`` flag of each question's last turn; only
-    questions present at every depth are kept.
+    columns the sorted depths), holding the ``correct`` flag of each question's episode: for a Run, its
+    ``episodes()`` table (a CodeACT episode, or a completion as a one-turn episode); for a generations
+    table, the flag of each question's last turn (every turn row of an episode carries its verdict);
+    only questions present at every depth are kept.
     """
+    if hasattr(generations, "episodes") and not isinstance(generations, pd.DataFrame):
+        episodes = generations.episodes()
+        generations = episodes.assign(turn=episodes["n_turns"] - 1)
     df = load_generations(generations)
     if df.empty:
         return pd.DataFrame(dtype=bool)

@@ -27,7 +27,13 @@ from typing import Any
 
 from sst_interp.codeact.format import ActionFormat, decode_with_actions, encode_with_actions, extract_code
 from sst_interp.errors import UsageError
-from sst_interp.model.generation import DepthPolicy, GenerationConfig, GenerationObserver, GenerationSession
+from sst_interp.model.generation import (
+    DepthPolicy,
+    GenerationConfig,
+    GenerationObserver,
+    GenerationSession,
+    as_depth_policy,
+)
 from sst_interp.sandbox import PythonSession, SandboxConfig
 
 STOP_REASONS = ("finish_session", "no_code", "max_turns", "token_budget")
@@ -185,7 +191,7 @@ def run_episodes(
     sst: Any,
     tokenizer: Any,
     prompts: list[str],
-    policy: DepthPolicy,
+    policy: int | DepthPolicy,
     generation: GenerationConfig,
     config: EpisodeConfig,
     sandbox: SandboxConfig,
@@ -208,6 +214,7 @@ def run_episodes(
     Returns:
         :class:`EpisodeBatch` with one :class:`EpisodeResult` per prompt.
     """
+    policy = as_depth_policy(policy)
     fmt = config.fmt
     clock = time.perf_counter()
     timings = {"generate": 0.0, "append": 0.0, "sandbox": 0.0}

@@ -60,6 +60,8 @@ def build_parser() -> argparse.ArgumentParser:
         help="codeact/humaneval code: bwrap (bubblewrap isolation, default) | subprocess (NOT isolated)")
     add("--sandbox-timeout", type=float, default=defaults.sandbox_timeout,
         help="wall-clock seconds one code block may run (10)")
+    add("--action-tokens", default=None, metavar="<execute>=ID,</execute>=ID",
+        help="codeact: reserved token ids of the action tokens (default: the checkpoint's, else 262140/262141)")
     return parser
 
 

@@ -88,12 +88,30 @@ def run_identity(args: RecordArgs, model_identity: dict[str, Any], data_sha256: 
     return identity
 
 
+def action_tokens(args: RecordArgs) -> tuple[tuple[str, int], ...]:
+    """The action token ids: --action-tokens, else the checkpoint's training configuration, else Gemma 3's."""
+    from sst_interp.codeact.format import GEMMA3_ACTION_IDS
+
+    given = args.action_token_ids()
+    if given is not None:
+        return given
+    if args.checkpoint is not None:
+        file = Path(args.checkpoint) / "sst_config.json"
+        if file.is_file():  # train writes its action tokens into the checkpoint's provenance
+            saved = json.loads(file.read_text()).get("extra", {}).get("action_tokens")
+            if isinstance(saved, dict) and set(saved) == {"<execute>", "</execute>"}:
+                return (("<execute>", int(saved["<execute>"])), ("</execute>", int(saved["</execute>"])))
+    return GEMMA3_ACTION_IDS
+
+
 def episode_config(args: RecordArgs) -> Any:
     """The :class:`~sst_interp.codeact.episode.EpisodeConfig` of ``args``."""
     from sst_interp.codeact.episode import EpisodeConfig
+    from sst_interp.codeact.format import ActionFormat
 
     return EpisodeConfig(max_turns=args.max_turns, max_context_tokens=args.max_context_tokens,
-                         carry_across_turns=args.carry_state_across_turns, tool_output_chars=args.tool_output_chars)
+                         carry_across_turns=args.carry_state_across_turns, tool_output_chars=args.tool_output_chars,
+                         fmt=ActionFormat(action_tokens=action_tokens(args)))
 
 
 def sandbox_config(args: RecordArgs, hidden_paths: tuple[str, ...] = ()) -> Any:

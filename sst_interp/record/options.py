@@ -57,6 +57,8 @@ class RecordArgs:
         sandbox: how model code runs: ``bwrap`` (bubblewrap isolation; the default) or ``subprocess`` (a plain
             child process with rlimits: NOT isolated, use only for trusted models).
         sandbox_timeout: wall-clock seconds one code block may run.
+        action_tokens: codeact: ``<execute>=ID,</execute>=ID``, the reserved token ids of the action tokens; None
+            uses the checkpoint's training configuration when it has one, else Gemma 3's 262140/262141.
     """
 
     questions: str = "demo"
@@ -87,6 +89,7 @@ class RecordArgs:
     tool_output_chars: int = 2000
     sandbox: str = "bwrap"
     sandbox_timeout: float = 10.0
+    action_tokens: str | None = None
 
     @property
     def codeact(self) -> bool:
@@ -109,6 +112,20 @@ class RecordArgs:
         if self.out:
             return Path(self.out)
         return Path("runs") / (f"{self.questions}-codeact" if self.codeact else self.questions)
+
+    def action_token_ids(self) -> tuple[tuple[str, int], ...] | None:
+        """--action-tokens parsed to ((text, id), ...); None when not given."""
+        if self.action_tokens is None:
+            return None
+        pairs = {}
+        for item in self.action_tokens.split(","):
+            text, sep, value = item.strip().rpartition("=")
+            if not sep or not value.strip().isdigit():
+                raise UsageError(f"--action-tokens {self.action_tokens!r}: write '<execute>=262140,</execute>=262141'")
+            pairs[text] = int(value)
+        if set(pairs) != {"<execute>", "</execute>"}:
+            raise UsageError("--action-tokens must give ids for exactly <execute> and </execute>")
+        return tuple(sorted(pairs.items(), key=lambda kv: kv[0] != "<execute>"))
 
     def id_list(self) -> list[str] | None:
         """--ids as a list (None when not given)."""
@@ -162,5 +179,6 @@ class RecordArgs:
         if self.codeact and self.max_context_tokens <= self.max_new_tokens:
             raise UsageError(f"--max-context-tokens ({self.max_context_tokens}) must exceed --max-new-tokens "
                              f"({self.max_new_tokens}) so that a first turn fits")
+        self.action_token_ids()
         self.probe_path()
         return depths

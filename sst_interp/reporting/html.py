@@ -8,7 +8,7 @@ import html
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 from sst_interp import __version__
 from sst_interp.reporting.artefacts import FAMILIES, Artefact, ArtefactData
@@ -90,17 +90,28 @@ def _artefact_html(outcome: Outcome, out: Path) -> str:
     return "\n".join(parts)
 
 
+def turns_covered(run: Any) -> str:
+    """How many model turns the run's tables cover: ``"1 per question"`` for completions, else the episodes'
+    total, mean and maximum (tables and figures pool every turn; tab:repetition averages over them)."""
+    episodes = run.episodes()
+    if run.protocol != "codeact" or episodes.empty:
+        return "1 per question"
+    turns = episodes["n_turns"]
+    return f"{int(turns.sum())} in {len(turns)} episodes (mean {turns.mean():.2f}, max {int(turns.max())})"
+
+
 def _inputs_html(inputs: ReportInputs) -> str:
     rows = []
     for item in inputs.runs:
         run = item.run
         base = inputs.baselines.get(item.name)
         rows.append("<tr>" + "".join(f"<td>{_esc(v)}</td>" for v in (
-            item.name, item.path, item.benchmark, ", ".join(map(str, run.depths)),
-            len(run.question_ids(run.depths[0])) if run.depths else 0, run.num_layers, run.hidden_size, run.dtype,
-            base.path if base else "none", inputs.checkpoints.get(item.name, "none"))) + "</tr>")
-    head = "".join(f"<th>{h}</th>" for h in ("run", "path", "benchmark", "depths", "questions", "layers", "d",
-                                             "dtype", "baseline", "checkpoint"))
+            item.name, item.path, item.benchmark, run.protocol, ", ".join(map(str, run.depths)),
+            len(run.question_ids(run.depths[0])) if run.depths else 0, turns_covered(run), run.num_layers,
+            run.hidden_size, run.dtype, base.path if base else "none",
+            inputs.checkpoints.get(item.name, "none"))) + "</tr>")
+    head = "".join(f"<th>{h}</th>" for h in ("run", "path", "benchmark", "protocol", "depths", "questions",
+                                             "model turns", "layers", "d", "dtype", "baseline", "checkpoint"))
     extra = [f"<li>probe: {_esc(inputs.probe or 'none given (trained on each run when it has MUST HALT labels)')}</li>",
              f"<li>SST training log: {_esc(inputs.training.sst or 'none')}</li>",
              f"<li>baseline training log: {_esc(inputs.training.baseline or 'none')}</li>"]

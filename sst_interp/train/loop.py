@@ -289,7 +289,8 @@ class Trainer:
     # -------------------------------------------------------------------------------------------- saving
     def _extra(self, val_loss: float | None) -> dict[str, Any]:
         return {"step": self.step, "val_loss": val_loss, "baseline": self.model.is_baseline,
-                "preset": self.config.preset, "train_sha256": self.meta["train_sha256"]}
+                "preset": self.config.preset, "train_sha256": self.meta["train_sha256"],
+                "action_tokens": dict(self.config.action_tokens)}
 
     def save_best(self, val_loss: float | None) -> None:
         """Write ``best/`` from the current weights."""

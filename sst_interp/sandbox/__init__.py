@@ -1,0 +1,53 @@
+"""Sandboxed execution of model-written Python: CodeACT sessions and one-shot programs (HumanEval).
+
+Public API:
+
+- :class:`SandboxConfig` (``config.py``): backend and limits; :func:`check_backend` says, as one-line
+  :class:`~sst_interp.errors.UsageError` s, whether it can run here.
+- :class:`PythonSession` (``session.py``): one persistent interpreter per episode; ``execute(code)`` returns
+  a :class:`CodeResult` (``stdout``, ``stderr``, ``status``, ``finish_answer``, ``seconds``).
+- :func:`run_program` (``oneshot.py``): one program, pass/fail, as an :class:`ExecutionResult`.
+
+Backends. ``bwrap`` (default, Linux): bubblewrap namespaces; see :mod:`~sst_interp.sandbox.bwrap` for the
+mounts (read-only host, hidden home/working directory/``/root``/run directory, one private writable
+directory), no network, its own PID namespace, a clean environment. ``subprocess``: a plain child in its
+own session with rlimits, a clean environment and a temporary working directory; it is NOT a security
+boundary (no network, PID or filesystem isolation; processes that leave its process group survive it),
+and is used only when asked for explicitly.
+
+How the process count is contained, also for a root caller. ``RLIMIT_NPROC`` is skipped by the kernel for
+kernel uid 0 (and for ``CAP_SYS_RESOURCE``/``CAP_SYS_ADMIN``), and ``bwrap --unshare-user --uid N`` only
+changes the uid seen inside: the kernel uid stays the caller's, so as root nothing is counted. And the count
+is per user: for an ordinary caller a small limit would include every process that user runs. So:
+
+1. A root caller runs bwrap privileged, with all capabilities dropped but ``CAP_SETUID``/``CAP_SETGID``; the
+   bootstrap (:mod:`~sst_interp.sandbox.bootstrap`) first switches to uid/gid 65534 (kernel uid no longer
+   0, all capabilities cleared). An unprivileged caller runs bwrap in its own user namespace as itself.
+2. The bootstrap then enters a new user namespace (``unshare(CLONE_NEWUSER)``, needs unprivileged user
+   namespaces) and only then sets ``RLIMIT_NPROC``. Since Linux 5.14 the count is kept per (user
+   namespace, uid), so it covers exactly the sandbox's processes; the namespace was created under the
+   caller's (large) limit, so the parent levels do not interfere.
+3. It sets ``PR_SET_NO_NEW_PRIVS`` and execs the interpreter, which drops the capabilities the new
+   namespace granted; the code cannot raise the hard limit (that needs ``CAP_SYS_RESOURCE`` in the initial
+   namespace).
+
+Measured on the development machine (root, kernel 6.18): with ``max_processes=8``, a loop starting 50
+``sleep`` processes gets 7 (the interpreter is the 8th) and then ``EAGAIN``.
+"""
+
+from sst_interp.sandbox.check import check_backend
+from sst_interp.sandbox.config import BACKENDS, SandboxConfig
+from sst_interp.sandbox.oneshot import ExecutionResult, run_program
+from sst_interp.sandbox.process import SandboxError
+from sst_interp.sandbox.session import CodeResult, PythonSession
+
+__all__ = [
+    "BACKENDS",
+    "CodeResult",
+    "ExecutionResult",
+    "PythonSession",
+    "SandboxConfig",
+    "SandboxError",
+    "check_backend",
+    "run_program",
+]

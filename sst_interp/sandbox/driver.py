@@ -1,0 +1,237 @@
+"""The interpreter side of the sandbox: runs model code in one persistent namespace, or one program.
+
+The parent runs this file's source inside the sandbox as ``python -s -u -c <source> MODE ...`` (the package
+is not visible there, so only the standard library may be imported). Two modes:
+
+``session CMD_FD RESULT_FD``
+    A loop: read one message ``{"code": str}`` from ``CMD_FD``, run it in the namespace kept across
+    messages, write ``{"status": "ok" | "error", "finish_answer": str | None}`` to ``RESULT_FD``. Messages
+    are a 4-byte big-endian length and that many bytes of UTF-8 JSON. Before the first command the driver
+    writes ``{"ready": true}``. It ends when ``CMD_FD`` reaches end of file.
+
+    Output is not part of the messages: fds 1 and 2 are files the parent opened outside the sandbox, so
+    everything the code and its subprocesses print lands there, and the parent never waits for a pipe to
+    close (a child that keeps stdout open cannot hold the parent up).
+
+    Tracebacks name the code ``<execute>`` and leave out the driver's own frame, as Python would print them
+    for a script of that name.
+
+``probe``
+    Exit at once with status 0 (the parent's check that a sandbox can start here).
+
+``program PATH``
+    Run the file at ``PATH`` as ``__main__`` with the socket constructors replaced by functions that raise
+    ``OSError("network access is disabled ...")`` (graded programs never need the network; the network
+    namespace already blocks it, this makes the failure explicit). The exit status is the verdict.
+"""
+
+import builtins
+import json
+import os
+import struct
+import sys
+import traceback
+import types
+
+HEADER = struct.Struct(">I")
+EXECUTE_FILENAME = "<execute>"
+
+
+def _read_exact(fd: int, size: int) -> bytes:
+    """``size`` bytes from ``fd``; fewer only at end of file."""
+    chunks = []
+    while size:
+        chunk = os.read(fd, size)
+        if not chunk:
+            break
+        chunks.append(chunk)
+        size -= len(chunk)
+    return b"".join(chunks)
+
+
+def receive(fd: int):
+    """The next message from ``fd``, or None at end of file."""
+    header = _read_exact(fd, HEADER.size)
+    if len(header) < HEADER.size:
+        return None
+    (size,) = HEADER.unpack(header)
+    body = _read_exact(fd, size)
+    if len(body) < size:
+        return None
+    return json.loads(body.decode("utf-8"))
+
+
+def send(fd: int, message: dict) -> None:
+    """Write ``message`` to ``fd`` as one framed JSON message."""
+    body = json.dumps(message).encode("utf-8")
+    data = HEADER.pack(len(body)) + body
+    while data:
+        written = os.write(fd, data)
+        data = data[written:]
+
+
+class BlockSources:
+    """Source lines of every block run so far, by code object, so tracebacks show the right line.
+
+    All blocks share the filename ``<execute>``, so :mod:`linecache` cannot tell them apart; a function
+    defined in block 1 and failing in block 3 must show block 1's line.
+    """
+
+    def __init__(self) -> None:
+        self.lines_by_code: dict = {}
+
+    def add(self, code: types.CodeType, source: str) -> None:
+        lines = source.splitlines()
+        stack = [code]
+        while stack:
+            current = stack.pop()
+            self.lines_by_code[current] = lines
+            stack.extend(const for const in current.co_consts if isinstance(const, types.CodeType))
+
+    def line(self, code: types.CodeType, lineno) -> str:
+        lines = self.lines_by_code.get(code)
+        if lines is None or lineno is None or not 1 <= lineno <= len(lines):
+            return ""
+        return lines[lineno - 1]
+
+
+def _with_block_lines(summary: traceback.TracebackException, tb, sources: BlockSources) -> None:
+    """Fill the source lines of ``<execute>`` frames in ``summary`` (and its chained exceptions) in place."""
+    frames = [frame for frame, _ in traceback.walk_tb(tb)]
+    if len(frames) == len(summary.stack):
+        rebuilt = []
+        for frame, entry in zip(frames, summary.stack):
+            if entry.filename == EXECUTE_FILENAME:
+                extra = {}
+                for name in ("end_lineno", "colno", "end_colno"):  # caret positions exist from Python 3.11
+                    if hasattr(entry, name):
+                        extra[name] = getattr(entry, name)
+                entry = traceback.FrameSummary(entry.filename, entry.lineno, entry.name, lookup_line=False,
+                                               line=sources.line(frame.f_code, entry.lineno), **extra)
+            rebuilt.append(entry)
+        summary.stack = traceback.StackSummary.from_list(rebuilt)
+
+
+def format_block_exception(err: BaseException, skip_driver_frame: bool, sources: BlockSources) -> str:
+    """The traceback of ``err`` as Python prints it, without the driver's frame, with block source lines."""
+    tb = err.__traceback__.tb_next if (skip_driver_frame and err.__traceback__ is not None) else err.__traceback__
+    if isinstance(err, SyntaxError) and tb is None:
+        return "".join(traceback.format_exception_only(type(err), err))
+    summary = traceback.TracebackException(type(err), err, tb, lookup_lines=False, compact=True)
+    _with_block_lines(summary, tb, sources)
+    # chained exceptions (``raise ... from``, or raised while handling) have stacks of their own
+    # (their tracebacks never passed through the driver's frame, so nothing is skipped there)
+    seen = {id(err)}
+    chained_summary, chained_exc = summary, err
+    while True:
+        if chained_exc.__cause__ is not None and chained_summary.__cause__ is not None:
+            chained_summary, chained_exc = chained_summary.__cause__, chained_exc.__cause__
+        elif (chained_exc.__context__ is not None and chained_summary.__context__ is not None
+              and not chained_exc.__suppress_context__):
+            chained_summary, chained_exc = chained_summary.__context__, chained_exc.__context__
+        else:
+            break
+        if id(chained_exc) in seen:
+            break
+        seen.add(id(chained_exc))
+        _with_block_lines(chained_summary, chained_exc.__traceback__, sources)
+    return "".join(summary.format())
+
+
+def _flush_standard_streams() -> None:
+    """Flush ``sys.stdout``/``sys.stderr`` before the reply, so the parent reads all of the block's output."""
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (AttributeError, OSError, ValueError):
+            # the code may have replaced or closed the stream; its output is then its own business
+            continue
+
+
+def run_block(source: str, namespace: dict, sources: BlockSources) -> str:
+    """Run one block in ``namespace``; print any exception to stderr. Returns ``"ok"`` or ``"error"``."""
+    try:
+        code = compile(source, EXECUTE_FILENAME, "exec")
+    except (SyntaxError, ValueError, OverflowError, MemoryError, RecursionError) as err:
+        # compile's own failures (ValueError: null bytes); the traceback would show only the driver
+        sys.stderr.write(format_block_exception(err, skip_driver_frame=True, sources=sources))
+        return "error"
+    sources.add(code, source)
+    try:
+        exec(code, namespace)
+    except BaseException as err:  # noqa: BLE001 - the block's own exception (SystemExit too) is its result
+        try:
+            text = format_block_exception(err, skip_driver_frame=True, sources=sources)
+        except Exception as format_error:  # noqa: BLE001 - a broken __str__ etc. must not kill the session
+            text = f"{type(err).__name__}: <exception could not be formatted: {format_error!r}>\n"
+        sys.stderr.write(text)
+        return "error"
+    return "ok"
+
+
+def session_loop(cmd_fd: int, result_fd: int) -> None:
+    """Serve blocks from ``cmd_fd`` until end of file (see the module docstring)."""
+    for fd in (cmd_fd, result_fd):
+        os.set_inheritable(fd, False)  # subprocesses of the code must not hold the control pipes
+    state = {"finish": None}
+
+    def finish_session(answer) -> None:
+        """Record ``str(answer)`` as this block's final answer (the last call wins); the block goes on."""
+        state["finish"] = str(answer)
+
+    # A real ``__main__`` module, so functions and classes the code defines pickle like a script's.
+    main_module = types.ModuleType("__main__")
+    main_module.__dict__.update({"__builtins__": builtins, "finish_session": finish_session})
+    state["driver_module"] = sys.modules.get("__main__")  # keep the driver's own globals alive
+    sys.modules["__main__"] = main_module
+    sys.argv = [""]
+    sources = BlockSources()
+    send(result_fd, {"ready": True})
+    while True:
+        message = receive(cmd_fd)
+        if message is None:
+            return
+        state["finish"] = None
+        status = run_block(message["code"], main_module.__dict__, sources)
+        _flush_standard_streams()
+        send(result_fd, {"status": status, "finish_answer": state["finish"]})
+
+
+def _disable_socket_api() -> None:
+    """Replace the socket constructors and resolvers with functions that raise ``OSError``."""
+    import socket
+
+    def no_network(*args, **kwargs):
+        raise OSError("network access is disabled while grading")
+
+    for name in ("socket", "create_connection", "socketpair", "getaddrinfo", "fromfd", "create_server"):
+        setattr(socket, name, no_network)
+
+
+def run_program(path: str) -> None:
+    """Run the file at ``path`` as ``__main__``; an uncaught exception ends the process with status 1."""
+    _disable_socket_api()
+    with open(path, encoding="utf-8") as handle:
+        source = handle.read()
+    sys.argv = [path]
+    main_module = types.ModuleType("__main__")
+    main_module.__dict__.update({"__builtins__": builtins, "__file__": path})
+    sys.modules["__main__"] = main_module
+    exec(compile(source, path, "exec"), main_module.__dict__)
+
+
+def main(argv: list) -> None:
+    """Dispatch on the mode (``argv[1]``)."""
+    mode = argv[1]
+    if mode == "session":
+        session_loop(int(argv[2]), int(argv[3]))
+    elif mode == "program":
+        run_program(argv[2])
+    elif mode == "probe":
+        return  # the parent only checks that the sandbox starts and this interpreter runs
+    else:
+        raise SystemExit(f"sandbox driver: unknown mode {mode!r}")
+
+
+if __name__ == "__main__":
+    main(sys.argv)
