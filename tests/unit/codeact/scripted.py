@@ -50,7 +50,7 @@ EPISODE_CONFIG = EpisodeConfig(max_turns=4, max_context_tokens=600, tool_output_
 
 
 def tokenizer():
-    """The character tokenizer plus the two Gemma turn markers as single special tokens (ids 100, 101)."""
+    """The character tokenizer plus the two Gemma turn markers as single special tokens."""
     tok = char_tokenizer()
     tok.add_special_tokens({"additional_special_tokens": TURN_MARKERS})
     return tok
