@@ -1,105 +1,36 @@
-"""HumanEval grading by execution: prompt + completion + test + ``check(entry_point)`` in a subprocess.
+"""HumanEval grading by execution: prompt + completion + test + ``check(entry_point)`` in a sandbox.
 
-The program runs in a fresh ``python -I`` (isolated mode: no user site, no ``PYTHON*``
-variables) whose working directory and ``HOME`` are a new temporary directory, removed
-afterwards. Before the program runs, a bootstrap in the child replaces the socket
-constructors and resolvers (``socket.socket``, ``create_connection``, ``socketpair``,
-``getaddrinfo``, ``fromfd``) with functions that raise ``OSError``, so the program cannot open
-network connections through Python's standard library, and (on POSIX) caps its address
-space with ``RLIMIT_AS``. The whole process group is killed when the time limit passes.
-
-This is a guard against accidents, not a security sandbox: run untrusted model code in a
-container if that matters.
+The program runs through :func:`sst_interp.sandbox.run_program`: by default in a bubblewrap sandbox
+(read-only host, hidden home and working directory, no network, own PID namespace, rlimits; see
+:mod:`sst_interp.sandbox`), as ``program.py`` in a fresh private directory that is its working directory and
+``HOME``, removed afterwards. The socket constructors are disabled as well, so a program that tries the
+network fails with ``OSError("network access is disabled ...")``. The program passes when it exits with
+status 0 within the time limit. Without ``bwrap`` on ``PATH`` this raises a one-line
+:class:`~sst_interp.errors.UsageError`; pass ``sandbox=SandboxConfig(backend="subprocess")`` to run
+without isolation (unsafe for untrusted code).
 """
 
 from __future__ import annotations
 
-import os
-import signal
-import subprocess
-import sys
-import tempfile
-from dataclasses import dataclass
-from pathlib import Path
+from sst_interp.sandbox import ExecutionResult, SandboxConfig
+from sst_interp.sandbox import run_program as run_in_sandbox
 
 DEFAULT_TIMEOUT_S = 10.0
 DEFAULT_MEMORY_MB = 4096
 
-_BOOTSTRAP = """\
-import socket, sys
-
-def _no_network(*args, **kwargs):
-    raise OSError("network access is disabled while grading")
-
-for _name in ("socket", "create_connection", "socketpair", "getaddrinfo", "fromfd", "create_server"):
-    setattr(socket, _name, _no_network)
-
-if sys.platform != "win32":
-    import resource
-    _limit = int(sys.argv[2]) * 1024 * 1024
-    resource.setrlimit(resource.RLIMIT_AS, (_limit, _limit))
-
-_path = sys.argv[1]
-sys.argv = [_path]
-with open(_path, encoding="utf-8") as _handle:
-    _source = _handle.read()
-exec(compile(_source, _path, "exec"), {"__name__": "__main__", "__file__": _path})
-"""
+__all__ = ["DEFAULT_MEMORY_MB", "DEFAULT_TIMEOUT_S", "ExecutionResult", "humaneval_program", "run_program"]
 
 
-@dataclass(frozen=True)
-class ExecutionResult:
-    """Outcome of running one program.
+def run_program(program: str, timeout_s: float = DEFAULT_TIMEOUT_S, memory_mb: int = DEFAULT_MEMORY_MB,
+                sandbox: SandboxConfig | None = None) -> ExecutionResult:
+    """Run Python source ``program`` in a sandbox; ``sandbox`` (if given) replaces ``timeout_s``/``memory_mb``.
 
-    Args:
-        passed: the program exited with status 0 within the time limit.
-        status: ``"passed"``, ``"timeout after N s"`` or ``"failed: <last line of stderr>"``.
+    Returns:
+        :class:`~sst_interp.sandbox.ExecutionResult`: ``passed`` and ``status`` (``passed``,
+        ``timeout after N s`` or ``failed: <last line of stderr>``).
     """
-
-    passed: bool
-    status: str
-
-
-def run_program(
-    program: str, timeout_s: float = DEFAULT_TIMEOUT_S, memory_mb: int = DEFAULT_MEMORY_MB
-) -> ExecutionResult:
-    """Run Python source ``program`` in an isolated subprocess (see the module docstring)."""
-    with tempfile.TemporaryDirectory(prefix="sst_interp_exec_") as workdir:
-        program_path = Path(workdir) / "program.py"
-        program_path.write_text(program, encoding="utf-8")
-        env = {"PATH": os.environ.get("PATH", ""), "HOME": workdir, "TMPDIR": workdir, "PYTHONHASHSEED": "0"}
-        command = [sys.executable, "-I", "-c", _BOOTSTRAP, str(program_path), str(memory_mb)]
-        process = subprocess.Popen(
-            command,
-            cwd=workdir,
-            env=env,
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.PIPE,
-            start_new_session=(os.name == "posix"),
-        )
-        try:
-            _, stderr = process.communicate(timeout=timeout_s)
-        except subprocess.TimeoutExpired:
-            _kill(process)
-            process.communicate()
-            return ExecutionResult(False, f"timeout after {timeout_s:g} s")
-    if process.returncode == 0:
-        return ExecutionResult(True, "passed")
-    lines = [line for line in stderr.decode("utf-8", "replace").splitlines() if line.strip()]
-    reason = lines[-1].strip() if lines else f"exit status {process.returncode}"
-    return ExecutionResult(False, f"failed: {reason[:200]}")
-
-
-def _kill(process: subprocess.Popen) -> None:
-    """Kill ``process`` and, on POSIX, every process in its session."""
-    if os.name == "posix":
-        try:
-            os.killpg(process.pid, signal.SIGKILL)
-        except ProcessLookupError:
-            return  # already gone
-    else:
-        process.kill()
+    config = sandbox if sandbox is not None else SandboxConfig(timeout_s=timeout_s, memory_mb=memory_mb)
+    return run_in_sandbox(program, config)
 
 
 def humaneval_program(prompt: str, completion: str, check_code: str) -> str:

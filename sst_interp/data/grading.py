@@ -30,6 +30,7 @@ from sst_interp.data.math_answer import extract_boxed_answer, math_answers_equal
 from sst_interp.data.prompts import STOP_STRINGS, truncate_at_stop
 from sst_interp.data.question import Question
 from sst_interp.errors import UsageError
+from sst_interp.sandbox import SandboxConfig
 
 
 @dataclass(frozen=True)
@@ -83,9 +84,15 @@ def grade_math(question: Question, completion: str) -> GradeResult:
     return GradeResult(answer, math_answers_equal(answer, question.reference), "math_boxed")
 
 
-def grade_humaneval(question: Question, completion: str, timeout_s: float = DEFAULT_TIMEOUT_S) -> GradeResult:
-    """HumanEval grader: run prompt + completion + the reference check code; correct iff it exits 0 in time."""
-    result = run_program(humaneval_program(question.prompt, completion, question.reference), timeout_s=timeout_s)
+def grade_humaneval(question: Question, completion: str, timeout_s: float = DEFAULT_TIMEOUT_S,
+                    sandbox: SandboxConfig | None = None) -> GradeResult:
+    """HumanEval grader: run prompt + completion + the reference check code; correct iff it exits 0 in time.
+
+    The program runs in :func:`sst_interp.sandbox.run_program`; ``sandbox`` (e.g. a CodeACT run's config)
+    replaces the default bwrap sandbox with ``timeout_s``.
+    """
+    program = humaneval_program(question.prompt, completion, question.reference)
+    result = run_program(program, timeout_s=timeout_s, sandbox=sandbox)
     return GradeResult(result.status, result.passed, "humaneval_exec")
 
 

@@ -38,8 +38,11 @@ PROMPT_MODES: tuple[str, ...] = ("two_pass", "sequential", "none")
 class DepthPolicy(Protocol):
     """Decides how many iterations each generated position gets.
 
-    The decision is taken at generated position 0 of a generation call, after each iteration, and then holds for
-    every later position (app:halting_eval). ``probe_layer`` names the decoder layer whose position-0 output
+    The decision is taken at generated position 0 of every model turn (a single-turn generation call has one),
+    after each iteration, and then holds for every later position of that turn. app:halting_eval: "At each model
+    turn, the probe inspects the position-0 hidden state ... and that depth is used for the remainder of the
+    question"; we read "remainder" as the rest of that model turn, since the probe inspects again at the next
+    turn's position 0 (were the first decision to hold for the whole episode, there would be nothing to inspect). ``probe_layer`` names the decoder layer whose position-0 output
     :meth:`should_halt` reads (``None`` if it reads nothing).
     """
 

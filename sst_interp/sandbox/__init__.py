@@ -27,12 +27,16 @@ is per user: for an ordinary caller a small limit would include every process th
    namespaces) and only then sets ``RLIMIT_NPROC``. Since Linux 5.14 the count is kept per (user
    namespace, uid), so it covers exactly the sandbox's processes; the namespace was created under the
    caller's (large) limit, so the parent levels do not interfere.
-3. It sets ``PR_SET_NO_NEW_PRIVS`` and execs the interpreter, which drops the capabilities the new
+3. It execs the interpreter (``PR_SET_NO_NEW_PRIVS`` already set), which drops the capabilities the new
    namespace granted; the code cannot raise the hard limit (that needs ``CAP_SYS_RESOURCE`` in the initial
    namespace).
 
+On kernels before 5.14 the count is per uid across the machine instead: sandboxes of a root caller then
+share one budget, and an ordinary caller's small limit would include all of that user's processes.
+
 Measured on the development machine (root, kernel 6.18): with ``max_processes=8``, a loop starting 50
-``sleep`` processes gets 7 (the interpreter is the 8th) and then ``EAGAIN``.
+``sleep`` processes gets 7 (the interpreter is the 8th) and then ``EAGAIN``, in each of 8 sandboxes
+running at once; the same as an ordinary user (uid 65534 running bwrap itself).
 """
 
 from sst_interp.sandbox.check import check_backend

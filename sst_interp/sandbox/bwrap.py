@@ -98,7 +98,11 @@ def _open_parents(path: str, covered: Sequence[str]) -> list[str]:
 
 def paths_to_hide(config: SandboxConfig, workdir: str) -> list[str]:
     """Existing host paths the sandbox must not see, symlinks resolved, ``/`` left out."""
-    candidates = [os.environ.get("HOME", ""), os.getcwd(), *ALWAYS_HIDDEN, os.path.dirname(workdir),
+    try:
+        cwd = os.getcwd()
+    except FileNotFoundError:
+        cwd = ""  # the caller's working directory was deleted: nothing left there to hide
+    candidates = [os.environ.get("HOME", ""), cwd, *ALWAYS_HIDDEN, os.path.dirname(workdir),
                   tempfile.gettempdir(), *config.hidden_paths]
     hidden = []
     for path in candidates:

@@ -96,7 +96,7 @@ class BlockSources:
 
 
 def _with_block_lines(summary: traceback.TracebackException, tb, sources: BlockSources) -> None:
-    """Fill the source lines of ``<execute>`` frames in ``summary`` (and its chained exceptions) in place."""
+    """Fill the source lines of the ``<execute>`` frames of ``summary`` (one exception, not its chain) in place."""
     frames = [frame for frame, _ in traceback.walk_tb(tb)]
     if len(frames) == len(summary.stack):
         rebuilt = []

@@ -6,7 +6,8 @@ package and passed with ``-c``, since the package is not visible inside the sand
 
 Teardown: the bwrap backend kills the outer ``bwrap`` process; ``--die-with-parent`` makes the kernel kill
 the sandbox's init (PID 1 of its PID namespace), and when that init dies the kernel kills every process in
-the namespace, including children that called ``setsid()``. The subprocess backend can only kill the
+the namespace, including children that called ``setsid()``. (That init, orphaned by the kill, is reaped by the
+host's init, as any orphan.) The subprocess backend can only kill the
 process group of the driver: children that left it survive (one reason that backend is unsafe).
 """
 
@@ -21,7 +22,7 @@ import stat
 import subprocess
 import tempfile
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 
 from sst_interp.sandbox.bwrap import SANDBOX_GID, SANDBOX_UID, bwrap_argv, find_bwrap
@@ -50,15 +51,19 @@ def make_workdir() -> str:
 
 
 def remove_workdir(path: str) -> None:
-    """Remove a sandbox directory, even where the code took away its own write permissions."""
-    def make_writable_and_retry(function: Callable[[str], object], failed: str, _exc: object) -> None:
-        parent = os.path.dirname(failed)
-        os.chmod(parent, os.stat(parent).st_mode | stat.S_IRWXU)
-        if os.path.isdir(failed) and not os.path.islink(failed):
-            os.chmod(failed, os.stat(failed).st_mode | stat.S_IRWXU)
-        function(failed)
+    """Remove a sandbox directory, even where the code took away its own permissions on it.
 
-    shutil.rmtree(path, onerror=make_writable_and_retry)
+    Root needs no permissions. Anyone else first gets back ``rwx`` on every directory; symlinks are
+    skipped, since ``chmod`` would follow them to whatever host file the code pointed them at.
+    """
+    if os.geteuid() != 0:
+        os.chmod(path, stat.S_IRWXU)
+        for root, dirs, _files in os.walk(path):
+            for name in dirs:
+                child = os.path.join(root, name)
+                if not os.path.islink(child):
+                    os.chmod(child, stat.S_IRWXU)
+    shutil.rmtree(path)
 
 
 def _signal_name(number: int) -> str:

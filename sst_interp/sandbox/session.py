@@ -29,6 +29,7 @@ from sst_interp.sandbox.output import CaptureFiles
 from sst_interp.sandbox.process import SandboxError, SandboxProcess, make_workdir, remove_workdir
 from sst_interp.sandbox.protocol import ChannelClosed, ChannelTimeout, MessageReader, ProtocolError, send_message
 
+DEATH_GRACE_S = 1.0  # how long a dying sandbox may take to exit by itself before it is killed
 START_TIMEOUT_S = 60.0  # an interpreter normally starts in well under a second; this only bounds a hang
 
 
@@ -164,6 +165,8 @@ class PythonSession:
                       f"were killed; the next block runs in a fresh interpreter (earlier variables are lost).")
         except ChannelClosed:
             status, finish_answer = "error", None
+            # it is ending on its own: let it, so its exit status (not our kill) says how it ended
+            process.wait_exit(DEATH_GRACE_S)
             reason = self._stop(None)
             footer = (f"[sandbox] the Python interpreter died ({reason}); the next block runs in a fresh "
                       f"interpreter (earlier variables are lost).")
