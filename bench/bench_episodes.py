@@ -33,7 +33,7 @@ from sst_interp.data import load_questions
 from sst_interp.model import GenerationConfig, SSTConfig, SSTModel
 from sst_interp.model.backbone import load_backbone
 from sst_interp.model.generation import FixedDepth, GenerationSession
-from sst_interp.sandbox import PythonSession, SandboxConfig
+from sst_interp.sandbox import PythonSession, SandboxConfig, check_backend
 
 BLOCK = "step1 = 48 / 2\nstep2 = 48 + step1\nstep3 = step2 * 3\nprint(step3)"
 
@@ -80,7 +80,7 @@ def main() -> None:
     source = "gsm8k" if args.data else "demo"
     questions = [codeact_question(q) for q in load_questions(source, args.data)[: args.episodes]]
     sandbox = SandboxConfig(backend=args.sandbox)
-    sandbox.validate()
+    check_backend(sandbox)
     one_episode(sst, tokenizer, questions[0].prompt, args, sandbox)  # warm-up (first-call allocations)
     print(f"model {args.model}, depth {args.depth}, {args.turn_tokens} tokens per turn, sandbox {args.sandbox}, "
           f"torch threads {torch.get_num_threads()}")

@@ -18,7 +18,7 @@ from sst_interp.codeact.episode import run_episodes
 from sst_interp.hooks import RecordConfig, Recorder
 from sst_interp.model.generation import GenerationConfig
 from sst_interp.model.sst import SSTModel
-from sst_interp.sandbox import SandboxConfig
+from sst_interp.sandbox import SandboxConfig, check_backend
 from tests.unit.codeact.scripted import EPISODE_CONFIG, SCRIPTS, question, train_scripted_backbone
 
 
@@ -59,7 +59,7 @@ def main() -> None:
     parser.add_argument("--sandbox", default="bwrap", choices=("bwrap", "subprocess"))
     args = parser.parse_args()
     sandbox = SandboxConfig(backend=args.sandbox)
-    sandbox.validate()
+    check_backend(sandbox)
     backbone, tok, loss = train_scripted_backbone(sandbox)
     print(f"scripted model trained on the CPU, loss {loss:.4f}; cuda: {torch.cuda.get_device_name(0)}")
     for depth in (1, 2):

@@ -24,7 +24,9 @@ def record(args: RecordArgs) -> dict[int, float]:
 
     args.validate()
     if args.codeact:
-        sandbox_config(args).validate()  # a missing bwrap is a one-line error before the model loads
+        from sst_interp.sandbox import check_backend
+
+        check_backend(sandbox_config(args))  # a missing bwrap is a one-line error before the model loads
     every = load_questions(args.questions, args.data, **args.source_options())
     if args.codeact:
         from sst_interp.codeact.prompts import codeact_question
@@ -83,7 +85,9 @@ def record_questions(sst: Any, tokenizer: Any, questions: list[Any], args: Recor
     extra = manifest_extra(args, sst, tokenizer, config, depths, demo)
     sandbox = sandbox_config(args, hidden_paths=(str(out.resolve()),)) if args.codeact else None
     if sandbox is not None:
-        sandbox.validate()
+        from sst_interp.sandbox import check_backend
+
+        check_backend(sandbox)
     batch_fn = _batch_function(args, sst, tokenizer, config, sandbox)
     policy = make_depth_policy(args, depths)
     if policy is not None:

@@ -7,14 +7,14 @@ import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from sst_interp.model.sst import SSTModel
-from sst_interp.sandbox import SandboxConfig
+from sst_interp.sandbox import SandboxConfig, check_backend
 from tests.unit.codeact.scripted import save_scripted_model
 
 
 @pytest.fixture(scope="session")
 def sandbox_config() -> SandboxConfig:
     config = SandboxConfig(timeout_s=10.0)
-    config.validate()  # fails loudly (with the apt-get line) when bubblewrap is missing
+    check_backend(config)  # fails loudly (with the apt-get line) when bubblewrap is missing
     return config
 
 

@@ -131,3 +131,15 @@ def test_resume_after_kill_mid_episode_equals_an_uninterrupted_run(scripted_dir,
     assert hidden_a.keys() == hidden_b.keys()
     for key in hidden_a:
         np.testing.assert_array_equal(hidden_a[key], hidden_b[key])
+
+
+def test_report_works_on_a_multi_turn_run_and_says_how_many_turns(recorded, tmp_path, capsys):
+    from sst_interp.report import main as report_main
+
+    out, _ = recorded
+    report_main(["--run", str(out), "--out", str(tmp_path / "report")])
+    printed = capsys.readouterr().out
+    assert "0 failed" in printed
+    page = (tmp_path / "report" / "index.html").read_text()
+    # 2 depths x (2 + 3 + 1) turns in 6 episodes
+    assert "<td>codeact</td>" in page and "12 in 6 episodes (mean 2.00, max 3)" in page

@@ -1,0 +1,47 @@
+"""record --protocol codeact: bad input is one line and exit code 2, before any model loads."""
+
+from __future__ import annotations
+
+import pytest
+
+from sst_interp.record import main, parse_args
+
+
+def _fail(argv, capsys) -> str:
+    with pytest.raises(SystemExit) as exit_info:
+        main(argv)
+    assert exit_info.value.code == 2
+    err = capsys.readouterr().err.strip()
+    assert "Traceback" not in err and len(err.splitlines()) == 1
+    return err
+
+
+def test_missing_bwrap_is_one_line_naming_the_package(monkeypatch, capsys, tmp_path):
+    monkeypatch.setattr("sst_interp.sandbox.check.find_bwrap", lambda: None)
+    err = _fail(["--protocol", "codeact", "--out", str(tmp_path / "run"), "--model", str(tmp_path / "none")], capsys)
+    assert "apt-get install bubblewrap" in err and "--sandbox subprocess" in err
+    assert not (tmp_path / "run").exists()  # refused before anything was written
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--protocol", "codeact", "--max-turns", "0"], "--max-turns must be at least 1"),
+    (["--protocol", "codeact", "--action-tokens", "<execute>=x"], "--action-tokens"),
+    (["--protocol", "codeact", "--max-new-tokens", "64", "--max-context-tokens", "64"], "--max-context-tokens"),
+    (["--protocol", "codeact", "--sandbox-timeout", "0"], "--sandbox-timeout"),
+])
+def test_bad_episode_options_are_one_line(argv, message, capsys, tmp_path):
+    assert message in _fail(argv + ["--out", str(tmp_path / "run")], capsys)
+
+
+def test_unknown_protocol_is_an_argparse_error(capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        main(["--protocol", "dialogue"])
+    assert exit_info.value.code == 2 and "invalid choice: 'dialogue'" in capsys.readouterr().err
+
+
+def test_codeact_defaults():
+    args = parse_args(["--questions", "gsm8k", "--protocol", "codeact"])
+    assert (args.max_turns, args.sandbox, args.carry_state_across_turns, args.tool_output_chars) == (5, "bwrap",
+                                                                                                   False, 2000)
+    assert str(args.out_path()) == "runs/gsm8k-codeact"
+    assert parse_args([]).protocol == "completion"
