@@ -121,3 +121,38 @@ def test_recorder_sees_each_turn_once_and_never_a_finished_row(scripted, sandbox
             assert sorted({keys[i][2] for i in rows}) == list(range(n))
             final = {keys[i][2]: int(logits["argmax"][i]) for i in rows if keys[i][3] == 2}
             assert [final[p] for p in range(n)] == turn.token_ids[:n]
+
+
+class _DepthPerTurn:
+    """A depth policy that halts at a set depth for each model turn of a one-row batch (it counts position-0
+    first iterations to know the turn): shows that the decision is taken again at every turn's position 0."""
+
+    probe_layer = None
+
+    def __init__(self, depths):
+        self.depths, self.turn, self.max_depth = depths, -1, max(depths)
+
+    def should_halt(self, iteration, hidden):
+        if iteration == 1:
+            self.turn += 1
+        return iteration >= self.depths[self.turn]
+
+    def describe(self):
+        return f"per-turn{self.depths}"
+
+
+def test_the_depth_policy_decides_at_position0_of_every_turn(scripted, sandbox_config):
+    sst, tok = scripted
+    script = SCRIPTS[1]  # three model turns
+    policy = _DepthPerTurn([2, 1, 3])
+    with Recorder.for_model(sst, [script.question_id], RecordConfig(full_positions=2, sketch_positions=1,
+                                                                    top_k=5)) as recorder:
+        episode = run_episodes(sst, tok, [question(script).prompt], policy, _generation(), EPISODE_CONFIG,
+                               sandbox_config, observer=recorder).episodes[0]
+    assert [t.chosen_depth for t in episode.turns] == [2, 1, 3]
+    assert [t.text for t in episode.turns] == list(script.turns)
+    logits = recorder.columns()["logits"]
+    for turn, depth in enumerate([2, 1, 3]):
+        iterations = {int(i) for t, i in zip(logits["turn"], logits["iteration"]) if int(t) == turn}
+        assert iterations == set(range(1, depth + 1))
+    assert episode.depth_policy == "per-turn[2, 1, 3]"
