@@ -16,6 +16,8 @@ from __future__ import annotations
 import gzip
 import json
 import os
+import socket
+import threading
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -94,10 +96,43 @@ def resolve_file(
     return _download(source, hub, expected)
 
 
+HUB_HOST = "huggingface.co"
+RESOLVE_TIMEOUT_S = 3.0
+
+
+def hub_unreachable_reason() -> str | None:
+    """Why the hub cannot be reached, or None when it may be: offline mode is set, or its host name does not
+    resolve within a few seconds. Checked before downloading because huggingface_hub retries for about a minute
+    before it gives up on a machine without network."""
+    from huggingface_hub import constants
+
+    if constants.HF_HUB_OFFLINE:
+        return "HF_HUB_OFFLINE is set"
+    result: list[BaseException | None] = []
+
+    def resolve() -> None:
+        try:
+            socket.getaddrinfo(HUB_HOST, 443)
+            result.append(None)
+        except OSError as err:  # no name resolution: the machine is offline
+            result.append(err)
+
+    worker = threading.Thread(target=resolve, daemon=True)
+    worker.start()
+    worker.join(RESOLVE_TIMEOUT_S)
+    if not result:
+        return f"{HUB_HOST} did not resolve within {RESOLVE_TIMEOUT_S:g} s"
+    return None if result[0] is None else f"{HUB_HOST} does not resolve ({type(result[0]).__name__})"
+
+
 def _download(source: str, hub: HubFile, expected: str) -> Path:
     """Download ``hub`` with huggingface_hub (cached by it); a failure becomes a UsageError."""
     from huggingface_hub import hf_hub_download
 
+    offline = hub_unreachable_reason()
+    if offline is not None:
+        raise UsageError(f"{source}: the Hugging Face hub cannot be reached ({offline}); pass --data PATH to a "
+                         f"local copy ({expected})")
     try:
         return Path(hf_hub_download(repo_id=hub.repo_id, filename=hub.filename, repo_type="dataset"))
     except Exception as err:  # any hub/network failure means the same thing to the user

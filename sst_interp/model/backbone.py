@@ -84,7 +84,14 @@ def ensure_default_backbone() -> Path:
     return target
 
 
+GGUF_MAGIC = b"GGUF"
+
+
 def _load_gguf(path: Path, dtype: torch.dtype) -> tuple[PreTrainedModel, PreTrainedTokenizerBase]:
+    with path.open("rb") as handle:
+        if handle.read(4) != GGUF_MAGIC:
+            raise UsageError(f"--model {path} is not a GGUF file (it does not start with the GGUF magic bytes); "
+                             "pass a .gguf model, a Hugging Face folder, or 'default'")
     folder, name = str(path.parent), path.name
     tokenizer = AutoTokenizer.from_pretrained(folder, gguf_file=name)
     model = AutoModelForCausalLM.from_pretrained(folder, gguf_file=name, dtype=dtype)

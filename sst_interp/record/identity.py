@@ -56,8 +56,10 @@ def folder_sha256(path: Path) -> str:
 def run_identity(args: RecordArgs, model_identity: dict[str, Any], data_sha256: str) -> dict[str, Any]:
     """What must match to resume a run: model, checkpoint, SST variant, data, and what is recorded and how.
 
-    Under ``codeact`` the episode settings, the sandbox and the batch size are part of it too: batched episodes
-    pad inside the sliding window, so another batch size can change the numbers (GenerationSession).
+    The batch size is part of it: left padding (and, in episodes, padding inside the sliding window) makes the
+    recorded values depend on it (tokens agree; hidden values differ by up to ~0.03 between batch sizes 1 and 2 on
+    the default backbone), so a resume must not mix batch sizes. Under ``codeact`` the episode settings and the
+    sandbox are part of it too.
     """
     identity = dict(model_identity)
     if args.checkpoint is not None:
@@ -77,10 +79,11 @@ def run_identity(args: RecordArgs, model_identity: dict[str, Any], data_sha256: 
         sketch_k=args.sketch_k,
         top_k=args.top_k,
         gates=args.gates,
+        batch_size=args.batch_size,
     )
     if args.codeact:
         identity.update(protocol="codeact", episode=episode_config(args).to_dict(), sandbox=args.sandbox,
-                        sandbox_timeout=args.sandbox_timeout, batch_size=args.batch_size)
+                        sandbox_timeout=args.sandbox_timeout)
     probe = args.probe_path()
     if probe is not None:
         identity["depth_policy"] = f"probe:{probe.resolve()}"

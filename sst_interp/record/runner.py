@@ -8,6 +8,7 @@ goes to the run directory's background writer. Rerunning the same command resume
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Any
 
@@ -39,10 +40,31 @@ def record(args: RecordArgs) -> dict[int, float]:
     identity = run_identity(args, spec.identity(), data_sha)
     out = args.out_path()
     check_out(out, identity)  # refuse a wrong --out before spending time on the model
+    ensure_writable(out)
     if demo:
         print(f"[{DEMO_PRESET_NOTE}]")
     sst, tokenizer = build_sst(spec)
     return record_questions(sst, tokenizer, selected, args, out, identity, demo=demo)
+
+
+def ensure_writable(out: Path) -> None:
+    """Refuse an ``--out`` that cannot be written (permissions, a read-only filesystem, a file on the way) before
+    the model loads. The probe file it writes into the nearest existing folder is removed at once."""
+    import tempfile
+
+    from sst_interp.errors import UsageError
+
+    target = out
+    while not target.exists() and target != target.parent:
+        target = target.parent
+    if not target.is_dir():
+        raise UsageError(f"--out {out}: {target} is a file, not a folder; pick another --out")
+    try:
+        handle, probe = tempfile.mkstemp(prefix=".sst_write_probe_", dir=target)
+    except OSError as err:
+        raise UsageError(f"--out {out}: cannot write into {target} ({err.strerror}); pick a writable --out") from None
+    os.close(handle)
+    os.unlink(probe)
 
 
 def record_questions(sst: Any, tokenizer: Any, questions: list[Any], args: RecordArgs, out: str | Path,

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+
 import pytest
 
 from sst_interp.record import main, parse_args
@@ -45,3 +47,23 @@ def test_codeact_defaults():
                                                                                                    False, 2000)
     assert str(args.out_path()) == "runs/gsm8k-codeact"
     assert parse_args([]).protocol == "completion"
+
+
+def test_unwritable_out_is_refused_before_the_model_loads(tmp_path, capsys):
+    blocker = tmp_path / "file"
+    blocker.write_text("x")
+    err = _fail(["--out", str(blocker / "run"), "--model", str(tmp_path / "no-model")], capsys)
+    assert "is a file, not a folder" in err
+    if os.geteuid() != 0:  # root ignores permission bits; the read-only case needs a mount we cannot make here
+        locked = tmp_path / "locked"
+        locked.mkdir(mode=0o500)
+        err = _fail(["--out", str(locked / "run"), "--model", str(tmp_path / "no-model")], capsys)
+        assert "cannot write into" in err
+
+
+def test_garbage_gguf_is_one_line(tmp_path, capsys):
+    bad = tmp_path / "model.gguf"
+    bad.write_bytes(b"not a gguf file at all")
+    err = _fail(["--model", str(bad), "--out", str(tmp_path / "run")], capsys)
+    assert "is not a GGUF file" in err
+    assert not (tmp_path / "run").exists()
