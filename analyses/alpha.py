@@ -1,7 +1,7 @@
 """Learned blend coefficients (sec:learned_alpha, app:alpha_analysis): data for the alpha figures.
 
-``alpha_l = a_min + (a_max - a_min) * sigmoid(theta_l)`` with a_min = 0.015, a_max = 0.10 and
-theta initialised at -1.8, so every coefficient starts at ``alpha_init`` ~= 0.0271. Deviations are
+``alpha_l = a_min + (a_max - a_min) * sigmoid(theta_l)`` (:func:`sst_interp.paper.alpha_from_theta`, with the
+paper's constants), so every coefficient starts at ``alpha_init`` ~= 0.0271. Deviations are
 always measured from this fixed ``alpha_init`` (not from a data-derived mean), as the paper does.
 
 Inputs are ``alpha: [L, d]`` arrays (use :func:`alpha_from_theta` on a checkpoint's theta) and, for
@@ -16,26 +16,16 @@ from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
-from scipy.special import expit
 from sklearn.decomposition import PCA
 
-from sst_interp.analyses._common import AnalysisResult, NotApplicable, paper_layer
+from sst_interp.analyses.layers import paper_layer
+from sst_interp.analyses.results import AnalysisResult, NotApplicable
 from sst_interp.errors import UsageError
+# eq:alpha is defined in sst_interp.paper; imported here so that ``alpha.alpha_from_theta`` and
+# ``alpha.alpha_init`` read naturally next to the analyses that use them.
+from sst_interp.paper import alpha_from_theta, alpha_init
 
-A_MIN = 0.015
-A_MAX = 0.10
-THETA_INIT = -1.8
 PAPER_SELECTED_LAYERS = (0, 30, 40, 61)  # fig:alpha_panels_*_selected (62-layer numbering)
-
-
-def alpha_from_theta(theta: np.ndarray, a_min: float = A_MIN, a_max: float = A_MAX) -> np.ndarray:
-    """Blend coefficients from logits: ``theta: [L, d]`` -> ``alpha: [L, d]`` (float64)."""
-    return a_min + (a_max - a_min) * expit(np.asarray(theta, dtype=np.float64))
-
-
-def alpha_init(theta_init: float = THETA_INIT, a_min: float = A_MIN, a_max: float = A_MAX) -> float:
-    """The initial coefficient every dimension starts at (~0.0271 for the defaults)."""
-    return float(alpha_from_theta(np.array(theta_init), a_min, a_max))
 
 
 def _check_alpha(alpha: np.ndarray) -> np.ndarray:

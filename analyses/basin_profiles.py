@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 import pandas as pd
 
-from sst_interp.analyses._common import AnalysisResult, NotApplicable
+from sst_interp.analyses.results import AnalysisResult, NotApplicable
 from sst_interp.analyses.basins import (
     BasinSummary,
     GMMFit,

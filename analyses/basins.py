@@ -27,7 +27,7 @@ import pandas as pd
 from scipy import optimize, stats
 from sklearn.mixture import GaussianMixture
 
-from sst_interp.analyses._common import AnalysisResult, NotApplicable
+from sst_interp.analyses.results import AnalysisResult, NotApplicable
 from sst_interp.analyses.overlap import OverlapResult
 from sst_interp.errors import UsageError
 

@@ -28,13 +28,12 @@ import pandas as pd
 from scipy import stats
 from sklearn.metrics import roc_auc_score
 
-from sst_interp.analyses._common import AnalysisResult, NotApplicable
+from sst_interp.analyses.results import AnalysisResult, NotApplicable
 from sst_interp.errors import UsageError
+from sst_interp.outcomes import NEVER, first_correct_depth
 
 if TYPE_CHECKING:
     from sst_interp.store import Run
-
-NEVER = -1
 
 
 def l2_deltas(values: np.ndarray) -> np.ndarray:
@@ -42,13 +41,6 @@ def l2_deltas(values: np.ndarray) -> np.ndarray:
     values = np.asarray(values)
     diff = np.diff(values.astype(np.float64, copy=False), axis=-2)
     return np.sqrt(np.einsum("...d,...d->...", diff, diff))
-
-
-def correct_depth(depths: Sequence[int], correct: np.ndarray) -> np.ndarray:
-    """[Q] the smallest depth at which each question is correct (-1 never); ``correct: [Q, n_depths]`` bool."""
-    correct = np.asarray(correct, dtype=bool)
-    first = correct.argmax(axis=1)
-    return np.where(correct.any(axis=1), np.asarray(depths)[first], NEVER).astype(np.int64)
 
 
 def step_outcomes(depths: Sequence[int], correct: np.ndarray) -> dict[int, np.ndarray]:
@@ -73,7 +65,7 @@ class ConvergenceResult(AnalysisResult):
         positions: [P] positions used.
         layer: the layer of the hidden states.
         deltas: [Q, P, T] L2 deltas, T = transitions 1->2 .. (I-1)->I.
-        groups: [Q] correct depth (-1 never).
+        groups: [Q] first correct depth (:data:`~sst_interp.outcomes.NEVER` when never correct).
         points: per (question, position, decision iteration): current_delta, next_delta, outcome.
         kruskal: per transition: statistic and p-value across correct-depth groups (NaN-free; absent when fewer
             than two groups have data).
@@ -137,7 +129,7 @@ def convergence_from_arrays(deltas: np.ndarray, depths: Sequence[int], correct: 
     q, p, t = deltas.shape
     ids = tuple(question_ids) if question_ids is not None else tuple(str(i) for i in range(q))
     positions = np.arange(p) if positions is None else np.asarray(positions)
-    groups = correct_depth(depths, correct)
+    groups = first_correct_depth(depths, correct)
     outcomes = step_outcomes(depths, correct)
     points, per_q = [], []
     for i, outcome in outcomes.items():

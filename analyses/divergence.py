@@ -21,26 +21,14 @@ from typing import TYPE_CHECKING
 import numpy as np
 import pandas as pd
 
-from sst_interp.analyses._common import AnalysisResult, NotApplicable
+from sst_interp.analyses.results import AnalysisResult, NotApplicable
+from sst_interp.outcomes import NEVER, first_divergence
 
 if TYPE_CHECKING:
     from sst_interp.store import Run
 
-NEVER = -1
-
 
 # ---------------------------------------------------------------------------------------------- array level
-def first_divergence(tokens_a: Sequence[int] | np.ndarray, tokens_b: Sequence[int] | np.ndarray) -> int:
-    """First position where two token traces differ; the shorter length if one is a prefix; -1 if identical."""
-    a = np.asarray(tokens_a)
-    b = np.asarray(tokens_b)
-    n = min(a.size, b.size)
-    diff = np.flatnonzero(a[:n] != b[:n])
-    if diff.size:
-        return int(diff[0])
-    return NEVER if a.size == b.size else n
-
-
 def first_divergence_any(traces: Sequence[Sequence[int] | np.ndarray]) -> int:
     """First position where not every trace agrees (the minimum over all pairs); -1 if all are identical."""
     firsts = [first_divergence(a, b) for a, b in combinations(traces, 2)]

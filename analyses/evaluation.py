@@ -1,11 +1,12 @@
-"""Accuracy analyses of sec:evaluation: staged compute, error correction, overthinking, Sankey flows.
+"""Accuracy tables of sec:evaluation: main results, staged breakdown, overthinking (McNemar), Sankey flows.
 
 Inputs are generations tables (DESIGN section 5 columns: ``question_id``, ``depth``, ``turn``,
-``correct``, ...) or :class:`~sst_interp.store.Run` objects (their ``generations()`` is read).
+``correct``, ...) or :class:`~sst_interp.store.Run` objects (their ``episodes()`` are read). Sentence repetition
+and loops (tab:repetition) are in :mod:`sst_interp.analyses.repetition`.
 
-Definitions (paper sec:evaluation):
+Definitions (paper sec:evaluation; the outcomes themselves are defined in :mod:`sst_interp.outcomes`):
 
-- A question's correctness at a depth is the ``correct`` flag of its last turn at that depth.
+- A question's correctness at a depth is its episode's verdict (:func:`~sst_interp.outcomes.correctness_matrix`).
 - Only questions recorded at every depth of the run enter (N is reported).
 - Staged compute (sec:capacity, tab:staged_breakdown): questions are tried at depth 1, then 2, ...;
   the capacity through stage ``i`` is the fraction solved at some depth <= ``i``. Under greedy decoding
@@ -17,11 +18,6 @@ Definitions (paper sec:evaluation):
   baseline's errors the SST fixes; e.g. 1250/1319 vs 1282/1319 gives 46.38%.
 - Overthinking (tab:overthinking): flat depth ``d`` against flat depth 1; regressions = pass at 1, fail
   at ``d``; recoveries = the reverse; McNemar on those discordant counts.
-
-- Sentence repetition (tab:repetition, sec:output_stability): per model turn, the fraction of
-  sentences (at least 20 characters) that occur more than once in that turn, averaged over the
-  question's turns; loops: turns whose text ends in a block repeated several times (see
-  :class:`LoopConfig`; the paper does not define its loop detector, so this one is ours).
 """
 
 from __future__ import annotations
@@ -30,62 +26,21 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-import re
-
 import numpy as np
 import pandas as pd
 
 from sst_interp.analyses import stats
-from sst_interp.analyses._common import AnalysisResult, NotApplicable
+from sst_interp.analyses.results import AnalysisResult, NotApplicable
 from sst_interp.errors import UsageError
-
-REQUIRED_COLUMNS = ("question_id", "depth", "turn", "correct")
+from sst_interp.outcomes import correctness_matrix, outcome_rows, staged_capacity
 
 
 def load_generations(source: Any) -> pd.DataFrame:
-    """The generations table of ``source`` (a DataFrame, or anything with a ``generations()`` method)."""
-    if isinstance(source, pd.DataFrame):
-        df = source
-    elif hasattr(source, "generations"):
-        df = source.generations()
-    else:
-        raise UsageError(f"expected a generations DataFrame or a Run, got {type(source).__name__}")
-    missing = [c for c in REQUIRED_COLUMNS if c not in df.columns]
-    if missing:
-        raise UsageError(f"generations table lacks columns {missing}; it must follow DESIGN section 5")
-    if df["correct"].isna().any():
-        raise UsageError("generations table has ungraded rows (correct is null); grade the run first")
-    return df
-
-
-def correctness_matrix(generations: Any) -> pd.DataFrame:
-    """Per-question correctness at each depth.
-
-    Returns a bool DataFrame ``[questions, depths]`` (index ``question_id`` in first-seen order,
-    columns the sorted depths), holding the ``correct`` flag of each question's episode: for a Run, its
-    ``episodes()`` table (a CodeACT episode, or a completion as a one-turn episode); for a generations
-    table, the flag of each question's last turn (every turn row of an episode carries its verdict);
-    only questions present at every depth are kept.
-    """
-    if hasattr(generations, "episodes") and not isinstance(generations, pd.DataFrame):
-        episodes = generations.episodes()
-        generations = episodes.assign(turn=episodes["n_turns"] - 1)
-    df = load_generations(generations)
-    if df.empty:
-        return pd.DataFrame(dtype=bool)
-    last = df.sort_values("turn", kind="stable").groupby(["question_id", "depth"], sort=False).tail(1)
-    wide = last.pivot(index="question_id", columns="depth", values="correct")
-    order = pd.unique(df["question_id"])
-    wide = wide.reindex([q for q in order if q in wide.index])
-    wide = wide.dropna(axis=0, how="any")
-    wide = wide[sorted(wide.columns)].astype(bool)
-    wide.columns = [int(c) for c in wide.columns]
-    return wide
-
-
-def staged_correct(matrix: pd.DataFrame) -> pd.DataFrame:
-    """Staged-compute correctness through each stage: ``[questions, depths]`` cumulative OR over depths."""
-    return matrix.cummax(axis=1).astype(bool)
+    """The generations table of ``source`` (a DataFrame, or anything with a ``generations()`` method), checked:
+    it has the columns correctness needs and no ungraded row."""
+    if not isinstance(source, pd.DataFrame) and hasattr(source, "generations"):
+        source = source.generations()
+    return outcome_rows(source)
 
 
 def error_correction(baseline_correct: int, sst_correct: int, n: int) -> float:
@@ -145,8 +100,8 @@ def staged_breakdown(runs: Any) -> StagedBreakdown | NotApplicable:
                 f"{name}: run has a single depth ({matrix.columns[0]}); staged compute needs two or more",
                 StagedBreakdown.label,
             )
-        solved = staged_correct(matrix).sum(axis=0)
-        rows.append((name, len(matrix), tuple(matrix.columns), tuple(int(v) for v in solved)))
+        solved = staged_capacity(matrix)
+        rows.append((name, len(matrix), tuple(matrix.columns), tuple(solved.values())))
     return StagedBreakdown(tuple(rows))
 
 
@@ -414,146 +369,3 @@ def overthinking_sankey(run: Any) -> SankeyFlows | NotApplicable:
         flows.append((depths[j], depths[j + 1], int((a & b).sum()), int((a & ~b).sum()),
                       int((~a & b).sum()), int((~a & ~b).sum())))
     return SankeyFlows(len(matrix), depths, tuple(int(x) for x in v.sum(axis=0)), tuple(flows))
-
-
-def staged_choice(run: Any) -> pd.Series:
-    """Depth at which staged compute stops per question: the first correct depth, else the deepest."""
-    matrix = correctness_matrix(run)
-    v = matrix.to_numpy(bool)
-    depths = np.asarray(matrix.columns, dtype=np.int64)
-    first = np.where(v.any(axis=1), depths[np.argmax(v, axis=1)], depths[-1])
-    return pd.Series(first, index=matrix.index, name="staged_depth")
-
-
-_SENTENCE_SPLIT = re.compile(r"(?<=[.!?])\s+|\n+")
-
-
-def split_sentences(text: str) -> list[str]:
-    """Sentences of ``text``: split after ``.``, ``!`` or ``?`` followed by whitespace, and at newlines."""
-    return [s.strip() for s in _SENTENCE_SPLIT.split(text) if s.strip()]
-
-
-def sentence_repetition(text: str, min_chars: int = 20) -> float:
-    """Fraction of sentences of at least ``min_chars`` characters whose text occurs more than once.
-
-    Counted over sentence occurrences: ``A. A. B.`` (all long) gives 2/3. A turn with no sentence
-    that long has no repetition (0.0).
-    """
-    sentences = [s for s in split_sentences(text) if len(s) >= min_chars]
-    if not sentences:
-        return 0.0
-    counts: dict[str, int] = {}
-    for s in sentences:
-        counts[s] = counts.get(s, 0) + 1
-    return sum(1 for s in sentences if counts[s] > 1) / len(sentences)
-
-
-@dataclass(frozen=True)
-class LoopConfig:
-    """When a turn counts as a loop: its text ends in one block repeated back to back.
-
-    Args:
-        min_repeats: consecutive copies of the block at the end of the text.
-        min_span_chars: the repeated tail must cover at least this many characters.
-        max_period_chars: longest block length tried.
-    """
-
-    min_repeats: int = 3
-    min_span_chars: int = 100
-    max_period_chars: int = 400
-
-
-def has_loop(text: str, config: LoopConfig | None = None) -> bool:
-    """True when ``text`` (trailing whitespace ignored) ends in a block repeated per ``config``."""
-    config = config or LoopConfig()
-    s = text.rstrip()
-    for period in range(1, min(config.max_period_chars, len(s) // config.min_repeats) + 1):
-        tail = s[-period * config.min_repeats:]
-        if tail[period:] != tail[:-period]:
-            continue
-        start = len(s) - period * config.min_repeats
-        while start > 0 and s[start - 1] == s[start - 1 + period]:
-            start -= 1
-        if len(s) - start >= config.min_span_chars:
-            return True
-    return False
-
-
-def select_depth(generations: Any, depth: int) -> pd.DataFrame:
-    """Rows of one flat depth (all turns)."""
-    df = load_generations(generations)
-    if depth not in set(df["depth"]):
-        raise UsageError(f"depth {depth} is not in the run (depths {sorted(set(df['depth']))})")
-    return df[df["depth"] == depth]
-
-
-def select_staged(generations: Any) -> pd.DataFrame:
-    """Rows staged compute would deploy: each question at its first correct depth (else the deepest)."""
-    df = load_generations(generations)
-    choice = staged_choice(df)
-    keyed = df[df["question_id"].isin(choice.index)]
-    return keyed[keyed["depth"].to_numpy() == choice.loc[keyed["question_id"]].to_numpy()]
-
-
-@dataclass(frozen=True)
-class Repetition(AnalysisResult):
-    """tab:repetition: per-question sentence repetition and loops for each configuration.
-
-    Args:
-        configurations: names in table order.
-        per_question: for each configuration, the per-question repetition (mean over turns) ``[N]``.
-        loops: for each configuration, questions with at least one looping turn.
-        reference: the configuration the Mann-Whitney p-values compare against (or None).
-    """
-
-    label = "tab:repetition"
-    configurations: tuple[str, ...]
-    per_question: tuple[np.ndarray, ...]
-    loops: tuple[int, ...]
-    reference: str | None = None
-
-    def table(self) -> pd.DataFrame:
-        """Columns: configuration, N, sentence_repetition (%), loops, mann_whitney_p (vs the reference)."""
-        ref = None if self.reference is None else self.per_question[self.configurations.index(self.reference)]
-        out = []
-        for name, values, loops in zip(self.configurations, self.per_question, self.loops):
-            row: dict[str, Any] = {"configuration": name, "N": len(values),
-                                   "sentence_repetition": _pct(values.mean()), "loops": loops}
-            if ref is not None and name != self.reference:
-                same = np.concatenate([ref, values])
-                row["mann_whitney_p"] = 1.0 if np.all(same == same[0]) else stats.mann_whitney(ref, values).pvalue
-            out.append(row)
-        return pd.DataFrame(out)
-
-
-def repetition(
-    configurations: Mapping[str, pd.DataFrame],
-    reference: str | None = None,
-    min_chars: int = 20,
-    loop: LoopConfig | None = None,
-) -> Repetition | NotApplicable:
-    """Sentence repetition and loops (tab:repetition) for ``{name: generations rows}``.
-
-    Each value holds the model turns of one configuration (e.g. ``select_depth(run, 1)``,
-    ``select_staged(run)``, or a baseline run's generations) and needs a ``text`` column.
-    """
-    loop = loop or LoopConfig()
-    if not configurations:
-        raise UsageError("pass at least one configuration {name: generations rows}")
-    if reference is not None and reference not in configurations:
-        raise UsageError(f"reference {reference!r} is not one of {list(configurations)}")
-    names, values, loops = [], [], []
-    for name, rows in configurations.items():
-        if "text" not in rows.columns or "question_id" not in rows.columns:
-            raise UsageError(f"{name}: rows need question_id and text columns")
-        if rows.empty:
-            return NotApplicable(f"{name}: no generations", Repetition.label)
-        per_turn = rows.assign(
-            _rep=[sentence_repetition(t or "", min_chars) for t in rows["text"]],
-            _loop=[has_loop(t or "", loop) for t in rows["text"]],
-        )
-        grouped = per_turn.groupby("question_id", sort=False)
-        names.append(str(name))
-        values.append(grouped["_rep"].mean().to_numpy(float))
-        loops.append(int(grouped["_loop"].any().sum()))
-    return Repetition(tuple(names), tuple(values), tuple(loops), reference)

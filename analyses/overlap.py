@@ -20,7 +20,8 @@ from typing import TYPE_CHECKING, Literal
 import numpy as np
 import pandas as pd
 
-from sst_interp.analyses._common import AnalysisResult, NotApplicable, scaled_top_k
+from sst_interp.analyses.layers import scaled_top_k
+from sst_interp.analyses.results import AnalysisResult, NotApplicable
 from sst_interp.errors import UsageError
 
 if TYPE_CHECKING:

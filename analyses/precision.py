@@ -29,7 +29,8 @@ import pandas as pd
 import torch
 
 from sst_interp.analyses import stats
-from sst_interp.analyses._common import AnalysisResult, NotApplicable, paper_layer
+from sst_interp.analyses.layers import paper_layer
+from sst_interp.analyses.results import AnalysisResult, NotApplicable
 from sst_interp.analyses.logit_dynamics.regimes import check_labels
 from sst_interp.errors import UsageError
 

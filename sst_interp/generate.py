@@ -10,7 +10,9 @@ from __future__ import annotations
 import argparse
 import codecs
 import time
+from dataclasses import dataclass
 
+from sst_interp.cli_args import add_config_flags, arg, config_from_namespace, config_parser
 from sst_interp.errors import UsageError, cli_entry
 from sst_interp.model.generation import GenerationConfig, PROMPT_MODES, generate
 from sst_interp.model.loading import (
@@ -23,25 +25,36 @@ from sst_interp.model.loading import (
 )
 
 
+@dataclass(frozen=True)
+class GenerateArgs:
+    """The options of ``python -m sst_interp.generate`` (one flag per field)."""
+
+    prompt: str = arg(help="prompt text; \\n escapes are expanded")
+    depths: str = arg("1,2,3,4", help="comma-separated iteration depths")
+    model: str = arg("default", help="default | local HF folder | .gguf file | hub id (default: default)")
+    checkpoint: str | None = arg(None, help="SST checkpoint folder (sst_config.json + state)")
+    state_scale: str | None = arg(None, choices=("unit", "hidden"),
+                                  help="state read scale of an untrained SST (default: hidden on the default "
+                                       "backbone)")
+    max_new_tokens: int = arg(32, help="most tokens generated per depth")
+    prompt_mode: str | None = arg(None, choices=PROMPT_MODES,
+                                  help="two_pass | sequential | none (default: none under the demo preset, else "
+                                       "two_pass)")
+    dtype: str = arg("float32", choices=("float32", "bfloat16"), help="the model's compute dtype")
+    device: str = arg("cpu", help="torch device")
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="python -m sst_interp.generate", description=__doc__.split("\n\n")[0])
-    parser.add_argument("--prompt", required=True, help="prompt text; \\n escapes are expanded")
-    parser.add_argument("--depths", default="1,2,3,4", help="comma-separated iteration depths (default 1,2,3,4)")
-    parser.add_argument("--model", default="default", help="default | local HF folder | .gguf file | hub id")
-    parser.add_argument("--checkpoint", default=None, help="SST checkpoint folder (sst_config.json + state)")
-    parser.add_argument("--state-scale", choices=("unit", "hidden"), default=None,
-                        help="state read scale of an untrained SST (default: hidden on the default backbone)")
-    parser.add_argument("--max-new-tokens", type=int, default=32)
-    parser.add_argument("--prompt-mode", choices=PROMPT_MODES, default=None,
-                        help="two_pass | sequential | none (default: none under the demo preset, else two_pass)")
-    parser.add_argument("--dtype", choices=("float32", "bfloat16"), default="float32")
-    parser.add_argument("--device", default="cpu")
+    """The argument parser; every flag maps to a :class:`GenerateArgs` field."""
+    parser = config_parser("python -m sst_interp.generate", __doc__.split("\n\n")[0])
+    add_config_flags(parser, GenerateArgs)
     return parser
 
 
 @cli_entry
 def main(argv: list[str] | None = None) -> None:
-    args = build_parser().parse_args(argv)
+    """Print the completion of ``--prompt`` at each of ``--depths``."""
+    args = config_from_namespace(GenerateArgs, build_parser().parse_args(argv))
     depths = parse_depths(args.depths)
     if args.max_new_tokens < 1:
         raise UsageError("--max-new-tokens must be at least 1")

@@ -16,41 +16,52 @@ from __future__ import annotations
 import argparse
 import sys
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
+from sst_interp.cli_args import add_config_flags, arg, config_from_namespace, config_parser
 from sst_interp.errors import cli_entry
 
 
+@dataclass(frozen=True)
+class ReportArgs:
+    """The flags of ``python -m sst_interp.report``; :func:`main` turns them into a ``ReportConfig``."""
+
+    run: list[Path] = arg(default_factory=list, repeat=True,
+                          help="run directory or a folder of runs (repeatable; default: the most recent under "
+                               "--runs-root)")
+    baseline: list[Path] = arg(default_factory=list, repeat=True,
+                               help="matched-baseline run directory (repeatable; paired by shared questions)")
+    probe: Path | None = arg(None, help="saved halting probe (default: train one on each run with MUST HALT labels)")
+    checkpoint: Path | None = arg(None, help="SST checkpoint for the alpha figures (default: the one the run's "
+                                             "manifest names)")
+    training_log: list[Path] = arg(default_factory=list, repeat=True,
+                                   help="training output folder or train_log.csv (repeatable: the SST's and the "
+                                        "baseline's)")
+    out: Path = arg(Path("reports"), help="output folder")
+    only: list[str] = arg(default_factory=list, metavar="NAME,...",
+                          help="comma-separated artefact names or globs to produce (default: all)")
+    runs_root: Path = arg(Path("runs"), help="where to look for the most recent run when no --run is given")
+    quiet: bool = arg(False, help="no progress lines")
+
+
 def build_parser() -> argparse.ArgumentParser:
-    """The argument parser (one flag per :class:`~sst_interp.reporting.ReportConfig` field)."""
-    parser = argparse.ArgumentParser(prog="python -m sst_interp.report", description=__doc__.split("\n\n")[0])
-    parser.add_argument("--run", action="append", type=Path, default=[],
-                        help="run directory or a folder of runs (repeatable; default: the most recent under runs/)")
-    parser.add_argument("--baseline", action="append", type=Path, default=[],
-                        help="matched-baseline run directory (repeatable; paired by shared questions)")
-    parser.add_argument("--probe", type=Path, default=None,
-                        help="saved halting probe (default: train one on each run with MUST HALT labels)")
-    parser.add_argument("--checkpoint", type=Path, default=None,
-                        help="SST checkpoint for the alpha figures (default: the one the run's manifest names)")
-    parser.add_argument("--training-log", action="append", type=Path, default=[],
-                        help="training output folder or train_log.csv (repeatable: the SST's and the baseline's)")
-    parser.add_argument("--out", type=Path, default=Path("reports"), help="output folder (default reports/)")
-    parser.add_argument("--only", default="", help="comma-separated artefact names or globs to produce")
-    parser.add_argument("--runs-root", type=Path, default=Path("runs"), help=argparse.SUPPRESS)
-    parser.add_argument("--quiet", action="store_true", help="no progress lines")
+    """The argument parser (one flag per :class:`ReportArgs` field)."""
+    parser = config_parser("python -m sst_interp.report", __doc__.split("\n\n")[0])
+    add_config_flags(parser, ReportArgs)
     return parser
 
 
 @cli_entry
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of ``python -m sst_interp.report`` and ``sst-report``."""
+    # Imported here so that ``--help`` and bad flags answer without loading the analysis stack.
     from sst_interp.reporting import ReportConfig, build_report
 
-    args = build_parser().parse_args(argv)
+    args = config_from_namespace(ReportArgs, build_parser().parse_args(argv))
     config = ReportConfig(
         runs=tuple(args.run), baselines=tuple(args.baseline), probe=args.probe, checkpoint=args.checkpoint,
-        training_logs=tuple(args.training_log), out=args.out,
-        only=tuple(p.strip() for p in args.only.split(",") if p.strip()), runs_root=args.runs_root,
+        training_logs=tuple(args.training_log), out=args.out, only=tuple(args.only), runs_root=args.runs_root,
         progress=not args.quiet,
     )
     result = build_report(config)

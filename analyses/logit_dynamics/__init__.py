@@ -27,10 +27,10 @@ from sst_interp.analyses.logit_dynamics.records import (
     collect_records,
     compare_distributions,
     cross_run_records,
-    first_divergence,
     question_records,
     records_from_blocks,
     trajectory_records,
+    window_divergence,
     within_run_records,
 )
 from sst_interp.analyses.logit_dynamics.regimes import (
@@ -65,7 +65,7 @@ __all__ = [
     "DecisionBoundary", "GapDistributions", "LaterIterComputation", "LogitRecords", "LogitTable", "ReorgLowAll",
     "ReorgLowArgmax", "ReorgStableAll", "ReorgStableArgmax", "argmax_concentration", "attach_labels",
     "basin_shift_activity", "check_labels", "collect_records", "compare_distributions", "cross_run_records",
-    "decision_boundary", "first_divergence", "gap_distributions", "labels_from_overlap", "labels_from_run", "needed_pairs", "later_iter_computation",
+    "decision_boundary", "gap_distributions", "labels_from_overlap", "labels_from_run", "needed_pairs", "later_iter_computation",
     "question_records", "records_from_blocks", "reorg_all", "reorg_argmax", "trajectory_records",
-    "within_run_records",
+    "window_divergence", "within_run_records",
 ]

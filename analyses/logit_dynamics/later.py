@@ -28,7 +28,7 @@ import numpy as np
 import pandas as pd
 
 from sst_interp.analyses import stats
-from sst_interp.analyses._common import AnalysisResult, NotApplicable
+from sst_interp.analyses.results import AnalysisResult, NotApplicable
 from sst_interp.analyses.logit_dynamics.records import LogitRecords
 from sst_interp.analyses.logit_dynamics.regimes import check_labels
 from sst_interp.analyses.logit_dynamics.tables import LogitTable, _both, _wide

@@ -34,6 +34,7 @@ import pandas as pd
 
 from sst_interp.analyses.logit_dynamics.regimes import attach_labels
 from sst_interp.errors import UsageError
+from sst_interp.outcomes import first_divergence
 
 N_TOP5 = 5
 
@@ -137,13 +138,17 @@ def _final_index(block: LogitLike) -> np.ndarray:
     return valid.shape[1] - 1 - np.argmax(valid[:, ::-1], axis=1)
 
 
-def first_divergence(lo: LogitLike, hi: LogitLike, max_positions: int | None) -> tuple[np.ndarray, int]:
-    """Common window positions ``[P]`` of two runs and the index of the first emitted-token disagreement (-1: none)."""
+def window_divergence(lo: LogitLike, hi: LogitLike, max_positions: int | None) -> tuple[np.ndarray, int]:
+    """Common window positions ``[P]`` of two runs' logit blocks and the index into them of the first emitted-token
+    disagreement (:data:`~sst_interp.outcomes.NEVER`: none in the window).
+
+    The emitted token of a position is its argmax at the deepest recorded iteration; the comparison is
+    :func:`sst_interp.outcomes.first_divergence` of the two runs' emitted tokens over the common positions.
+    """
     common = np.intersect1d(lo.positions[_window(lo, max_positions)], hi.positions[_window(hi, max_positions)])
     a = final_argmax(lo)[np.searchsorted(lo.positions, common)]
     b = final_argmax(hi)[np.searchsorted(hi.positions, common)]
-    diff = np.flatnonzero(a != b)
-    return common, int(diff[0]) if diff.size else -1
+    return common, first_divergence(a, b)
 
 
 def _frame(question_id: str, turn: int, positions: np.ndarray, cmp: dict[str, np.ndarray],
@@ -161,7 +166,7 @@ def _frame(question_id: str, turn: int, positions: np.ndarray, cmp: dict[str, np
 def cross_run_records(lo: LogitLike, hi: LogitLike, depth_lo: int, depth_hi: int, max_positions: int | None = 10,
                       top_n: int = 100) -> pd.DataFrame:
     """Cross-run records of one question for the run pair ``depth_lo < depth_hi`` (final iterations, clean range)."""
-    common, f = first_divergence(lo, hi, max_positions)
+    common, f = window_divergence(lo, hi, max_positions)
     if f >= 0:
         common = common[: f + 1]
     if common.size == 0:
@@ -259,7 +264,7 @@ def question_records(blocks: Mapping[int, LogitLike], max_positions: int | None 
                 frames.append(within_run_records(blocks[d], d, j, max_positions, top_n))
     first = blocks[depths[0]]
     for a, b in zip(depths[:-1], depths[1:]):
-        _, f = first_divergence(blocks[a], blocks[b], max_positions)
+        _, f = window_divergence(blocks[a], blocks[b], max_positions)
         div_rows.append({"question_id": first.question_id, "depth_a": a, "depth_b": b, "first_divergence": f})
     deep = blocks[depths[-1]]
     rows = _window(deep, max_positions)
@@ -273,7 +278,7 @@ def question_records(blocks: Mapping[int, LogitLike], max_positions: int | None 
         common = None
         limit = None
         for a, b in zip(depths[:-1], depths[1:]):
-            pos, f = first_divergence(blocks[a], blocks[b], max_positions)
+            pos, f = window_divergence(blocks[a], blocks[b], max_positions)
             common = pos if common is None else np.intersect1d(common, pos)
             if f >= 0:
                 limit = pos[f] if limit is None else min(limit, pos[f])

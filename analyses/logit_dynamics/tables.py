@@ -15,7 +15,7 @@ import numpy as np
 import pandas as pd
 
 from sst_interp.analyses import stats
-from sst_interp.analyses._common import AnalysisResult, NotApplicable
+from sst_interp.analyses.results import AnalysisResult, NotApplicable
 from sst_interp.analyses.logit_dynamics.records import N_TOP5, LogitRecords
 from sst_interp.errors import UsageError
 

@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-import math
 from dataclasses import asdict, dataclass, field
 from typing import Any, Literal
 
 from sst_interp.errors import UsageError
+from sst_interp.paper import A_MAX, A_MIN, THETA_INIT, alpha_init
 
 UpdateRule = Literal["direct", "ema_linked"]
 StateScale = Literal["unit", "hidden"]
@@ -31,9 +31,9 @@ class SSTConfig:
         state_norm_eps: epsilon of the state RMSNorm.
     """
 
-    a_min: float = 0.015
-    a_max: float = 0.10
-    theta_init: float = -1.8
+    a_min: float = A_MIN
+    a_max: float = A_MAX
+    theta_init: float = THETA_INIT
     update: UpdateRule = "direct"
     state_scale: StateScale = "unit"
     layers: list[int] | None = field(default=None)
@@ -52,7 +52,7 @@ class SSTConfig:
     @property
     def alpha_init(self) -> float:
         """The blend coefficient every dimension starts from: a_min + (a_max - a_min) * sigmoid(theta_init)."""
-        return self.a_min + (self.a_max - self.a_min) / (1.0 + math.exp(-self.theta_init))
+        return alpha_init(self.theta_init, self.a_min, self.a_max)
 
     def layer_indices(self, num_layers: int) -> list[int]:
         """The decoder layers that carry a state stream, validated against the model's depth."""

@@ -12,6 +12,7 @@ from transformers import PreTrainedTokenizerBase
 
 from sst_interp.errors import UsageError
 from sst_interp.model.backbone import DEFAULT_MODEL, backbone_identity, load_backbone
+from sst_interp.model.baseline_checkpoint import is_baseline_checkpoint, load_baseline_checkpoint
 from sst_interp.model.checkpoint import load_checkpoint, read_checkpoint_config
 from sst_interp.model.config import SSTConfig
 from sst_interp.model.sst import SSTModel
@@ -81,8 +82,6 @@ def build_sst(spec: ModelSpec) -> tuple[SSTModel, PreTrainedTokenizerBase]:
         read_checkpoint_config(spec.checkpoint)  # fail on a bad checkpoint before the slow backbone load
     backbone, tokenizer = load_backbone(spec.model, dtype=spec.dtype, device=spec.device)
     if baseline:
-        from sst_interp.train.state import load_baseline_checkpoint
-
         # The matched baseline (sec:baseline_ft) has no state stream: an SST with no stateful layer is exactly the
         # fine-tuned backbone, and extra iterations change nothing.
         sst = SSTModel.from_backbone(load_baseline_checkpoint(backbone, spec.checkpoint), SSTConfig(layers=[]))
@@ -94,13 +93,6 @@ def build_sst(spec: ModelSpec) -> tuple[SSTModel, PreTrainedTokenizerBase]:
         sst = SSTModel.from_backbone(backbone, SSTConfig(state_scale=spec.resolved_state_scale()))
     sst.to(spec.device)
     return sst, tokenizer
-
-
-def is_baseline_checkpoint(folder: str) -> bool:
-    """True for a matched-baseline checkpoint written by ``python -m sst_interp.train --baseline``."""
-    from pathlib import Path
-
-    return (Path(folder) / "baseline.json").is_file()
 
 
 def eos_token_ids(tokenizer: PreTrainedTokenizerBase, sst: SSTModel) -> tuple[int, ...]:

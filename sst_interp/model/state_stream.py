@@ -20,6 +20,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from sst_interp.model.config import SSTConfig
+from sst_interp.paper import alpha_from_theta
 
 
 class StateStreamParams(nn.Module):
@@ -50,7 +51,7 @@ class StateStreamParams(nn.Module):
 
     def alpha(self) -> torch.Tensor:
         """Blend coefficients alpha_l: [d] float32, each in [a_min, a_max]."""
-        return self.a_min + (self.a_max - self.a_min) * torch.sigmoid(self.theta)
+        return alpha_from_theta(self.theta, self.a_min, self.a_max)
 
     def _inference_alpha(self) -> torch.Tensor:
         # Generation calls the blend once per layer and pass; without autograd, alpha only changes when theta does

@@ -23,7 +23,7 @@ import numpy as np
 import pandas as pd
 import torch
 
-from sst_interp.analyses._common import AnalysisResult
+from sst_interp.analyses.results import AnalysisResult
 from sst_interp.errors import UsageError
 from sst_interp.probe.dataset import ProbeData
 from sst_interp.probe.evaluate import evaluate_probe

@@ -21,12 +21,13 @@ import argparse
 import json
 import sys
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
 import pandas as pd
 
+from sst_interp.cli_args import add_config_flags, arg, config_from_namespace, config_parser
 from sst_interp.errors import UsageError, cli_entry
 from sst_interp.probe.dataset import PAPER_SWEEP_LAYERS, ProbeData, load_probe_data, load_probe_data_layers
 from sst_interp.probe.model import ACTIVATIONS, DEFAULT_THRESHOLD, HaltingProbe, ProbeConfig
@@ -35,31 +36,59 @@ from sst_interp.probe.train import TrainConfig
 
 @dataclass(frozen=True)
 class CliConfig:
-    """Options shared by every subcommand (one field per flag).
+    """Options shared by every subcommand (one flag per field)."""
 
-    Args:
-        command: the subcommand.
-        run: path of the run directory.
-        layer: probe layer (None: the paper's layer 15 of 62 at the same depth fraction).
-        out: output folder (None: the default under the run).
-        hidden: probe bottleneck width.
-        activation: probe activation.
-        threshold: halting threshold on the logit.
-        epochs: training epochs.
-        seed: training seed.
-        probe: a saved probe to evaluate or ablate instead of training one.
-    """
+    run: Path = arg(help="run directory (recorded at flat depths 1..i_max)")
+    layer: int | None = arg(None, help="probe layer, 0-based (default: the paper's layer 15 of 62 at the same depth "
+                                       "fraction)")
+    out: Path | None = arg(None, help="output folder (default: <run>/probe/layer<L>, <run>/probe/sweep for sweep)")
+    # None until main() resolves it: the default width depends on the subcommand.
+    hidden: int | None = arg(None, help="probe bottleneck width (default 10; 64 for sweep and ablate)")
+    activation: str = arg("silu", choices=sorted(ACTIVATIONS), help="probe activation")
+    threshold: float = arg(DEFAULT_THRESHOLD, help="halt when the probe's logit is above this")
+    epochs: int = arg(60, help="training epochs")
+    seed: int = arg(42, help="training seed")
+    probe: Path | None = arg(None, help="a saved probe (folder or .safetensors) to evaluate or ablate instead of "
+                                        "training one")
 
-    command: str
-    run: Path
-    layer: int | None
-    out: Path | None
-    hidden: int
-    activation: str
-    threshold: float
-    epochs: int
-    seed: int
-    probe: Path | None
+
+@dataclass(frozen=True)
+class SweepOptions:
+    """Options of ``sweep``."""
+
+    layers: str | None = arg(None, help="comma-separated layers (default: the paper's, scaled to the model)")
+    loocv_layers: str = arg("", help="comma-separated layers to run LOOCV at (default: none)")
+
+
+@dataclass(frozen=True)
+class LoocvOptions:
+    """Options of ``loocv``."""
+
+    criterion: str = arg("outcome", choices=("outcome", "detection"),
+                         help="what counts as the held-out question classified correctly: outcome (it ends correct "
+                              "in the halting simulation) or detection (all its MUST HALT timesteps are above the "
+                              "threshold)")
+
+
+@dataclass(frozen=True)
+class AblateOptions:
+    """Options of ``ablate``."""
+
+    ks: str | None = arg(None, help="comma-separated K grid for the top-K sweep (default: powers of two and d)")
+    keep: str = arg("10,15,20,30", help="comma-separated keep-top-N neuron counts")
+    top: int = arg(10, help="size of the top ensemble for the complementary ablation")
+    linear_loocv: bool = arg(False, help="LOOCV of the linear probe on the essential set")
+    activation_swap: bool = arg(False, help="retrain with SiLU/GELU/ReLU (+ LOOCV)")
+
+
+#: Subcommand -> (its help, the dataclass of its own flags or None).
+SUBCOMMANDS: dict[str, tuple[str, type | None]] = {
+    "train": ("train, save and evaluate a probe", None),
+    "evaluate": ("evaluate a saved probe (or train one)", None),
+    "sweep": ("layer sweep", SweepOptions),
+    "loocv": ("leave-one-MUST-HALT-question-out cross-validation", LoocvOptions),
+    "ablate": ("neuron and input-dimension ablations", AblateOptions),
+}
 
 
 def _int_list(text: str) -> list[int]:
@@ -70,32 +99,14 @@ def _int_list(text: str) -> list[int]:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    """The argument parser (subcommands share the run/layer/out/probe options)."""
-    parser = argparse.ArgumentParser(prog="python -m sst_interp.probe", description=__doc__.split("\n\n")[0])
+    """The argument parser: one subcommand each, with the :class:`CliConfig` flags plus its own."""
+    parser = config_parser("python -m sst_interp.probe", __doc__.split("\n\n")[0])
     sub = parser.add_subparsers(dest="command", required=True)
-    common = argparse.ArgumentParser(add_help=False)
-    common.add_argument("--run", required=True, type=Path, help="run directory (recorded at flat depths 1..i_max)")
-    common.add_argument("--layer", type=int, default=None, help="probe layer, 0-based (default: paper's 15/62 scaled)")
-    common.add_argument("--out", type=Path, default=None, help="output folder (default: <run>/probe/layer<L>)")
-    common.add_argument("--hidden", type=int, default=None, help="probe width (default 10; 64 for sweep and ablate)")
-    common.add_argument("--activation", default="silu", choices=sorted(ACTIVATIONS))
-    common.add_argument("--threshold", type=float, default=DEFAULT_THRESHOLD, help="halt when logit > this")
-    common.add_argument("--epochs", type=int, default=60)
-    common.add_argument("--seed", type=int, default=42)
-    common.add_argument("--probe", type=Path, default=None, help="saved probe (folder or .safetensors)")
-    sub.add_parser("train", parents=[common], help="train, save and evaluate a probe")
-    sub.add_parser("evaluate", parents=[common], help="evaluate a saved probe (or train one)")
-    sweep = sub.add_parser("sweep", parents=[common], help="layer sweep")
-    sweep.add_argument("--layers", default=None, help="comma-separated layers (default: the paper's, scaled)")
-    sweep.add_argument("--loocv-layers", default="", help="comma-separated layers to run LOOCV at")
-    cv = sub.add_parser("loocv", parents=[common], help="leave-one-MUST-HALT-question-out cross-validation")
-    cv.add_argument("--criterion", default="outcome", choices=("outcome", "detection"))
-    ablate = sub.add_parser("ablate", parents=[common], help="neuron and input-dimension ablations")
-    ablate.add_argument("--ks", default=None, help="comma-separated K grid for the top-K sweep")
-    ablate.add_argument("--keep", default="10,15,20,30", help="keep-top-N neuron counts")
-    ablate.add_argument("--top", type=int, default=10, help="size of the top ensemble for the complementary ablation")
-    ablate.add_argument("--linear-loocv", action="store_true", help="LOOCV of the linear probe on the essential set")
-    ablate.add_argument("--activation-swap", action="store_true", help="retrain with SiLU/GELU/ReLU (+ LOOCV)")
+    for name, (text, options) in SUBCOMMANDS.items():
+        command = sub.add_parser(name, help=text, description=text)
+        add_config_flags(command, CliConfig)
+        if options is not None:
+            add_config_flags(command, options)
     return parser
 
 
@@ -192,17 +203,17 @@ def cmd_train(cfg: CliConfig, evaluate_only: bool = False) -> int:
     return 0
 
 
-def cmd_sweep(cfg: CliConfig, layers_text: str | None, loocv_text: str) -> int:
+def cmd_sweep(cfg: CliConfig, options: SweepOptions) -> int:
     """``sweep``."""
-    from sst_interp.analyses._common import paper_layer
+    from sst_interp.analyses.layers import paper_layer
     from sst_interp.probe.sweeps import layer_sweep, select_layer
 
     run = _open_run(cfg.run)
-    layers = (_int_list(layers_text) if layers_text
+    layers = (_int_list(options.layers) if options.layers
               else sorted({paper_layer(v, run.num_layers) for v in PAPER_SWEEP_LAYERS}))
     data = load_probe_data_layers(run, layers)
     config = ProbeConfig(run.hidden_size, hidden=cfg.hidden, activation=cfg.activation)
-    sweep = layer_sweep(data, config, TrainConfig(epochs=cfg.epochs, seed=cfg.seed), _int_list(loocv_text),
+    sweep = layer_sweep(data, config, TrainConfig(epochs=cfg.epochs, seed=cfg.seed), _int_list(options.loocv_layers),
                         cfg.threshold)
     out = _default_out(cfg, "sweep")
     _write(out, {"tab_halting_probe_layer_sweep": sweep.table()}, {"selected_layer": select_layer(sweep)})
@@ -211,7 +222,7 @@ def cmd_sweep(cfg: CliConfig, layers_text: str | None, loocv_text: str) -> int:
     return 0
 
 
-def cmd_loocv(cfg: CliConfig, criterion: str) -> int:
+def cmd_loocv(cfg: CliConfig, options: LoocvOptions) -> int:
     """``loocv``."""
     from sst_interp.probe.loocv import cover_bound, loocv
 
@@ -220,7 +231,7 @@ def cmd_loocv(cfg: CliConfig, criterion: str) -> int:
     data.labels.require_must_halt()
     config = ProbeConfig(data.hidden_size, hidden=cfg.hidden, activation=cfg.activation)
     train_config = TrainConfig(epochs=cfg.epochs, seed=cfg.seed)
-    result = loocv(data, config, train_config, cfg.threshold, criterion)  # type: ignore[arg-type]
+    result = loocv(data, config, train_config, cfg.threshold, options.criterion)  # type: ignore[arg-type]
     cover = cover_bound(cfg.hidden, len(data.labels.must_halt_questions))
     out = _default_out(cfg, data.layer)
     _write(out, {"app_halting_loocv": result.table(), "app_halting_loocv_folds": result.folds,
@@ -230,7 +241,7 @@ def cmd_loocv(cfg: CliConfig, criterion: str) -> int:
     return 0
 
 
-def cmd_ablate(cfg: CliConfig, args: argparse.Namespace) -> int:
+def cmd_ablate(cfg: CliConfig, options: AblateOptions) -> int:
     """``ablate``."""
     from sst_interp.probe.ablation import neuron_analysis
     from sst_interp.probe.evaluate import evaluate_probe
@@ -245,13 +256,13 @@ def cmd_ablate(cfg: CliConfig, args: argparse.Namespace) -> int:
     tables: dict[str, pd.DataFrame] = {}
     summary: dict[str, Any] = {"layer": data.layer}
     if not probe.is_linear:
-        neurons = neuron_analysis(probe, data, _int_list(args.keep), args.top, cfg.threshold)
+        neurons = neuron_analysis(probe, data, _int_list(options.keep), options.top, cfg.threshold)
         tables["tab_halting_probe_ablation_sweep"] = neurons.table()
         tables["halting_probe_neuron_contributions"] = neurons.contribution_table()
         summary.update(direction_r_gradient=neurons.direction_r_gradient,
                        direction_r_ablated=neurons.direction_r_ablated,
                        top4_share=neurons.mass_share(4), top10_share=neurons.mass_share(10))
-    ks = _int_list(args.ks) if args.ks else None
+    ks = _int_list(options.ks) if options.ks else None
     sweep = topk_sweep(probe, data, ks, cfg.threshold)
     tables["tab_halting_probe_topk_sweep"] = sweep.table()
     summary["minimal_k"] = sweep.minimal_k
@@ -262,13 +273,13 @@ def cmd_ablate(cfg: CliConfig, args: argparse.Namespace) -> int:
         summary["essential_dims"] = prune.essential.tolist()
         linear, _ = train_linear_on(data, prune.essential, train_config)
         summary["linear_probe"] = evaluate_probe(linear, data, cfg.threshold).row()
-        if args.linear_loocv:
+        if options.linear_loocv:
             linear_cv = loocv(data, linear.config, train_config, cfg.threshold)
             summary["linear_probe_loocv"] = linear_cv.table().to_dict("records")[0]
     if not probe.is_linear:
         cover = cover_bound(probe.n_hidden, len(data.labels.must_halt_questions))
         summary["cover_bound"] = cover.table().to_dict("records")[0]
-    if args.activation_swap:
+    if options.activation_swap:
         tables["halting_probe_activation_swap"] = activation_swap(
             data, cfg.hidden if cfg.probe is None else max(probe.n_hidden, 1), train_config=train_config,
             threshold=cfg.threshold).table()
@@ -286,11 +297,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of ``python -m sst_interp.probe`` and ``sst-probe``."""
     args = build_parser().parse_args(argv)
     default_hidden = 64 if args.command in ("sweep", "ablate") else 10
-    cfg = CliConfig(
-        command=args.command, run=args.run, layer=args.layer, out=args.out,
-        hidden=default_hidden if args.hidden is None else args.hidden, activation=args.activation,
-        threshold=args.threshold, epochs=args.epochs, seed=args.seed, probe=args.probe,
-    )
+    cfg = config_from_namespace(CliConfig, args)
+    cfg = replace(cfg, hidden=default_hidden if cfg.hidden is None else cfg.hidden)
     if cfg.hidden < 1 or cfg.epochs < 1:
         raise UsageError(f"--hidden and --epochs must be >= 1, got {cfg.hidden} and {cfg.epochs}")
     if args.command == "train":
@@ -300,10 +308,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.command == "evaluate":
         return cmd_train(cfg, evaluate_only=True)
     if args.command == "sweep":
-        return cmd_sweep(cfg, args.layers, args.loocv_layers)
+        return cmd_sweep(cfg, config_from_namespace(SweepOptions, args))
     if args.command == "loocv":
-        return cmd_loocv(cfg, args.criterion)
-    return cmd_ablate(cfg, args)
+        return cmd_loocv(cfg, config_from_namespace(LoocvOptions, args))
+    return cmd_ablate(cfg, config_from_namespace(AblateOptions, args))
 
 
 if __name__ == "__main__":

@@ -28,7 +28,7 @@ from typing import Any
 
 import numpy as np
 
-from sst_interp.analyses._common import paper_layer
+from sst_interp.analyses.layers import paper_layer
 from sst_interp.errors import UsageError
 from sst_interp.probe.labels import HaltLabels, check_depths, labels_from_generations
 

@@ -26,8 +26,9 @@ from typing import ClassVar
 import numpy as np
 import pandas as pd
 
-from sst_interp.analyses._common import AnalysisResult
+from sst_interp.analyses.results import AnalysisResult
 from sst_interp.analyses.stats import mcnemar_exact
+from sst_interp.outcomes import first_correct_depth
 from sst_interp.probe.dataset import ProbeData
 from sst_interp.probe.model import DEFAULT_THRESHOLD, HaltingProbe
 from sst_interp.probe.train import probe_logits
@@ -163,7 +164,7 @@ def simulate_halting(
     chosen = np.where(above.any(axis=1), above.argmax(axis=1) + 1, i_max)
     final = correct[np.arange(q), chosen - 1]
     recoverable = correct.any(axis=1)
-    first = np.where(recoverable, correct.argmax(axis=1) + 1, 0)
+    first = first_correct_depth(range(1, i_max + 1), correct)  # NEVER only where not recoverable (masked below)
     kind = np.full(q, "unrecoverable", dtype=object)
     kind[final] = "correct"
     wrong_rec = recoverable & ~final

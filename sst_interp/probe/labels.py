@@ -27,6 +27,7 @@ import numpy as np
 import pandas as pd
 
 from sst_interp.errors import UsageError
+from sst_interp.outcomes import NEVER, correctness_matrix, first_correct_depths
 
 TIMESTEP_COLUMNS = ["question_id", "turn", "depth", "must_halt", "correct_depth"]
 
@@ -45,7 +46,10 @@ def check_depths(depths: list[int] | np.ndarray) -> int:
 
 
 def question_correctness(generations: pd.DataFrame, question_ids: list[str] | None = None) -> pd.DataFrame:
-    """Question-level correctness per flat depth from a generations table.
+    """Question-level correctness per flat depth from a generations table (every question at every depth).
+
+    :func:`sst_interp.outcomes.correctness_matrix` with ``require_every_depth``: a question missing at some depth
+    is a UsageError, since a halting label needs every flat depth.
 
     Args:
         generations: rows with ``question_id``, ``depth``, ``turn``, ``correct`` (DESIGN section 5).
@@ -55,34 +59,15 @@ def question_correctness(generations: pd.DataFrame, question_ids: list[str] | No
         DataFrame ``[questions, depths]`` of bool (index ``question_id``, columns the depths, ascending):
         the ``correct`` flag of each question's last turn at that depth.
     """
-    missing = {"question_id", "depth", "turn", "correct"} - set(generations.columns)
-    if missing:
-        raise UsageError(f"generations table lacks columns {sorted(missing)}; it is not a run's generations.parquet")
-    gen = generations.sort_values(["question_id", "depth", "turn"], kind="stable")
-    last = gen.groupby(["question_id", "depth"], sort=False).tail(1)
-    table = last.pivot(index="question_id", columns="depth", values="correct")
-    order = list(dict.fromkeys(generations["question_id"])) if question_ids is None else list(question_ids)
-    absent = [q for q in order if q not in table.index]
-    if absent:
-        raise UsageError(f"{len(absent)} questions have no generations (first: {absent[0]!r}); record them first")
-    table = table.loc[order].sort_index(axis=1)
-    if table.isna().any().any():
-        q = table.index[table.isna().any(axis=1)][0]
-        raise UsageError(f"question {q!r} lacks a graded generation at some depth; record every depth for it")
-    table.columns = [int(c) for c in table.columns]
-    table.columns.name = "depth"
-    return table.astype(bool)
+    return correctness_matrix(generations, question_ids, require_every_depth=True)
 
 
 def correct_depths(correct: pd.DataFrame) -> pd.Series:
-    """Staged-compute correct depth per question: the smallest passing flat depth, 0 if none.
+    """Staged-compute correct depth per question: the smallest passing flat depth, ``NEVER`` (-1) if none.
 
     ``correct: [questions, depths]`` bool (columns ``1..i_max``) -> Series of int indexed by question.
     """
-    values = correct.to_numpy(dtype=bool)
-    depths = np.asarray(correct.columns, dtype=np.int64)
-    first = np.where(values.any(axis=1), depths[values.argmax(axis=1)], 0)
-    return pd.Series(first, index=correct.index, name="correct_depth")
+    return first_correct_depths(correct)
 
 
 @dataclass(frozen=True)
@@ -120,7 +105,7 @@ class HaltLabels:
     def recoverable_questions(self) -> list[str]:
         """Questions that pass at some flat depth ``<= i_max`` (121 in the paper)."""
         depth = correct_depths(self.correct)
-        return [q for q in self.correct.index if depth[q] > 0]
+        return [q for q in self.correct.index if depth[q] != NEVER]
 
     def require_must_halt(self) -> None:
         """Raise a UsageError when there is nothing to train on (no MUST HALT or no SAFE timestep)."""
@@ -152,7 +137,7 @@ def make_labels(correct: pd.DataFrame, turns: pd.DataFrame) -> HaltLabels:
     records: list[tuple[str, int, int, bool, int]] = []
     for q in correct.index:
         cq = int(c[q])
-        if cq == 0:
+        if cq == NEVER:
             continue
         per_turn: list[tuple[str, int, int, bool, int]] = []
         for d in range(1, cq + 1):

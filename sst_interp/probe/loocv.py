@@ -22,6 +22,15 @@ without reading any halting feature, so each fold's null probability is the full
 predicted-halt rate among all timesteps at the held-out question's MUST HALT depths, and the
 successes are tested against the Poisson-binomial of those per-fold probabilities
 (``scipy.stats.poisson_binom``).
+
+Both nulls above are measured *in sample* and do not hold their size: a probe that memorises its training set
+has a low in-sample base rate while held-out probes fire on most timesteps, so at a layer with nothing planted
+the binomial test gives p = 2.9e-4 (issue 12). The calibrated test is the label-permutation test
+(:mod:`~sst_interp.probe.permutation`): the same LOOCV, every fold's probe retrained, on ``permutations``
+labellings drawn within equal-correct-depth strata; ``p_permutation = (1 + #{null >= observed}) / (1 +
+permutations)``. The binomial p (``p_binomial``, also ``p_value``) stays to reproduce the paper's numbers from its
+counts; report both, and read significance from ``p_permutation``. Cost: ``(1 + permutations) x folds`` probe
+trainings (the paper's data: 101 x 48 = 4,848).
 """
 
 from __future__ import annotations
@@ -34,34 +43,42 @@ import numpy as np
 import pandas as pd
 from scipy.stats import poisson_binom
 
-from sst_interp.analyses._common import AnalysisResult
+from sst_interp.analyses.results import AnalysisResult
 from sst_interp.analyses.stats import binomial_test, wilson_interval
 from sst_interp.errors import UsageError
 from sst_interp.probe.dataset import ProbeData
 from sst_interp.probe.evaluate import evaluate_probe
 from sst_interp.probe.model import DEFAULT_THRESHOLD, ProbeConfig
+from sst_interp.probe.permutation import permutation_p_value, permute_labels
 from sst_interp.probe.train import TrainConfig, train_probe
 
 Criterion = Literal["outcome", "detection"]
 
+#: Label permutations of the calibrated LOOCV test when none is given (smallest p = 1/101 < 0.01).
+DEFAULT_PERMUTATIONS = 100
+
 
 @dataclass(frozen=True)
 class LoocvResult(AnalysisResult):
-    """LOOCV over the MUST HALT questions with its binomial test.
+    """LOOCV over the MUST HALT questions with the paper's binomial test and the permutation test.
 
     Args:
         folds: one row per held-out question: ``question_id``, ``success``, ``kind`` (its outcome in
             the fold's halting simulation), ``chosen_depth``, ``must_halt_detected`` (all its MUST HALT
             timesteps above threshold), ``null_depth_matched`` (the fold's depth-matched null probability).
-        base_rate: null success probability (the full probe's base prediction rate).
+        base_rate: the binomial test's null success probability (the full probe's in-sample base prediction rate).
         criterion: ``"outcome"`` or ``"detection"``.
         level: confidence level of the one-sided interval.
+        null_successes: LOOCV successes under each label permutation (empty: no permutation test was run).
+        permutation_seed: seed of the permutations' generator.
     """
 
     folds: pd.DataFrame
     base_rate: float
     criterion: str = "outcome"
     level: float = 0.95
+    null_successes: tuple[int, ...] = ()
+    permutation_seed: int = 0
     label: ClassVar[str] = "app:halting_loocv"
 
     @property
@@ -81,8 +98,32 @@ class LoocvResult(AnalysisResult):
 
     @property
     def p_value(self) -> float:
-        """One-sided exact binomial p-value against the base rate."""
+        """The paper's one-sided exact binomial p-value against the in-sample base rate (= :attr:`p_binomial`)."""
         return float(binomial_test(self.successes, self.n_folds, self.base_rate, "greater").pvalue)
+
+    @property
+    def p_binomial(self) -> float:
+        """The paper's binomial p-value (reproduces its reported numbers; not calibrated, see the module docstring)."""
+        return self.p_value
+
+    @property
+    def n_permutations(self) -> int:
+        """Label permutations behind :attr:`p_permutation` (0: not run)."""
+        return len(self.null_successes)
+
+    @property
+    def p_permutation(self) -> float:
+        """``(1 + #{null successes >= successes}) / (1 + permutations)``; NaN when no permutation was run."""
+        if not self.null_successes:
+            return float("nan")
+        return permutation_p_value(self.successes, np.asarray(self.null_successes))
+
+    @property
+    def null_accuracy(self) -> float:
+        """Mean held-out accuracy under the permutations (the out-of-sample null rate); NaN when not run."""
+        if not self.null_successes or self.n_folds == 0:
+            return float("nan")
+        return float(np.mean(self.null_successes)) / self.n_folds
 
     @property
     def ci(self) -> tuple[float, float]:
@@ -99,7 +140,7 @@ class LoocvResult(AnalysisResult):
         return float(poisson_binom.sf(self.successes - 1, probs))
 
     def table(self) -> pd.DataFrame:
-        """One row: successes/folds, accuracy, base rate, p-value, CI, depth-matched p-value."""
+        """One row: successes/folds, accuracy, base rate, both p-values, CI, depth-matched p, the permutation null."""
         low, high = self.ci
         return pd.DataFrame(
             [
@@ -109,6 +150,10 @@ class LoocvResult(AnalysisResult):
                     "accuracy": self.accuracy,
                     "base_rate": self.base_rate,
                     "p_value": self.p_value,
+                    "p_binomial": self.p_binomial,
+                    "p_permutation": self.p_permutation,
+                    "permutations": self.n_permutations,
+                    "null_accuracy": self.null_accuracy,
                     "ci_low": low,
                     "ci_high": high,
                     "criterion": self.criterion,
@@ -118,6 +163,62 @@ class LoocvResult(AnalysisResult):
         )
 
 
+def heldout_folds(
+    data: ProbeData,
+    probe_config: ProbeConfig,
+    train_config: TrainConfig | None = None,
+    threshold: float = DEFAULT_THRESHOLD,
+    criterion: Criterion = "outcome",
+) -> pd.DataFrame:
+    """The LOOCV folds alone: one fresh probe per held-out MUST HALT question, scored on that question.
+
+    Returns one row per MUST HALT question: ``question_id``, ``success``, ``kind``, ``chosen_depth``,
+    ``must_halt_detected`` (see :class:`LoocvResult`).
+    """
+    held_out = data.labels.must_halt_questions
+    if len(held_out) < 2:
+        raise UsageError(
+            f"LOOCV needs at least 2 MUST HALT questions, the run has {len(held_out)}; record more questions"
+        )
+    groups, y = data.groups, data.y
+    qpos = {q: i for i, q in enumerate(data.question_ids)}
+    rows = []
+    for q in held_out:
+        keep = groups != q
+        probe, _ = train_probe(data.x[keep], y[keep], probe_config, train_config)
+        ev = evaluate_probe(probe, data, threshold)
+        mine = (groups == q) & y
+        detected = bool((ev.detection.predicted[mine]).all())
+        kind = str(ev.outcome.kind[qpos[q]])
+        success = kind == "correct" if criterion == "outcome" else detected
+        rows.append({"question_id": q, "success": bool(success), "kind": kind,
+                     "chosen_depth": int(ev.outcome.chosen_depth[qpos[q]]), "must_halt_detected": detected})
+    return pd.DataFrame(rows)
+
+
+def permutation_null(
+    data: ProbeData,
+    probe_config: ProbeConfig,
+    train_config: TrainConfig | None = None,
+    threshold: float = DEFAULT_THRESHOLD,
+    criterion: Criterion = "outcome",
+    permutations: int = DEFAULT_PERMUTATIONS,
+    seed: int = 0,
+) -> tuple[int, ...]:
+    """LOOCV successes under ``permutations`` label permutations (:func:`~sst_interp.probe.permutation.permute_labels`).
+
+    Each permutation reruns :func:`heldout_folds` in full, retraining every fold's probe with ``train_config``.
+    """
+    if permutations < 0:
+        raise UsageError(f"permutations must be >= 0, got {permutations}")
+    rng = np.random.default_rng(seed)
+    out = []
+    for _ in range(permutations):
+        folds = heldout_folds(permute_labels(data, rng), probe_config, train_config, threshold, criterion)
+        out.append(int(folds["success"].sum()))
+    return tuple(out)
+
+
 def loocv(
     data: ProbeData,
     probe_config: ProbeConfig,
@@ -125,8 +226,10 @@ def loocv(
     threshold: float = DEFAULT_THRESHOLD,
     criterion: Criterion = "outcome",
     full_predicted: np.ndarray | None = None,
+    permutations: int = 0,
+    permutation_seed: int = 0,
 ) -> LoocvResult:
-    """Leave-one-MUST-HALT-question-out cross-validation.
+    """Leave-one-MUST-HALT-question-out cross-validation with the binomial and (optionally) permutation tests.
 
     Args:
         data: labels and states (``x: [n, d]``, ``eval_x: [Q, i_max, d]``).
@@ -136,6 +239,9 @@ def loocv(
         criterion: what counts as the held-out question being correctly classified (module docstring).
         full_predicted: ``[n_timesteps]`` bool, the predictions of a probe trained on every timestep
             (its mean is the base prediction rate); default: train that probe here.
+        permutations: label permutations of the calibrated test (0: binomial only, as the paper; the report and
+            CLI use :data:`DEFAULT_PERMUTATIONS`). Cost: ``(1 + permutations) x folds`` trainings.
+        permutation_seed: seed of the permutations.
 
     Returns:
         :class:`LoocvResult`.
@@ -150,36 +256,16 @@ def loocv(
     full_predicted = np.asarray(full_predicted, dtype=bool)
     if full_predicted.shape != data.y.shape:
         raise UsageError(f"full_predicted must have one entry per timestep ({len(data.y)}), got {full_predicted.shape}")
-    base_rate = float(full_predicted.mean())
+    folds = heldout_folds(data, probe_config, train_config, threshold, criterion)
     depth = data.labels.timesteps["depth"].to_numpy()
-    held_out = data.labels.must_halt_questions
-    if len(held_out) < 2:
-        raise UsageError(
-            f"LOOCV needs at least 2 MUST HALT questions, the run has {len(held_out)}; record more questions"
-        )
     groups, y = data.groups, data.y
-    qpos = {q: i for i, q in enumerate(data.question_ids)}
-    rows = []
-    for q in held_out:
-        keep = groups != q
-        probe, _ = train_probe(data.x[keep], y[keep], probe_config, train_config)
-        ev = evaluate_probe(probe, data, threshold)
-        mine = (groups == q) & y
-        at_depths = np.isin(depth, np.unique(depth[mine]))
-        detected = bool((ev.detection.predicted[mine]).all())
-        kind = str(ev.outcome.kind[qpos[q]])
-        success = kind == "correct" if criterion == "outcome" else detected
-        rows.append(
-            {
-                "question_id": q,
-                "success": bool(success),
-                "kind": kind,
-                "chosen_depth": int(ev.outcome.chosen_depth[qpos[q]]),
-                "must_halt_detected": detected,
-                "null_depth_matched": float(full_predicted[at_depths].mean()),
-            }
-        )
-    return LoocvResult(pd.DataFrame(rows), float(base_rate), criterion)
+    # The depth-matched null of each fold: the full probe's in-sample rate at the held-out question's MUST HALT depths.
+    folds["null_depth_matched"] = [
+        float(full_predicted[np.isin(depth, np.unique(depth[(groups == q) & y]))].mean()) for q in folds["question_id"]
+    ]
+    null = permutation_null(data, probe_config, train_config, threshold, criterion, permutations, permutation_seed)
+    return LoocvResult(folds, float(full_predicted.mean()), criterion, null_successes=null,
+                       permutation_seed=permutation_seed)
 
 
 @dataclass(frozen=True)

@@ -16,7 +16,7 @@ from typing import ClassVar
 import numpy as np
 import pandas as pd
 
-from sst_interp.analyses._common import AnalysisResult
+from sst_interp.analyses.results import AnalysisResult
 from sst_interp.probe.dataset import ProbeData
 from sst_interp.probe.evaluate import evaluate_probe
 from sst_interp.probe.loocv import LoocvResult, loocv

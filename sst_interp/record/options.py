@@ -6,6 +6,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from sst_interp.cli_args import arg
 from sst_interp.errors import UsageError
 from sst_interp.model.generation import PROMPT_MODES
 
@@ -16,80 +17,60 @@ SANDBOXES = ("bwrap", "subprocess")
 
 @dataclass
 class RecordArgs:
-    """Configuration of one recording (each field is a CLI flag of the same name, ``_`` -> ``-``).
+    """Configuration of one recording: each field is a ``record`` flag of the same name (``_`` -> ``-``).
 
-    Args:
-        questions: question set: demo | gsm8k | gpqa | math500 | humaneval.
-        data: local data file or folder for the set (``--data``); None uses $SST_INTERP_DATA_DIR or the hub.
-        depths: comma-separated flat iteration depths, e.g. ``1,2,3,4``.
-        model: backbone: ``default`` (embedded Gemma 3 270M), a local HF folder, a .gguf file or a hub id.
-        checkpoint: SST checkpoint folder, or None for an untrained SST.
-        demo_preset: untrained SST reads the state at hidden scale (state_scale="hidden"); None = on exactly
-            when neither --model nor --checkpoint is given.
-        max_new_tokens: most tokens generated per question (per model turn under ``codeact``); None uses the
-            source's default (sst_interp.data.MAX_NEW_TOKENS: demo 16, gsm8k 256, gpqa 256, math500 512,
-            humaneval 384).
-        batch_size: questions (episodes) per generation batch (and per written batch).
-        dtype: float32 | bfloat16: the model's compute dtype and the stored dtype of hidden states.
-        out: run directory; None means runs/<questions> (runs/<questions>-codeact under ``codeact``).
-        full_positions: generated positions recorded in full (position 0 always), per model turn.
-        sketch_positions: further positions recorded as top-k |value| sketches, per model turn.
-        sketch_k: sketch size; None means round(d * 1024 / 5376).
-        top_k: K of the per-iteration top-K logits.
-        gates: also record FFN gate activity.
-        limit: record only the first N questions.
-        ids: comma-separated question ids to record.
-        prompt_mode: two_pass | sequential | none (how the prompt and appended tool turns are processed); None
-            means ``none`` under the demo preset and ``two_pass`` otherwise.
-        device: torch device; ``auto`` picks cuda when available.
-        source_option: ``KEY=VALUE`` options of the question set (repeatable), e.g. ``subset=main`` or
-            ``password=...`` for gpqa, ``n=48`` for demo; integers are passed as integers.
-        depth_policy: ``fixed`` (a flat run at every depth of ``depths``) or ``probe:PATH``: a saved halting
-            probe chooses the depth at position 0 (of every model turn under ``codeact``), up to max(depths); the
-            question is filed under the depth it chose (its first turn's) (Sec. 6, app:halting_eval).
-        protocol: ``completion`` (one generation per question) or ``codeact`` (multi-turn episodes whose code
-            runs in a sandbox, as the paper evaluates; app:dataset_format).
-        max_turns: codeact: most model turns per episode.
-        max_context_tokens: codeact: most tokens in an episode's context.
-        carry_state_across_turns: codeact: a tool-response turn starts from the state the model turn before it
-            ended with, instead of a zero state (DESIGN section 3's default: it does not).
-        tool_output_chars: codeact: most characters of tool output returned to the model.
-        sandbox: how model code runs: ``bwrap`` (bubblewrap isolation; the default) or ``subprocess`` (a plain
-            child process with rlimits: NOT isolated, use only for trusted models).
-        sandbox_timeout: wall-clock seconds one code block may run.
-        action_tokens: codeact: ``<execute>=ID,</execute>=ID``, the reserved token ids of the action tokens; None
-            uses the checkpoint's training configuration when it has one, else Gemma 3's 262140/262141.
+    Each field's documentation is its ``help`` (``python -m sst_interp.record --help`` lists them all).
     """
 
-    questions: str = "demo"
-    data: str | None = None
-    depths: str = DEFAULT_DEPTHS
-    model: str | None = None
-    checkpoint: str | None = None
-    demo_preset: bool | None = None
-    max_new_tokens: int | None = None
-    batch_size: int = 8
-    dtype: str = "float32"
-    out: str | None = None
-    full_positions: int = 10
-    sketch_positions: int = 512
-    sketch_k: int | None = None
-    top_k: int = 128
-    gates: bool = False
-    limit: int | None = None
-    ids: str | None = None
-    prompt_mode: str | None = None
-    device: str = "auto"
-    source_option: list[str] | None = None
-    depth_policy: str = "fixed"
-    protocol: str = "completion"
-    max_turns: int = 5
-    max_context_tokens: int = 4096
-    carry_state_across_turns: bool = False
-    tool_output_chars: int = 2000
-    sandbox: str = "bwrap"
-    sandbox_timeout: float = 10.0
-    action_tokens: str | None = None
+    questions: str = arg("demo", help="question set: demo | gsm8k | gpqa | math500 | humaneval")
+    data: str | None = arg(None, help="local data file or folder for the question set (default: "
+                                      "$SST_INTERP_DATA_DIR or the hub)")
+    depths: str = arg(DEFAULT_DEPTHS, help="comma-separated flat iteration depths")
+    model: str | None = arg(None, help="backbone: default (the embedded Gemma 3 270M) | local HF folder | .gguf file "
+                                       "| hub id (default: default)")
+    checkpoint: str | None = arg(None, help="SST checkpoint folder (default: an untrained SST)")
+    demo_preset: bool | None = arg(None, help="untrained SST with state_scale='hidden' (default: on exactly when "
+                                              "neither --model nor --checkpoint is given)")
+    max_new_tokens: int | None = arg(None, help="most tokens per answer, or per model turn under codeact (default per "
+                                                "set: demo 16, gsm8k 256, gpqa 256, math500 512, humaneval 384)")
+    batch_size: int = arg(8, help="questions (episodes) per generation batch and per written batch")
+    dtype: str = arg("float32", help="float32 | bfloat16: the model's compute dtype and the stored dtype of hidden "
+                                     "states")
+    out: str | None = arg(None, help="run directory (default runs/<questions>, runs/<questions>-codeact under "
+                                     "codeact)")
+    full_positions: int = arg(10, help="generated positions recorded in full (position 0 always), per model turn")
+    sketch_positions: int = arg(512, help="further positions recorded as top-k |value| sketches, per model turn")
+    sketch_k: int | None = arg(None, help="sketch size (default round(d * 1024 / 5376))")
+    top_k: int = arg(128, help="K of the per-iteration top-K logits")
+    gates: bool = arg(False, help="also record FFN gate activity")
+    limit: int | None = arg(None, help="record only the first N questions")
+    ids: str | None = arg(None, help="comma-separated question ids to record")
+    prompt_mode: str | None = arg(None, help="two_pass | sequential | none: how the prompt and appended tool turns "
+                                             "are processed (default: none under the demo preset, else two_pass)")
+    device: str = arg("auto", help="torch device: cpu | cuda | auto (cuda when available)")
+    source_option: list[str] | None = arg(None, repeat=True, metavar="KEY=VALUE",
+                                          help="question-set option, repeatable; integers are passed as integers "
+                                               "(gpqa: subset=, password=; demo: n=, seed=, level=)")
+    depth_policy: str = arg("fixed", help="fixed (default: a flat run per depth of --depths) | probe:PATH (a saved "
+                                          "halting probe picks the depth at position 0 of each model turn, up to "
+                                          "max(--depths); the question is filed under the depth it chose first; "
+                                          "Sec. 6, app:halting_eval)")
+    protocol: str = arg("completion", choices=PROTOCOLS,
+                        help="completion (default: one generation per question) | codeact (multi-turn episodes whose "
+                             "code runs in a sandbox, as the paper evaluates; app:dataset_format)")
+    max_turns: int = arg(5, help="codeact: most model turns per episode")
+    max_context_tokens: int = arg(4096, help="codeact: most tokens in an episode's context")
+    carry_state_across_turns: bool = arg(False, help="codeact: a tool-response turn starts from the state the model "
+                                                     "turn before it ended with (default: from a zero state, DESIGN "
+                                                     "section 3)")
+    tool_output_chars: int = arg(2000, help="codeact: most characters of tool output returned to the model")
+    sandbox: str = arg("bwrap", choices=SANDBOXES,
+                       help="how model code runs (codeact, humaneval): bwrap (bubblewrap isolation, default) | "
+                            "subprocess (a plain child process with rlimits: NOT isolated, trusted models only)")
+    sandbox_timeout: float = arg(10.0, help="wall-clock seconds one code block may run")
+    action_tokens: str | None = arg(None, metavar="<execute>=ID,</execute>=ID",
+                                    help="codeact: reserved token ids of the action tokens (default: the "
+                                         "checkpoint's training configuration, else Gemma 3's 262140/262141)")
 
     @property
     def codeact(self) -> bool:

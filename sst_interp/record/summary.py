@@ -4,14 +4,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pandas as pd
 
-def staged_capacity(correct: dict[int, set[str]], questions: list[str], depths: list[int]) -> dict[int, int]:
-    """Questions correct at staged depth k: correct at any flat depth <= k (paper tab:staged_breakdown)."""
-    staged, seen = {}, set()
-    for depth in sorted(depths):
-        seen |= correct.get(depth, set()) & set(questions)
-        staged[depth] = len(seen)
-    return staged
+# staged_capacity is re-exported by sst_interp.record (its one definition is in sst_interp.outcomes).
+from sst_interp.outcomes import staged_capacity
 
 
 def print_summary(out: Path, depths: list[int]) -> dict[int, float]:
@@ -26,7 +22,9 @@ def print_summary(out: Path, depths: list[int]) -> dict[int, float]:
     episodes = run.episodes()
     correct = {d: set(episodes.loc[(episodes["depth"] == d) & episodes["correct"], "question_id"]) for d in depths}
     common = [q for q in run.question_ids() if all(q in run.question_ids(d) for d in depths)]
-    staged = staged_capacity(correct, common, depths)
+    # Staged capacity over the questions complete at every depth: correct at some flat depth <= k.
+    staged = staged_capacity(pd.DataFrame({d: [q in correct[d] for q in common] for d in depths}, index=common,
+                                          dtype=bool))
     accuracy = {}
     print(f"{'depth':>5}  {'accuracy':>16}  {'staged capacity':>16}")
     for depth in depths:

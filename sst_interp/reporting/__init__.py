@@ -4,7 +4,8 @@ one HTML page.
 Modules, one concern each:
 
 * :mod:`~sst_interp.reporting.config` -- :class:`ReportConfig` and resolving it into opened inputs;
-* :mod:`~sst_interp.reporting.artefacts` -- the artefact registry (:class:`ArtefactSpec`, :class:`ArtefactData`);
+* :mod:`~sst_interp.reporting.artefacts` -- the artefact data classes (:class:`ArtefactSpec`, :class:`ArtefactData`);
+* :mod:`~sst_interp.reporting.registry` -- every spec in page order (:func:`all_specs`), bound to runs by ``plan``;
 * ``specs_*`` -- what each artefact computes, by paper section (evaluation, basins, logits, monitoring, probe,
   alpha);
 * :mod:`~sst_interp.reporting.context` -- shared analyses, computed once per run;
@@ -21,10 +22,11 @@ Typical use::
     result.names("skipped")
 """
 
-from sst_interp.reporting.artefacts import UNSUPPORTED, ArtefactData, ArtefactSpec, all_specs
+from sst_interp.reporting.artefacts import ArtefactData, ArtefactSpec
 from sst_interp.reporting.build import ReportResult, build_report
 from sst_interp.reporting.config import ReportConfig, ReportInputs, resolve_inputs
 from sst_interp.reporting.html import Outcome
+from sst_interp.reporting.registry import UNSUPPORTED, all_specs
 
 __all__ = [
     "UNSUPPORTED",

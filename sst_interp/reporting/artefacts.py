@@ -1,10 +1,11 @@
-"""The artefact registry: what the report can produce, how each artefact is computed and, for figures, drawn.
+"""The artefact data classes: what one table or figure is, and what computing it yields (a leaf module).
 
 An :class:`ArtefactSpec` is one table or figure of the paper (named after its label: ``tab:main_results`` ->
 ``tab_main_results``). Its ``compute`` turns the report's inputs into :class:`ArtefactData` (named DataFrames plus
-JSON-able notes) or a :class:`~sst_interp.analyses._common.NotApplicable` saying why the inputs cannot support it;
+JSON-able notes) or a :class:`~sst_interp.analyses.results.NotApplicable` saying why the inputs cannot support it;
 a figure's ``draw`` turns that data into a matplotlib ``Figure``. Only :class:`ArtefactData` is cached, so redrawing
-a figure never reruns an analysis.
+a figure never reruns an analysis. Which specs exist, and binding them to runs, is
+:mod:`sst_interp.reporting.registry`; the ``specs_*`` modules import this one, never the registry.
 
 Scopes: ``report`` artefacts combine every run (one table across benchmarks); ``run`` artefacts are made once per
 SST run (suffixed ``-<run name>`` when there are several); ``checkpoint`` artefacts once per distinct SST
@@ -13,15 +14,13 @@ checkpoint; ``training`` artefacts from the training logs.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
 import pandas as pd
 
-from sst_interp.analyses._common import NotApplicable
+from sst_interp.analyses.results import NotApplicable
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
@@ -116,57 +115,6 @@ class Artefact:
         """The LaTeX label (paper label plus the target suffix)."""
         base = self.spec.label or self.spec.name.replace("_", ":", 1)
         return base + self.name[len(self.spec.name):]
-
-
-#: Paper artefacts no run can support, with the reason (listed on the page, never produced).
-UNSUPPORTED: dict[str, str] = {
-    "fig_architecture": "a schematic of the architecture, not a measurement",
-    "tab_external_gsm8k": "published accuracies of other models; not derived from recorded runs",
-    "tab_external_gpqa": "published accuracies of other models; not derived from recorded runs",
-    "tab_hyperparameters": "the training configuration; read it from the training run's config",
-    "tab_alpha_init_ablation": "needs runs of the no-bias ablation checkpoint paired with the SST's; not supported",
-    "tab_ema_variant_ablation": "needs runs of the EMA-variant checkpoint paired with the SST's; not supported",
-    "fig_sst_vs_nobias_loss": "needs the no-bias ablation's training log; not supported",
-}
-
-
-def all_specs() -> list[ArtefactSpec]:
-    """Every spec, in page order."""
-    from sst_interp.reporting import (
-        specs_alpha,
-        specs_basins,
-        specs_evaluation,
-        specs_logits,
-        specs_monitoring,
-        specs_probe,
-    )
-
-    specs = [*specs_evaluation.SPECS, *specs_basins.SPECS, *specs_logits.SPECS, *specs_monitoring.SPECS,
-             *specs_probe.SPECS, *specs_alpha.SPECS]
-    names = [s.name for s in specs]
-    dup = {n for n in names if names.count(n) > 1}
-    if dup:
-        raise ValueError(f"duplicate artefact names {sorted(dup)}")
-    return sorted(specs, key=lambda s: FAMILIES.index(s.family))
-
-
-def plan(specs: list[ArtefactSpec], run_names: list[str], checkpoints: list[str]) -> list[Artefact]:
-    """Bind specs to targets: one per run for ``run`` scope, one per checkpoint for ``checkpoint`` scope."""
-    out: list[Artefact] = []
-    for spec in specs:
-        if spec.scope == "run":
-            for name in run_names:
-                out.append(Artefact(spec, spec.name if len(run_names) == 1 else f"{spec.name}-{name}", name))
-        elif spec.scope == "checkpoint":
-            if not checkpoints:
-                out.append(Artefact(spec, spec.name, None))
-            for ckpt in checkpoints:
-                suffix = "" if len(checkpoints) == 1 else "-" + (re.sub(r"[^A-Za-z0-9_.]+", "_", Path(ckpt).name)
-                                                                 or "checkpoint")
-                out.append(Artefact(spec, spec.name + suffix, ckpt))
-        else:
-            out.append(Artefact(spec, spec.name, None))
-    return out
 
 
 def attr_notes(frame: pd.DataFrame) -> list[str]:

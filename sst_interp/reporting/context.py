@@ -15,8 +15,10 @@ from typing import Any, TypeVar
 import numpy as np
 import pandas as pd
 
-from sst_interp.analyses._common import NotApplicable
+from sst_interp.analyses.results import NotApplicable
+from sst_interp.analyses.api import RunAnalysis
 from sst_interp.errors import UsageError
+from sst_interp.paper import A_MAX, A_MIN, THETA_INIT, alpha_from_theta, alpha_init
 from sst_interp.reporting.config import ReportInputs, RunInput
 
 T = TypeVar("T")
@@ -86,48 +88,38 @@ class ReportContext:
         """The matched baseline of run ``name`` (None without one)."""
         return self.inputs.baselines.get(self.run_input(name).name)
 
+    def analysis(self, name: str | None) -> RunAnalysis:
+        """The run's :class:`~sst_interp.analyses.RunAnalysis` (with its matched baseline): the shared steps below
+        are that object's, so the report and a notebook compute them the same way."""
+        item = self.run_input(name)
+        base = self.baseline(item.name)
+
+        def build() -> RunAnalysis:
+            depth = min(base.run.depths) if base is not None and base.run.depths else None
+            return RunAnalysis(item.run, base.run if base is not None else None, baseline_depth=depth,
+                               name=item.benchmark)
+
+        return self.memo(("analysis", item.name), build)
+
     def punctuated(self, name: str | None) -> Any:
         """:func:`~sst_interp.analyses.basin_profiles.punctuated_equilibrium` of the run."""
-        from sst_interp.analyses.basin_profiles import punctuated_equilibrium
-
-        item = self.run_input(name)
-        return self.memo(("pe", item.name), lambda: punctuated_equilibrium(item.run))
+        return self.analysis(name).punctuated
 
     def threshold(self, name: str | None) -> tuple[float, str]:
         """The low-overlap threshold of the run and where it came from (its GMM crossover, else the paper's)."""
-        from sst_interp.analyses.basins import GMMFit
-        from sst_interp.analyses.logit_dynamics import PAPER_THRESHOLD
-
-        pe = self.punctuated(name)
-        gmm = getattr(pe, "gmm", None)
-        if isinstance(gmm, GMMFit):
-            return float(gmm.threshold), "this run's GMM crossover"
-        return float(PAPER_THRESHOLD), "the paper's GMM crossover (this run has no fit)"
+        return self.analysis(name).threshold
 
     def labels(self, name: str | None) -> pd.DataFrame:
         """Regime labels (low-overlap / stable per compared iteration pair) at the run's threshold."""
-        from sst_interp.analyses.logit_dynamics import labels_from_run
-
-        item = self.run_input(name)
-        return self.memo(("labels", item.name),
-                         lambda: labels_from_run(item.run, threshold=self.threshold(item.name)[0]))
+        return self.analysis(name).regime_labels()
 
     def records(self, name: str | None) -> Any:
         """:class:`~sst_interp.analyses.logit_dynamics.LogitRecords` of the run (window = full positions)."""
-        from sst_interp.analyses.logit_dynamics import collect_records
-
-        item = self.run_input(name)
-        top_k = int(item.run.manifest.get("top_k") or 100)
-        window = int(item.run.manifest.get("full_positions") or 10)
-        return self.memo(("records", item.name), lambda: collect_records(
-            item.run, self.labels(item.name), max_positions=window, top_n=min(100, top_k)))
+        return self.analysis(name).logit_records()
 
     def convergence(self, name: str | None) -> Any:
         """:func:`~sst_interp.analyses.convergence.convergence_monitoring` of the run."""
-        from sst_interp.analyses.convergence import convergence_monitoring
-
-        item = self.run_input(name)
-        return self.memo(("convergence", item.name), lambda: convergence_monitoring(item.run))
+        return self.analysis(name).convergence()
 
     # ------------------------------------------------------------------------------------------ probe
     def probe(self, name: str | None) -> ProbeBundle | NotApplicable:
@@ -217,21 +209,19 @@ class ReportContext:
 
 
 def read_alpha(folder: Path) -> AlphaMatrix:
-    """``alpha_l = a_min + (a_max - a_min) * sigmoid(theta_l)`` for every layer of a checkpoint folder."""
+    """eq:alpha (:func:`sst_interp.paper.alpha_from_theta`) for every layer of a checkpoint folder."""
     from safetensors.numpy import load_file
 
-    from sst_interp.analyses.alpha import alpha_from_theta
     from sst_interp.model.checkpoint import STATE_FILE, read_checkpoint_config
 
     meta = read_checkpoint_config(folder)
     sst = meta["sst"]
-    a_min, a_max = float(sst.get("a_min", 0.015)), float(sst.get("a_max", 0.10))
-    theta_init = float(sst.get("theta_init", -1.8))
+    a_min, a_max = float(sst.get("a_min", A_MIN)), float(sst.get("a_max", A_MAX))
+    theta_init = float(sst.get("theta_init", THETA_INIT))
     tensors = load_file(str(folder / STATE_FILE))
     layers = sorted(int(k.split(".")[1]) for k in tensors if k.endswith(".theta"))
     if not layers:
         raise UsageError(f"{folder / STATE_FILE} holds no layers.*.theta tensors; it is not an SST checkpoint")
     theta = np.stack([np.asarray(tensors[f"layers.{i}.theta"], dtype=np.float64) for i in layers])
     alpha = alpha_from_theta(theta, a_min, a_max)
-    init = a_min + (a_max - a_min) / (1.0 + np.exp(-theta_init))
-    return AlphaMatrix(alpha, np.asarray(layers, dtype=np.int64), str(folder), float(init))
+    return AlphaMatrix(alpha, np.asarray(layers, dtype=np.int64), str(folder), alpha_init(theta_init, a_min, a_max))

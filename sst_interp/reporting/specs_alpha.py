@@ -10,7 +10,8 @@ import numpy as np
 import pandas as pd
 
 from sst_interp.analyses import alpha as alpha_analysis
-from sst_interp.analyses._common import NotApplicable, paper_layer
+from sst_interp.analyses.layers import paper_layer
+from sst_interp.analyses.results import NotApplicable
 from sst_interp.errors import UsageError
 from sst_interp.reporting import fig_alpha
 from sst_interp.reporting.artefacts import ArtefactData, ArtefactSpec

@@ -9,7 +9,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from sst_interp.analyses._common import NotApplicable
+from sst_interp.analyses.results import NotApplicable
 from sst_interp.reporting import fig_basins
 from sst_interp.reporting.artefacts import ArtefactData, ArtefactSpec, table_data
 from sst_interp.reporting.context import ReportContext

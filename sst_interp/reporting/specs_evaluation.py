@@ -6,7 +6,8 @@ from __future__ import annotations
 import pandas as pd
 
 from sst_interp.analyses import convergent, evaluation
-from sst_interp.analyses._common import NotApplicable
+from sst_interp.analyses.api import NotAvailable
+from sst_interp.analyses.results import NotApplicable
 from sst_interp.reporting import fig_evaluation
 from sst_interp.reporting.artefacts import ArtefactData, ArtefactSpec, table_data
 from sst_interp.reporting.context import ReportContext
@@ -69,26 +70,16 @@ def sankey(ctx: ReportContext, target: str | None) -> ArtefactData | NotApplicab
 
 
 def repetition(ctx: ReportContext, target: str | None) -> ArtefactData | NotApplicable:
-    """tab:repetition: per benchmark, SST staged / flat shallowest / flat deepest and the baseline."""
+    """tab:repetition: per benchmark, :meth:`RunAnalysis.repetition` (SST staged / flat shallowest / flat deepest
+    and the baseline)."""
     frames, notes = [], []
     for item in ctx.inputs.runs:
-        gens = item.run.generations()
-        depths = sorted(item.run.depths)
-        configs: dict[str, pd.DataFrame] = {}
-        base = ctx.inputs.baselines.get(item.name)
-        if base is not None:
-            configs[f"Baseline iter={_baseline_depth(base)}"] = evaluation.select_depth(base.run.generations(),
-                                                                                        _baseline_depth(base))
-        configs[f"SST flat iter={depths[0]}"] = evaluation.select_depth(gens, depths[0])
-        if len(depths) >= 2:
-            configs["SST staged"] = evaluation.select_staged(gens)
-            configs[f"SST flat iter={depths[-1]}"] = evaluation.select_depth(gens, depths[-1])
-        reference = next(iter(configs))
-        result = evaluation.repetition(configs, reference=reference)
-        if isinstance(result, NotApplicable):
-            notes.append(f"{item.benchmark}: {result.reason}")
+        try:
+            frame = ctx.analysis(item.name).repetition()
+        except NotAvailable as why:
+            notes.append(f"{item.benchmark}: {why}")
             continue
-        frame = result.table()
+        reference = str(frame["configuration"].iloc[0])
         frame.insert(0, "benchmark", item.benchmark)
         frames.append(frame)
         notes.append(f"{item.benchmark}: Mann-Whitney p compares each configuration with {reference}")

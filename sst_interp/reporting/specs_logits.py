@@ -7,7 +7,7 @@ from collections.abc import Callable
 from typing import Any
 
 from sst_interp.analyses import logit_dynamics as ld
-from sst_interp.analyses._common import NotApplicable
+from sst_interp.analyses.results import NotApplicable
 from sst_interp.reporting.artefacts import ArtefactData, ArtefactSpec, table_data
 from sst_interp.reporting.context import ReportContext
 

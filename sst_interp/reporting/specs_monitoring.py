@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from sst_interp.analyses._common import NotApplicable
+from sst_interp.analyses.results import NotApplicable
 from sst_interp.analyses.precision import precision_proof
 from sst_interp.reporting import fig_monitoring
 from sst_interp.reporting.artefacts import ArtefactData, ArtefactSpec, table_data

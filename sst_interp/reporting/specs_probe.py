@@ -10,7 +10,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from sst_interp.analyses._common import NotApplicable, paper_layer
+from sst_interp.analyses.layers import paper_layer
+from sst_interp.analyses.results import NotApplicable
 from sst_interp.reporting import fig_probe
 from sst_interp.reporting.artefacts import ArtefactData, ArtefactSpec, table_data
 from sst_interp.reporting.context import MECHANISTIC_PROBE_WIDTH, ProbeBundle, ReportContext

@@ -1,7 +1,7 @@
 """The run directory (DESIGN section 5): Parquet schemas, the background RunWriter and the streaming Run reader.
 
 ```
-run = Run.open(path)                       # validates manifest + shard footers
+run = Run.open(path)                       # validates the manifest fields + every shard's footer and columns
 for block in run.hidden(depth=2):          # one (question, turn) at a time
     block.values                           # [positions, iterations, layers, d] float32
 with RunWriter.create_or_resume(path, identity, manifest_extra) as writer:
@@ -24,6 +24,7 @@ from sst_interp.store.schema import (
     sketch_schema,
 )
 from sst_interp.store.space import SpaceEstimate, bytes_per_question, estimate, estimate_remaining
+from sst_interp.store.verify import VerifyReport, verify_run
 from sst_interp.store.writer import ResumeReport, RunWriter, check_out
 
 __all__ = [
@@ -40,6 +41,7 @@ __all__ = [
     "SCHEMA_VERSION",
     "SketchBlock",
     "SpaceEstimate",
+    "VerifyReport",
     "bf16_bits_to_float32",
     "bytes_per_question",
     "check_out",
@@ -50,4 +52,5 @@ __all__ = [
     "hidden_schema",
     "logits_schema",
     "sketch_schema",
+    "verify_run",
 ]

@@ -8,9 +8,14 @@ Layout of the manifest (JSON object):
   ``depth_policy``, ...);
 - ``status``: ``{depth: [question ids complete at that depth]}`` (JSON keys are strings);
 - ``batches``: ``{depth: [batch, ...]}`` where a batch is ``{"batch": int, "question_ids": [...],
-  "shards": {kind: {"file": relative path, "bytes": int, "rows": int, "question_ids": [...]}}}``.
+  "shards": {kind: {"file": relative path, "bytes": int, "rows": int, "question_ids": [...], "sha256": hex}}}``.
   A shard holds one row group per question, in the order of its ``question_ids``, so one question is read
   without reading the whole shard.
+- ``tables``: ``{"questions.parquet" | "generations.parquet" | "episodes.parquet": {"bytes": int, "sha256": hex}}``.
+
+``batches`` and ``tables`` are the writer's own (a cache for resume and for ``verify``): DESIGN section 5 makes
+only ``schema_version``, ``depths``, ``num_layers``, ``hidden_size``, ``dtype``, ``top_k``, ``full_positions``,
+``protocol``, ``prompt_mode`` and ``status`` a reader's to rely on (see :mod:`sst_interp.store.contract`).
 """
 
 from __future__ import annotations
@@ -76,6 +81,20 @@ def listed_files(manifest: dict[str, Any]) -> set[str]:
             for shard in batch["shards"].values():
                 files.add(shard["file"])
     return files
+
+
+def listed_shards(manifest: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    """Relative path -> the writer's index entry of every shard it lists (none for a run written by another tool;
+    entries not in this writer's shape are not the writer's and are left out)."""
+    listed: dict[str, dict[str, Any]] = {}
+    batches = manifest.get("batches")
+    for depth_batches in (batches.values() if isinstance(batches, dict) else []):
+        for batch in depth_batches if isinstance(depth_batches, list) else []:
+            shards = batch.get("shards") if isinstance(batch, dict) else None
+            for shard in (shards.values() if isinstance(shards, dict) else []):
+                if isinstance(shard, dict) and {"file", "bytes", "rows", "question_ids"} <= set(shard):
+                    listed[shard["file"]] = shard
+    return listed
 
 
 def completed_pairs(manifest: dict[str, Any]) -> set[tuple[str, int]]:

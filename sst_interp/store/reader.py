@@ -11,13 +11,16 @@ from typing import Any
 import numpy as np
 import pandas as pd
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from sst_interp.errors import UsageError
 from sst_interp.store import manifest as mf
 from sst_interp.store import schema as sch
+from sst_interp.store import contract, discovery, integrity
+from sst_interp.store.discovery import QuestionIndex, ShardFile
 from sst_interp.store.errors import CorruptRunError
-from sst_interp.store.validate import check_shard, check_table_file
+from sst_interp.store.validate import check_shard, check_table_file, read_footer
 
 
 @dataclass(frozen=True)
@@ -103,43 +106,62 @@ class GateBlock:
 
 
 class Run:
-    """A recorded run directory; open with :meth:`Run.open`."""
+    """A recorded run directory; open with :meth:`Run.open`.
 
-    def __init__(self, path: Path, manifest: dict[str, Any]) -> None:
+    The run is read from the contract of DESIGN section 5 alone: the required manifest fields, the tables, and
+    the shards found in the directory layout. Every page read is CRC-checked (when the file carries checksums,
+    as the writer's files do), so damaged values raise a CorruptRunError naming the file instead of being
+    returned.
+    """
+
+    def __init__(self, path: Path, manifest: dict[str, Any], shards: Sequence[ShardFile] = ()) -> None:
         self.path = path
         self.manifest = manifest
+        self._status: dict[int, list[str]] = {int(d): list(ids) for d, ids in manifest["status"].items()}
         self.depths: list[int] = sorted({int(d) for d in manifest.get("depths", [])}
-                                        | {int(d) for d, ids in manifest["status"].items() if ids})
+                                        | {d for d, ids in self._status.items() if ids})
         self.hidden_size: int = int(manifest.get("hidden_size", 0))
         self.num_layers: int = int(manifest.get("num_layers", 0))
         self.dtype: str = str(manifest.get("dtype", "float32"))
         self._question_order: list[str] | None = None
+        self._shards = list(shards)
+        self._indexes: dict[tuple[str, int], QuestionIndex] = {}
 
     @classmethod
     def open(cls, path: str | Path) -> Run:
-        """Open and validate a run: manifest, every listed shard's size, footer and row count.
+        """Open and validate a run.
 
-        Raises UsageError when ``path`` is not a run, CorruptRunError naming a damaged file.
+        Checks the manifest's required fields; finds every shard under ``KIND/depth=D/`` and reads its footer,
+        checking the contract columns and types; checks the tables' footers and columns; and, where the writer's
+        own index lists a shard, that the file is there with the listed size and row count. No data page is
+        read and no file is hashed here (that is ``python -m sst_interp.store verify``).
+
+        Raises UsageError when ``path`` is not a run, CorruptRunError naming a damaged or off-contract file.
         """
         path = Path(path)
-        if not (path / mf.MANIFEST_NAME).is_file():
+        target = path / mf.MANIFEST_NAME
+        if not target.is_file():
             raise UsageError(f"{path} is not a run directory (no {mf.MANIFEST_NAME}); pass the --out of a record run")
         try:
-            manifest = mf.read_manifest(path)
+            raw = mf.read_manifest(path)
         except ValueError as err:
-            raise CorruptRunError(f"{path / mf.MANIFEST_NAME} is not valid JSON ({err}); the run cannot be read, "
+            raise CorruptRunError(f"{target} is not valid JSON ({err}); the run cannot be read, "
                                   "record it again into a new --out") from err
-        if manifest.get("schema_version") != sch.SCHEMA_VERSION or "status" not in manifest:
-            raise UsageError(f"{path} has run schema version {manifest.get('schema_version')!r}; this package "
-                             f"reads version {sch.SCHEMA_VERSION}")
-        for batches in manifest.get("batches", {}).values():
-            for batch in batches:
-                for shard in batch["shards"].values():
-                    check_shard(path, shard)
-        for name in ("questions.parquet", "generations.parquet", "episodes.parquet"):
+        manifest = contract.check_manifest(target, raw)
+        listed = mf.listed_shards(manifest)
+        shards = []
+        for kind, depth, rel in discovery.shard_paths(path):
+            entry = listed.pop(rel, None)
+            meta = check_shard(path, entry) if entry is not None else read_footer(path / rel)
+            contract.check_shard_schema(path / rel, kind, meta.schema.to_arrow_schema(), manifest)
+            shards.append(ShardFile(kind, depth, rel, meta))
+        for rel in sorted(listed):
+            check_shard(path, listed[rel])  # listed by the writer but not in the layout: names the missing file
+        for name in discovery.TABLE_NAMES:
             if (path / name).exists():
-                check_table_file(path / name)
-        return cls(path, manifest)
+                meta = check_table_file(path / name)
+                contract.check_columns(path / name, meta.schema.to_arrow_schema(), contract.TABLE_COLUMNS[name])
+        return cls(path, manifest, shards)
 
     # ------------------------------------------------------------------------------------------ tables
     def questions(self) -> pd.DataFrame:
@@ -147,14 +169,14 @@ class Run:
         target = self.path / "questions.parquet"
         if not target.exists():
             return sch.QUESTIONS_SCHEMA.empty_table().to_pandas()
-        return pq.read_table(target).to_pandas()
+        return integrity.read_table(target).to_pandas()
 
     def generations(self) -> pd.DataFrame:
         """generations.parquet (one row per question, depth, turn), only completed (question, depth) pairs."""
         target = self.path / "generations.parquet"
         if not target.exists():
             return sch.GENERATIONS_SCHEMA.empty_table().to_pandas()
-        table = pq.read_table(target)
+        table = integrity.read_table(target)
         done = mf.completed_pairs(self.manifest)
         keep = [(q, int(d)) in done for q, d in zip(table.column("question_id").to_pylist(),
                                                       table.column("depth").to_pylist())]
@@ -183,19 +205,18 @@ class Run:
                 "correct": gens["correct"], "grader": gens["grader"], "depth_policy": gens["depth_policy"],
                 "chosen_depth": gens["chosen_depth"]})
             return frame.reset_index(drop=True)
-        table = pq.read_table(target)
+        table = integrity.read_table(target)
         keep = [(q, int(d)) in done for q, d in zip(table.column("question_id").to_pylist(),
                                                       table.column("depth").to_pylist())]
         return table.filter(pa.array(keep, type=pa.bool_())).to_pandas()
 
     def question_ids(self, depth: int | None = None) -> list[str]:
         """Completed question ids at ``depth`` (None: complete at every depth of the run), in questions order."""
-        status = self.manifest["status"]
         if depth is None:
-            sets = [set(status.get(str(d), [])) for d in self.depths]
+            sets = [set(self._status.get(d, [])) for d in self.depths]
             done = set.intersection(*sets) if sets else set()
         else:
-            done = set(status.get(str(int(depth)), []))
+            done = set(self._status.get(int(depth), []))
         order = self._order()
         ranked = [q for q in order if q in done]
         extra = sorted(done - set(order))
@@ -204,7 +225,7 @@ class Run:
     def _order(self) -> list[str]:
         if self._question_order is None:
             target = self.path / "questions.parquet"
-            self._question_order = (pq.read_table(target, columns=["question_id"]).column(0).to_pylist()
+            self._question_order = (integrity.read_table(target, ["question_id"]).column(0).to_pylist()
                                     if target.exists() else [])
         return self._question_order
 
@@ -215,7 +236,7 @@ class Run:
         for qid, table in self._tables("hidden", depth, question_ids):
             table = _filter(table, turn=turn, layer=layers, position=positions)
             for t, part in _by_turn(table):
-                grid = _Grid(part, ("position", "iteration", "layer"))
+                grid = _Grid(part, ("position", "iteration", "layer"), _where(self.path, "hidden", depth, qid, t))
                 values = sch.decode_hidden_values(part.column("values"), self.hidden_size, self.dtype)
                 yield HiddenBlock(qid, t, *grid.axes, grid.scatter(values, np.nan, np.float32))
 
@@ -225,7 +246,7 @@ class Run:
         for qid, table in self._tables("logits", depth, question_ids):
             table = _filter(table, turn=turn)
             for t, part in _by_turn(table):
-                grid = _Grid(part, ("position", "iteration"))
+                grid = _Grid(part, ("position", "iteration"), _where(self.path, "logits", depth, qid, t))
                 col = part.column
                 yield LogitBlock(
                     qid, t, *grid.axes,
@@ -244,7 +265,7 @@ class Run:
         for qid, table in self._tables("sketch", depth, question_ids):
             table = _filter(table, turn=turn)
             for t, part in _by_turn(table):
-                grid = _Grid(part, ("position", "iteration", "layer"))
+                grid = _Grid(part, ("position", "iteration", "layer"), _where(self.path, "sketch", depth, qid, t))
                 top = sch.decode_fixed_list(part.column("top_indices"), np.int32)
                 yield SketchBlock(qid, t, *grid.axes, grid.scatter(top, -1, np.int32))
 
@@ -254,7 +275,7 @@ class Run:
         for qid, table in self._tables("gates", depth, question_ids):
             table = _filter(table, turn=turn)
             for t, part in _by_turn(table):
-                grid = _Grid(part, ("position", "iteration", "layer"))
+                grid = _Grid(part, ("position", "iteration", "layer"), _where(self.path, "gates", depth, qid, t))
                 frac = grid.scatter(part.column("active_fraction").to_numpy(), np.nan, np.float32)
                 bits = None
                 if "sign_bits" in part.schema.names:
@@ -266,7 +287,8 @@ class Run:
                 yield GateBlock(qid, t, *grid.axes, frac, bits)
 
     def _tables(self, kind: str, depth: int, question_ids: Sequence[str] | None) -> Iterator[tuple[str, pa.Table]]:
-        """Yield (question id, that question's rows of ``kind`` at ``depth``), reading one row group each."""
+        """Yield (question id, that question's rows of ``kind`` at ``depth``), reading only the row groups that hold
+        it (one, for the writer's shards)."""
         depth = int(depth)
         done = self.question_ids(depth)
         if question_ids is None:
@@ -277,35 +299,71 @@ class Run:
             if missing:
                 raise UsageError(f"questions {missing[:5]} are not recorded at depth {depth} in {self.path}; "
                                  f"see run.question_ids({depth})")
-        index = mf.shard_index(self.manifest, kind, depth)
-        open_files: dict[str, pq.ParquetFile] = {}
-        try:
-            for qid in wanted:
-                if qid not in index:
-                    continue  # the question has no rows of this kind (e.g. no sketch positions generated)
-                rel, group = index[qid]
-                if rel not in open_files:
-                    open_files.clear()
-                    open_files[rel] = pq.ParquetFile(self.path / rel)
-                table = open_files[rel].read_row_group(group)
-                if table.num_rows and table.column("question_id")[0].as_py() != qid:
-                    raise CorruptRunError(f"shard {self.path / rel} row group {group} does not hold question "
-                                          f"{qid!r}; delete it and rerun the same record command to resume")
-                yield qid, table
-        finally:
-            open_files.clear()
+        index = self._index(kind, depth)
+        reader = _GroupReader(self.path, {s.rel: s.metadata for s in self._shards})
+        for qid in wanted:
+            places = index.places.get(qid)
+            if not places:
+                continue  # the question has no rows of this kind (e.g. no sketch positions generated)
+            parts = [reader.rows(rel, group, qid, pinned=(rel, group) in index.pinned) for rel, group in places]
+            yield qid, parts[0] if len(parts) == 1 else pa.concat_tables(parts, promote_options="permissive")
+
+    def _index(self, kind: str, depth: int) -> QuestionIndex:
+        """Where each question's rows of ``kind`` at ``depth`` are (built on first use from the footers)."""
+        key = (kind, int(depth))
+        if key not in self._indexes:
+            files = [s for s in self._shards if s.kind == kind and s.depth == int(depth)]
+            self._indexes[key] = QuestionIndex.build(self.path, files)
+        return self._indexes[key]
 
     def config(self) -> dict[str, Any]:
         """The manifest without the bookkeeping keys (status, batches), for display."""
         return {k: v for k, v in self.manifest.items() if k not in ("status", "batches")}
 
     def __repr__(self) -> str:
-        counts = {d: len(self.manifest["status"].get(str(d), [])) for d in self.depths}
+        counts = {d: len(self._status.get(d, [])) for d in self.depths}
         return f"Run({str(self.path)!r}, depths={counts}, d={self.hidden_size}, L={self.num_layers}, {self.dtype})"
 
     def to_json(self) -> str:
         """The manifest as JSON text."""
         return json.dumps(self.manifest, indent=1)
+
+
+class _GroupReader:
+    """Reads row groups with CRC-checked pages, keeping one file open and the last shared row group decoded, so
+    questions that share a row group (files written by other tools) do not read it once per question."""
+
+    def __init__(self, run_path: Path, footers: dict[str, pq.FileMetaData]) -> None:
+        self._run_path = run_path
+        self._footers = footers  # read on open: a file is not parsed twice
+        self._file: tuple[str, pq.ParquetFile] | None = None
+        self._last: tuple[tuple[str, int], pa.Table] | None = None
+
+    def rows(self, rel: str, group: int, qid: str, pinned: bool) -> pa.Table:
+        """The rows of question ``qid`` in row group ``group`` of ``rel``; ``pinned``: its statistics say it holds
+        only ``qid``, which is checked, since footers carry no checksum."""
+        table = self._group(rel, group)
+        ids = table.column("question_id")
+        same = pc.equal(ids, pa.scalar(qid, ids.type.value_type if pa.types.is_dictionary(ids.type) else ids.type))
+        if pinned:
+            if table.num_rows and not pc.all(same).as_py():
+                raise CorruptRunError(f"shard {self._run_path / rel} row group {group} does not hold only question "
+                                      f"{qid!r}; {integrity.REPAIR_ADVICE}")
+            return table
+        return table.filter(same)
+
+    def _group(self, rel: str, group: int) -> pa.Table:
+        if self._last is not None and self._last[0] == (rel, group):
+            return self._last[1]
+        if self._file is None or self._file[0] != rel:
+            self._file = (rel, integrity.open_parquet(self._run_path / rel, self._footers.get(rel)))
+        table = integrity.read_row_group(self._file[1], self._run_path / rel, group)
+        self._last = ((rel, group), table)
+        return table
+
+
+def _where(path: Path, kind: str, depth: int, qid: str, turn: int) -> str:
+    return f"{path}/{kind}/depth={int(depth)} question {qid!r} turn {turn}"
 
 
 def _filter(table: pa.Table, **conditions: Any) -> pa.Table:
@@ -331,11 +389,17 @@ def _by_turn(table: pa.Table) -> Iterator[tuple[int, pa.Table]]:
 class _Grid:
     """Scatter rows keyed by coordinate columns into a dense array over the sorted unique coordinates."""
 
-    def __init__(self, table: pa.Table, names: Sequence[str]) -> None:
+    def __init__(self, table: pa.Table, names: Sequence[str], where: str) -> None:
         coords = [table.column(n).to_numpy().astype(np.int64) for n in names]
         self.axes = [np.unique(c) for c in coords]
         self.index = tuple(np.searchsorted(axis, c) for axis, c in zip(self.axes, coords))
         self.shape = tuple(len(a) for a in self.axes)
+        # rows of one question may come from several row groups or files: a coordinate twice means two writes
+        # of the same cell (e.g. a copied shard), which would otherwise overwrite each other silently
+        flat = np.ravel_multi_index(self.index, self.shape) if table.num_rows else np.zeros(0, np.int64)
+        if np.unique(flat).size != flat.size:
+            raise CorruptRunError(f"{where} holds the same ({', '.join(names)}) more than once; the run has a "
+                                  "duplicated shard or row group: remove the copy")
 
     def scatter(self, rows: np.ndarray, fill: Any, dtype: Any) -> np.ndarray:
         """rows: [N, ...] -> [*grid shape, ...]; cells with no row hold ``fill``."""

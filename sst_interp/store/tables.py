@@ -22,6 +22,7 @@ import pyarrow.parquet as pq
 
 from sst_interp.store import schema as sch
 from sst_interp.store.atomic import atomic_open
+from sst_interp.store.integrity import HashingSink, Written
 
 SORT_KEYS = {
     "hidden": ("turn", "position", "iteration", "layer"),
@@ -118,9 +119,9 @@ def _bytes_rows(bits: Any, order: np.ndarray | None) -> list[bytes]:
     return rows
 
 
-def write_shard(table: pa.Table, present: Sequence[str], final: Path, compression: str) -> int:
-    """Write ``table`` to ``final`` with one row group per question (rows grouped as ``present``), via a temp
-    name + fsync + os.replace. Returns the file size in bytes."""
+def write_shard(table: pa.Table, present: Sequence[str], final: Path, compression: str) -> Written:
+    """Write ``table`` to ``final`` with one row group per question (rows grouped as ``present``) and a CRC per
+    page, via a temp name + fsync + os.replace. Returns the file size in bytes and its sha256."""
     final.parent.mkdir(parents=True, exist_ok=True)
     qids = table.column("question_id").to_numpy(zero_copy_only=False)
     bounds = np.flatnonzero(qids[1:] != qids[:-1]) + 1 if len(qids) else np.array([], dtype=np.int64)
@@ -129,19 +130,32 @@ def write_shard(table: pa.Table, present: Sequence[str], final: Path, compressio
     if len(starts) != len(present):
         raise ValueError("rows of one question must be contiguous in a shard")
     stats = [name for name in STATISTICS if name in table.schema.names]
-    with atomic_open(final) as sink:
-        with pq.ParquetWriter(
-            sink, table.schema, compression=compression, use_dictionary=["question_id"], write_statistics=stats
-        ) as writer:
+    with atomic_open(final) as handle:
+        sink = HashingSink(handle)
+        with pq.ParquetWriter(sink, table.schema, compression=compression, use_dictionary=["question_id"],
+                              write_statistics=stats, write_page_checksum=True) as writer:
             for start, end in zip(starts, ends):
                 writer.write_table(table.slice(start, end - start), row_group_size=max(1, end - start))
-    return final.stat().st_size
+    return Written(final.stat().st_size, sink.hexdigest())
 
 
-def write_table_atomic(table: pa.Table, final: Path, compression: str = "zstd") -> None:
-    """Write a small table (questions, generations) to ``final`` via temp name + fsync + os.replace."""
-    with atomic_open(final) as sink:
-        pq.write_table(table, sink, compression=compression)
+def write_table_atomic(table: pa.Table, final: Path, compression: str = "zstd",
+                       row_groups: Sequence[int] | None = None) -> Written:
+    """Write a small table (questions, generations, episodes) to ``final`` with a CRC per page, via temp name +
+    fsync + os.replace. ``row_groups``: row counts of consecutive row groups (the writer gives each batch its
+    own, so that damage to one batch's rows leaves the others readable); None: pyarrow's default grouping.
+    Returns the file size in bytes and its sha256."""
+    sizes = [n for n in (row_groups if row_groups is not None else [table.num_rows]) if n > 0]
+    if sum(sizes) != table.num_rows:
+        raise ValueError(f"row groups of {sum(sizes)} rows for a table of {table.num_rows}")
+    with atomic_open(final) as handle:
+        sink = HashingSink(handle)
+        with pq.ParquetWriter(sink, table.schema, compression=compression, write_page_checksum=True) as writer:
+            start = 0
+            for size in sizes:
+                writer.write_table(table.slice(start, size), row_group_size=size)
+                start += size
+    return Written(final.stat().st_size, sink.hexdigest())
 
 
 def _contract_table(frame: pd.DataFrame, schema: pa.Schema) -> pa.Table:

@@ -1,4 +1,5 @@
-"""Check shard files against the manifest: present, same size, a readable Parquet footer, same row count."""
+"""Cheap structural checks of run files: a readable Parquet footer, and for a shard the writer's index lists,
+presence, size and row count. Content (pages, sha256) is checked by :mod:`sst_interp.store.integrity`."""
 
 from __future__ import annotations
 
@@ -13,11 +14,19 @@ from sst_interp.store.errors import CorruptRunError
 _ADVICE = "delete it and rerun the same record command to resume (its questions are recorded again)"
 
 
-def check_shard(run_path: Path, shard: dict[str, Any]) -> None:
+def read_footer(target: Path) -> pq.FileMetaData:
+    """The Parquet footer of ``target``; CorruptRunError naming the file when it cannot be read."""
+    try:
+        return pq.read_metadata(target)
+    except (OSError, pa.ArrowException) as err:
+        raise CorruptRunError(f"shard {target} has an unreadable Parquet footer ({err}); {_ADVICE}") from err
+
+
+def check_shard(run_path: Path, shard: dict[str, Any]) -> pq.FileMetaData:
     """Raise CorruptRunError when the shard ``shard["file"]`` does not match its manifest entry.
 
     Checks existence, byte size, the Parquet footer (pyarrow.parquet.read_metadata), the row count and that
-    there is one row group per listed question.
+    there is one row group per listed question. Returns the footer.
     """
     target = run_path / shard["file"]
     if not target.exists():
@@ -27,20 +36,18 @@ def check_shard(run_path: Path, shard: dict[str, Any]) -> None:
     if size != shard["bytes"]:
         raise CorruptRunError(f"shard {target} is truncated or changed ({size} bytes, the manifest says "
                               f"{shard['bytes']}); {_ADVICE}")
-    try:
-        meta = pq.read_metadata(target)
-    except (OSError, pa.ArrowException) as err:
-        raise CorruptRunError(f"shard {target} has an unreadable Parquet footer ({err}); {_ADVICE}") from err
+    meta = read_footer(target)
     if meta.num_rows != shard["rows"] or meta.num_row_groups != len(shard["question_ids"]):
         raise CorruptRunError(f"shard {target} holds {meta.num_rows} rows in {meta.num_row_groups} row groups, the "
                               f"manifest says {shard['rows']} rows for {len(shard['question_ids'])} questions; "
                               f"{_ADVICE}")
+    return meta
 
 
-def check_table_file(target: Path) -> None:
-    """Raise CorruptRunError when a top-level table (questions/generations.parquet) has no readable footer."""
+def check_table_file(target: Path) -> pq.FileMetaData:
+    """The footer of a top-level table (questions/generations/episodes.parquet); CorruptRunError when unreadable."""
     try:
-        pq.read_metadata(target)
+        return pq.read_metadata(target)
     except (OSError, pa.ArrowException) as err:
         raise CorruptRunError(f"{target} has an unreadable Parquet footer ({err}); delete it and rerun the same "
                               "record command") from err

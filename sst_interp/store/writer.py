@@ -4,12 +4,16 @@ Commit order for one batch (so a kill at any point loses no completed question a
 shards are written to temporary names and renamed, then ``generations.parquet`` is rewritten (temp + rename),
 then ``manifest.json`` is rewritten atomically, marking the batch's questions complete. On resume, temporary
 files, shards the manifest does not list and generation rows of incomplete questions are removed.
+
+Integrity: every file is written with a CRC per Parquet page, and its sha256 (hashed as it is written) goes into
+the manifest. Resume checks every listed shard's sha256 and re-records the batches whose shards fail; a damaged
+generations or episodes table keeps its readable row groups (one per batch) and the batches whose rows were
+lost are re-recorded.
 """
 
 from __future__ import annotations
 
 import errno
-import fcntl
 import os
 import queue
 import shutil
@@ -19,23 +23,25 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import filelock
 import pandas as pd
 import pyarrow as pa
-import pyarrow.parquet as pq
 
 from sst_interp import __version__
 from sst_interp.errors import UsageError
 from sst_interp.store import manifest as mf
 from sst_interp.store import schema as sch
-from sst_interp.store import tables
+from sst_interp.store import integrity, tables
 from sst_interp.store.atomic import is_temp_name
 from sst_interp.store.errors import CorruptRunError
 from sst_interp.store.validate import check_shard, check_table_file
 
 LOCK_NAME = ".lock"
+QUESTIONS_NAME = "questions.parquet"
+GENERATIONS_NAME = "generations.parquet"
 EPISODES_NAME = "episodes.parquet"
 LAYOUT_KEYS = ("hidden_size", "num_layers", "dtype", "top_k", "sketch_k")
-RESERVED_KEYS = ("schema_version", "identity", "status", "batches", "next_batch")
+RESERVED_KEYS = ("schema_version", "identity", "status", "batches", "next_batch", "tables")
 
 
 @dataclass
@@ -54,12 +60,16 @@ class ResumeReport:
     Args:
         resumed: True when an existing run was continued.
         removed: relative paths of temporary files and unlisted shards that were deleted.
-        redo: ``{depth: [question ids]}`` whose listed shards were missing, so they are recorded again.
+        redo: ``{depth: [question ids]}`` whose listed shards were missing or damaged, so they are recorded
+            again.
+        damaged: relative paths of files that failed verification (sha256 or page checksums); their batches are
+            in ``redo`` (a damaged questions.parquet is removed and written again by ``write_questions``).
     """
 
     resumed: bool = False
     removed: list[str] = field(default_factory=list)
     redo: dict[int, list[str]] = field(default_factory=dict)
+    damaged: list[str] = field(default_factory=list)
 
 
 class RunWriter:
@@ -77,6 +87,9 @@ class RunWriter:
         self._error: BaseException | None = None
         self._pending: dict[int, set[str]] = {}
         self._state_lock = threading.Lock()
+        # held from copying the manifest to installing the rewritten one, so the writer thread's batch commits
+        # and write_questions' table record never overwrite each other's changes
+        self._commit_lock = threading.Lock()
         self._closed = False
         self.bytes_written = 0
         self._next_batch = max(int(manifest.get("next_batch", 1)), 1 + max(
@@ -133,9 +146,9 @@ class RunWriter:
             raise ValueError("question ids must be unique")
         table = pa.Table.from_pandas(frame[sch.QUESTIONS_SCHEMA.names], schema=sch.QUESTIONS_SCHEMA,
                                      preserve_index=False)
-        target = self.path / "questions.parquet"
+        target = self.path / QUESTIONS_NAME
         if target.exists():
-            old = pq.read_table(target)
+            old = integrity.read_table(target)
             old_rows = {row["question_id"]: row for row in old.to_pylist()}
             new_rows = []
             for row in table.to_pylist():
@@ -148,7 +161,12 @@ class RunWriter:
             if not new_rows:
                 return
             table = pa.concat_tables([old, pa.Table.from_pylist(new_rows, schema=sch.QUESTIONS_SCHEMA)])
-        self._guard_disk(lambda: tables.write_table_atomic(table, target), target)
+        with self._commit_lock:
+            written = self._guard_disk(lambda: tables.write_table_atomic(table, target), target)
+            with self._state_lock:
+                new_manifest = mf.normalise(self._manifest)
+            _record_table(new_manifest, QUESTIONS_NAME, written)
+            self._commit(new_manifest)
 
     def submit(self, depth: int, question_ids: Sequence[str], generations: Any = None, hidden: Any = None,
                logits: Any = None, sketch: Any = None, gates: Any = None, episodes: Any = None) -> None:
@@ -245,34 +263,54 @@ class RunWriter:
             rel = f"{kind}/depth={job.depth}/part-{batch_id:06d}.parquet"
             compression = self._hidden_compression if kind == "hidden" else self._compression
             final = self.path / rel
-            size = self._guard_disk(lambda: tables.write_shard(table, present, final, compression), final)
-            self.bytes_written += size
-            entry["shards"][kind] = {"file": rel, "bytes": size, "rows": table.num_rows, "question_ids": present}
+            written = self._guard_disk(lambda: tables.write_shard(table, present, final, compression), final)
+            self.bytes_written += written.bytes
+            entry["shards"][kind] = {"file": rel, "bytes": written.bytes, "rows": table.num_rows,
+                                     "question_ids": present, "sha256": written.sha256}
+        appended = {}
         if job.generations is not None:
-            gen_table = tables.generations_table(job.generations, job.depth, job.question_ids)
-            target = self.path / "generations.parquet"
-            if target.exists():
-                gen_table = pa.concat_tables([pq.read_table(target), gen_table], promote_options="permissive")
-            self._guard_disk(lambda: tables.write_table_atomic(gen_table, target), target)
+            rows = tables.generations_table(job.generations, job.depth, job.question_ids)
+            appended[GENERATIONS_NAME] = self._append_rows(GENERATIONS_NAME, rows)
         if job.episodes is not None:
-            episode_table = tables.episodes_table(job.episodes, job.depth, job.question_ids)
-            target = self.path / EPISODES_NAME
-            if target.exists():
-                episode_table = pa.concat_tables([pq.read_table(target), episode_table], promote_options="permissive")
-            self._guard_disk(lambda: tables.write_table_atomic(episode_table, target), target)
+            rows = tables.episodes_table(job.episodes, job.depth, job.question_ids)
+            appended[EPISODES_NAME] = self._append_rows(EPISODES_NAME, rows)
+        with self._commit_lock:
+            self._commit_batch(job, batch_id, entry, appended)
+
+    def _append_rows(self, name: str, rows: pa.Table) -> integrity.Written:
+        """Rewrite table ``name`` with ``rows`` appended as a row group of their own (old rows page-checked)."""
+        target = self.path / name
+        groups = [rows.num_rows]
+        if target.exists():
+            handle = integrity.open_parquet(target)
+            old = integrity.read_table(target)
+            groups = [handle.metadata.row_group(i).num_rows for i in range(handle.metadata.num_row_groups)] + groups
+            rows = pa.concat_tables([old, rows], promote_options="permissive")
+        return self._guard_disk(lambda: tables.write_table_atomic(rows, target, row_groups=groups), target)
+
+    def _commit_batch(self, job: _Job, batch_id: int, entry: dict[str, Any],
+                      appended: dict[str, integrity.Written]) -> None:
+        """Mark the batch complete in a rewritten manifest (the caller holds the commit lock)."""
         with self._state_lock:
             new_manifest = mf.normalise(self._manifest)
+        for name, written in appended.items():
+            _record_table(new_manifest, name, written)
         key = str(job.depth)
         new_manifest["batches"].setdefault(key, []).append(entry)
         new_manifest["status"].setdefault(key, []).extend(job.question_ids)
         new_manifest["next_batch"] = batch_id + 1  # shard names are never reused, even after a dropped batch
         if job.depth not in new_manifest.get("depths", []):
             new_manifest["depths"] = sorted(set(new_manifest.get("depths", [])) | {job.depth})
+        self._commit(new_manifest)
+        with self._state_lock:
+            self._pending[job.depth].difference_update(job.question_ids)
+
+    def _commit(self, new_manifest: dict[str, Any]) -> None:
+        """Write ``new_manifest`` atomically and make it the current one (the caller holds the commit lock)."""
         self._guard_disk(lambda: mf.write_json_atomic(self.path / mf.MANIFEST_NAME, new_manifest),
                          self.path / mf.MANIFEST_NAME)
         with self._state_lock:
             self._manifest = new_manifest
-            self._pending[job.depth].difference_update(job.question_ids)
 
     def _guard_disk(self, action: Any, target: Path) -> Any:
         try:
@@ -290,14 +328,30 @@ class RunWriter:
 # ---------------------------------------------------------------------------------------------- helpers
 
 
-def _acquire_lock(path: Path) -> Any:
-    handle = open(path / LOCK_NAME, "a+b")
+class _HeldLock:
+    """The run directory's lock while a writer holds it; :meth:`close` releases it."""
+
+    def __init__(self, lock: filelock.FileLock) -> None:
+        self._lock = lock
+
+    def close(self) -> None:
+        """Release the lock."""
+        self._lock.release()
+
+
+def _acquire_lock(path: Path) -> _HeldLock:
+    """Take ``<path>/.lock`` without waiting; a second writer on the same run is a one-line UsageError.
+
+    filelock locks with flock on POSIX and msvcrt on Windows. ``thread_local=False`` so that the release works
+    whichever thread closes the writer; ``timeout=0`` because waiting for another recording to finish would look
+    like a hang.
+    """
+    lock = filelock.FileLock(path / LOCK_NAME, timeout=0, thread_local=False)
     try:
-        fcntl.flock(handle.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        handle.close()
+        lock.acquire()
+    except filelock.Timeout:
         raise UsageError(f"another process is recording into {path}; wait for it or pick another --out") from None
-    return handle
+    return _HeldLock(lock)
 
 
 def _base_manifest(identity: dict[str, Any], manifest_extra: dict[str, Any]) -> dict[str, Any]:
@@ -310,9 +364,20 @@ def _base_manifest(identity: dict[str, Any], manifest_extra: dict[str, Any]) -> 
     manifest.update(manifest_extra)
     manifest.setdefault("depths", [])
     manifest["depths"] = sorted({int(d) for d in manifest["depths"]})
+    manifest.setdefault("protocol", "completion")  # a required field of DESIGN section 5; episodes set codeact
     manifest["status"] = {}
     manifest["batches"] = {}
+    manifest["tables"] = {}
     return mf.normalise(manifest)
+
+
+def _record_table(manifest: dict[str, Any], name: str, written: integrity.Written | None) -> None:
+    """Record (or, with None, forget) a table's size and sha256 in the writer's part of the manifest."""
+    recorded = manifest.setdefault("tables", {})
+    if written is None:
+        recorded.pop(name, None)
+    else:
+        recorded[name] = {"bytes": written.bytes, "sha256": written.sha256}
 
 
 def _create(path: Path, identity: dict[str, Any], extra: dict[str, Any]) -> tuple[dict[str, Any], ResumeReport]:
@@ -372,8 +437,10 @@ def _validated_manifest(path: Path, identity: dict[str, Any], extra: dict[str, A
 
 def _resume(path: Path, identity: dict[str, Any], extra: dict[str, Any]) -> tuple[dict[str, Any], ResumeReport]:
     manifest = _validated_manifest(path, identity, extra)
+    on_disk = mf.normalise(manifest)
     report = ResumeReport(resumed=True)
     _drop_missing_batches(path, manifest, report)
+    _check_questions(path, manifest, report)
     _filter_generations(path, manifest, report)
     _remove_strays(path, manifest, report)
     updated = mf.normalise(manifest)
@@ -382,14 +449,15 @@ def _resume(path: Path, identity: dict[str, Any], extra: dict[str, Any]) -> tupl
             updated["depths"] = sorted(set(updated.get("depths", [])) | {int(d) for d in value})
         elif key not in RESERVED_KEYS:
             updated[key] = value
-    if updated != manifest or report.redo:
+    if updated != on_disk or report.redo:
         mf.write_json_atomic(path / mf.MANIFEST_NAME, updated)
     return updated, report
 
 
 def _drop_missing_batches(path: Path, manifest: dict[str, Any], report: ResumeReport) -> None:
-    """Batches with a missing shard (deleted by the user after a CorruptRunError) are dropped and redone;
-    a shard present but damaged is a CorruptRunError naming it."""
+    """Batches with a missing shard (deleted by the user after a CorruptRunError) or a shard whose content fails
+    verification (sha256, or page checksums where no sha256 is recorded) are dropped and redone; a shard
+    present but structurally damaged (size, footer, row count) is a CorruptRunError naming it."""
     for depth, batches in manifest.get("batches", {}).items():
         for batch in list(batches):
             missing = [s for s in batch["shards"].values() if not (path / s["file"]).exists()]
@@ -398,6 +466,32 @@ def _drop_missing_batches(path: Path, manifest: dict[str, Any], report: ResumeRe
                 continue
             for shard in batch["shards"].values():
                 check_shard(path, shard)
+            damaged = [s["file"] for s in batch["shards"].values() if not _content_intact(path / s["file"], s)]
+            if damaged:
+                report.damaged.extend(damaged)
+                _drop_batch(path, manifest, depth, batch, report)
+
+
+def _content_intact(target: Path, recorded: dict[str, Any] | None) -> bool:
+    """True when ``target``'s bytes match the recorded sha256 or, with none recorded (runs from before
+    checksums), when every page passes its CRC check."""
+    if recorded is not None and "sha256" in recorded:
+        return integrity.sha256_file(target) == recorded["sha256"]
+    try:
+        integrity.scan_pages(target)
+    except CorruptRunError:
+        return False  # the caller re-records what this file held
+    return True
+
+
+def _check_questions(path: Path, manifest: dict[str, Any], report: ResumeReport) -> None:
+    """A damaged questions.parquet is removed (and its record forgotten): write_questions, which every record
+    command calls on resume, writes it again from the same data (the identity's data sha256 guarantees it)."""
+    target = path / QUESTIONS_NAME
+    if target.exists() and not _content_intact(target, manifest.get("tables", {}).get(QUESTIONS_NAME)):
+        target.unlink()
+        report.damaged.append(QUESTIONS_NAME)
+        _record_table(manifest, QUESTIONS_NAME, None)
 
 
 def _drop_batch(path: Path, manifest: dict[str, Any], depth: str, batch: dict[str, Any],
@@ -431,12 +525,18 @@ def _filter_generations(path: Path, manifest: dict[str, Any], report: ResumeRepo
     updated), and redo batches whose rows are gone (a table deleted after a CorruptRunError). Batches are dropped
     first, for both tables, so that no table keeps rows of a batch the other one's check dropped."""
     loaded = {}
-    for name, flag in (("generations.parquet", "generations"), (EPISODES_NAME, "episodes")):
+    rewrite = set()
+    for name, flag in ((GENERATIONS_NAME, "generations"), (EPISODES_NAME, "episodes")):
         target = path / name
         table = None
         if target.exists():
             check_table_file(target)
-            table = pq.read_table(target)
+            table, bad_groups = integrity.readable_row_groups(target)
+            recorded = manifest.get("tables", {}).get(name)
+            sha_bad = recorded is not None and integrity.sha256_file(target) != recorded["sha256"]
+            if bad_groups or sha_bad:  # rows of the damaged row groups are gone: their batches are redone below
+                report.damaged.append(name)
+                rewrite.add(name)
         loaded[name] = table
         present = set() if table is None else {
             (q, int(d)) for q, d in zip(table.column("question_id").to_pylist(), table.column("depth").to_pylist())}
@@ -450,5 +550,23 @@ def _filter_generations(path: Path, manifest: dict[str, Any], report: ResumeRepo
             continue
         pairs = zip(table.column("question_id").to_pylist(), table.column("depth").to_pylist())
         keep = [(q, int(d)) in done for q, d in pairs]
-        if not all(keep):
-            tables.write_table_atomic(table.filter(pa.array(keep, type=pa.bool_())), path / name)
+        if not all(keep) or name in rewrite:
+            kept = table.filter(pa.array(keep, type=pa.bool_()))
+            written = tables.write_table_atomic(kept, path / name, row_groups=_batch_row_groups(kept, manifest))
+            _record_table(manifest, name, written)
+
+
+def _batch_row_groups(table: pa.Table, manifest: dict[str, Any]) -> list[int]:
+    """Row counts of runs of consecutive rows from the same batch: the row groups a rewritten table keeps, so
+    that damage to one batch's rows stays confined to that batch."""
+    batch_of = {(q, int(depth)): b["batch"] for depth, batches in manifest.get("batches", {}).items()
+                for b in batches for q in b["question_ids"]}
+    ids = [batch_of.get((q, int(d)), -1) for q, d in zip(table.column("question_id").to_pylist(),
+                                                            table.column("depth").to_pylist())]
+    sizes: list[int] = []
+    for i, batch in enumerate(ids):
+        if i and batch == ids[i - 1]:
+            sizes[-1] += 1
+        else:
+            sizes.append(1)
+    return sizes

@@ -16,103 +16,39 @@ Examples::
 from __future__ import annotations
 
 import argparse
-import dataclasses
-import re
 import sys
-import typing
 from collections.abc import Sequence
-from typing import Any
+from pathlib import Path
 
+from sst_interp.cli_args import add_config_flags, config_parser, given_fields
 from sst_interp.errors import cli_entry
 from sst_interp.train.config import TrainConfig, demo_config
 
 
-def _field_help() -> dict[str, str]:
-    """Field name -> its line(s) in the ``Args:`` section of the TrainConfig docstring."""
-    doc = TrainConfig.__doc__ or ""
-    helps: dict[str, str] = {}
-    current = None
-    for line in doc.split("Args:", 1)[-1].splitlines():
-        match = re.match(r"^\s{8}(\w+): (.*)$", line)
-        if match:
-            current = match.group(1)
-            helps[current] = match.group(2)
-        elif current and line.strip():
-            helps[current] += " " + line.strip()
-    return {k: v.replace("%", "%%") for k, v in helps.items()}
-
-
-def _parse_list(kind: type) -> Any:
-    def parse(text: str) -> list:
-        items = [item.strip() for item in text.split(",") if item.strip()]
-        try:
-            return [kind(item) for item in items]
-        except ValueError as err:
-            raise argparse.ArgumentTypeError(f"expected a comma-separated list of {kind.__name__}, got {text!r}") from err
-
-    return parse
-
-
-def _parse_mapping(text: str) -> dict[str, int]:
-    mapping: dict[str, int] = {}
-    for item in (part.strip() for part in text.split(",")):
-        if not item:
-            continue
-        token, sep, value = item.rpartition("=")
-        if not sep or not token:
-            raise argparse.ArgumentTypeError(f"expected TOKEN=ID pairs separated by commas, got {item!r}")
-        try:
-            mapping[token] = int(value)
-        except ValueError as err:
-            raise argparse.ArgumentTypeError(f"token id must be an integer in {item!r}") from err
-    return mapping
-
-
 def build_parser() -> argparse.ArgumentParser:
-    """The argument parser: ``--demo`` plus one flag per :class:`TrainConfig` field (defaults left unset)."""
-    parser = argparse.ArgumentParser(
-        prog="python -m sst_interp.train",
-        description="Two-pass SST training (paper sec:two_pass) or the matched one-pass baseline (--baseline).",
+    """The argument parser: ``--demo`` plus one flag per :class:`TrainConfig` field.
+
+    Flags that are not given stay out of the parsed namespace, so ``--demo`` can tell them from its own settings.
+    """
+    parser = config_parser(
+        "python -m sst_interp.train",
+        "Two-pass SST training (paper sec:two_pass) or the matched one-pass baseline (--baseline).",
     )
     parser.add_argument("--demo", action="store_true",
-                        help="demo preset: a small SST on the default backbone, CPU, a few minutes, procedural data")
-    helps = _field_help()
-    hints = typing.get_type_hints(TrainConfig)
-    for field in dataclasses.fields(TrainConfig):
-        flag = "--" + field.name.replace("_", "-")
-        kind = hints[field.name]
-        options: dict[str, Any] = {"dest": field.name, "default": None, "help": helps.get(field.name, "")}
-        if kind is bool:
-            options["action"] = argparse.BooleanOptionalAction
-        elif kind in (int, float, str):
-            options["type"] = kind
-        elif kind == (str | None):
-            options["type"] = str
-        elif kind == (int | None):
-            options["type"] = int
-        elif kind == (list[int] | None):
-            options["type"] = _parse_list(int)
-        elif kind == list[str]:
-            options["type"] = _parse_list(str)
-        elif kind == dict[str, int]:
-            options["type"] = _parse_mapping
-            options["metavar"] = "TOKEN=ID,..."
-        else:  # pragma: no cover - a new field type must be handled here
-            raise TypeError(f"no CLI mapping for {field.name}: {kind}")
-        parser.add_argument(flag, **options)
+                        help="demo preset: a small SST on the default backbone, CPU, a few minutes, procedural data "
+                             "(changes some of the defaults below; see sst_interp.train.config.demo_config)")
+    add_config_flags(parser, TrainConfig, omit_unset=True)
     return parser
 
 
 def config_from_args(args: argparse.Namespace) -> TrainConfig:
     """The :class:`TrainConfig` of parsed arguments (the demo preset or the paper's defaults, then the flags)."""
-    given = {f.name: getattr(args, f.name) for f in dataclasses.fields(TrainConfig) if getattr(args, f.name) is not None}
+    given = given_fields(TrainConfig, args)
     if args.demo:
         if given.get("baseline"):
             given.setdefault("out", "runs/train-demo-baseline")
         config = demo_config(**given)
         if config.train_data is None:
-            from pathlib import Path
-
             from sst_interp.train.demo_data import write_demo_data
 
             train, val = write_demo_data(Path(config.out) / "data")

@@ -7,11 +7,13 @@ flag of ``python -m sst_interp.train`` (``--lr-sst`` sets ``lr_sst``, and so on)
 from __future__ import annotations
 
 import json
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import asdict, dataclass, fields
 from typing import Any
 
+from sst_interp.cli_args import arg
 from sst_interp.codeact.format import GEMMA3_ACTION_IDS
 from sst_interp.errors import UsageError
+from sst_interp.paper import A_MAX, A_MIN, THETA_INIT
 
 #: The paper's LoRA targets: attention QKV+O, MLP {gate, up, down}, lm_head (tab:hyperparameters).
 PAPER_LORA_TARGETS: tuple[str, ...] = (
@@ -34,102 +36,73 @@ QUANTIZE_CHOICES: tuple[str, ...] = ("auto", "nf4", "none")
 class TrainConfig:
     """One training run: the SST (two-pass) or, with ``baseline``, the matched one-pass LoRA baseline.
 
-    Args:
-        train_data: JSONL file of training examples (see :mod:`sst_interp.train.data` for the row formats).
-        val_data: JSONL file of validation examples; ``None`` disables validation and early stopping.
-        out: output folder: logs, ``best/`` and ``last/`` checkpoints, ``summary.json``.
-        model: backbone: ``"default"`` (Gemma 3 270M), a local Hugging Face folder, a ``.gguf`` file or a hub id.
-        baseline: train the matched baseline (sec:baseline_ft): same data, order and optimiser; no SST, one pass.
-        state_scale: SST state scale, ``"unit"`` (the paper) or ``"hidden"`` (see :class:`sst_interp.model.SSTConfig`).
-        theta_init: initial blend logit (paper: -1.8).
-        a_min: lower bound of alpha (paper: 0.015).
-        a_max: upper bound of alpha (paper: 0.10).
-        update: SST state update, ``"direct"`` (the paper) or ``"ema_linked"``.
-        sst_layers: decoder layers with a state stream; ``None`` means all (the paper).
-        text_field: JSON key that holds a pre-formatted chat string (app:dataset_format). The paper does not name
-            the key; ``"text"`` is our choice.
-        model_turn_start: marker that opens a model turn; tokens after it are labelled (app:dataset_format).
-        turn_end: marker that closes a turn; the closing marker of a model turn is labelled too.
-        action_tokens: custom token strings and the reserved vocabulary ids they map to (paper: ``<execute>`` ->
-            262140, ``</execute>`` -> 262141).
-        max_seq_len: longest training sequence in tokens (paper: 8192); longer examples are cut on the right.
-        pack: concatenate consecutive examples into sequences of at most ``max_seq_len`` tokens; each document
-            starts from a zero state and attends only to itself. Off by default (the paper does not pack).
-        lora_r: LoRA rank (paper: 64).
-        lora_alpha: LoRA scaling alpha (paper: 64).
-        lora_dropout: LoRA dropout (paper: 0.05).
-        lora_targets: module names that get LoRA adapters (paper: attention QKV+O, MLP gate/up/down, lm_head).
-        quantize: ``"auto"`` (NF4 QLoRA when CUDA is present, plain LoRA otherwise), ``"nf4"`` or ``"none"``.
-        lr_lora: peak learning rate of the LoRA group (paper: 1e-4).
-        lr_sst: constant learning rate of the SST group (paper: 1e-2).
-        warmup_steps: linear warmup steps of the LoRA group before cosine decay (paper: 10).
-        weight_decay: AdamW weight decay of both groups (paper: 0).
-        adam_beta1: AdamW beta1 (paper: 0.9).
-        adam_beta2: AdamW beta2 (paper: 0.999).
-        adam_eps: AdamW epsilon (paper: 1e-8).
-        max_grad_norm: gradient clipping norm over all trainable parameters (paper: 1.0).
-        micro_batch_size: sequences per forward (paper: 1).
-        grad_accum: micro-batches per optimiser step (paper: 16).
-        max_steps: optimiser steps at most (paper: 2000); also the length of the cosine schedule.
-        eval_every: validate (and save ``last/``) every this many optimiser steps. The paper does not state its
-            interval; 10 is our choice (its best steps, 410 and 280, are both multiples of 10).
-        patience: stop after this many validations without a new best validation loss (paper: 4).
-        gradient_checkpointing: recompute layer activations in the backward pass (paper: on).
-        offload_checkpoints: keep checkpointed activations in host memory (the paper's "offloaded gradient
-            checkpointing"); only useful on an accelerator.
-        ce_chunk_size: labelled positions per chunk of the chunked cross-entropy (the LM head's logits of one chunk
-            are the only ones alive at a time).
-        dtype: compute dtype of the backbone: ``"auto"`` is bfloat16 on CUDA and float32 on CPU.
-        device: ``"auto"`` (CUDA if present, else CPU), ``"cpu"`` or ``"cuda"``.
-        seed: seed of torch's generator (LoRA initialisation and dropout).
-        threads: torch intra-op threads for the command line run; ``None`` keeps torch's default (on a shared CPU,
-            1 avoids the stalls of oversubscribed threads).
-        preset: name of the preset the config came from (``"paper"`` or ``"demo"``), recorded in the outputs.
+    Each field's documentation is its ``help`` (``python -m sst_interp.train --help`` lists them all).
     """
 
-    train_data: str | None = None
-    val_data: str | None = None
-    out: str = "runs/train"
-    model: str = "default"
-    baseline: bool = False
-    state_scale: str = "unit"
-    theta_init: float = -1.8
-    a_min: float = 0.015
-    a_max: float = 0.10
-    update: str = "direct"
-    sst_layers: list[int] | None = None
-    text_field: str = "text"
-    model_turn_start: str = "<start_of_turn>model"
-    turn_end: str = "<end_of_turn>"
-    action_tokens: dict[str, int] = field(default_factory=lambda: dict(PAPER_ACTION_TOKENS))
-    max_seq_len: int = 8192
-    pack: bool = False
-    lora_r: int = 64
-    lora_alpha: float = 64.0
-    lora_dropout: float = 0.05
-    lora_targets: list[str] = field(default_factory=lambda: list(PAPER_LORA_TARGETS))
-    quantize: str = "auto"
-    lr_lora: float = 1e-4
-    lr_sst: float = 1e-2
-    warmup_steps: int = 10
-    weight_decay: float = 0.0
-    adam_beta1: float = 0.9
-    adam_beta2: float = 0.999
-    adam_eps: float = 1e-8
-    max_grad_norm: float = 1.0
-    micro_batch_size: int = 1
-    grad_accum: int = 16
-    max_steps: int = 2000
-    eval_every: int = 10
-    patience: int = 4
-    gradient_checkpointing: bool = True
-    offload_checkpoints: bool = False
-    ce_chunk_size: int = 1024
-    dtype: str = "auto"
-    device: str = "auto"
-    seed: int = 0
-    threads: int | None = None
-    preset: str = "paper"
+    train_data: str | None = arg(None, help="JSONL file of training examples (see sst_interp.train.data for the row "
+                                            "formats)")
+    val_data: str | None = arg(None, help="JSONL file of validation examples; none disables validation and early "
+                                          "stopping")
+    out: str = arg("runs/train", help="output folder: logs, best/ and last/ checkpoints, summary.json")
+    model: str = arg("default", help="backbone: default (Gemma 3 270M), a local Hugging Face folder, a .gguf file "
+                                     "or a hub id")
+    baseline: bool = arg(False, help="train the matched baseline (sec:baseline_ft): same data, order and optimiser; "
+                                     "no SST, one pass")
+    state_scale: str = arg("unit", help="SST state scale: unit (the paper) or hidden (see sst_interp.model.SSTConfig)")
+    theta_init: float = arg(THETA_INIT, help="initial blend logit (paper: -1.8)")
+    a_min: float = arg(A_MIN, help="lower bound of alpha (paper: 0.015)")
+    a_max: float = arg(A_MAX, help="upper bound of alpha (paper: 0.10)")
+    update: str = arg("direct", help="SST state update: direct (the paper) or ema_linked")
+    sst_layers: list[int] | None = arg(None, help="decoder layers with a state stream (default: all, the paper)")
+    text_field: str = arg("text", help="JSON key that holds a pre-formatted chat string (app:dataset_format); the "
+                                       "paper does not name the key, text is our choice")
+    model_turn_start: str = arg("<start_of_turn>model", help="marker that opens a model turn; tokens after it are "
+                                                             "labelled (app:dataset_format)")
+    turn_end: str = arg("<end_of_turn>", help="marker that closes a turn; the closing marker of a model turn is "
+                                              "labelled too")
+    action_tokens: dict[str, int] = arg(default_factory=lambda: dict(PAPER_ACTION_TOKENS), metavar="TOKEN=ID,...",
+                                        help="custom token strings and the reserved vocabulary ids they map to "
+                                             "(paper: <execute> -> 262140, </execute> -> 262141)")
+    max_seq_len: int = arg(8192, help="longest training sequence in tokens (paper: 8192); longer examples are cut "
+                                      "on the right")
+    pack: bool = arg(False, help="concatenate consecutive examples into sequences of at most max_seq_len tokens; "
+                                 "each document starts from a zero state and attends only to itself (off by "
+                                 "default: the paper does not pack)")
+    lora_r: int = arg(64, help="LoRA rank (paper: 64)")
+    lora_alpha: float = arg(64.0, help="LoRA scaling alpha (paper: 64)")
+    lora_dropout: float = arg(0.05, help="LoRA dropout (paper: 0.05)")
+    lora_targets: list[str] = arg(default_factory=lambda: list(PAPER_LORA_TARGETS),
+                                  help="module names that get LoRA adapters (paper: attention QKV+O, MLP "
+                                       "gate/up/down, lm_head)")
+    quantize: str = arg("auto", help="auto (NF4 QLoRA when CUDA is present, plain LoRA otherwise), nf4 or none")
+    lr_lora: float = arg(1e-4, help="peak learning rate of the LoRA group (paper: 1e-4)")
+    lr_sst: float = arg(1e-2, help="constant learning rate of the SST group (paper: 1e-2)")
+    warmup_steps: int = arg(10, help="linear warmup steps of the LoRA group before cosine decay (paper: 10)")
+    weight_decay: float = arg(0.0, help="AdamW weight decay of both groups (paper: 0)")
+    adam_beta1: float = arg(0.9, help="AdamW beta1 (paper: 0.9)")
+    adam_beta2: float = arg(0.999, help="AdamW beta2 (paper: 0.999)")
+    adam_eps: float = arg(1e-8, help="AdamW epsilon (paper: 1e-8)")
+    max_grad_norm: float = arg(1.0, help="gradient clipping norm over all trainable parameters (paper: 1.0)")
+    micro_batch_size: int = arg(1, help="sequences per forward (paper: 1)")
+    grad_accum: int = arg(16, help="micro-batches per optimiser step (paper: 16)")
+    max_steps: int = arg(2000, help="optimiser steps at most (paper: 2000); also the length of the cosine schedule")
+    eval_every: int = arg(10, help="validate (and save last/) every this many optimiser steps; the paper does not "
+                                   "state its interval, 10 is our choice (its best steps, 410 and 280, are both "
+                                   "multiples of 10)")
+    patience: int = arg(4, help="stop after this many validations without a new best validation loss (paper: 4)")
+    gradient_checkpointing: bool = arg(True, help="recompute layer activations in the backward pass (paper: on)")
+    offload_checkpoints: bool = arg(False, help="keep checkpointed activations in host memory (the paper's "
+                                                "\"offloaded gradient checkpointing\"); only useful on an "
+                                                "accelerator")
+    ce_chunk_size: int = arg(1024, help="labelled positions per chunk of the chunked cross-entropy (the LM head's "
+                                        "logits of one chunk are the only ones alive at a time)")
+    dtype: str = arg("auto", help="compute dtype of the backbone: auto is bfloat16 on CUDA and float32 on CPU")
+    device: str = arg("auto", help="auto (CUDA if present, else CPU), cpu or cuda")
+    seed: int = arg(0, help="seed of torch's generator (LoRA initialisation and dropout)")
+    threads: int | None = arg(None, help="torch intra-op threads for the command line run (default: torch's; on a "
+                                         "shared CPU, 1 avoids the stalls of oversubscribed threads)")
+    preset: str = arg("paper", help="name of the preset the config came from (paper or demo), recorded in the "
+                                    "outputs")
 
     def __post_init__(self) -> None:
         positive = ("max_seq_len", "lora_r", "micro_batch_size", "grad_accum", "max_steps", "eval_every",

@@ -5,7 +5,8 @@ A run folder holds:
 - ``best/``: the checkpoint with the lowest validation loss (the final one when there is no validation data). For
   the SST it is an SST checkpoint (:func:`sst_interp.model.checkpoint.save_checkpoint`: ``sst_config.json``,
   ``sst_state.safetensors``, ``adapter/``) that ``load_checkpoint`` and the recorder's ``--checkpoint`` load; for
-  the baseline it is ``adapter/`` plus ``baseline.json`` (load it with :func:`load_baseline_checkpoint`).
+  the baseline it is ``adapter/`` plus ``baseline.json`` (load it with
+  :func:`sst_interp.model.baseline_checkpoint.load_baseline_checkpoint`).
 - ``last/``: the latest checkpoint plus ``trainer_state.json`` (step, data position, early-stopping state, scheduler)
   and ``optimizer.safetensors`` (AdamW moments and the random generator states), for resuming.
 
@@ -24,18 +25,16 @@ import torch
 from safetensors.torch import load_file, save_file
 
 from sst_interp.errors import UsageError
+from sst_interp.model.baseline_checkpoint import write_baseline_meta
+from sst_interp.model.checkpoint import ADAPTER_DIR, save_checkpoint
 from sst_interp.train.modeling import TrainModel
 
 TRAINER_STATE = "trainer_state.json"
 OPTIMIZER_STATE = "optimizer.safetensors"
-BASELINE_META = "baseline.json"
-ADAPTER_DIR = "adapter"
 
 
 def save_model(model: TrainModel, folder: Path, backbone_id: str, extra: dict[str, Any]) -> None:
     """Write the trained weights to ``folder`` (an SST checkpoint, or the baseline's adapter + ``baseline.json``)."""
-    from sst_interp.model.checkpoint import save_checkpoint
-
     folder.mkdir(parents=True, exist_ok=True)
     # The adapter only: peft would otherwise also save the whole (frozen, tied) embedding matrix because lm_head is
     # an adapter target (671 MB for Gemma 3 270M).
@@ -43,22 +42,7 @@ def save_model(model: TrainModel, folder: Path, backbone_id: str, extra: dict[st
     if model.sst is not None:
         save_checkpoint(model.sst, folder, backbone_id=backbone_id, extra=extra, save_adapter=False)
         return
-    meta = {"kind": "baseline", "backbone": backbone_id, "extra": extra}
-    (folder / BASELINE_META).write_text(json.dumps(meta, indent=2))
-
-
-def load_baseline_checkpoint(backbone, folder: str | Path):
-    """Merge a baseline checkpoint's adapter into ``backbone`` and return the merged model (a plain causal LM).
-
-    Raises:
-        UsageError: the folder is not a baseline checkpoint.
-    """
-    from peft import PeftModel
-
-    folder = Path(folder)
-    if not (folder / BASELINE_META).is_file() or not (folder / ADAPTER_DIR).is_dir():
-        raise UsageError(f"{folder} is not a baseline checkpoint (needs {BASELINE_META} and {ADAPTER_DIR}/)")
-    return PeftModel.from_pretrained(backbone, str(folder / ADAPTER_DIR)).merge_and_unload()
+    write_baseline_meta(folder, backbone_id, extra)
 
 
 def replace_folder(target: Path, write) -> None:  # noqa: ANN001 - write: Callable[[Path], None]

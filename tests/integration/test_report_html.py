@@ -15,7 +15,7 @@ from urllib.parse import unquote, urlparse
 import pytest
 
 from sst_interp.reporting import ReportConfig, build_report
-from sst_interp.reporting.artefacts import UNSUPPORTED
+from sst_interp.reporting.registry import UNSUPPORTED
 from tests.unit.reporting.builders import (
     theta_matrix,
     write_baseline_run,

@@ -18,3 +18,12 @@ def test_pyproject_lists_every_package():
             found.add(name)
     assert found - listed == set(), f"add to [tool.setuptools] packages: {sorted(found - listed)}"
     assert config["package-dir"] == {"sst_interp.hooks": "hooks", "sst_interp.analyses": "analyses"}
+
+
+def test_report_templates_ship_as_package_data():
+    config = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]
+    folder = ROOT / "sst_interp" / "reporting"
+    patterns = config["package-data"]["sst_interp.reporting"]
+    templates = [p.relative_to(folder) for p in (folder / "templates").iterdir() if p.is_file()]
+    assert templates, "sst_interp/reporting/templates is empty"
+    assert all(any(t.match(pattern) for pattern in patterns) for t in templates), (templates, patterns)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pandas as pd
 import pytest
 
 from sst_interp.record import RecordArgs, main, parse_args, staged_capacity
@@ -83,5 +84,9 @@ def test_out_holding_something_else_is_refused_before_loading_a_model(capsys, tm
 
 def test_staged_capacity_counts_a_question_once_it_was_correct_at_any_lower_depth():
     correct = {1: {"a"}, 2: {"b"}, 3: {"a", "c"}, 4: set()}
-    assert staged_capacity(correct, ["a", "b", "c", "d"], [1, 2, 3, 4]) == {1: 1, 2: 2, 3: 3, 4: 3}
-    assert staged_capacity(correct, ["a", "d"], [1, 2, 3, 4]) == {1: 1, 2: 1, 3: 1, 4: 1}
+
+    def matrix(questions: list[str]) -> pd.DataFrame:
+        return pd.DataFrame({d: [q in correct[d] for q in questions] for d in (4, 3, 2, 1)}, index=questions)
+
+    assert staged_capacity(matrix(["a", "b", "c", "d"])) == {1: 1, 2: 2, 3: 3, 4: 3}
+    assert staged_capacity(matrix(["a", "d"])) == {1: 1, 2: 1, 3: 1, 4: 1}

@@ -8,8 +8,9 @@ from sst_interp.probe.io import ProbeMeta, save_probe
 from sst_interp.probe.model import HaltingProbe, ProbeConfig
 from sst_interp.record import main as record_main
 from sst_interp.store import Run
+from tests.unit.conftest import FAST, save_tiny_model
 
-from .test_record_support import FAST, one_thread, save_tiny_model  # noqa: F401 - fixture import
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 PROBE_LAYER = 1
 I_MAX = 3

@@ -14,7 +14,9 @@ import pytest
 
 from sst_interp.record import main
 from sst_interp.store import Run
-from tests.unit.test_record_support import FAST, one_thread, save_tiny_model  # noqa: F401 (fixture)
+from tests.unit.conftest import FAST, save_tiny_model
+
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 QUESTIONS = 12
 DEPTHS = (1, 2)

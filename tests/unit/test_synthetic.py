@@ -12,7 +12,7 @@ import pytest
 from sst_interp.errors import UsageError
 from sst_interp.store import Run
 from sst_interp.synthetic import SyntheticSpec, write_synthetic_run
-from sst_interp.synthetic_plan import halting_labels, layer_profile_weights
+from sst_interp.synthetic.plan import halting_labels, layer_profile_weights
 
 SPEC = dict(n_questions=6, depths=(1, 2, 3, 4), full_positions=6, sketch_positions=4, num_layers=5,
             hidden_size=256, top_k=24, batch_questions=3, seed=7)

@@ -7,7 +7,7 @@ import pandas as pd
 import pytest
 
 from sst_interp.analyses import alpha as al
-from sst_interp.analyses._common import NotApplicable
+from sst_interp.analyses.results import NotApplicable
 from sst_interp.errors import UsageError
 
 

@@ -7,7 +7,7 @@ import pytest
 from scipy import stats
 from sklearn.mixture import GaussianMixture
 
-from sst_interp.analyses._common import NotApplicable
+from sst_interp.analyses.results import NotApplicable
 from sst_interp.analyses.basin_profiles import (
     HeatmapData,
     LayerProfile,

@@ -6,16 +6,16 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from sst_interp.analyses._common import NotApplicable
 from sst_interp.analyses.convergence import (
     ConvergenceResult,
     convergence_from_arrays,
     convergence_monitoring,
-    correct_depth,
     l2_deltas,
     step_outcomes,
 )
+from sst_interp.analyses.results import NotApplicable
 from sst_interp.errors import UsageError
+from sst_interp.outcomes import first_correct_depth as correct_depth
 from sst_interp.store import Run
 from sst_interp.synthetic import SyntheticSpec, write_synthetic_run
 

@@ -5,19 +5,19 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from sst_interp.analyses._common import NotApplicable
 from sst_interp.analyses.basins import classify_positions
 from sst_interp.analyses.divergence import (
     CausalOrdering,
     DivergenceResult,
     causal_ordering,
     divergence,
-    first_divergence,
     first_divergence_any,
     first_true,
     pos0_divergence,
     pre_divergence_mask,
 )
+from sst_interp.analyses.results import NotApplicable
+from sst_interp.outcomes import first_divergence
 from sst_interp.store import Run
 from sst_interp.synthetic import SyntheticSpec, write_synthetic_run
 

@@ -7,8 +7,10 @@ import pandas as pd
 import pytest
 
 from sst_interp.analyses import evaluation as ev
-from sst_interp.analyses._common import NotApplicable
+from sst_interp.analyses import repetition as rep
+from sst_interp.analyses.results import NotApplicable
 from sst_interp.errors import UsageError
+from sst_interp.outcomes import staged_depth
 
 # Per-question pass/fail patterns at flat depths 1..4 planted to match GPQA-Diamond in the paper:
 # flat accuracies 101, 93, 94, 85 of 198; staged 101, 112, 114, 121; 30 regressions and 14
@@ -143,32 +145,32 @@ def test_bad_generations_table_is_usage_error():
 def test_sentence_repetition_hand_cases():
     long_a = "This sentence is long enough to count."
     long_b = "Another sentence that is long enough."
-    assert ev.sentence_repetition(f"{long_a} {long_a} {long_b}") == pytest.approx(2 / 3)
-    assert ev.sentence_repetition(f"{long_a}\n{long_b}") == 0.0
-    assert ev.sentence_repetition("Short. Short. Short.") == 0.0  # below 20 characters
-    assert ev.sentence_repetition("") == 0.0
+    assert rep.sentence_repetition(f"{long_a} {long_a} {long_b}") == pytest.approx(2 / 3)
+    assert rep.sentence_repetition(f"{long_a}\n{long_b}") == 0.0
+    assert rep.sentence_repetition("Short. Short. Short.") == 0.0  # below 20 characters
+    assert rep.sentence_repetition("") == 0.0
 
 
 def test_loop_detection():
-    assert ev.has_loop("Intro text. " + "I will check again. " * 10)
-    assert not ev.has_loop("Intro text. " + "I will check again. " * 2)
-    assert not ev.has_loop("A normal answer with no repetition at all, ending here.")
+    assert rep.has_loop("Intro text. " + "I will check again. " * 10)
+    assert not rep.has_loop("Intro text. " + "I will check again. " * 2)
+    assert not rep.has_loop("A normal answer with no repetition at all, ending here.")
 
 
 def test_repetition_table_and_mann_whitney(gpqa):
     s1, s2 = "First sentence long enough here.", "Second sentence long enough here."
     a = pd.DataFrame({"question_id": ["q1", "q1", "q2"], "text": [f"{s1} {s1}", f"{s1} {s2}", s2]})
     b = pd.DataFrame({"question_id": ["q1", "q2"], "text": [s1, "loop. " + "again and again " * 20]})
-    res = ev.repetition({"a": a, "b": b}, reference="b")
+    res = rep.repetition({"a": a, "b": b}, reference="b")
     t = res.table().set_index("configuration")
     # q1: mean(1.0, 0.0) = 0.5; q2: 0.0 -> 25%
     assert t.loc["a", "sentence_repetition"] == pytest.approx(25.0)
     assert t.loc["b", "sentence_repetition"] == 0.0
     assert (t.loc["a", "loops"], t.loc["b", "loops"]) == (0, 1)
     assert 0.0 < t.loc["a", "mann_whitney_p"] <= 1.0
-    staged = ev.select_staged(gpqa)
+    staged = rep.select_staged(gpqa)
     assert len(staged) == 198
-    assert ev.staged_choice(gpqa).value_counts().to_dict() == {1: 101, 2: 11, 3: 2, 4: 84}
+    assert staged_depth(ev.correctness_matrix(gpqa)).value_counts().to_dict() == {1: 101, 2: 11, 3: 2, 4: 84}
 
 
 def test_synthetic_run_recovers_planted_correctness(tmp_path):

@@ -7,7 +7,7 @@ import pandas as pd
 import pytest
 
 from sst_interp.analyses import logit_dynamics as ld
-from sst_interp.analyses._common import NotApplicable
+from sst_interp.analyses.results import NotApplicable
 from sst_interp.errors import UsageError
 from sst_interp.store import LogitBlock, Run
 from sst_interp.synthetic import SyntheticSpec, write_synthetic_run

@@ -5,7 +5,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from sst_interp.analyses._common import NotApplicable, scaled_top_k
+from sst_interp.analyses.layers import scaled_top_k
+from sst_interp.analyses.results import NotApplicable
 from sst_interp.analyses.overlap import (
     OverlapResult,
     cross_run_overlap,

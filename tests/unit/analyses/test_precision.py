@@ -8,7 +8,7 @@ import pytest
 
 from sst_interp.analyses import precision as pr
 from sst_interp.analyses import stats
-from sst_interp.analyses._common import NotApplicable
+from sst_interp.analyses.results import NotApplicable
 from sst_interp.analyses.logit_dynamics import labels_from_overlap
 from sst_interp.errors import UsageError
 from sst_interp.store import Run

@@ -62,6 +62,8 @@ def test_offline_hub_download_is_a_usage_error(monkeypatch: pytest.MonkeyPatch) 
         raise OSError("network unreachable")
 
     monkeypatch.setattr("huggingface_hub.hf_hub_download", offline)
+    # Online as far as the pre-check can tell (the test session itself runs with HF_HUB_OFFLINE=1).
+    monkeypatch.setattr("sst_interp.data.files.hub_unreachable_reason", lambda: None)
     with pytest.raises(UsageError, match="could not download openai/gsm8k.*pass --data PATH"):
         load_questions("gsm8k")
     assert calls == [

@@ -3,13 +3,8 @@
 from __future__ import annotations
 
 import pytest
-import torch
 
 
 @pytest.fixture(autouse=True)
-def one_thread():
-    """Tiny models run ~10x faster on one intra-op thread on a shared, busy machine."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+def _one_thread(one_thread: None) -> None:
+    """Every hooks test runs tiny models on one torch thread (``one_thread`` is in tests/unit/conftest.py)."""

@@ -8,15 +8,17 @@ from transformers import GPT2Config, GPT2LMHeadModel
 
 from sst_interp.errors import UsageError
 from sst_interp.model import FixedDepth, GenerationConfig, SSTConfig, SSTModel, generate
-from sst_interp.model.testing import tiny_gemma3, tiny_llama
+from sst_interp.model.testing import tiny_gemma3
 
-from .conftest import BUILDERS, make_sst
+from tests.unit.conftest import tiny_backbone
+
+from .conftest import make_sst
 
 
 @pytest.mark.parametrize("family", ["gemma3", "llama"])
 def test_blend_off_gives_exactly_the_backbone(tokenizer, family):
-    reference = BUILDERS[family]()
-    sst = SSTModel.from_backbone(BUILDERS[family](), SSTConfig(state_scale="hidden"))
+    reference = tiny_backbone(family)
+    sst = SSTModel.from_backbone(tiny_backbone(family), SSTConfig(state_scale="hidden"))
     ids = torch.tensor([tokenizer("blend off is the backbone").input_ids])
     with torch.no_grad():
         expected = reference(ids).logits

@@ -14,7 +14,7 @@ from sst_interp.analyses import logit_dynamics as ld
 from sst_interp.analyses.basin_profiles import punctuated_equilibrium
 from sst_interp.reporting import ReportConfig, build_report
 from sst_interp.reporting import build as build_module
-from sst_interp.reporting.artefacts import UNSUPPORTED, all_specs
+from sst_interp.reporting.registry import UNSUPPORTED, all_specs
 from sst_interp.reporting.context import read_alpha
 from sst_interp.store import Run
 from tests.unit.reporting.builders import (

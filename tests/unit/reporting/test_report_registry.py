@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from sst_interp.errors import UsageError
-from sst_interp.reporting.artefacts import UNSUPPORTED, all_specs, plan
+from sst_interp.reporting.registry import UNSUPPORTED, all_specs, plan
 from sst_interp.reporting.build import select
 
 #: Every \label{fig:...} and \label{tab:...} of paper/sst_v2.tex.

@@ -6,10 +6,10 @@ import json
 from pathlib import Path
 
 import pytest
-import torch
 
-from sst_interp.model.testing import char_tokenizer, tiny_gemma3, tiny_llama
+from sst_interp.model.testing import char_tokenizer
 from sst_interp.train.config import TrainConfig
+from tests.unit.conftest import tiny_backbone  # noqa: F401 - the training tests import it from here
 
 ACTIONS = {"<execute>": 126, "</execute>": 127}
 
@@ -22,12 +22,8 @@ def chat_tokenizer():
 
 
 @pytest.fixture(autouse=True)
-def one_thread():
-    """One torch thread: tiny models gain nothing from more, and a shared 2-core machine stalls with them."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+def _one_thread(one_thread: None) -> None:
+    """Every training test runs tiny models on one torch thread (``one_thread`` is in tests/unit/conftest.py)."""
 
 
 @pytest.fixture(scope="session")
@@ -77,8 +73,3 @@ def tiny_config(tmp_path: Path, **overrides) -> TrainConfig:
     )
     settings.update(overrides)
     return TrainConfig(**settings)
-
-
-def tiny_backbone(family: str = "gemma3", dtype=torch.float64):
-    builder = {"gemma3": tiny_gemma3, "llama": tiny_llama}[family]
-    return builder(dtype=dtype)

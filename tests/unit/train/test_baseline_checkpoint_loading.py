@@ -5,7 +5,7 @@ import torch
 from sst_interp.model import GenerationConfig, generate
 from sst_interp.model.loading import ModelSpec, build_sst
 from sst_interp.train import Trainer
-from sst_interp.train.state import load_baseline_checkpoint
+from sst_interp.model.baseline_checkpoint import load_baseline_checkpoint
 
 from .conftest import chat_tokenizer, tiny_backbone, tiny_config
 

@@ -15,7 +15,8 @@ from sst_interp.train.loop import micro_batch_loss
 from sst_interp.train.loss import chunked_cross_entropy
 from sst_interp.train.modeling import build_train_model
 from sst_interp.train.optim import build_optimizer, build_scheduler
-from sst_interp.train.state import load_baseline_checkpoint, save_model
+from sst_interp.model.baseline_checkpoint import load_baseline_checkpoint
+from sst_interp.train.state import save_model
 
 from .conftest import chat_rows, tiny_backbone, tiny_config
 

@@ -1,31 +1,16 @@
-"""Shared pieces of every analysis: the result base class, ``NotApplicable`` and layer bands.
+"""Layer bands: the paper's 62-layer numbers mapped onto a model of any depth.
 
-Every measurement in :mod:`sst_interp.analyses` returns either a subclass of
-:class:`AnalysisResult` (a frozen dataclass whose ``.table()`` is shaped like the
-paper's table) or a :class:`NotApplicable` that says why the run cannot support
-the measurement (a single depth, no low-overlap positions, every question
-correct, ...). Analyses never crash on such runs and never return tables of NaNs.
-
-Layer bands: the paper's model has 62 layers and names bands such as "gate
-activity peaks in layers 22--30". :func:`layer_band` maps a band given as
-fractions of depth onto any model, and :func:`paper_band` / :func:`paper_layer`
-translate the paper's 62-layer numbers. Layer ``l`` of an ``L``-layer model sits
-at fraction ``l / (L - 1)`` (layer 0 is 0.0, the last layer is 1.0), so the
-paper's bands round-trip exactly at ``L = 62``.
+The paper's model has 62 layers and names bands such as "gate activity peaks in layers 22--30". :func:`layer_band`
+maps a band given as fractions of depth onto any model, and :func:`paper_band` / :func:`paper_layer` translate the
+paper's 62-layer numbers. Layer ``l`` of an ``L``-layer model sits at fraction ``l / (L - 1)`` (layer 0 is 0.0, the
+last layer is 1.0), so the paper's bands round-trip exactly at ``L = 62``. :func:`scaled_top_k` scales the paper's
+top-k to another hidden size the same way.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, fields
-from typing import ClassVar
-
-import pandas as pd
-
 from sst_interp.errors import UsageError
-
-PAPER_NUM_LAYERS = 62
-PAPER_HIDDEN_SIZE = 5376
-PAPER_TOP_K = 1024
+from sst_interp.paper import PAPER_HIDDEN_SIZE, PAPER_NUM_LAYERS, PAPER_TOP_K
 
 # Named layer bands of the paper (inclusive layer numbers of the 62-layer model).
 PAPER_BANDS: dict[str, tuple[int, int]] = {
@@ -41,53 +26,6 @@ PAPER_BANDS: dict[str, tuple[int, int]] = {
     # whole stack
     "all": (0, 61),
 }
-
-
-@dataclass(frozen=True)
-class AnalysisResult:
-    """Base class of every analysis result (a frozen dataclass).
-
-    Subclasses set ``label`` to the paper label they reproduce (e.g.
-    ``"tab:causal_ordering"``) and implement :meth:`table`.
-    """
-
-    label: ClassVar[str] = ""
-    applicable: ClassVar[bool] = True
-
-    def table(self) -> pd.DataFrame:
-        """The result shaped like the paper's table (one row per table row)."""
-        raise NotImplementedError(f"{type(self).__name__} does not define table()")
-
-
-@dataclass(frozen=True)
-class NotApplicable(AnalysisResult):
-    """A measurement the run cannot support, with the reason (never a crash, never NaNs).
-
-    Args:
-        reason: one line saying what the run lacks, e.g. "run has a single depth (1); need two or more".
-        measurement: the paper label or function name of the measurement, when known.
-    """
-
-    reason: str
-    measurement: str = ""
-    applicable: ClassVar[bool] = False
-
-    def table(self) -> pd.DataFrame:
-        """One row: the measurement and the reason it cannot be computed."""
-        return pd.DataFrame({"measurement": [self.measurement], "not_applicable": [self.reason]})
-
-    def __bool__(self) -> bool:
-        return False
-
-
-def is_applicable(result: AnalysisResult) -> bool:
-    """True when ``result`` is a real result, False for :class:`NotApplicable`."""
-    return bool(result.applicable)
-
-
-def result_fields(result: AnalysisResult) -> dict[str, object]:
-    """The dataclass fields of a result as a dict (for JSON-able summaries; arrays are left as they are)."""
-    return {f.name: getattr(result, f.name) for f in fields(result)}
 
 
 def _check_layers(num_layers: int) -> None:

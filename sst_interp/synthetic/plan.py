@@ -1,4 +1,4 @@
-"""Drawing the planted truth of one synthetic question (pure numpy, no I/O); used by :mod:`sst_interp.synthetic`.
+"""Drawing the planted truth of one synthetic question (pure numpy, no I/O); used by :mod:`sst_interp.synthetic.writer`.
 
 Every draw comes from ``numpy.random.default_rng([seed, question_index, stream])``, so a question's plan is the
 same whatever the batch size, and a resumed run regenerates identical data.
@@ -7,17 +7,11 @@ same whatever the batch size, and a resumed run regenerates identical data.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
-
 import numpy as np
 
 from sst_interp.errors import UsageError
+from sst_interp.synthetic.spec import KINDS, SyntheticSpec
 
-if TYPE_CHECKING:
-    from sst_interp.synthetic import SyntheticSpec
-
-# Correctness kinds (question-level correctness pattern over the recorded flat depths).
-KINDS = ("always", "never", "recover", "regress", "fragile", "random")
 # Basin-shift kinds: which consecutive-iteration transitions (i -> i+1) carry the shift.
 BASIN_SUSTAINED, BASIN_FIRST, BASIN_LATE = 0, 1, 2
 GAP_QUANTUM = 1.0 / 16.0  # planted logits and logprobs are multiples of 1/16 nat (exact in float32)

@@ -1,4 +1,4 @@
-"""Turning a :class:`~sst_interp.synthetic_plan.QuestionPlan` into the arrays a run stores (no I/O).
+"""Turning a :class:`~sst_interp.synthetic.plan.QuestionPlan` into the arrays a run stores (no I/O).
 
 Hidden states: each (question, position, layer) cell has a per-question permutation ``perm`` of the d dimensions
 and an offset ``o``; at iteration i (cumulative swaps ``m_i``) the top-k |value| set is exactly
@@ -17,14 +17,10 @@ and are renormalised with a 1/16-quantised log-normaliser, so every log-prob and
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 import numpy as np
 
-from sst_interp.synthetic_plan import GAP_QUANTUM, QuestionPlan, rng_for
-
-if TYPE_CHECKING:
-    from sst_interp.synthetic import SyntheticSpec
+from sst_interp.synthetic.plan import GAP_QUANTUM, QuestionPlan, rng_for
+from sst_interp.synthetic.spec import SyntheticSpec
 
 _STREAM_LAYOUT, _STREAM_VALUES, _STREAM_POOL, _STREAM_TOKENS = 11, 12, 13, 14
 NOISE_CLIP = 0.45

@@ -1,0 +1,62 @@
+"""What every analysis returns: a result shaped like the paper's table, or a reason it cannot be computed.
+
+Every measurement in :mod:`sst_interp.analyses` returns either a subclass of
+:class:`AnalysisResult` (a frozen dataclass whose ``.table()`` is shaped like the
+paper's table) or a :class:`NotApplicable` that says why the run cannot support
+the measurement (a single depth, no low-overlap positions, every question
+correct, ...). Analyses never crash on such runs and never return tables of NaNs.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, fields
+from typing import ClassVar
+
+import pandas as pd
+
+
+@dataclass(frozen=True)
+class AnalysisResult:
+    """Base class of every analysis result (a frozen dataclass).
+
+    Subclasses set ``label`` to the paper label they reproduce (e.g.
+    ``"tab:causal_ordering"``) and implement :meth:`table`.
+    """
+
+    label: ClassVar[str] = ""
+    applicable: ClassVar[bool] = True
+
+    def table(self) -> pd.DataFrame:
+        """The result shaped like the paper's table (one row per table row)."""
+        raise NotImplementedError(f"{type(self).__name__} does not define table()")
+
+
+@dataclass(frozen=True)
+class NotApplicable(AnalysisResult):
+    """A measurement the run cannot support, with the reason (never a crash, never NaNs).
+
+    Args:
+        reason: one line saying what the run lacks, e.g. "run has a single depth (1); need two or more".
+        measurement: the paper label or function name of the measurement, when known.
+    """
+
+    reason: str
+    measurement: str = ""
+    applicable: ClassVar[bool] = False
+
+    def table(self) -> pd.DataFrame:
+        """One row: the measurement and the reason it cannot be computed."""
+        return pd.DataFrame({"measurement": [self.measurement], "not_applicable": [self.reason]})
+
+    def __bool__(self) -> bool:
+        return False
+
+
+def is_applicable(result: AnalysisResult) -> bool:
+    """True when ``result`` is a real result, False for :class:`NotApplicable`."""
+    return bool(result.applicable)
+
+
+def result_fields(result: AnalysisResult) -> dict[str, object]:
+    """The dataclass fields of a result as a dict (for JSON-able summaries; arrays are left as they are)."""
+    return {f.name: getattr(result, f.name) for f in fields(result)}

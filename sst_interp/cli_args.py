@@ -1,0 +1,213 @@
+"""Command lines built from dataclass configs: the one mechanism behind every ``python -m sst_interp.*`` CLI.
+
+Every field of a config dataclass becomes one documented flag, the same way in all five CLIs:
+
+- the flag is the field name with ``_`` -> ``-`` (``max_new_tokens`` -> ``--max-new-tokens``);
+- the help text is the field's ``metadata["help"]`` (declare fields with :func:`arg`); a non-None default other
+  than ``False`` is appended as ``(default: X)`` unless the help already says what the default is;
+- the field's type picks the parsing: ``bool`` (also ``bool | None``) is ``--flag`` / ``--no-flag``; ``int``,
+  ``float``, ``str`` and ``Path`` (optionally ``| None``) take one value; ``list[X]`` takes a comma-separated
+  list, or with ``arg(..., repeat=True)`` one value per repetition of the flag; ``dict[str, int]`` takes
+  ``KEY=ID,KEY=ID``;
+- a field without a default is a required flag; ``arg(..., choices=...)`` restricts the values;
+- bad input (an unknown flag, a missing value, a bad number) is a :class:`~sst_interp.errors.UsageError`, so
+  under :func:`~sst_interp.errors.cli_entry` it is one ``error: ...`` line on stderr and exit code 2, the same as
+  every other input error.
+
+Why not transformers' ``HfArgumentParser`` (it reads the same ``metadata["help"]``): it cannot express flags the
+CLIs already have. A ``bool | None`` field becomes a flag that requires a value (``--demo-preset`` alone fails)
+and gets no ``--no-...`` form; ``--no-...`` exists only for fields whose default is True (``record
+--no-carry-state-across-turns`` would be lost); lists become ``nargs="+"`` (neither repeatable like
+``--source-option`` nor comma-separated like ``train --sst-layers 0,1``); there is no ``KEY=ID`` mapping type;
+and it always fills in defaults, so ``train --demo`` could not tell a flag that was given from one that was not.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import types
+import typing
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any, TypeVar
+
+from sst_interp.errors import UsageError
+
+C = TypeVar("C")
+
+_SCALARS: tuple[type, ...] = (int, float, str, Path)
+
+
+def arg(
+    default: Any = dataclasses.MISSING,
+    *,
+    help: str,
+    default_factory: Callable[[], Any] | Any = dataclasses.MISSING,
+    choices: Sequence[Any] | None = None,
+    repeat: bool = False,
+    metavar: str | None = None,
+) -> Any:
+    """A dataclass field that is also a documented CLI flag (see the module docstring).
+
+    Args:
+        default: the field's default; leave it out for a required flag.
+        help: the flag's help text (also the field's documentation).
+        default_factory: a zero-argument factory for a mutable default (lists, dicts).
+        choices: the only values the flag accepts.
+        repeat: a ``list`` field is given by repeating the flag (one value each) instead of comma-separated.
+        metavar: the value's placeholder in ``--help``.
+    """
+    metadata: dict[str, Any] = {"help": help}
+    if choices is not None:
+        metadata["choices"] = tuple(choices)
+    if repeat:
+        metadata["repeat"] = True
+    if metavar is not None:
+        metadata["metavar"] = metavar
+    return dataclasses.field(default=default, default_factory=default_factory, metadata=metadata)
+
+
+class CliParser(argparse.ArgumentParser):
+    """An argparse parser whose errors are :class:`UsageError` (one line and exit 2 under ``cli_entry``)."""
+
+    def error(self, message: str) -> typing.NoReturn:
+        """argparse's hook for bad input: raise instead of printing the usage and exiting."""
+        raise UsageError(f"{message}; see {self.prog} --help")
+
+
+def config_parser(prog: str, description: str) -> CliParser:
+    """An empty :class:`CliParser`; add a config's flags with :func:`add_config_flags`."""
+    return CliParser(prog=prog, description=description)
+
+
+def add_config_flags(parser: argparse.ArgumentParser, config_type: type, *, omit_unset: bool = False) -> None:
+    """Add one flag per field of the dataclass ``config_type`` to ``parser``.
+
+    Args:
+        parser: the parser (or sub-command parser) to extend.
+        config_type: a dataclass whose fields were declared with :func:`arg`.
+        omit_unset: flags that are not given are left out of the parsed namespace instead of taking the field's
+            default (for a CLI that layers the given flags over a preset, like ``train --demo``).
+    """
+    hints = typing.get_type_hints(config_type)
+    for field in dataclasses.fields(config_type):
+        if not field.init:
+            continue
+        if "help" not in field.metadata:
+            raise TypeError(f"{config_type.__name__}.{field.name} has no help; declare it with sst_interp.cli_args.arg")
+        default = _field_default(field)
+        options: dict[str, Any] = {"dest": field.name, **_type_options(field, hints[field.name])}
+        options["help"] = _help_text(field.metadata["help"], default)
+        if default is dataclasses.MISSING:
+            options["required"] = True
+        else:
+            options["default"] = argparse.SUPPRESS if omit_unset else default
+        parser.add_argument("--" + field.name.replace("_", "-"), **options)
+
+
+def config_from_namespace(config_type: type[C], namespace: argparse.Namespace) -> C:
+    """The ``config_type`` instance of a parsed namespace (its other attributes are ignored)."""
+    return config_type(**given_fields(config_type, namespace))
+
+
+def given_fields(config_type: type, namespace: argparse.Namespace) -> dict[str, Any]:
+    """Field name -> parsed value for each field of ``config_type`` present in ``namespace``."""
+    return {f.name: getattr(namespace, f.name) for f in dataclasses.fields(config_type)
+            if f.init and hasattr(namespace, f.name)}
+
+
+def _field_default(field: dataclasses.Field) -> Any:
+    if field.default is not dataclasses.MISSING:
+        return field.default
+    if field.default_factory is not dataclasses.MISSING:
+        return field.default_factory()
+    return dataclasses.MISSING
+
+
+def _type_options(field: dataclasses.Field, hint: Any) -> dict[str, Any]:
+    """argparse keyword arguments for a field of type ``hint``."""
+    kind = _strip_optional(hint)
+    metadata = field.metadata
+    options: dict[str, Any] = {}
+    if "choices" in metadata:
+        options["choices"] = metadata["choices"]
+    if "metavar" in metadata:
+        options["metavar"] = metadata["metavar"]
+    if kind is bool:
+        options["action"] = argparse.BooleanOptionalAction
+    elif kind in _SCALARS:
+        options["type"] = kind
+    elif typing.get_origin(kind) is list and typing.get_args(kind)[0] in _SCALARS:
+        item = typing.get_args(kind)[0]
+        if metadata.get("repeat"):
+            options.update(action="append", type=item)
+        else:
+            options["type"] = _comma_list(item)
+            options.setdefault("metavar", f"{item.__name__.upper()},...")
+    elif kind == dict[str, int]:
+        options["type"] = _parse_mapping
+        options.setdefault("metavar", "KEY=ID,...")
+    else:  # a new field type needs a parsing rule here
+        raise TypeError(f"no CLI flag type for field {field.name}: {hint}")
+    return options
+
+
+def _strip_optional(hint: Any) -> Any:
+    """``X | None`` -> ``X`` (other hints unchanged)."""
+    if typing.get_origin(hint) in (typing.Union, types.UnionType):
+        args = [a for a in typing.get_args(hint) if a is not type(None)]
+        if len(args) == 1:
+            return args[0]
+    return hint
+
+
+def _help_text(text: str, default: Any) -> str:
+    """The help text, ``%``-escaped for argparse, with the default appended when it says something."""
+    text = text.replace("%", "%%")
+    # identity, not equality: a default of 0 is worth showing, and 0 == False
+    if any(default is nothing for nothing in (dataclasses.MISSING, None, False)) or "default" in text:
+        return text
+    shown = _show(default).replace("%", "%%")
+    return f"{text} (default: {shown})"
+
+
+def _show(value: Any) -> str:
+    """A default as a user would type it on the command line."""
+    if isinstance(value, dict):
+        return ",".join(f"{k}={v}" for k, v in value.items()) or "none"
+    if isinstance(value, (list, tuple)):
+        return ",".join(str(v) for v in value) or "none"
+    if value == "":
+        return "''"
+    return str(value)
+
+
+def _comma_list(item: type) -> Callable[[str], list[Any]]:
+    """A parser of ``a,b,c`` into a list of ``item`` (blank items are dropped)."""
+
+    def parse(text: str) -> list[Any]:
+        parts = [part.strip() for part in text.split(",") if part.strip()]
+        try:
+            return [item(part) for part in parts]
+        except ValueError as err:
+            raise argparse.ArgumentTypeError(
+                f"expected a comma-separated list of {item.__name__}, got {text!r}") from err
+
+    return parse
+
+
+def _parse_mapping(text: str) -> dict[str, int]:
+    """``KEY=ID,KEY=ID`` -> {KEY: ID} (blank items are dropped; the ``=`` is the last one of an item)."""
+    mapping: dict[str, int] = {}
+    for item in (part.strip() for part in text.split(",")):
+        if not item:
+            continue
+        key, sep, value = item.rpartition("=")
+        if not sep or not key:
+            raise argparse.ArgumentTypeError(f"expected KEY=ID pairs separated by commas, got {item!r}")
+        try:
+            mapping[key] = int(value)
+        except ValueError as err:
+            raise argparse.ArgumentTypeError(f"the id must be an integer in {item!r}") from err
+    return mapping

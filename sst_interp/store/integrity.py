@@ -1,0 +1,135 @@
+"""Integrity of run files: Parquet page checksums on every read, sha256 of whole files for ``verify`` and resume.
+
+Every Parquet file the writer writes carries a CRC32 per page (``write_page_checksum=True``); every read here asks
+pyarrow to verify them (``page_checksum_verification=True``), so a flipped byte inside a data page fails the read
+of that page instead of returning changed values. Page verification costs nothing extra on open and little on
+read (one CRC per page, computed as the page is decoded). A file's sha256, recorded by the writer in the manifest,
+covers every byte (headers and footer included) but needs a full read, so only ``verify`` and resume check it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from pathlib import Path
+from typing import IO, Any, NamedTuple
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from sst_interp.store.errors import CorruptRunError
+
+#: What to tell the user about a damaged file: resume drops and re-records damaged batches.
+REPAIR_ADVICE = "rerun the same record command to re-record the damaged questions, or check the run with " \
+                "python -m sst_interp.store verify RUN"
+_CHUNK = 1 << 22
+
+
+class Written(NamedTuple):
+    """A file the writer finished: its size in bytes and the sha256 (hex) of its bytes."""
+
+    bytes: int
+    sha256: str
+
+
+class HashingSink:
+    """A write-only file wrapper that hashes every byte written through it, so a file's sha256 is known when it
+    is closed without reading it back. Only the methods pyarrow's output stream uses are provided."""
+
+    def __init__(self, handle: IO[bytes]) -> None:
+        self._handle = handle
+        self._hash = hashlib.sha256()
+        self.closed = False
+
+    def write(self, data: Any) -> int:
+        """Hash and write ``data``; returns the count written."""
+        view = memoryview(data)
+        self._hash.update(view)
+        return self._handle.write(view)
+
+    def tell(self) -> int:
+        """Position in the underlying file."""
+        return self._handle.tell()
+
+    def flush(self) -> None:
+        """Flush the underlying file."""
+        self._handle.flush()
+
+    def close(self) -> None:
+        """Mark closed; the underlying file is closed (fsync'ed and renamed) by its owner, atomic_open."""
+        self.closed = True
+
+    def writable(self) -> bool:
+        """Always True (a write-only sink)."""
+        return True
+
+    def seekable(self) -> bool:
+        """Always False: Parquet is written sequentially, and hashing depends on it."""
+        return False
+
+    def hexdigest(self) -> str:
+        """sha256 (hex) of every byte written so far."""
+        return self._hash.hexdigest()
+
+
+def sha256_file(target: Path) -> str:
+    """sha256 (hex) of a file's bytes, read in 4 MiB chunks (hashlib releases the GIL on large updates)."""
+    digest = hashlib.sha256()
+    with open(target, "rb") as handle:
+        while chunk := handle.read(_CHUNK):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+def damaged(target: Path, err: BaseException) -> CorruptRunError:
+    """The one-line error for a file whose pages or footer fail to read."""
+    reason = " ".join(str(err).split())
+    return CorruptRunError(f"{target} is damaged ({reason}); {REPAIR_ADVICE}")
+
+
+def open_parquet(target: Path, metadata: pq.FileMetaData | None = None) -> pq.ParquetFile:
+    """Open a Parquet file whose pages are CRC-checked as they are read (``metadata``: a footer read before)."""
+    try:
+        return pq.ParquetFile(target, metadata=metadata, page_checksum_verification=True)
+    except (OSError, pa.ArrowException) as err:
+        raise damaged(target, err) from err
+
+
+def read_row_group(handle: pq.ParquetFile, target: Path, group: int, columns: list[str] | None = None) -> pa.Table:
+    """One row group with its pages CRC-checked; damage is a CorruptRunError naming ``target``."""
+    try:
+        return handle.read_row_group(group, columns=columns)
+    except (OSError, pa.ArrowException) as err:
+        raise damaged(target, err) from err
+
+
+def read_table(target: Path, columns: list[str] | None = None) -> pa.Table:
+    """A whole (small) Parquet table with its pages CRC-checked; damage is a CorruptRunError naming ``target``."""
+    try:
+        return pq.read_table(target, columns=columns, page_checksum_verification=True)
+    except (OSError, pa.ArrowException) as err:
+        raise damaged(target, err) from err
+
+
+def scan_pages(target: Path) -> None:
+    """Read every page of ``target`` (one row group at a time, so memory stays bounded) with CRC checks."""
+    handle = open_parquet(target)
+    for group in range(handle.metadata.num_row_groups):
+        read_row_group(handle, target, group)
+
+
+def readable_row_groups(target: Path) -> tuple[pa.Table | None, list[int]]:
+    """The rows of every row group of ``target`` whose pages pass their checks, and the indices of those that
+    fail (resume salvages a damaged generations/episodes table this way). None when the footer is unreadable."""
+    try:
+        handle = open_parquet(target)
+    except CorruptRunError:
+        return None, []
+    good, bad = [], []
+    for group in range(handle.metadata.num_row_groups):
+        try:
+            good.append(read_row_group(handle, target, group))
+        except CorruptRunError:
+            bad.append(group)
+    if not good:
+        return handle.schema_arrow.empty_table(), bad
+    return pa.concat_tables(good, promote_options="permissive"), bad

@@ -1,0 +1,43 @@
+"""Fixtures and helpers shared by the unit tests: one torch thread, tiny random models, fast ``record`` flags.
+
+Directories whose tests all run tiny models opt into :func:`one_thread` with an autouse fixture in their own
+conftest (``hooks``, ``train``); single modules with ``pytestmark = pytest.mark.usefixtures("one_thread")``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import torch
+from transformers import PreTrainedModel
+
+from sst_interp.model.testing import char_tokenizer, tiny_gemma3, tiny_llama
+
+TINY_BUILDERS = {"gemma3": tiny_gemma3, "llama": tiny_llama}
+
+#: ``record`` flags for a run of a few seconds on a CPU: small windows and short answers.
+FAST = ["--questions", "demo", "--max-new-tokens", "5", "--full-positions", "2", "--sketch-positions", "2",
+        "--top-k", "6", "--device", "cpu"]
+
+
+def tiny_backbone(family: str = "gemma3", dtype: torch.dtype = torch.float64, seed: int = 0) -> PreTrainedModel:
+    """A tiny random backbone of ``family`` (``gemma3`` or ``llama``), see :mod:`sst_interp.model.testing`."""
+    return TINY_BUILDERS[family](dtype=dtype, seed=seed)
+
+
+def save_tiny_model(folder: Path, family: str = "gemma3", seed: int = 0) -> Path:
+    """Write a tiny random model (float32) and the character tokenizer as a Hugging Face folder."""
+    tiny_backbone(family, dtype=torch.float32, seed=seed).save_pretrained(folder)
+    char_tokenizer().save_pretrained(folder)
+    return folder
+
+
+@pytest.fixture
+def one_thread() -> Iterator[None]:
+    """One torch intra-op thread: tiny models run ~10x faster so on a shared, busy 2-core machine."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)

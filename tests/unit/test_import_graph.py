@@ -1,0 +1,261 @@
+"""The package's import graph: no cycles, no function-local imports that only exist to break one, no private
+cross-package imports.
+
+Every module of ``sst_interp`` is read with :mod:`ast` (never imported), including ``sst_interp.hooks`` and
+``sst_interp.analyses``, which live in the top-level ``hooks/`` and ``analyses/`` folders. An import statement is
+*module-level* when it runs while the module is imported: at the top of the file, or inside a top-level ``if``
+(``if TYPE_CHECKING:`` included, so a type-only cycle counts too), ``try`` or class body; it is *function-level*
+when it sits in a function body and runs on call.
+
+Edges of the graph: ``import a.b.c`` and ``from a.b import c`` (``c`` a submodule) point at ``a.b.c``;
+``from a.b import name`` points at ``a.b``, whose namespace it reads. Importing ``a.b.c`` also initialises the
+packages ``a`` and ``a.b``, so those get edges too, except the importer's own ancestors (they are initialising
+already when the importer runs, which is how every package works).
+
+Rules:
+
+* the module-level graph has no cycle;
+* a function-local import of a module that (transitively, through module-level imports) imports the importing
+  module is a cycle in disguise; heavy optional imports inside functions (torch, matplotlib, ...) and local imports
+  that are merely lazy are fine;
+* no module imports a private module (``_name.py``) or a private name of another package.
+"""
+
+from __future__ import annotations
+
+import ast
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+TOP = "sst_interp"
+#: Private imports tolerated, each with the reason: (importer, target) -> why. None today.
+PENDING_PRIVATE: dict[tuple[str, str], str] = {}
+#: Layers that must not reach up: package -> packages it must not import (module-level or inside functions).
+FORBIDDEN = {
+    "sst_interp.model": ("sst_interp.train", "sst_interp.record", "sst_interp.probe", "sst_interp.reporting",
+                         "sst_interp.analyses"),
+    "sst_interp.analyses": ("sst_interp.reporting", "sst_interp.probe", "sst_interp.record", "sst_interp.train"),
+    "sst_interp.outcomes": ("sst_interp.analyses", "sst_interp.probe", "sst_interp.record", "sst_interp.model"),
+    "sst_interp.paper": ("sst_interp.",),
+}
+#: Folder -> package name, as pyproject's ``package-dir`` maps them.
+SOURCES = {ROOT / "sst_interp": "sst_interp", ROOT / "hooks": "sst_interp.hooks",
+           ROOT / "analyses": "sst_interp.analyses"}
+
+
+@dataclass(frozen=True)
+class Import:
+    """One internal import statement's target, as read from ``module`` at ``line``."""
+
+    module: str
+    target: str
+    line: int
+    local: bool  # inside a function body
+    private: bool  # names a private module or a private name
+
+
+def discover() -> dict[str, Path]:
+    """Module name -> source file for every module of the package (packages under their own name)."""
+    modules: dict[str, Path] = {}
+    for folder, package in SOURCES.items():
+        for path in sorted(folder.rglob("*.py")):
+            parts = path.relative_to(folder).with_suffix("").parts
+            if parts[-1] == "__init__":
+                parts = parts[:-1]
+            modules[".".join((package, *parts))] = path
+    return modules
+
+
+def is_package(name: str, modules: dict[str, Path]) -> bool:
+    return name in modules and modules[name].name == "__init__.py"
+
+
+def _walk(body: list[ast.stmt], local: bool) -> Iterator[tuple[ast.Import | ast.ImportFrom, bool]]:
+    """Import statements under ``body`` with whether they run on call (inside a function) or on import."""
+    for node in body:
+        if isinstance(node, (ast.Import, ast.ImportFrom)):
+            yield node, local
+            continue
+        inner = local or isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef))
+        for child in ast.iter_child_nodes(node):
+            if isinstance(child, ast.stmt):
+                yield from _walk([child], inner)
+            elif isinstance(child, ast.ExceptHandler):
+                yield from _walk(child.body, inner)
+
+
+def _is_private(dotted: str) -> bool:
+    """True for ``_name`` parts (``__init__``, ``__version__`` and other dunders are public)."""
+    return any(part.startswith("_") and not part.endswith("__") for part in dotted.split("."))
+
+
+def imports_of(module: str, path: Path, modules: dict[str, Path]) -> list[Import]:
+    """The internal imports of ``module``, each resolved to the module it loads."""
+    tree = ast.parse(path.read_text(), filename=str(path))
+    package = module if is_package(module, modules) else module.rpartition(".")[0]
+    out: list[Import] = []
+    for node, local in _walk(tree.body, False):
+        if isinstance(node, ast.Import):
+            for alias in node.names:
+                if alias.name == TOP or alias.name.startswith(TOP + "."):
+                    out.append(Import(module, alias.name, node.lineno, local, _is_private(alias.name)))
+            continue
+        base = node.module or ""
+        if node.level:
+            anchor = package.split(".")[: len(package.split(".")) - node.level + 1]
+            base = ".".join([*anchor, *([base] if base else [])])
+        if not (base == TOP or base.startswith(TOP + ".")):
+            continue
+        for alias in node.names:
+            sub = f"{base}.{alias.name}"
+            if sub in modules:  # ``from package import submodule``
+                out.append(Import(module, sub, node.lineno, local, _is_private(sub)))
+            else:  # a name from ``base``'s namespace
+                out.append(Import(module, base, node.lineno, local,
+                                  _is_private(f"{base}.{alias.name}")))
+    return out
+
+
+def edges_of(imp: Import, modules: dict[str, Path]) -> set[str]:
+    """Modules that executing ``imp`` may initialise: its target and the target's packages (not the importer's)."""
+    parts = imp.target.split(".")
+    found = {imp.target} if imp.target in modules else set()
+    for i in range(1, len(parts)):
+        parent = ".".join(parts[:i])
+        if parent in modules and not (imp.module == parent or imp.module.startswith(parent + ".")):
+            found.add(parent)
+    return found
+
+
+def module_graph(modules: dict[str, Path]) -> tuple[dict[str, set[str]], list[Import]]:
+    """The module-level import graph, and every function-level internal import."""
+    graph: dict[str, set[str]] = {m: set() for m in modules}
+    local: list[Import] = []
+    for module, path in modules.items():
+        for imp in imports_of(module, path, modules):
+            if imp.local:
+                local.append(imp)
+            else:
+                graph[module] |= edges_of(imp, modules) - {module}
+    return graph, local
+
+
+def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """Strongly connected components with more than one module (Tarjan, iterative)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    out: list[list[str]] = []
+    counter = 0
+    for root in sorted(graph):
+        if root in index:
+            continue
+        work = [(root, iter(sorted(graph[root])))]
+        index[root] = low[root] = counter
+        counter += 1
+        stack.append(root)
+        on_stack.add(root)
+        while work:
+            node, children = work[-1]
+            child = next(children, None)
+            if child is None:
+                work.pop()
+                if work:
+                    low[work[-1][0]] = min(low[work[-1][0]], low[node])
+                if low[node] == index[node]:
+                    component = []
+                    while True:
+                        top = stack.pop()
+                        on_stack.discard(top)
+                        component.append(top)
+                        if top == node:
+                            break
+                    if len(component) > 1:
+                        out.append(sorted(component))
+                continue
+            if child not in index:
+                index[child] = low[child] = counter
+                counter += 1
+                stack.append(child)
+                on_stack.add(child)
+                work.append((child, iter(sorted(graph[child]))))
+            elif child in on_stack:
+                low[node] = min(low[node], index[child])
+    return out
+
+
+def reaches(graph: dict[str, set[str]], start: set[str], goal: str) -> bool:
+    """True when ``goal`` is reachable from any of ``start`` along module-level imports."""
+    seen, todo = set(start), list(start)
+    while todo:
+        node = todo.pop()
+        if node == goal:
+            return True
+        for nxt in graph.get(node, ()):
+            if nxt not in seen:
+                seen.add(nxt)
+                todo.append(nxt)
+    return False
+
+
+@pytest.fixture(scope="module")
+def package() -> tuple[dict[str, Path], dict[str, set[str]], list[Import]]:
+    modules = discover()
+    graph, local = module_graph(modules)
+    return modules, graph, local
+
+
+def test_every_folder_of_the_package_is_walked(package):
+    modules, graph, _ = package
+    assert {"sst_interp.hooks", "sst_interp.analyses", "sst_interp.reporting", "sst_interp.model"} <= set(modules)
+    assert sum(len(v) for v in graph.values()) > 100  # the walk really found the imports
+
+
+def test_module_level_imports_have_no_cycle(package):
+    _, graph, _ = package
+    found = cycles(graph)
+    assert not found, "import cycles:\n" + "\n".join(" <-> ".join(c) for c in found)
+
+
+def test_no_function_local_import_only_breaks_a_cycle(package):
+    modules, graph, local = package
+    bad = sorted({f"{imp.module}:{imp.line} imports {imp.target}" for imp in local
+                  if reaches(graph, edges_of(imp, modules), imp.module)})
+    assert not bad, "function-local imports that hide a cycle (the target imports the importer back):\n" + \
+        "\n".join(bad)
+
+
+def test_no_private_import_across_packages(package):
+    modules, _, local = package
+    bad = []
+    for module, path in modules.items():
+        home = module if is_package(module, modules) else module.rpartition(".")[0]
+        for imp in imports_of(module, path, modules):
+            target_home = imp.target if is_package(imp.target, modules) else imp.target.rpartition(".")[0]
+            if imp.private and target_home != home and (module, imp.target) not in PENDING_PRIVATE:
+                bad.append(f"{module}:{imp.line} imports private {imp.target}")
+    assert not bad, "private imports across packages:\n" + "\n".join(sorted(set(bad)))
+
+
+def test_lower_layers_do_not_reach_up(package):
+    modules, _, _ = package
+    bad = []
+    for module, path in modules.items():
+        for owner, banned in FORBIDDEN.items():
+            if module == owner or module.startswith(owner + "."):
+                bad += [f"{module}:{imp.line} imports {imp.target}" for imp in imports_of(module, path, modules)
+                        if any(imp.target == b or imp.target.startswith(b if b.endswith(".") else b + ".")
+                               for b in banned) and imp.target != "sst_interp.errors"]
+    assert not bad, "imports that reach up a layer:\n" + "\n".join(sorted(bad))
+
+
+def test_the_checks_can_fail():
+    """The cycle finder and the reachability rule on a hand-made graph."""
+    graph = {"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}, "e": set()}
+    assert cycles(graph) == [["a", "b", "c"]]
+    assert reaches({"x": {"y"}, "y": {"m"}}, {"x"}, "m") and not reaches({"x": {"y"}}, {"x"}, "m")

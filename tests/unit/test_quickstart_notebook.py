@@ -1,0 +1,116 @@
+"""examples/quickstart.ipynb executed headless with a real kernel against a small recorded run, and the run's
+shards read directly with DuckDB (the format is open)."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import duckdb
+import nbformat
+import numpy as np
+import pytest
+import torch
+from nbclient import NotebookClient
+
+from sst_interp import analyses
+from sst_interp.model.testing import char_tokenizer, tiny_gemma3
+from sst_interp.record import main as record_main
+from sst_interp.store import Run
+
+NOTEBOOK = Path(__file__).resolve().parents[2] / "examples" / "quickstart.ipynb"
+
+
+@pytest.fixture(scope="module")
+def small_run(tmp_path_factory) -> Path:
+    root = tmp_path_factory.mktemp("notebook")
+    model = root / "model"
+    tiny_gemma3(dtype=torch.float32).save_pretrained(model)
+    char_tokenizer().save_pretrained(model)
+    out = root / "run"
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        record_main(["--questions", "demo", "--model", str(model), "--demo-preset", "--depths", "1,2,3",
+                     "--limit", "6", "--batch-size", "3", "--max-new-tokens", "5", "--full-positions", "3",
+                     "--sketch-positions", "2", "--top-k", "6", "--device", "cpu", "--out", str(out)])
+    finally:
+        torch.set_num_threads(before)
+    return out
+
+
+def _output_text(cell) -> str:
+    parts = []
+    for output in cell.get("outputs", []):
+        if output.get("output_type") == "stream":
+            parts.append(output["text"])
+        elif "data" in output:
+            parts.append(output["data"].get("text/plain", ""))
+    return "\n".join(parts)
+
+
+def test_quickstart_notebook_runs_and_shows_the_runs_tables(small_run, tmp_path):
+    notebook = nbformat.read(NOTEBOOK, as_version=4)
+    figure = tmp_path / "accuracy.png"
+    env_before = {k: os.environ.get(k) for k in ("SST_INTERP_RUN", "SST_INTERP_FIGURE")}
+    os.environ["SST_INTERP_RUN"], os.environ["SST_INTERP_FIGURE"] = str(small_run), str(figure)
+    try:
+        NotebookClient(notebook, timeout=300, kernel_name="python3",
+                       resources={"metadata": {"path": str(tmp_path)}}).execute()
+    finally:
+        for key, value in env_before.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
+    code = [cell for cell in notebook.cells if cell.cell_type == "code"]
+    assert all(not any(o.get("output_type") == "error" for o in cell.get("outputs", [])) for cell in code)
+    a = analyses.open(small_run)
+    staged = a.staged_breakdown()
+    staged_text = _output_text(code[2])
+    for column in staged.columns:
+        assert str(column) in staged_text
+    assert str(int(staged["N"].iloc[0])) in staged_text
+    basins_text = _output_text(code[3])
+    for column in a.basin_summary().columns[:3]:
+        assert str(column) in basins_text
+    assert f"GMM threshold: {a.gmm_threshold:.4f}" in _output_text(code[4])
+    assert "baseline" in _output_text(code[5])  # main_results says it needs a baseline
+    assert figure.is_file() and figure.stat().st_size > 1000
+    duck = _output_text(code[7])
+    run = Run.open(small_run)
+    for depth in run.depths:
+        rows = sum(len(block.positions) * depth for block in run.logits(depth))
+        assert f"{rows}" in duck
+
+
+def test_duckdb_reads_the_shards_as_the_reader_does(small_run):
+    run = Run.open(small_run)
+    depth = 2
+    block = next(iter(run.hidden(depth)))
+    frame = duckdb.sql(f"""
+        SELECT position, iteration, layer, "values" FROM read_parquet('{small_run}/hidden/*/*.parquet',
+               hive_partitioning = true)
+        WHERE depth = {depth} AND question_id = '{block.question_id}' AND turn = {block.turn}
+        ORDER BY position, iteration, layer""").df()
+    values = np.stack(frame["values"].to_numpy()).astype(np.float32)
+    p, i, l, d = block.values.shape
+    assert len(frame) == p * i * l
+    np.testing.assert_array_equal(values.reshape(p, i, l, d), block.values)
+    manifest = json.loads((small_run / "manifest.json").read_text())
+    counted = duckdb.sql(f"""SELECT depth, count(DISTINCT question_id) AS n FROM
+        read_parquet('{small_run}/logits/*/*.parquet', hive_partitioning = true) GROUP BY depth""").fetchall()
+    assert {int(d): n for d, n in counted} == {int(d): len(ids) for d, ids in manifest["status"].items()}
+
+
+def test_analyses_open_accepts_paths_and_runs_and_says_what_is_missing(small_run):
+    by_path, by_run = analyses.open(small_run), analyses.open(Run.open(small_run))
+    assert by_path.staged_breakdown().equals(by_run.staged_breakdown())
+    support = by_path.available().set_index("measurement")
+    assert not support.loc["main_results", "available"]
+    assert "baseline" in support.loc["main_results", "reason"]
+    with pytest.raises(analyses.NotAvailable, match="baseline"):
+        by_path.main_results()
+    # the shared steps are computed once
+    assert by_path.regime_labels() is by_path.regime_labels()
