@@ -68,6 +68,8 @@ class RecordArgs:
                        help="how model code runs (codeact, humaneval): bwrap (bubblewrap isolation, default) | "
                             "subprocess (a plain child process with rlimits: NOT isolated, trusted models only)")
     sandbox_timeout: float = arg(10.0, help="wall-clock seconds one code block may run")
+    allow_low_disk: bool = arg(False, help="record even when the disk estimate exceeds the free space (by default "
+                                           "such a run is refused before anything is written)")
     action_tokens: str | None = arg(None, metavar="<execute>=ID,</execute>=ID",
                                     help="codeact: reserved token ids of the action tokens (default: the "
                                          "checkpoint's training configuration, else Gemma 3's 262140/262141)")

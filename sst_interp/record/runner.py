@@ -12,6 +12,7 @@ import os
 from pathlib import Path
 from typing import Any
 
+from sst_interp.errors import UsageError
 from sst_interp.record.options import RecordArgs
 
 
@@ -47,12 +48,32 @@ def record(args: RecordArgs) -> dict[int, float]:
     return record_questions(sst, tokenizer, selected, args, out, identity, demo=demo)
 
 
+def completed_before(out: Path) -> dict[int, set[str]]:
+    """{depth: question ids} an existing run at ``out`` has complete (its manifest's ``status``); empty when there
+    is no run yet."""
+    import json
+
+    manifest = out / "manifest.json"
+    if not manifest.is_file():
+        return {}
+    status = json.loads(manifest.read_text()).get("status", {})
+    return {int(depth): set(ids) for depth, ids in status.items()} if isinstance(status, dict) else {}
+
+
+def report_resume(report: Any) -> None:
+    """Say what a resume found: damaged files and the question-depths that are recorded again."""
+    if report.damaged:
+        print(f"resume: {len(report.damaged)} damaged file(s) failed verification: {', '.join(report.damaged[:5])}"
+              + (" ..." if len(report.damaged) > 5 else ""))
+    redo = sum(len(ids) for ids in report.redo.values())
+    if redo:
+        print(f"resume: {redo} question-depth(s) whose files were damaged or missing are recorded again")
+
+
 def ensure_writable(out: Path) -> None:
     """Refuse an ``--out`` that cannot be written (permissions, a read-only filesystem, a file on the way) before
     the model loads. The probe file it writes into the nearest existing folder is removed at once."""
     import tempfile
-
-    from sst_interp.errors import UsageError
 
     target = out
     while not target.exists() and target != target.parent:
@@ -114,16 +135,22 @@ def record_questions(sst: Any, tokenizer: Any, questions: list[Any], args: Recor
     policy = make_depth_policy(args, depths)
     if policy is not None:
         return _record_with_policy(args, policy, batch_fn, questions, identity, extra, out)
+    sizes = dict(full_positions=config.full_positions, sketch_positions=config.sketch_positions,
+                 layers=sst.num_layers, d=sst.hidden_size, dtype=args.dtype, top_k=args.top_k,
+                 sketch_k=extra["sketch_k"], max_new_tokens=args.max_new_tokens, gates=args.gates,
+                 ffn_size=extra.get("ffn_size") or 0)
+    # Checked before the writer creates anything: a run that cannot fit is refused with nothing written.
+    before = completed_before(out)
+    # An episode records up to max_turns model turns, each like one completion: count it as that many.
+    per_question = args.max_turns if args.codeact else 1
+    space = estimate_remaining(out, {k: sum(q.question_id not in before.get(k, set()) for q in questions)
+                                     * per_question for k in depths}, **sizes)
+    if not space.fits and not args.allow_low_disk:
+        raise UsageError(f"{space.line()}; or pass --allow-low-disk to record anyway")
     with RunWriter.create_or_resume(out, identity, extra) as writer:
+        report_resume(writer.report)
         writer.write_questions(questions_to_frame(questions))
         remaining = {k: [q for q in questions if q.question_id not in writer.completed(k)] for k in depths}
-        sizes = dict(full_positions=config.full_positions, sketch_positions=config.sketch_positions,
-                     layers=sst.num_layers, d=sst.hidden_size, dtype=args.dtype, top_k=args.top_k,
-                     sketch_k=extra["sketch_k"], max_new_tokens=args.max_new_tokens, gates=args.gates,
-                     ffn_size=extra.get("ffn_size") or 0)
-        # An episode records up to max_turns model turns, each like one completion: count it as that many.
-        per_question = args.max_turns if args.codeact else 1
-        space = estimate_remaining(out, {k: len(v) * per_question for k, v in remaining.items()}, **sizes)
         done = sum(len(questions) - len(v) for v in remaining.values())
         print(f"{space.line()}; {done} of {len(questions) * len(depths)} question-depths already recorded in {out}")
         total = sum(len(v) for v in remaining.values())
@@ -170,6 +197,7 @@ def _record_with_policy(args: RecordArgs, policy: Any, batch_fn: Any, questions:
 
     extra = dict(extra, depths=[], depth_policy=policy.describe(), max_depth=policy.max_depth)
     with RunWriter.create_or_resume(out, identity, extra) as writer:
+        report_resume(writer.report)
         writer.write_questions(questions_to_frame(questions))
         done = set().union(*(writer.completed(k) for k in range(1, policy.max_depth + 1)))
         todo = [q for q in questions if q.question_id not in done]
