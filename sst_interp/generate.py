@@ -58,6 +58,8 @@ def main(argv: list[str] | None = None) -> None:
     depths = parse_depths(args.depths)
     if args.max_new_tokens < 1:
         raise UsageError("--max-new-tokens must be at least 1")
+    if not args.prompt.strip():
+        raise UsageError("--prompt is empty; give the text to continue, e.g. --prompt '7 + 5 ='")
     spec = ModelSpec(args.model, args.checkpoint, args.state_scale, args.dtype, args.device)
     if spec.is_demo_preset:
         print(f"[{DEMO_PRESET_NOTE}]")

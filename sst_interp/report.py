@@ -21,6 +21,7 @@ from pathlib import Path
 
 from sst_interp.cli_args import add_config_flags, arg, config_from_namespace, config_parser
 from sst_interp.errors import cli_entry
+from sst_interp.paths import ensure_writable_folder
 
 
 @dataclass(frozen=True)
@@ -59,6 +60,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     from sst_interp.reporting import ReportConfig, build_report
 
     args = config_from_namespace(ReportArgs, build_parser().parse_args(argv))
+    ensure_writable_folder(args.out)
     config = ReportConfig(
         runs=tuple(args.run), baselines=tuple(args.baseline), probe=args.probe, checkpoint=args.checkpoint,
         training_logs=tuple(args.training_log), out=args.out, only=tuple(args.only), runs_root=args.runs_root,

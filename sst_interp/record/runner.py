@@ -8,11 +8,11 @@ goes to the run directory's background writer. Rerunning the same command resume
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 from typing import Any
 
 from sst_interp.errors import UsageError
+from sst_interp.paths import ensure_writable_folder
 from sst_interp.record.options import RecordArgs
 
 
@@ -41,7 +41,7 @@ def record(args: RecordArgs) -> dict[int, float]:
     identity = run_identity(args, spec.identity(), data_sha)
     out = args.out_path()
     check_out(out, identity)  # refuse a wrong --out before spending time on the model
-    ensure_writable(out)
+    ensure_writable_folder(out)
     if demo:
         print(f"[{DEMO_PRESET_NOTE}]")
     sst, tokenizer = build_sst(spec)
@@ -68,24 +68,6 @@ def report_resume(report: Any) -> None:
     redo = sum(len(ids) for ids in report.redo.values())
     if redo:
         print(f"resume: {redo} question-depth(s) whose files were damaged or missing are recorded again")
-
-
-def ensure_writable(out: Path) -> None:
-    """Refuse an ``--out`` that cannot be written (permissions, a read-only filesystem, a file on the way) before
-    the model loads. The probe file it writes into the nearest existing folder is removed at once."""
-    import tempfile
-
-    target = out
-    while not target.exists() and target != target.parent:
-        target = target.parent
-    if not target.is_dir():
-        raise UsageError(f"--out {out}: {target} is a file, not a folder; pick another --out")
-    try:
-        handle, probe = tempfile.mkstemp(prefix=".sst_write_probe_", dir=target)
-    except OSError as err:
-        raise UsageError(f"--out {out}: cannot write into {target} ({err.strerror}); pick a writable --out") from None
-    os.close(handle)
-    os.unlink(probe)
 
 
 def record_questions(sst: Any, tokenizer: Any, questions: list[Any], args: RecordArgs, out: str | Path,

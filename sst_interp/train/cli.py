@@ -16,12 +16,14 @@ Examples::
 from __future__ import annotations
 
 import argparse
+import inspect
 import sys
 from collections.abc import Sequence
 from pathlib import Path
 
 from sst_interp.cli_args import add_config_flags, config_parser, given_fields
 from sst_interp.errors import cli_entry
+from sst_interp.paths import ensure_writable_folder
 from sst_interp.train.config import TrainConfig, demo_config
 
 
@@ -44,6 +46,9 @@ def build_parser() -> argparse.ArgumentParser:
 def config_from_args(args: argparse.Namespace) -> TrainConfig:
     """The :class:`TrainConfig` of parsed arguments (the demo preset or the paper's defaults, then the flags)."""
     given = given_fields(TrainConfig, args)
+    default_out = inspect.signature(demo_config).parameters["out"].default if args.demo else \
+        TrainConfig.__dataclass_fields__["out"].default
+    ensure_writable_folder(given.get("out") or default_out)
     if args.demo:
         if given.get("baseline"):
             given.setdefault("out", "runs/train-demo-baseline")

@@ -160,7 +160,7 @@ class Trainer:
         train_rows = read_jsonl(config.train_data)  # fail on bad data before loading a model
         val_rows = read_jsonl(config.val_data) if config.val_data else None
         self.meta = self._run_meta()
-        self._check_out_folder()
+        self._check_out_folder(write=False)  # a mismatched run folder is refused before the model loads
         self.device = resolve_device(config)
         if backbone is None:
             backbone, tokenizer = load_training_backbone(config, self.device, resolve_dtype(config, self.device))
@@ -174,6 +174,7 @@ class Trainer:
         if bad:
             raise UsageError(f"action token ids {bad} are outside the model's vocabulary of {vocab}; map them to "
                              f"reserved ids below {vocab} with --action-tokens")
+        self._check_out_folder(write=True)  # only now, with the model loaded, is anything written into --out
         pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
         train = [tokenize_row(r, tokenizer, fmt, i, str(config.train_data)) for i, r in enumerate(train_rows)]
         self.num_truncated = sum(example.truncated for example in train)
@@ -207,12 +208,14 @@ class Trainer:
             "val_sha256": file_sha256(config.val_data) if config.val_data else None,
         }
 
-    def _check_out_folder(self) -> None:
+    def _check_out_folder(self, write: bool) -> None:
+        """Refuse an --out holding another training run; with ``write``, record this run's meta there."""
         path = self.out / RUN_META
         if not path.is_file() or existing_folder(self.out / "last") is None:
             # nothing to resume (a new folder, or a run that failed before its first save): start afresh
-            self.out.mkdir(parents=True, exist_ok=True)
-            path.write_text(json.dumps(self.meta, indent=2, sort_keys=True))
+            if write:
+                self.out.mkdir(parents=True, exist_ok=True)
+                path.write_text(json.dumps(self.meta, indent=2, sort_keys=True))
             return
         previous = json.loads(path.read_text())
         old_cfg = {k: v for k, v in previous.get("config", {}).items() if k not in RESUMABLE_FIELDS}
@@ -224,7 +227,8 @@ class Trainer:
         if changed:
             raise UsageError(f"{self.out} holds another training run (differs in {', '.join(changed)}); "
                              f"pass a new --out, or the same settings to resume it")
-        path.write_text(json.dumps(self.meta, indent=2, sort_keys=True))
+        if write:
+            path.write_text(json.dumps(self.meta, indent=2, sort_keys=True))
 
     def _maybe_resume(self) -> bool:
         folder = existing_folder(self.out / "last")
