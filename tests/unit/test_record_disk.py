@@ -24,3 +24,18 @@ def test_a_run_larger_than_the_free_space_is_refused_unless_allowed(tmp_path, mo
     assert not out.exists()
     main(argv + ["--allow-low-disk"])
     assert Run.open(out).question_ids(1) == ["demo-000", "demo-001"]
+
+
+def test_resuming_with_another_batch_size_is_refused(tmp_path, capsys):
+    """Batch size changes recorded values (left padding), so it is part of the run identity."""
+    model = save_tiny_model(tmp_path / "model")
+    out = tmp_path / "run"
+    argv = FAST + ["--model", str(model), "--out", str(out), "--depths", "1", "--limit", "2", "--demo-preset"]
+    main(argv + ["--batch-size", "1"])
+    capsys.readouterr()
+    with pytest.raises(SystemExit) as exit_info:
+        main(argv + ["--batch-size", "2"])
+    assert exit_info.value.code == 2
+    err = capsys.readouterr().err.strip().splitlines()[-1]
+    assert err.startswith("error: ") and "batch_size" in err
+    main(argv + ["--batch-size", "1"])  # the same settings resume
