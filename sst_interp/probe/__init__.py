@@ -7,8 +7,10 @@ Modules, one concern each:
 * :mod:`~sst_interp.probe.model` -- ``HaltingProbe``: ``Linear(d, n) -> SiLU -> Linear(n, 1)``;
 * :mod:`~sst_interp.probe.train` -- the paper's training recipe (Adam 1e-3, batch 32, 60 epochs, seed 42);
 * :mod:`~sst_interp.probe.evaluate` -- the halting simulation, ``tab:halting_probe``, ``tab:halting_probe_per_iter``;
-* :mod:`~sst_interp.probe.loocv` -- LOOCV with its binomial test, Cover's bound;
-* :mod:`~sst_interp.probe.sweeps` -- layer sweep, activation swap;
+* :mod:`~sst_interp.probe.loocv` -- LOOCV with its binomial and permutation tests, Cover's bound;
+* :mod:`~sst_interp.probe.permutation` -- label permutations within equal-correct-depth strata (the calibrated null);
+* :mod:`~sst_interp.probe.crossfit` -- held-out (question-fold cross-fitted) scores;
+* :mod:`~sst_interp.probe.sweeps` -- layer sweep over the whole depth, held-out layer choice, activation swap;
 * :mod:`~sst_interp.probe.ablation` -- neuron contributions and ablations;
 * :mod:`~sst_interp.probe.features` -- input-dimension importance, top-K sweep, greedy pruning, linear probe;
 * :mod:`~sst_interp.probe.figures` -- ``fig:halt_signal`` data;

@@ -29,7 +29,8 @@ import pandas as pd
 
 from sst_interp.cli_args import add_config_flags, arg, config_from_namespace, config_parser
 from sst_interp.errors import UsageError, cli_entry
-from sst_interp.probe.dataset import PAPER_SWEEP_LAYERS, ProbeData, load_probe_data, load_probe_data_layers
+from sst_interp.probe.dataset import ProbeData, load_probe_data, load_probe_data_layers
+from sst_interp.probe.loocv import DEFAULT_PERMUTATIONS
 from sst_interp.probe.model import ACTIVATIONS, DEFAULT_THRESHOLD, HaltingProbe, ProbeConfig
 from sst_interp.probe.train import TrainConfig
 
@@ -56,8 +57,12 @@ class CliConfig:
 class SweepOptions:
     """Options of ``sweep``."""
 
-    layers: str | None = arg(None, help="comma-separated layers (default: the paper's, scaled to the model)")
+    layers: str | None = arg(None, help="comma-separated layers (default: the whole depth: every layer up to 32 "
+                                        "layers, else 16 evenly spaced including the first and last)")
     loocv_layers: str = arg("", help="comma-separated layers to run LOOCV at (default: none)")
+    permutations: int = arg(DEFAULT_PERMUTATIONS, help="label permutations of the out-of-sample LOOCV null at the "
+                                                       "--loocv-layers (0: the paper's binomial test only)")
+    permutation_seed: int = arg(0, help="seed of the permutations")
 
 
 @dataclass(frozen=True)
@@ -68,6 +73,9 @@ class LoocvOptions:
                          help="what counts as the held-out question classified correctly: outcome (it ends correct "
                               "in the halting simulation) or detection (all its MUST HALT timesteps are above the "
                               "threshold)")
+    permutations: int = arg(DEFAULT_PERMUTATIONS, help="label permutations for the out-of-sample null (each retrains "
+                                                       "every fold; 0: the paper's binomial test only)")
+    permutation_seed: int = arg(0, help="seed of the permutations")
 
 
 @dataclass(frozen=True)
@@ -203,20 +211,27 @@ def cmd_train(cfg: CliConfig, evaluate_only: bool = False) -> int:
     return 0
 
 
+def _check_permutations(permutations: int) -> None:
+    if permutations < 0:
+        raise UsageError(f"--permutations must be >= 0, got {permutations}")
+
+
 def cmd_sweep(cfg: CliConfig, options: SweepOptions) -> int:
     """``sweep``."""
-    from sst_interp.analyses.layers import paper_layer
-    from sst_interp.probe.sweeps import layer_sweep, select_layer
+    from sst_interp.probe.sweeps import layer_sweep, select_heldout_layer, select_layer, sweep_layers
 
+    _check_permutations(options.permutations)
     run = _open_run(cfg.run)
-    layers = (_int_list(options.layers) if options.layers
-              else sorted({paper_layer(v, run.num_layers) for v in PAPER_SWEEP_LAYERS}))
+    layers = _int_list(options.layers) if options.layers else sweep_layers(run.num_layers)
     data = load_probe_data_layers(run, layers)
     config = ProbeConfig(run.hidden_size, hidden=cfg.hidden, activation=cfg.activation)
     sweep = layer_sweep(data, config, TrainConfig(epochs=cfg.epochs, seed=cfg.seed), _int_list(options.loocv_layers),
-                        cfg.threshold)
+                        cfg.threshold, permutations=options.permutations, permutation_seed=options.permutation_seed)
+    heldout, reason = select_heldout_layer(sweep)
     out = _default_out(cfg, "sweep")
-    _write(out, {"tab_halting_probe_layer_sweep": sweep.table()}, {"selected_layer": select_layer(sweep)})
+    _write(out, {"tab_halting_probe_layer_sweep": sweep.table()},
+           {"selected_layer": select_layer(sweep), "heldout_layer": heldout, "heldout_reason": reason})
+    print(f"held-out choice: layer {heldout} ({reason})")
     print(sweep.table().to_string(index=False))
     print(f"wrote {out}")
     return 0
@@ -231,7 +246,9 @@ def cmd_loocv(cfg: CliConfig, options: LoocvOptions) -> int:
     data.labels.require_must_halt()
     config = ProbeConfig(data.hidden_size, hidden=cfg.hidden, activation=cfg.activation)
     train_config = TrainConfig(epochs=cfg.epochs, seed=cfg.seed)
-    result = loocv(data, config, train_config, cfg.threshold, options.criterion)  # type: ignore[arg-type]
+    _check_permutations(options.permutations)
+    result = loocv(data, config, train_config, cfg.threshold, options.criterion,  # type: ignore[arg-type]
+                   permutations=options.permutations, permutation_seed=options.permutation_seed)
     cover = cover_bound(cfg.hidden, len(data.labels.must_halt_questions))
     out = _default_out(cfg, data.layer)
     _write(out, {"app_halting_loocv": result.table(), "app_halting_loocv_folds": result.folds,

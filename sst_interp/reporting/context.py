@@ -48,6 +48,25 @@ class ProbeBundle:
 
 
 @dataclass(frozen=True)
+class ProbeSweep:
+    """The layer sweep of one run and its held-out layer choice.
+
+    Args:
+        result: :class:`~sst_interp.probe.sweeps.LayerSweep` (in-sample and ``heldout_*`` columns per layer).
+        layer: the layer the held-out scores select.
+        reason: one line saying why.
+        data: ``{layer: ProbeData}`` of the swept layers.
+        layers: the swept layers (the whole depth: every layer up to 32, else an even grid of 16).
+    """
+
+    result: Any
+    layer: int
+    reason: str
+    data: dict
+    layers: list[int]
+
+
+@dataclass(frozen=True)
 class AlphaMatrix:
     """Learned blend coefficients of a checkpoint.
 
@@ -151,12 +170,36 @@ class ReportContext:
                                      label)
             if data.labels.n_safe == 0:
                 return NotApplicable("the run has no SAFE timesteps; a probe needs both classes", label)
+            sweep = self.probe_sweep(item.name)
+            layer, reason = sweep.layer, sweep.reason
+            data = sweep.data[layer]
             config = ProbeConfig(data.hidden_size, hidden=REPORTED_PROBE_WIDTH)
             probe, _ = train_probe(data.x, data.y, config, TrainConfig())
-            origin = (f"{REPORTED_PROBE_WIDTH}-neuron probe trained here on the run's labels (layer {data.layer}, "
-                      "paper recipe, seed 42)")
+            origin = (f"{REPORTED_PROBE_WIDTH}-neuron probe trained here on the run's labels (paper recipe, seed 42) "
+                      f"at layer {layer}, the layer sweep's held-out choice: {reason}")
             threshold = float(DEFAULT_THRESHOLD)
         return ProbeBundle(data, probe, threshold, origin, evaluate_probe(probe, data, threshold))
+
+    def probe_sweep(self, name: str | None) -> ProbeSweep:
+        """The halting-probe layer sweep over the whole depth (64-neuron probes, held-out scores per layer) and the
+        layer its held-out result selects (sec:halting_probe_method; issue: the layer is chosen out of sample)."""
+        from sst_interp.probe.dataset import load_probe_data_layers
+        from sst_interp.probe.model import DEFAULT_THRESHOLD, ProbeConfig
+        from sst_interp.probe.sweeps import layer_sweep, select_heldout_layer, sweep_layers
+        from sst_interp.probe.train import TrainConfig
+
+        item = self.run_input(name)
+
+        def build() -> ProbeSweep:
+            run = item.run
+            layers = sweep_layers(run.num_layers)
+            data = load_probe_data_layers(run, layers)
+            result = layer_sweep(data, ProbeConfig(run.hidden_size, hidden=MECHANISTIC_PROBE_WIDTH), TrainConfig(),
+                                 threshold=DEFAULT_THRESHOLD)
+            layer, reason = select_heldout_layer(result)
+            return ProbeSweep(result, int(layer), reason, data, layers)
+
+        return self.memo(("probe_sweep", item.name), build)
 
     def mechanistic_probe(self, name: str | None) -> Any:
         """The 64-neuron probe of the neuron analysis: ``--probe`` when it has 64 units, else one trained here."""

@@ -1,4 +1,5 @@
-"""fig:halt_signal (the probe's logit over every labelled timestep) and fig:feature_position_grid."""
+"""fig:halt_signal (the probe's in-sample logit over every labelled timestep, labelled as such) and
+fig:feature_position_grid."""
 
 from __future__ import annotations
 
@@ -48,7 +49,9 @@ def draw_halt_signal(data: ArtefactData) -> Figure:
                      f"{'MUST HALT' if flag else 'SAFE'} timestep (n=1, logit {row['mean']:.2f})")
     top.axvline(threshold, color="black", linestyle="--", linewidth=1, label=f"threshold {threshold:.3f}")
     gap = summary["gap_between_means"].iloc[0]
-    style(top, f"Halt logit at layer {data.meta.get('layer')} (gap between class means {gap:.2f})", "probe logit",
+    # In-sample: the probe was trained on these very timesteps, so the gap is not evidence (issue 12); say so.
+    style(top, f"In-sample halt logit at layer {data.meta.get('layer')} (gap between class means {gap:.2f}; "
+               "probe trained on these timesteps, not evidence: see LOOCV)", "probe logit",
           "timesteps")
     order = ts.assign(_k=ts["question_kind"].map({"must_halt": 0, "continue": 1, "safe": 2}))
     order = order.sort_values(["_k", "question_id"], kind="stable")

@@ -3,6 +3,11 @@ layer sweep, neuron ablations, input-dimension sweep, greedy pruning and the fea
 
 The probe is ``--probe`` when given, else a 10-neuron probe trained on the run's MUST HALT labels (paper recipe);
 the neuron analysis reads a 64-neuron probe, as the paper's does.
+
+Evidence rule (issue 12): in-sample separation (a probe scored on the timesteps it was trained on) is never evidence
+of a halting feature: the in-sample tables and fig:halt_signal say so. Generalisation is read from the LOOCV
+permutation p-value (the paper's binomial p is shown beside it, uncalibrated) and the layer sweep ranks layers by
+held-out (question-fold cross-fitted) scores over the whole depth.
 """
 
 from __future__ import annotations
@@ -60,18 +65,26 @@ def halt_signal(ctx: ReportContext, target: str | None, b: ProbeBundle) -> Artef
 
     signal = halt_signal_data(b.evaluation, b.data)
     return ArtefactData({"timesteps": signal.table(), "summary": signal.summary()},
-                        {"threshold": float(signal.threshold), "layer": int(b.data.layer), "origin": b.origin})
+                        {"threshold": float(signal.threshold), "layer": int(b.data.layer), "origin": b.origin,
+                         "in_sample": True})
 
 
 def loocv_table(ctx: ReportContext, target: str | None, b: ProbeBundle) -> ArtefactData | NotApplicable:
-    """LOOCV over the MUST HALT questions (app:halting_loocv) with Cover's bound on the output layer."""
-    from sst_interp.probe.loocv import cover_bound, loocv
+    """LOOCV over the MUST HALT questions (app:halting_loocv): the paper's binomial p and the calibrated permutation
+    p, with Cover's bound on the output layer."""
+    from sst_interp.probe.loocv import DEFAULT_PERMUTATIONS, cover_bound, loocv
     from sst_interp.probe.train import TrainConfig
 
     b.data.labels.require_must_halt()
     result = loocv(b.data, b.probe.config, TrainConfig(), b.threshold,
-                   full_predicted=b.evaluation.detection.predicted)
-    notes = [_origin(b), "each fold retrains the same architecture from scratch without one MUST HALT question"]
+                   full_predicted=b.evaluation.detection.predicted, permutations=DEFAULT_PERMUTATIONS)
+    notes = [_origin(b), "each fold retrains the same architecture from scratch without one MUST HALT question",
+             f"p_permutation = {result.p_permutation:.3g}: the same LOOCV rerun on {result.n_permutations} label "
+             f"permutations within equal-correct-depth strata (every fold retrained); held-out accuracy under the "
+             f"null {result.null_accuracy:.1%} vs observed {result.accuracy:.1%}. This is the significance to read.",
+             f"p_binomial = {result.p_binomial:.3g}: the paper's test against the in-sample base rate "
+             f"{result.base_rate:.1%}; it reproduces the paper's numbers but rejects where nothing is planted "
+             "(the in-sample rate of a memorising probe is too low)"]
     extra = {"folds": result.folds}
     if not b.probe.is_linear:
         cover = cover_bound(b.probe.n_hidden, len(b.data.labels.must_halt_questions))
@@ -81,21 +94,22 @@ def loocv_table(ctx: ReportContext, target: str | None, b: ProbeBundle) -> Artef
 
 
 def layer_sweep(ctx: ReportContext, target: str | None, b: ProbeBundle) -> ArtefactData | NotApplicable:
-    """tab:halting_probe_layer_sweep: a 64-neuron probe per layer (the paper's layers scaled), LOOCV at the probe
-    layer."""
-    from sst_interp.probe.dataset import PAPER_SWEEP_LAYERS, load_probe_data_layers
-    from sst_interp.probe.model import ProbeConfig
-    from sst_interp.probe.sweeps import layer_sweep as sweep
-    from sst_interp.probe.train import TrainConfig
-
+    """tab:halting_probe_layer_sweep: a 64-neuron probe per layer over the whole depth, ranked by held-out scores
+    (the sweep the report's probe layer is chosen from: :meth:`ReportContext.probe_sweep`)."""
     b.data.labels.require_must_halt()
     run = ctx.run_input(target).run
-    layers = sorted({paper_layer(v, run.num_layers) for v in PAPER_SWEEP_LAYERS} | {int(b.data.layer)})
-    data = load_probe_data_layers(run, layers)
-    result = sweep(data, ProbeConfig(run.hidden_size, hidden=MECHANISTIC_PROBE_WIDTH), TrainConfig(),
-                   loocv_layers=[int(b.data.layer)], threshold=b.threshold)
-    return table_data(result, [f"layers: the paper's {list(PAPER_SWEEP_LAYERS)} of 62 at the same depth fraction "
-                               f"of {run.num_layers}; LOOCV at the probe layer {b.data.layer} only"])
+    sweep = ctx.probe_sweep(target)
+    same = sweep.layer == int(b.data.layer)
+    notes = [f"layers: {'every layer' if len(sweep.layers) == run.num_layers else 'an even grid'} of "
+             f"{run.num_layers} (every layer up to 32 layers, else 16 evenly spaced including the first and last)",
+             f"held-out selection: {sweep.reason}",
+             f"the report's probe reads layer {b.data.layer}" + (" (the held-out selection)" if same else
+                                                                 f", not the held-out choice {sweep.layer} "
+                                                                 "(--probe fixes its own layer)"),
+             "correct/overthinks/missed/halt_detected/safe_left_alone are in-sample (the probe scored on its own "
+             "training timesteps) and are not evidence; heldout_* columns are what the layer is chosen by; "
+             "significance: tab_halting_probe_loocv (permutation p)"]
+    return table_data(sweep.result, notes)
 
 
 def ablation_sweep(ctx: ReportContext, target: str | None, b: ProbeBundle) -> ArtefactData | NotApplicable:
@@ -162,19 +176,26 @@ def _spec(name: str, kind: str, caption: str, build: Callable[..., Any], draw: A
 
 SPECS: list[ArtefactSpec] = [
     _spec("tab_halting_probe", "table",
-          "Halting by the probe: accuracy against iter=1 and the staged capacity, overthinks (continued past a "
-          "passing depth) and misses (halted too early).", halting_probe),
+          "Halting by the probe, in sample (the probe is scored on the questions it was trained on): accuracy "
+          "against iter=1 and the staged capacity, overthinks (continued past a passing depth) and misses (halted "
+          "too early). Not evidence of generalisation: see the LOOCV permutation test.", halting_probe),
     _spec("tab_halting_probe_per_iter", "table",
-          "MUST HALT detection and SAFE timesteps left alone, per iteration depth.", per_iter),
+          "MUST HALT detection and SAFE timesteps left alone, per iteration depth, in sample (not evidence of "
+          "generalisation).", per_iter),
     _spec("fig_halt_signal", "figure",
-          "Probe logit at every labelled timestep: histogram by class, per-question strip, and each timestep at its "
-          "depth with detected halts, harmless false halts and missed continues.", halt_signal,
-          fig_probe.draw_halt_signal),
+          "In-sample probe logit at every labelled timestep (the probe was trained on these timesteps, so the "
+          "separation shown is not evidence of a feature; see the LOOCV permutation test): histogram by class, "
+          "per-question strip, and each timestep at its depth with detected halts, harmless false halts and missed "
+          "continues.", halt_signal, fig_probe.draw_halt_signal),
     _spec("tab_halting_probe_loocv", "table",
-          "Leave-one-MUST-HALT-question-out cross-validation: held-out questions correctly halted vs the "
-          "memorisation null (the probe's base prediction rate).", loocv_table, label=""),
+          "Leave-one-MUST-HALT-question-out cross-validation: held-out questions correctly halted, with the "
+          "calibrated label-permutation p (every fold retrained per permutation; read significance here) and the "
+          "paper's binomial p against the in-sample base rate (reproduces the paper, not calibrated).",
+          loocv_table, label=""),
     _spec("tab_halting_probe_layer_sweep", "table",
-          "A probe trained at each layer of the paper's sweep: evaluation and LOOCV.", layer_sweep),
+          "A 64-neuron probe trained at every layer (an even grid of 16 above 32 layers): in-sample evaluation and "
+          "held-out (question-fold cross-fitted) scores; the layer is chosen by the held-out result, named in the "
+          "notes.", layer_sweep),
     _spec("tab_halting_probe_ablation_sweep", "table",
           "Neuron ablations of the 64-neuron probe: keep the top-N neurons by logit contribution, remove the top "
           "neuron, or keep only it.", ablation_sweep),

@@ -144,9 +144,11 @@ def test_cli_loocv_sweep_ablate(planted_run, tmp_path):
     import pandas as pd
 
     run, truth = planted_run
-    assert main(["loocv", "--run", str(run.path), "--out", str(tmp_path / "cv")]) == 0
+    assert main(["loocv", "--run", str(run.path), "--out", str(tmp_path / "cv"), "--permutations", "9"]) == 0
     cv = pd.read_csv(tmp_path / "cv" / "app_halting_loocv.csv").iloc[0]
     assert cv["folds"] == len(pd.read_csv(tmp_path / "cv" / "app_halting_loocv_folds.csv")) and cv["p_value"] < 0.01
+    # 9 permutations: the smallest permutation p is 1/10, reached when no permuted LOOCV does as well
+    assert cv["permutations"] == 9 and cv["p_permutation"] == pytest.approx(0.1)
     assert pd.read_csv(tmp_path / "cv" / "cover_bound.csv")["shatter_capacity"].iloc[0] == 11
     common = ["--run", str(run.path), "--hidden", "10"]
     assert main(["sweep", *common, "--layers", "1,3", "--out", str(tmp_path / "sw")]) == 0
