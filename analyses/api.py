@@ -52,7 +52,7 @@ def as_run(source: str | Path | Run) -> Run:
 
 def _frame(result: Any) -> pd.DataFrame:
     if isinstance(result, NotApplicable):
-        raise NotAvailable(f"{result.label}: {result.reason}" if result.label else result.reason)
+        raise NotAvailable(f"{result.measurement}: {result.reason}" if result.measurement else result.reason)
     return result.table() if hasattr(result, "table") else result
 
 

@@ -144,6 +144,11 @@ def greedy(ctx: ReportContext, target: str | None, b: ProbeBundle) -> ArtefactDa
     _, prune = ctx.feature_search(target)
     if isinstance(prune, NotApplicable):
         return prune
+    if prune.essential.size == 0:
+        # Zeroing every input leaves the probe's outcome unchanged: its decisions do not read the hidden state.
+        return NotApplicable("no essential dimension: the probe's outcome stays the same with every input dimension "
+                             "zeroed (it does not read the hidden state), so there is no set to prune to or to train "
+                             "a linear probe on", "tab:halting_probe_greedy_prune")
     linear, _ = train_linear_on(b.data, prune.essential)
     row = evaluate_probe(linear, b.data, b.threshold).row()
     notes = [_origin(b), f"essential dimensions: {', '.join(map(str, prune.essential.tolist()))}",
