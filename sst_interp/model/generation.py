@@ -423,7 +423,9 @@ class GenerationSession:
             token = self.last_token[:, None]
             # A finished row's column is masked out, so its context stays exactly its own tokens.
             self.mask = torch.cat([self.mask, self.active.long()[:, None]], dim=1)
-            position_ids = self._positions()[:, -1:]
+            # The new column's position: one past the row's last real token, i.e. unchanged for a masked row (the
+            # last column of _positions(), without a cumulative sum over the whole context at every step).
+            position_ids = position_ids + self.active.long()[:, None]
             info = PassInfo(position=position, iteration=1, depth=self.depth, active=self.active)
             logits, _ = self._run(info, "carry", token, position_ids, self._want_logits(1, self.depth))
             for iteration in range(2, self.depth + 1):

@@ -7,21 +7,28 @@ from typing import Any
 from sst_interp.record.options import RecordArgs
 
 
+def batch_generation_config(sst: Any, tokenizer: Any, args: RecordArgs, stops: tuple[str, ...] = ()) -> Any:
+    """The :class:`~sst_interp.model.generation.GenerationConfig` ``record`` generates with (both protocols):
+    greedy, the LM head after every iteration, the tokenizer's and the model's EOS ids."""
+    from sst_interp.model.generation import GenerationConfig
+    from sst_interp.model.loading import eos_token_ids
+
+    pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
+    return GenerationConfig(max_new_tokens=args.max_new_tokens, prompt_mode=args.prompt_mode,
+                            eos_token_ids=eos_token_ids(tokenizer, sst), stop_strings=tuple(stops),
+                            pad_token_id=pad, logits_every_iteration=True)
+
+
 def record_batch(sst: Any, tokenizer: Any, batch: list[Any], depth: Any, args: RecordArgs,
                  config: Any) -> tuple[list[dict[str, Any]], dict[str, Any]]:
     """Generate one batch under a depth policy (``FixedDepth(k)`` or a probe policy) with the recorder attached;
     returns (generation rows, writer columns)."""
     from sst_interp.data import grade, stop_strings
     from sst_interp.hooks import Recorder
-    from sst_interp.model.generation import GenerationConfig, generate
-    from sst_interp.model.loading import eos_token_ids
+    from sst_interp.model.generation import generate
 
     prompts = [list(tokenizer(q.prompt).input_ids) for q in batch]
-    pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
-    gen_config = GenerationConfig(max_new_tokens=args.max_new_tokens, prompt_mode=args.prompt_mode,
-                                  eos_token_ids=eos_token_ids(tokenizer, sst),
-                                  stop_strings=stop_strings(batch[0].source), pad_token_id=pad,
-                                  logits_every_iteration=True)
+    gen_config = batch_generation_config(sst, tokenizer, args, stop_strings(batch[0].source))
     ids = [q.question_id for q in batch]
     with Recorder.for_model(sst, ids, config) as recorder:
         result = generate(sst, prompts, depth, gen_config, observer=recorder,

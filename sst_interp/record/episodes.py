@@ -23,14 +23,10 @@ def record_episode_batch(sst: Any, tokenizer: Any, batch: list[Any], depth: Any,
     from sst_interp.codeact.episode import run_episodes
     from sst_interp.codeact.grading import grade_episode
     from sst_interp.hooks import Recorder
-    from sst_interp.model.generation import GenerationConfig
-    from sst_interp.model.loading import eos_token_ids
+    from sst_interp.record.completion import batch_generation_config
     from sst_interp.record.identity import episode_config
 
-    pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
-    gen_config = GenerationConfig(max_new_tokens=args.max_new_tokens, prompt_mode=args.prompt_mode,
-                                  eos_token_ids=eos_token_ids(tokenizer, sst), pad_token_id=pad,
-                                  logits_every_iteration=True)
+    gen_config = batch_generation_config(sst, tokenizer, args)
     ids = [q.question_id for q in batch]
     with Recorder.for_model(sst, ids, config) as recorder:
         result = run_episodes(sst, tokenizer, [q.prompt for q in batch], depth, gen_config, episode_config(args),

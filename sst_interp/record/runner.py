@@ -51,12 +51,14 @@ def record(args: RecordArgs) -> dict[int, float]:
 def completed_before(out: Path) -> dict[int, set[str]]:
     """{depth: question ids} an existing run at ``out`` has complete (its manifest's ``status``); empty when there
     is no run yet."""
-    import json
+    from sst_interp.store.manifest import MANIFEST_NAME, read_manifest
 
-    manifest = out / "manifest.json"
-    if not manifest.is_file():
+    if not (out / MANIFEST_NAME).is_file():
         return {}
-    status = json.loads(manifest.read_text()).get("status", {})
+    try:
+        status = read_manifest(out).get("status", {})
+    except ValueError:  # unreadable JSON: RunWriter.create_or_resume refuses it next, with its own message
+        return {}
     return {int(depth): set(ids) for depth, ids in status.items()} if isinstance(status, dict) else {}
 
 
