@@ -25,7 +25,7 @@ from typing import Any
 
 import pandas as pd
 
-from sst_interp.analyses import convergent, evaluation, repetition
+from sst_interp.analyses import convergent, episodes, evaluation, repetition
 from sst_interp.analyses import logit_dynamics as ld
 from sst_interp.analyses.basin_profiles import punctuated_equilibrium
 from sst_interp.analyses.basins import GMMFit
@@ -166,6 +166,10 @@ class RunAnalysis:
         """tab:convergent_reasoning."""
         return _frame(convergent.convergent_reasoning(self.run))
 
+    def episode_conduct(self) -> pd.DataFrame:
+        """CodeACT runs: per depth, the fractions of episodes that act in their first turn, finish, are correct."""
+        return _frame(episodes.episode_conduct(self.run))
+
     # ------------------------------------------------------------------------------------ basins
     def causal_ordering(self) -> pd.DataFrame:
         """tab:causal_ordering."""
@@ -226,6 +230,7 @@ class RunAnalysis:
 
     # ------------------------------------------------------------------------------------ what is supported
     MEASUREMENTS = ("staged_breakdown", "main_results", "overthinking", "repetition", "convergent_reasoning",
+                    "episode_conduct",
                     "causal_ordering", "pos0_divergence", "basin_summary", "argmax_concentration",
                     "decision_boundary", "gap_distributions", "reorg_argmax", "reorg_all", "later_iter_computation",
                     "basin_shift_activity", "precision_proof", "convergence_monitoring")

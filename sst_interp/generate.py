@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from sst_interp.cli_args import add_config_flags, arg, config_from_namespace, config_parser
 from sst_interp.errors import UsageError, cli_entry
 from sst_interp.model.generation import GenerationConfig, PROMPT_MODES, generate
+from sst_interp.checkpoints import resolve_checkpoint
 from sst_interp.model.loading import (
     DEMO_PRESET_NOTE,
     ModelSpec,
@@ -32,7 +33,8 @@ class GenerateArgs:
     prompt: str = arg(help="prompt text; \\n escapes are expanded")
     depths: str = arg("1,2,3,4", help="comma-separated iteration depths")
     model: str = arg("default", help="default | local HF folder | .gguf file | hub id (default: default)")
-    checkpoint: str | None = arg(None, help="SST checkpoint folder (sst_config.json + state)")
+    checkpoint: str | None = arg(None, help="SST checkpoint folder (sst_config.json + state), or a named "
+                                                "checkpoint: demo-codeact | demo-codeact-baseline")
     state_scale: str | None = arg(None, choices=("unit", "hidden"),
                                   help="state read scale of an untrained SST (default: hidden on the default "
                                        "backbone)")
@@ -60,7 +62,7 @@ def main(argv: list[str] | None = None) -> None:
         raise UsageError("--max-new-tokens must be at least 1")
     if not args.prompt.strip():
         raise UsageError("--prompt is empty; give the text to continue, e.g. --prompt '7 + 5 ='")
-    spec = ModelSpec(args.model, args.checkpoint, args.state_scale, args.dtype, args.device)
+    spec = ModelSpec(args.model, resolve_checkpoint(args.checkpoint), args.state_scale, args.dtype, args.device)
     if spec.is_demo_preset:
         print(f"[{DEMO_PRESET_NOTE}]")
     sst, tokenizer = build_sst(spec)

@@ -21,6 +21,7 @@ from pathlib import Path
 
 from sst_interp.cli_args import add_config_flags, arg, config_from_namespace, config_parser
 from sst_interp.errors import cli_entry
+from sst_interp.checkpoints import resolve_checkpoint
 from sst_interp.paths import ensure_writable_folder
 
 
@@ -34,11 +35,11 @@ class ReportArgs:
     baseline: list[Path] = arg(default_factory=list, repeat=True,
                                help="matched-baseline run directory (repeatable; paired by shared questions)")
     probe: Path | None = arg(None, help="saved halting probe (default: train one on each run with MUST HALT labels)")
-    checkpoint: Path | None = arg(None, help="SST checkpoint for the alpha figures (default: the one the run's "
-                                             "manifest names)")
+    checkpoint: Path | None = arg(None, help="SST checkpoint folder or name (demo-codeact) for the alpha figures "
+                                             "(default: the one the run's manifest names)")
     training_log: list[Path] = arg(default_factory=list, repeat=True,
-                                   help="training output folder or train_log.csv (repeatable: the SST's and the "
-                                        "baseline's)")
+                                   help="training output folder, train_log.csv or named checkpoint (demo-codeact, "
+                                        "demo-codeact-baseline) (repeatable: the SST's and the baseline's)")
     out: Path = arg(Path("reports"), help="output folder")
     only: list[str] = arg(default_factory=list, metavar="NAME,...",
                           help="comma-separated artefact names or globs to produce (default: all)")
@@ -53,6 +54,11 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _named(path: Path | None) -> Path | None:
+    """A named checkpoint (demo-codeact, ...) as its installed folder; other paths unchanged."""
+    return None if path is None else Path(resolve_checkpoint(path))
+
+
 @cli_entry
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of ``python -m sst_interp.report`` and ``sst-report``."""
@@ -62,8 +68,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = config_from_namespace(ReportArgs, build_parser().parse_args(argv))
     ensure_writable_folder(args.out)
     config = ReportConfig(
-        runs=tuple(args.run), baselines=tuple(args.baseline), probe=args.probe, checkpoint=args.checkpoint,
-        training_logs=tuple(args.training_log), out=args.out, only=tuple(args.only), runs_root=args.runs_root,
+        runs=tuple(args.run), baselines=tuple(args.baseline), probe=args.probe,
+        checkpoint=_named(args.checkpoint), training_logs=tuple(_named(p) for p in args.training_log), out=args.out, only=tuple(args.only), runs_root=args.runs_root,
         progress=not args.quiet,
     )
     result = build_report(config)

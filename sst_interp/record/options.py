@@ -6,6 +6,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from sst_interp.checkpoints import DEFAULT_CODEACT_CHECKPOINT, resolve_checkpoint
 from sst_interp.cli_args import arg
 from sst_interp.errors import UsageError
 from sst_interp.model.generation import PROMPT_MODES
@@ -28,7 +29,9 @@ class RecordArgs:
     depths: str = arg(DEFAULT_DEPTHS, help="comma-separated flat iteration depths")
     model: str | None = arg(None, help="backbone: default (the embedded Gemma 3 270M) | local HF folder | .gguf file "
                                        "| hub id (default: default)")
-    checkpoint: str | None = arg(None, help="SST checkpoint folder (default: an untrained SST)")
+    checkpoint: str | None = arg(None, help="SST checkpoint folder, or a named checkpoint: demo-codeact | "
+                                            "demo-codeact-baseline (default: demo-codeact under --protocol codeact "
+                                            "when no --model is given, else an untrained SST)")
     demo_preset: bool | None = arg(None, help="untrained SST with state_scale='hidden' (default: on exactly when "
                                               "neither --model nor --checkpoint is given)")
     max_new_tokens: int | None = arg(None, help="most tokens per answer, or per model turn under codeact (default per "
@@ -129,6 +132,16 @@ class RecordArgs:
             options[key.strip()] = int(value) if value.strip().lstrip("-").isdigit() else value
         return options
 
+    def use_default_codeact_checkpoint(self) -> bool:
+        """Under codeact with neither --checkpoint nor --model (nor --demo-preset), load the shipped demo SST.
+
+        The untrained backbone cannot act in CodeACT (it never opens an ``<execute>`` block); ``demo-codeact`` was
+        trained on CodeACT traces for this. Returns whether the default was applied."""
+        if self.codeact and self.checkpoint is None and self.model is None and not self.demo_preset:
+            self.checkpoint = resolve_checkpoint(DEFAULT_CODEACT_CHECKPOINT)
+            return True
+        return False
+
     def validate(self) -> list[int]:
         """Check the options; returns the parsed depth list. Bad values are a UsageError."""
         from sst_interp.data import default_max_new_tokens
@@ -151,6 +164,7 @@ class RecordArgs:
             raise UsageError(f"--dtype must be float32 or bfloat16, got {self.dtype!r}")
         if self.prompt_mode is not None and self.prompt_mode not in PROMPT_MODES:
             raise UsageError(f"--prompt-mode must be one of {', '.join(PROMPT_MODES)}, got {self.prompt_mode!r}")
+        self.checkpoint = resolve_checkpoint(self.checkpoint)
         if self.demo_preset and self.checkpoint is not None:
             raise UsageError("--demo-preset is for an untrained SST; drop it when passing --checkpoint")
         if self.protocol not in PROTOCOLS:

@@ -25,6 +25,9 @@ def record(args: RecordArgs) -> dict[int, float]:
     from sst_interp.store import check_out
 
     args.validate()
+    if args.use_default_codeact_checkpoint():
+        print(f"[--protocol codeact without --checkpoint or --model: the shipped CodeACT demo SST "
+              f"({args.checkpoint}); pass --checkpoint to use another]")
     if args.codeact:
         from sst_interp.sandbox import check_backend
 

@@ -38,5 +38,12 @@ def print_summary(out: Path, depths: list[int]) -> dict[int, float]:
         turns = episodes["n_turns"]
         print(f"episodes: {len(episodes)}, model turns {int(turns.sum())} (mean {turns.mean():.2f}, max "
               f"{int(turns.max())}); ended by " + ", ".join(f"{k} {v}" for k, v in sorted(reasons.items())))
+        from sst_interp.analyses.episodes import episode_conduct
+
+        conduct = episode_conduct(run)
+        if isinstance(conduct, pd.DataFrame):
+            for row in conduct.itertuples(index=False):
+                print(f"  depth {row.depth}: first turn acts (well-formed <execute>) {100 * row.first_turn_action:.0f}%, "
+                      f"finished with finish_session {100 * row.finished:.0f}%")
     print(f"run: {out}")
     return accuracy

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pandas as pd
 
-from sst_interp.analyses import convergent, evaluation
+from sst_interp.analyses import convergent, episodes, evaluation
 from sst_interp.analyses.api import NotAvailable
 from sst_interp.analyses.results import NotApplicable
 from sst_interp.reporting import fig_evaluation
@@ -95,6 +95,21 @@ def convergent_reasoning(ctx: ReportContext, target: str | None) -> ArtefactData
     return table_data(convergent.convergent_reasoning(ctx.run_input(target).run))
 
 
+def episode_conduct(ctx: ReportContext, target: str | None) -> ArtefactData | NotApplicable:
+    """CodeACT episode conduct of one run (and of its matched baseline, when there is one)."""
+    item, base = ctx.run_input(target), ctx.baseline(target)
+    result = episodes.episode_conduct(item.run)
+    if isinstance(result, NotApplicable):
+        return result
+    frames = [result.assign(model="SST")]
+    if base is not None:
+        base_result = episodes.episode_conduct(base.run)
+        if not isinstance(base_result, NotApplicable):
+            frames.insert(0, base_result.assign(model="baseline"))
+    table = pd.concat(frames, ignore_index=True)
+    return ArtefactData({"main": table[["model", *episodes.COLUMNS]]}, {"notes": []})
+
+
 SPECS: list[ArtefactSpec] = [
     ArtefactSpec("tab_main_results", "table", "tab:main_results", FAMILY,
                  "Headline comparison: matched baseline vs SST at staged compute, the difference in points and the "
@@ -114,6 +129,10 @@ SPECS: list[ArtefactSpec] = [
     ArtefactSpec("tab_repetition", "table", "tab:repetition", FAMILY,
                  "Sentence-level repetition (sentences of >= 20 characters occurring more than once per turn) and "
                  "loops, per benchmark and configuration.", "report", ("runs", "baseline"), repetition),
+    ArtefactSpec("tab_episode_conduct", "table", "", FAMILY,
+                 "CodeACT episode conduct per depth: fractions of episodes whose first model turn is a well-formed "
+                 "<execute> block, that end with finish_session, and that are correct (app:dataset_format).",
+                 "run", ("run", "baseline"), episode_conduct),
     ArtefactSpec("tab_convergent_reasoning", "table", "tab:convergent_reasoning", "Logit dynamics",
                  "Convergent reasoning: questions correct at every depth with pairwise distinct text traces, "
                  "against the chance of independent random answers.", "run", ("run",), convergent_reasoning),

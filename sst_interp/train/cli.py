@@ -22,9 +22,9 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from sst_interp.cli_args import add_config_flags, config_parser, given_fields
-from sst_interp.errors import cli_entry
+from sst_interp.errors import UsageError, cli_entry
 from sst_interp.paths import ensure_writable_folder
-from sst_interp.train.config import TrainConfig, demo_config
+from sst_interp.train.config import TrainConfig, codeact_demo_config, demo_config
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -39,6 +39,10 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--demo", action="store_true",
                         help="demo preset: a small SST on the default backbone, CPU, a few minutes, procedural data "
                              "(changes some of the defaults below; see sst_interp.train.config.demo_config)")
+    parser.add_argument("--codeact-demo", action="store_true",
+                        help="the recipe of the shipped demo-codeact checkpoint (with --baseline: of "
+                             "demo-codeact-baseline) on CodeACT traces from python -m sst_interp.train.codeact_data; "
+                             "needs --train-data and --val-data (see sst_interp.train.config.codeact_demo_config)")
     add_config_flags(parser, TrainConfig, omit_unset=True)
     return parser
 
@@ -46,6 +50,18 @@ def build_parser() -> argparse.ArgumentParser:
 def config_from_args(args: argparse.Namespace) -> TrainConfig:
     """The :class:`TrainConfig` of parsed arguments (the demo preset or the paper's defaults, then the flags)."""
     given = given_fields(TrainConfig, args)
+    if args.demo and args.codeact_demo:
+        raise UsageError("--demo and --codeact-demo are two different presets; pass one")
+    if args.codeact_demo:
+        if given.get("train_data") is None or given.get("val_data") is None:
+            raise UsageError("--codeact-demo trains on CodeACT traces: build them with python -m "
+                             "sst_interp.train.codeact_data --gsm8k PATH/train.jsonl --out DIR, then pass "
+                             "--train-data DIR/train.jsonl --val-data DIR/validation.jsonl")
+        if given.get("baseline"):
+            given.setdefault("out", "runs/train-codeact-demo-baseline")
+        config = codeact_demo_config(**given)
+        ensure_writable_folder(config.out)
+        return config
     default_out = inspect.signature(demo_config).parameters["out"].default if args.demo else \
         TrainConfig.__dataclass_fields__["out"].default
     ensure_writable_folder(given.get("out") or default_out)

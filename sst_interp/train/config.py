@@ -101,7 +101,7 @@ class TrainConfig:
     seed: int = arg(0, help="seed of torch's generator (LoRA initialisation and dropout)")
     threads: int | None = arg(None, help="torch intra-op threads for the command line run (default: torch's; on a "
                                          "shared CPU, 1 avoids the stalls of oversubscribed threads)")
-    preset: str = arg("paper", help="name of the preset the config came from (paper or demo), recorded in the "
+    preset: str = arg("paper", help="name of the preset the config came from (paper, demo or codeact-demo), recorded in the "
                                     "outputs")
 
     def __post_init__(self) -> None:
@@ -172,6 +172,41 @@ class TrainConfig:
 #: Fields that may change between a run and its resumption (everything else must match).
 RESUMABLE_FIELDS: frozenset[str] = frozenset({"max_steps", "eval_every", "patience", "out", "device", "threads",
                                               "offload_checkpoints", "gradient_checkpointing", "ce_chunk_size"})
+
+
+def codeact_demo_config(out: str = "runs/train-codeact-demo", **overrides: Any) -> TrainConfig:
+    """The ``--codeact-demo`` preset: the recipe of the shipped ``demo-codeact`` checkpoint (and, with
+    ``--baseline``, of ``demo-codeact-baseline``), on traces from ``python -m sst_interp.train.codeact_data``.
+
+    Paper settings where they fit a 2-core CPU: unit state scale, two-pass training, SST learning rate 1e-2, AdamW
+    and clipping as the paper, the action tokens at their reserved ids, checkpoint selection on validation loss.
+    Departures, each for time or size: LoRA rank 4 (alpha 4) on the paper's targets, so that the adapter stays
+    under 10 MB (the tied 262k-row LM head alone costs r x (V + d) parameters). The head must stay a target: the
+    action tokens are unused vocabulary rows, and with adapters on attention and MLP only, 40 steps taught the
+    code but never the ``<execute>`` token (its logit stayed below ordinary words). LoRA learning rate 1e-3 with
+    5 warmup steps (at 1e-4, 360 steps barely move the adapter); one packed sequence of at most 512 tokens per step
+    (about 2 traces) instead of 16 unpacked sequences of 8,192; 360 steps (about 740 of the 6,295 training traces,
+    once each); validation every 60 steps; gradient checkpointing off.
+    """
+    settings: dict[str, Any] = {
+        "out": out,
+        "preset": "codeact-demo",
+        "state_scale": "unit",
+        "lora_r": 4,
+        "lora_alpha": 4.0,
+        "lr_lora": 1e-3,
+        "warmup_steps": 5,
+        "grad_accum": 1,
+        "max_steps": 360,
+        "eval_every": 60,
+        "max_seq_len": 512,
+        "pack": True,
+        "gradient_checkpointing": False,
+        "threads": 2,
+        "seed": 0,
+    }
+    settings.update(overrides)
+    return TrainConfig(**settings)
 
 
 def demo_config(out: str = "runs/train-demo", **overrides: Any) -> TrainConfig:

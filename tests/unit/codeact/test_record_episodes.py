@@ -143,3 +143,27 @@ def test_report_works_on_a_multi_turn_run_and_says_how_many_turns(recorded, tmp_
     page = (tmp_path / "report" / "index.html").read_text()
     # 2 depths x (2 + 3 + 1) turns in 6 episodes
     assert "<td>codeact</td>" in page and "12 in 6 episodes (mean 2.00, max 3)" in page
+
+
+def test_episode_conduct_counts_the_scripted_episodes(recorded):
+    """Planted truth: mul acts and finishes; err acts (then answers in text); text never opens a block."""
+    from sst_interp import analyses
+
+    out, _ = recorded
+    conduct = analyses.open(out).episode_conduct().set_index("depth")
+    for depth in (1, 2):
+        row = conduct.loc[depth]
+        assert row["episodes"] == 3
+        assert row["first_turn_action"] == pytest.approx(2 / 3)
+        assert row["finished"] == pytest.approx(1 / 3)
+        assert row["accuracy"] == pytest.approx(1.0)
+        assert row["mean_model_turns"] == pytest.approx((2 + 3 + 1) / 3)
+
+
+def test_well_formed_action_needs_open_code_and_closing_token():
+    from sst_interp.analyses.episodes import well_formed_action
+
+    assert well_formed_action([5, 120, 7, 8, 121], "execute", 120, 121)
+    assert not well_formed_action([120, 121], "execute", 120, 121)  # no code between the tokens
+    assert not well_formed_action([7, 8, 121], "execute", 120, 121)  # closed a block it never opened
+    assert not well_formed_action([120, 7, 8], "max_new_tokens", 120, 121)  # never closed

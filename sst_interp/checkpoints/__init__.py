@@ -1,0 +1,54 @@
+"""Checkpoints shipped inside the package, addressable by name wherever a checkpoint folder is accepted.
+
+``--checkpoint demo-codeact`` is the CodeACT demo SST trained by this project on GSM8K traces built from the
+calculator annotations of GSM8K's training split (``python -m sst_interp.train.codeact_data``);
+``--checkpoint demo-codeact-baseline`` is its matched one-pass baseline (sec:baseline_ft), trained on the same
+traces, order and steps. Each folder holds the weights, the training logs (``train_log.csv``, and ``alpha_log.csv``
+for the SST) and ``TRAINING.md`` with the exact commands that made it, so ``report --training-log demo-codeact``
+works too.
+"""
+
+from __future__ import annotations
+
+from importlib import resources
+from pathlib import Path
+
+from sst_interp.errors import UsageError
+
+#: name -> (folder under ``sst_interp/checkpoints``, one-line description).
+NAMED_CHECKPOINTS: dict[str, tuple[str, str]] = {
+    "demo-codeact": ("demo_codeact", "CodeACT demo SST on Gemma 3 270M (two-pass, LoRA r=4, GSM8K traces)"),
+    "demo-codeact-baseline": ("demo_codeact_baseline",
+                              "its matched one-pass baseline (same traces, order, steps and optimiser)"),
+}
+
+#: The checkpoint ``record --protocol codeact`` uses when neither --checkpoint nor --model is given.
+DEFAULT_CODEACT_CHECKPOINT = "demo-codeact"
+
+
+def named_checkpoint_folder(name: str) -> Path:
+    """The installed folder of a named checkpoint.
+
+    Raises:
+        UsageError: ``name`` is not a named checkpoint, or its files are missing from this installation.
+    """
+    if name not in NAMED_CHECKPOINTS:
+        raise UsageError(f"unknown checkpoint name {name!r}; named checkpoints are {', '.join(NAMED_CHECKPOINTS)}, "
+                         "or pass a checkpoint folder")
+    folder = Path(str(resources.files(__name__) / NAMED_CHECKPOINTS[name][0]))
+    if not folder.is_dir():
+        raise UsageError(f"the named checkpoint {name!r} is not in this installation ({folder} is missing); "
+                         "reinstall the package with its data (pip install -e .)")
+    return folder
+
+
+def resolve_checkpoint(value: str | Path | None) -> str | None:
+    """A checkpoint argument as a folder path: a name of :data:`NAMED_CHECKPOINTS` becomes its installed folder;
+    anything else (a path, or None) is returned unchanged. An existing local folder of the same name wins over the
+    packaged one, so a user's own ``./demo-codeact`` folder is never shadowed."""
+    if value is None:
+        return None
+    text = str(value)
+    if text in NAMED_CHECKPOINTS and not Path(text).exists():
+        return str(named_checkpoint_folder(text))
+    return text
