@@ -163,11 +163,20 @@ def shard_columns(kind: str, layout: Mapping[str, Any], file_dtype: str | None) 
             Column("tracked_logprobs", _fixed_list_of(_float32, k), f"fixed_size_list<float32>[{k}] (top_k)"),
         ]
     if kind == "sketch":
-        return coords + _cols([("layer", INT)]) + [
-            Column("top_indices", _fixed_list_of(_int32, None), "fixed_size_list<int32>[k]")]
+        return coords + _cols([("layer", INT)]) + [_sketch_indices(int(layout["hidden_size"]))]
     if kind == "gates":
         return coords + _cols([("layer", INT)]) + [Column("active_fraction", _float32, "float32")]
     raise ValueError(f"unknown shard kind {kind!r}; expected one of {sch.KINDS}")
+
+
+def _sketch_indices(d: int) -> Column:
+    """``top_indices``: int32 for any d (every run written before uint16 sketches, and d >= 65,536), or uint16 when
+    d < 65,536 (a uint16 column in a run with a larger d could not hold its indices)."""
+    if d < sch.UINT16_INDEX_LIMIT:
+        return Column("top_indices", _fixed_list_of(lambda t: _int32(t) or pa.types.is_uint16(t), None),
+                      f"fixed_size_list<uint16 or int32>[k] (hidden_size {d})")
+    return Column("top_indices", _fixed_list_of(_int32, None), f"fixed_size_list<int32>[k] (hidden_size {d} >= "
+                  f"{sch.UINT16_INDEX_LIMIT})")
 
 
 def check_columns(target: Path, schema: pa.Schema, columns: list[Column]) -> None:

@@ -75,7 +75,8 @@ class SketchBlock:
 
     Args:
         positions: [P] int64; iterations: [I] int64; layers: [L] int64.
-        top_indices: [P, I, L, k] int32, indices of the top-k |values| sorted ascending (-1 where not recorded).
+        top_indices: [P, I, L, k] int32, indices of the top-k |values| sorted ascending (-1 where not recorded);
+            int32 whether the shard stores uint16 (d < 65,536) or int32 indices, widened exactly.
     """
 
     question_id: str
@@ -261,7 +262,7 @@ class Run:
 
     def sketch(self, depth: int, question_ids: Sequence[str] | None = None,
                turn: int | None = None) -> Iterator[SketchBlock]:
-        """Yield one SketchBlock per (question, turn): top_indices [P, I, L, k] int32."""
+        """Yield one SketchBlock per (question, turn): top_indices [P, I, L, k] int32 (uint16 shards widened)."""
         for qid, table in self._tables("sketch", depth, question_ids):
             table = _filter(table, turn=turn)
             for t, part in _by_turn(table):

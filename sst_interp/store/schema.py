@@ -7,6 +7,10 @@ Shard coordinates (``turn``, ``position``, ``iteration``, ``layer``) are int32 i
 Hidden values are lossless: float32 as ``fixed_size_list<float32>[d]``; bfloat16 as its uint16 bit pattern
 (little-endian) in ``fixed_size_binary[2d]``. The logical dtype is in the schema metadata key
 ``sst_interp.dtype``.
+
+Sketch indices (``top_indices``, each in [0, d)) are ``fixed_size_list<uint16>[k]`` when d < 65,536 and
+``fixed_size_list<int32>[k]`` otherwise; runs written before the narrowing hold int32 for any d and stay valid.
+Readers get int32 either way (:func:`decode_fixed_list` widens exactly), so -1 can mark a missing cell.
 """
 
 from __future__ import annotations
@@ -20,6 +24,8 @@ SCHEMA_VERSION = 1
 DTYPE_KEY = b"sst_interp.dtype"
 HIDDEN_DTYPES = ("float32", "bfloat16")
 KINDS = ("hidden", "logits", "sketch", "gates")
+#: Sketch indices are stored as uint16 for hidden sizes below this (every index < d then fits in 16 bits).
+UINT16_INDEX_LIMIT = 65536
 
 _COORD = pa.int32()
 
@@ -103,8 +109,16 @@ def logits_schema(k: int) -> pa.Schema:
     )
 
 
-def sketch_schema(k: int) -> pa.Schema:
-    """Schema of ``sketch/depth=D/*.parquet`` with ``k`` = sketch size (indices of the top-k |values|)."""
+def sketch_index_type(hidden_size: int) -> pa.DataType:
+    """The value type of ``top_indices`` for hidden size ``hidden_size``: uint16 when d < 65,536, else int32."""
+    if hidden_size < 1:
+        raise ValueError(f"hidden_size must be >= 1, got {hidden_size}")
+    return pa.uint16() if hidden_size < UINT16_INDEX_LIMIT else pa.int32()
+
+
+def sketch_schema(k: int, hidden_size: int) -> pa.Schema:
+    """Schema of ``sketch/depth=D/*.parquet`` with ``k`` = sketch size (indices of the top-k |values|) and
+    ``hidden_size`` = d, which picks the index type (:func:`sketch_index_type`)."""
     return pa.schema(
         [
             ("question_id", pa.string()),
@@ -112,7 +126,7 @@ def sketch_schema(k: int) -> pa.Schema:
             ("position", _COORD),
             ("iteration", _COORD),
             ("layer", _COORD),
-            ("top_indices", pa.list_(pa.int32(), k)),
+            ("top_indices", pa.list_(sketch_index_type(hidden_size), k)),
         ]
     )
 
@@ -223,6 +237,21 @@ def fixed_list_array(values: Any, k: int, value_type: pa.DataType) -> pa.Array:
         raise ValueError(f"expected [N, {k}] values, got {array.shape}")
     flat = pa.array(np.ascontiguousarray(array).reshape(-1).astype(value_type.to_pandas_dtype()), type=value_type)
     return pa.FixedSizeListArray.from_arrays(flat, k)
+
+
+def sketch_indices_array(values: Any, k: int, hidden_size: int) -> pa.Array:
+    """Encode sketch indices ``values`` ([N, k] ints, a numpy array or tensor) as ``top_indices`` in the type of
+    :func:`sketch_index_type`. Raises ValueError when an index lies outside [0, hidden_size): narrowing to uint16
+    would otherwise wrap it (-1 -> 65535) without a trace."""
+    array = to_numpy(values)
+    if array.ndim != 2 or array.shape[1] != k:
+        raise ValueError(f"expected [N, {k}] sketch indices, got {array.shape}")
+    if not np.issubdtype(array.dtype, np.integer):
+        raise ValueError(f"sketch indices must be integers, got {array.dtype}")
+    if array.size and (int(array.min()) < 0 or int(array.max()) >= hidden_size):
+        raise ValueError(f"sketch indices must lie in [0, {hidden_size}) (the run's hidden_size), got "
+                         f"[{int(array.min())}, {int(array.max())}]")
+    return fixed_list_array(array, k, sketch_index_type(hidden_size))
 
 
 def decode_fixed_list(column: pa.Array | pa.ChunkedArray, dtype: np.dtype) -> np.ndarray:

@@ -8,6 +8,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from sst_interp.store.schema import UINT16_INDEX_LIMIT
+
 # Parquet per-row overhead of the coordinate columns (question_id dictionary index, 4 int32, levels): generous.
 ROW_OVERHEAD_BYTES = 24
 # Footer, page headers and row-group metadata, per (question, depth, table) in the worst case of one question a batch.
@@ -46,17 +48,19 @@ def bytes_per_question(depths: Sequence[int], full_positions: int, sketch_positi
     """Upper estimate of the bytes one question takes over all ``depths`` (uncompressed values).
 
     At depth k a recorded position has k iterations; full states cost ``layers * d * (4 or 2)`` bytes per
-    (position, iteration); sketches ``layers * sketch_k * 4``; logits ``top_k * 12 + 8`` for every recorded
+    (position, iteration); sketches ``layers * sketch_k * (2 or 4)`` (uint16 indices when d < 65,536, else int32;
+    the writer's delta encoding stores sorted indices in less); logits ``top_k * 12 + 8`` for every recorded
     position; gates ``layers * (4 + ffn_size / 8)`` for full positions when enabled; plus a fixed Parquet
     overhead per depth and table. Positions are capped at ``max_new_tokens`` (position 0 is always recorded
     in full).
     """
     value_bytes = 4 if dtype == "float32" else 2
+    index_bytes = 2 if d < UINT16_INDEX_LIMIT else 4
     full = min(max(full_positions, 1), max(max_new_tokens, 1))
     sketched = max(0, min(full_positions + sketch_positions, max_new_tokens) - full)
     per_iteration = (
         full * layers * (d * value_bytes + ROW_OVERHEAD_BYTES)
-        + sketched * layers * (sketch_k * 4 + ROW_OVERHEAD_BYTES)
+        + sketched * layers * (sketch_k * index_bytes + ROW_OVERHEAD_BYTES)
         + (full + sketched) * (top_k * 12 + 8 + ROW_OVERHEAD_BYTES)
     )
     if gates:

@@ -5,7 +5,7 @@ writer thread). ``question_id`` [N] str, ``turn``/``position``/``iteration``/``l
 
 - hidden: ``values`` [N, d] (float32; or uint16 bfloat16 bits / a bfloat16 tensor for a bfloat16 run)
 - logits: ``argmax`` [N], ``top_ids`` [N, K], ``top_logprobs`` [N, K], ``entropy`` [N], ``tracked_logprobs`` [N, K]
-- sketch: ``top_indices`` [N, k]
+- sketch: ``top_indices`` [N, k] ints in [0, d) (stored as uint16 when d < 65,536, else int32; see schema)
 - gates: ``active_fraction`` [N], optional ``sign_bits`` (list of N bytes, or a uint8 array [N, n_bytes])
 """
 
@@ -22,6 +22,7 @@ import pyarrow.parquet as pq
 
 from sst_interp.store import schema as sch
 from sst_interp.store.atomic import atomic_open
+from sst_interp.store.codecs import Codec
 from sst_interp.store.integrity import HashingSink, Written
 
 SORT_KEYS = {
@@ -39,7 +40,8 @@ def build_shard_table(
     """Validate and sort one kind's columns; returns the table (rows grouped by question in ``question_ids``
     order, then sorted by coordinates) and the question ids that have rows, in row order.
 
-    ``layout`` holds ``hidden_size`` and ``dtype`` (hidden), ``top_k`` (logits), ``sketch_k`` (sketch).
+    ``layout`` holds ``hidden_size`` and ``dtype`` (hidden), ``top_k`` (logits), ``sketch_k`` and
+    ``hidden_size`` (sketch: d picks the index type).
     """
     keys = SORT_KEYS[kind]
     qids = np.asarray(sch.to_numpy(columns["question_id"])).astype(str)
@@ -81,8 +83,11 @@ def build_shard_table(
     elif kind == "sketch":
         top = sch.to_numpy(columns["top_indices"])
         k = _check_width(kind, top, layout.get("sketch_k"))
-        arrays["top_indices"] = sch.fixed_list_array(take(top), k, pa.int32())
-        schema = sch.sketch_schema(k)
+        if layout.get("hidden_size") is None:
+            raise ValueError("sketch shards need the run's hidden_size (it picks uint16 or int32 indices)")
+        d = int(layout["hidden_size"])
+        arrays["top_indices"] = sch.sketch_indices_array(take(top), k, d)
+        schema = sch.sketch_schema(k, d)
     elif kind == "gates":
         frac = sch.to_numpy(columns["active_fraction"]).astype(np.float32)
         arrays["active_fraction"] = pa.array(take(frac), type=pa.float32())
@@ -119,9 +124,10 @@ def _bytes_rows(bits: Any, order: np.ndarray | None) -> list[bytes]:
     return rows
 
 
-def write_shard(table: pa.Table, present: Sequence[str], final: Path, compression: str) -> Written:
-    """Write ``table`` to ``final`` with one row group per question (rows grouped as ``present``) and a CRC per
-    page, via a temp name + fsync + os.replace. Returns the file size in bytes and its sha256."""
+def write_shard(table: pa.Table, present: Sequence[str], final: Path, codec: Codec) -> Written:
+    """Write ``table`` to ``final`` with one row group per question (rows grouped as ``present``), ``codec``'s
+    compression and encodings, and a CRC per page, via a temp name + fsync + os.replace. Returns the file size in
+    bytes and its sha256."""
     final.parent.mkdir(parents=True, exist_ok=True)
     qids = table.column("question_id").to_numpy(zero_copy_only=False)
     bounds = np.flatnonzero(qids[1:] != qids[:-1]) + 1 if len(qids) else np.array([], dtype=np.int64)
@@ -132,8 +138,8 @@ def write_shard(table: pa.Table, present: Sequence[str], final: Path, compressio
     stats = [name for name in STATISTICS if name in table.schema.names]
     with atomic_open(final) as handle:
         sink = HashingSink(handle)
-        with pq.ParquetWriter(sink, table.schema, compression=compression, use_dictionary=["question_id"],
-                              write_statistics=stats, write_page_checksum=True) as writer:
+        with pq.ParquetWriter(sink, table.schema, use_dictionary=["question_id"], write_statistics=stats,
+                              write_page_checksum=True, **codec.writer_options(table.schema)) as writer:
             for start, end in zip(starts, ends):
                 writer.write_table(table.slice(start, end - start), row_group_size=max(1, end - start))
     return Written(final.stat().st_size, sink.hexdigest())

@@ -9,6 +9,9 @@ Integrity: every file is written with a CRC per Parquet page, and its sha256 (ha
 the manifest. Resume checks every listed shard's sha256 and re-records the batches whose shards fail; a damaged
 generations or episodes table keeps its readable row groups (one per batch) and the batches whose rows were
 lost are re-recorded.
+
+Compression: each shard kind gets the codec of :data:`sst_interp.store.codecs.SHARD_CODECS` (chosen by
+``bench/bench_storage.py``); the small tables (questions, generations, episodes) are zstd.
 """
 
 from __future__ import annotations
@@ -31,7 +34,7 @@ from sst_interp import __version__
 from sst_interp.errors import UsageError
 from sst_interp.store import manifest as mf
 from sst_interp.store import schema as sch
-from sst_interp.store import integrity, tables
+from sst_interp.store import codecs, integrity, tables
 from sst_interp.store.atomic import is_temp_name
 from sst_interp.store.errors import CorruptRunError
 from sst_interp.store.validate import check_shard, check_table_file
@@ -76,13 +79,11 @@ class RunWriter:
     """Writes a run directory; use :meth:`create_or_resume` and the context manager (closes and joins)."""
 
     def __init__(self, path: Path, manifest: dict[str, Any], lock_handle: Any, report: ResumeReport,
-                 queue_size: int = 2, compression: str = "zstd", hidden_compression: str = "none") -> None:
+                 queue_size: int = 2) -> None:
         self.path = path
         self.report = report
         self._manifest = manifest
         self._lock_handle = lock_handle
-        self._compression = compression
-        self._hidden_compression = hidden_compression
         self._queue: queue.Queue[_Job | None] = queue.Queue(maxsize=max(1, queue_size))
         self._error: BaseException | None = None
         self._pending: dict[int, set[str]] = {}
@@ -261,9 +262,9 @@ class RunWriter:
             if table.num_rows == 0:
                 continue
             rel = f"{kind}/depth={job.depth}/part-{batch_id:06d}.parquet"
-            compression = self._hidden_compression if kind == "hidden" else self._compression
+            codec = codecs.shard_codec(kind, layout.get("dtype"))
             final = self.path / rel
-            written = self._guard_disk(lambda: tables.write_shard(table, present, final, compression), final)
+            written = self._guard_disk(lambda: tables.write_shard(table, present, final, codec), final)
             self.bytes_written += written.bytes
             entry["shards"][kind] = {"file": rel, "bytes": written.bytes, "rows": table.num_rows,
                                      "question_ids": present, "sha256": written.sha256}

@@ -12,6 +12,7 @@ import pytest
 from sst_interp.errors import UsageError
 from sst_interp.store import CorruptRunError, Run, RunWriter
 from sst_interp.store import tables as store_tables
+from sst_interp.store.codecs import shard_codec
 
 
 def _open(path, run_settings, **identity_changes):
@@ -92,7 +93,8 @@ def test_leftovers_of_a_killed_run_are_cleaned_on_resume(tmp_path, run_settings,
     batch = batch_factory(["c"], 1)
     layout = manifest_before
     table, present = store_tables.build_shard_table("hidden", batch["hidden"], ["c"], layout)
-    store_tables.write_shard(table, present, path / "hidden/depth=1/part-000002.parquet", "none")
+    store_tables.write_shard(table, present, path / "hidden/depth=1/part-000002.parquet",
+                             shard_codec("hidden", layout["dtype"]))
     gens = store_tables.generations_table(batch["generations"], 1, ["c"])
     import pyarrow as pa
     import pyarrow.parquet as pq
@@ -174,11 +176,11 @@ def test_full_disk_is_a_usage_error_and_completed_work_stays(tmp_path, run_setti
     real = store_tables.write_shard
     calls = []
 
-    def full_after_one(table, present, final, compression):
+    def full_after_one(table, present, final, codec):
         calls.append(final)
         if len(calls) > 1:
             raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(final))
-        return real(table, present, final, compression)
+        return real(table, present, final, codec)
 
     monkeypatch.setattr(store_tables, "write_shard", full_after_one)
     writer = _open(path, run_settings)

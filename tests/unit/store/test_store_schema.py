@@ -31,7 +31,8 @@ def test_design_columns_of_every_table() -> None:
     assert logits.field("top_ids").type == pa.list_(pa.int32(), 128)
     assert logits.field("tracked_logprobs").type == pa.list_(pa.float32(), 128)
     assert logits.field("argmax").type == pa.int32() and logits.field("entropy").type == pa.float32()
-    assert sch.sketch_schema(1024).field("top_indices").type == pa.list_(pa.int32(), 1024)
+    assert sch.sketch_schema(1024, 5376).field("top_indices").type == pa.list_(pa.uint16(), 1024)
+    assert sch.sketch_schema(1024, 65536).field("top_indices").type == pa.list_(pa.int32(), 1024)
     assert sch.gates_schema(True).field("sign_bits").type == pa.binary()
     assert "sign_bits" not in sch.gates_schema(False).names
 

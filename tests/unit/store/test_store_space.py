@@ -12,12 +12,22 @@ from sst_interp.store import Run, RunWriter, bytes_per_question, estimate, estim
 
 def test_bytes_per_question_hand_computed() -> None:
     # full=2 positions, sketched=min(2+3, 4)-2=2 positions; per iteration:
-    #   full 2*2*(4*4+24)=160, sketch 2*2*(1*4+24)=112, logits 4*(2*12+8+24)=224 -> 496
+    #   full 2*2*(4*4+24)=160, sketch 2*2*(1*2+24)=104 (uint16 indices, d < 65536), logits 4*(2*12+8+24)=224 -> 488
     # generation rows 4*4+512=528 per depth; 3 tables x 4096 fixed per depth;
-    # depths 1 and 2 -> (496+528+12288) + (2*496+528+12288) = 27120
+    # depths 1 and 2 -> (488+528+12288) + (2*488+528+12288) = 27096
     got = bytes_per_question(depths=[1, 2], full_positions=2, sketch_positions=3, layers=2, d=4, dtype="float32",
                              top_k=2, sketch_k=1, max_new_tokens=4)
-    assert got == 27120
+    assert got == 27096
+    # d >= 65536: int32 indices, 2 more bytes per index: 2 sketched positions x 2 layers x (1 + 2) iterations x 2 B
+    # per index of the sketch (the difference of differences cancels the full position's extra dimension)
+    sizes = dict(depths=[1, 2], full_positions=2, sketch_positions=3, layers=2, dtype="float32", top_k=0,
+                 max_new_tokens=4)
+
+    def wider(sketch_k: int) -> int:
+        return bytes_per_question(d=65536, sketch_k=sketch_k, **sizes) - bytes_per_question(d=65535, sketch_k=sketch_k,
+                                                                                          **sizes)
+
+    assert wider(5) - wider(0) == 5 * (2 * 2 * 3 * 2)
     half = bytes_per_question(depths=[1], full_positions=1, sketch_positions=0, layers=1, d=1000, dtype="bfloat16",
                               top_k=1, sketch_k=1, max_new_tokens=1)
     assert half == 1 * (1000 * 2 + 24) + (12 + 8 + 24) + (4 + 512) + 3 * 4096
@@ -62,4 +72,4 @@ def test_estimate_remaining_sums_depths(tmp_path) -> None:
     one = bytes_per_question(depths=[1], **sizes)
     two = bytes_per_question(depths=[2], **sizes)
     est = estimate_remaining(tmp_path, {1: 3, 2: 0}, **sizes)
-    assert est.total_bytes == 3 * one and est.bytes_per_question == one + two == 27120
+    assert est.total_bytes == 3 * one and est.bytes_per_question == one + two == 27096
