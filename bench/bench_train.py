@@ -25,7 +25,7 @@ import torch
 from sst_interp.train.config import TrainConfig
 from sst_interp.train.data import Batch
 from sst_interp.train.loop import micro_batch_loss
-from sst_interp.train.modeling import build_train_model
+from sst_interp.train.modeling import TrainModel, build_train_model
 from sst_interp.train.optim import build_optimizer
 
 TARGET = 2.2
@@ -59,6 +59,32 @@ def make_batch(tokenizer, tokens: int) -> Batch:
     return Batch(input_ids, labels, torch.arange(tokens)[None], starts, [(0,)], tokens - tokens // 2)
 
 
+def train_step(model: TrainModel, optimizer: torch.optim.Optimizer, batch: Batch,
+               chunk_size: int = 1024) -> tuple[float, float]:
+    """One optimiser step on ``batch`` as training takes it: forward (SST: two passes), chunked cross-entropy,
+    backward, clipping at 1.0, AdamW step. Returns (loss per labelled token, seconds).
+
+    The clock stops after the device finished the step (a CUDA step is asynchronous until synchronised).
+    """
+    model.train()
+    _synchronize(model.device)
+    started = time.perf_counter()
+    loss, n = micro_batch_loss(model, batch, chunk_size)
+    (loss / n).backward()
+    params = [p for group in optimizer.param_groups for p in group["params"]]
+    torch.nn.utils.clip_grad_norm_(params, 1.0)
+    optimizer.step()
+    optimizer.zero_grad(set_to_none=True)
+    _synchronize(model.device)
+    seconds = time.perf_counter() - started
+    return float(loss.detach()) / n, seconds
+
+
+def _synchronize(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--model", default="default")
@@ -83,16 +109,7 @@ def main() -> None:
     batch = make_batch(tokenizer, args.tokens)
 
     def step(name: str) -> float:
-        model, optimizer = models[name], optimizers[name]
-        model.train()
-        started = time.perf_counter()
-        loss, n = micro_batch_loss(model, batch, 1024)
-        (loss / n).backward()
-        params = [p for group in optimizer.param_groups for p in group["params"]]
-        torch.nn.utils.clip_grad_norm_(params, 1.0)
-        optimizer.step()
-        optimizer.zero_grad(set_to_none=True)
-        return time.perf_counter() - started
+        return train_step(models[name], optimizers[name], batch)[1]
 
     step("sst"), step("baseline")  # warm-up
     times: dict[str, list[float]] = {"sst": [], "baseline": []}

@@ -4,13 +4,15 @@ Run from the repository root on a CUDA machine: ``PYTHONPATH=. python bench/gpu_
 subprocess]``. It trains the tests' scripted tiny Gemma 3 (tests/unit/codeact/scripted.py) on the CPU, then runs
 the three scripted episodes in one batch at depths 1 and 2 with the recorder attached, on the CPU (float32) and on
 the GPU (float32, bfloat16), and prints per configuration: whether every turn's tokens equal the CPU's, the stop
-reasons, and the largest position-0 logit difference from the CPU run.
+reasons, and the largest position-0 logit difference from the CPU run. ``bench/gpu_check.py`` runs the same
+comparison as one row of its checklist (:func:`compare_with_cpu`).
 """
 
 from __future__ import annotations
 
 import argparse
 import copy
+from dataclasses import dataclass
 
 import torch
 
@@ -37,6 +39,27 @@ class Position0:
         pass
 
 
+@dataclass(frozen=True)
+class EpisodeComparison:
+    """One configuration's episodes against the CPU float32 reference.
+
+    Args:
+        depth: iteration depth.
+        dtype: ``float32`` or ``bfloat16``.
+        tokens_equal: every turn's tokens of every episode equal the CPU's.
+        stops: the episodes' stop reasons.
+        max_logit_diff: largest |logit - CPU logit| at position 0 over the turns both runs have.
+        hidden: shape, dtype and device of the recorded hidden states, as text.
+    """
+
+    depth: int
+    dtype: str
+    tokens_equal: bool
+    stops: list[str]
+    max_logit_diff: float
+    hidden: str
+
+
 def run(backbone, tok, device: str, dtype: torch.dtype, depth: int, sandbox: SandboxConfig):
     sst = SSTModel.from_backbone(copy.deepcopy(backbone).to(device=device, dtype=dtype))
     for module in sst.state_modules().values():
@@ -54,26 +77,39 @@ def run(backbone, tok, device: str, dtype: torch.dtype, depth: int, sandbox: San
     return batch, observer, rec.columns()
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--sandbox", default="bwrap", choices=("bwrap", "subprocess"))
-    args = parser.parse_args()
-    sandbox = SandboxConfig(backend=args.sandbox)
+def compare_with_cpu(device: str, sandbox: SandboxConfig, steps: int = 400,
+                     depths: tuple[int, ...] = (1, 2)) -> tuple[float, list[EpisodeComparison]]:
+    """Train the scripted model on the CPU (``steps`` at most), run its episodes on ``device`` in float32 and
+    bfloat16 and compare each with the CPU float32 run. Returns (training loss, one comparison per depth x dtype).
+    """
     check_backend(sandbox)
-    backbone, tok, loss = train_scripted_backbone(sandbox)
-    print(f"scripted model trained on the CPU, loss {loss:.4f}; cuda: {torch.cuda.get_device_name(0)}")
-    for depth in (1, 2):
+    backbone, tok, loss = train_scripted_backbone(sandbox, steps=steps)
+    comparisons = []
+    for depth in depths:
         reference, ref_logits, _ = run(backbone, tok, "cpu", torch.float32, depth, sandbox)
         ref_tokens = [[t.token_ids for t in e.turns] for e in reference.episodes]
         for dtype in (torch.float32, torch.bfloat16):
-            batch, logits, columns = run(backbone, tok, "cuda", dtype, depth, sandbox)
+            batch, logits, columns = run(backbone, tok, device, dtype, depth, sandbox)
             tokens = [[t.token_ids for t in e.turns] for e in batch.episodes]
             diff = max((logits.logits[k] - ref_logits.logits[k]).abs().max().item()
                        for k in ref_logits.logits if k in logits.logits)
             hidden = columns["hidden"]["values"]
-            print(f"depth {depth} cuda {str(dtype).split('.')[-1]:>8}: tokens equal to cpu: {tokens == ref_tokens}; "
-                  f"stops {[e.stop_reason for e in batch.episodes]}; max |logit - cpu| at position 0: {diff:.2e}; "
-                  f"recorded hidden {tuple(hidden.shape)} {hidden.dtype} on {hidden.device}")
+            comparisons.append(EpisodeComparison(
+                depth=depth, dtype=str(dtype).split(".")[-1], tokens_equal=tokens == ref_tokens,
+                stops=[e.stop_reason for e in batch.episodes], max_logit_diff=diff,
+                hidden=f"{tuple(hidden.shape)} {hidden.dtype} on {hidden.device}"))
+    return loss, comparisons
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--sandbox", default="bwrap", choices=("bwrap", "subprocess"))
+    args = parser.parse_args()
+    loss, comparisons = compare_with_cpu("cuda", SandboxConfig(backend=args.sandbox))
+    print(f"scripted model trained on the CPU, loss {loss:.4f}; cuda: {torch.cuda.get_device_name(0)}")
+    for row in comparisons:
+        print(f"depth {row.depth} cuda {row.dtype:>8}: tokens equal to cpu: {row.tokens_equal}; stops {row.stops}; "
+              f"max |logit - cpu| at position 0: {row.max_logit_diff:.2e}; recorded hidden {row.hidden}")
 
 
 if __name__ == "__main__":

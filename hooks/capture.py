@@ -50,8 +50,8 @@ def rows_to_columns(entries: _Entries, active: Sequence[torch.Tensor], question_
     """Turn captured entries into writer columns, keeping only rows active during their pass.
 
     Returns ``{"question_id": [N] str, "turn", "position", "iteration", ("layer"): [N] int32,
-    value_name: [N, ...] tensor on the capture device}``, rows ordered by batch row (question) then capture order;
-    None when nothing was captured.
+    value_name: [N, ...] tensor on the capture device (on the CPU when the captures came from several devices)}``,
+    rows ordered by batch row (question) then capture order; None when nothing was captured.
     """
     if not entries.keys:
         return None
@@ -61,7 +61,11 @@ def rows_to_columns(entries: _Entries, active: Sequence[torch.Tensor], question_
     rows, cols = np.nonzero(keep.T)  # batch row, entry: sorted by row then entry
     if rows.size == 0:
         return None
-    stacked = torch.stack(entries.tensors)  # [E, B, ...]
+    tensors = entries.tensors
+    if len({tensor.device for tensor in tensors}) > 1:
+        # Layers on different devices (a device map): gather on the CPU, where the writer takes them anyway.
+        tensors = [tensor.cpu() for tensor in tensors]
+    stacked = torch.stack(tensors)  # [E, B, ...]
     index_e = torch.from_numpy(cols).to(stacked.device)
     index_b = torch.from_numpy(rows).to(stacked.device)
     columns: dict[str, Any] = {

@@ -102,8 +102,9 @@ class Recorder:
         """Writer columns per table (``hidden``, ``sketch``, ``logits``, ``gates``); empty tables are left out.
 
         ``hidden["values"]`` is [N, d] in the recorded dtype and ``sketch["top_indices"]`` [N, k] int32, both
-        still on the model's device (the writer thread moves them, and stores the indices as uint16 when
-        d < 65,536); coordinates are numpy [N] int32.
+        still on the model's device (on the CPU when a device map spreads the layers over several devices; the
+        writer thread moves them, and stores the indices as uint16 when d < 65,536); coordinates are numpy [N]
+        int32.
         """
         out: dict[str, dict[str, Any] | None] = dict(self.layers.columns(self.question_ids))
         if self.logits is not None:

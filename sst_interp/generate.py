@@ -16,6 +16,7 @@ from sst_interp.cli_args import add_config_flags, arg, config_from_namespace, co
 from sst_interp.errors import UsageError, cli_entry
 from sst_interp.model.generation import GenerationConfig, PROMPT_MODES, generate
 from sst_interp.checkpoints import resolve_checkpoint
+from sst_interp.model.placement import parse_device_map, parse_max_memory
 from sst_interp.model.loading import (
     DEMO_PRESET_NOTE,
     ModelSpec,
@@ -43,7 +44,11 @@ class GenerateArgs:
                                   help="two_pass | sequential | none (default: none under the demo preset, else "
                                        "two_pass)")
     dtype: str = arg("float32", choices=("float32", "bfloat16"), help="the model's compute dtype")
-    device: str = arg("cpu", help="torch device")
+    device: str = arg("cpu", help="torch device; not used with --device-map auto")
+    device_map: str = arg("none", help="none (default: the whole model on --device) | auto (a model bigger than one "
+                                       "device: accelerate spreads the layers over the GPUs, then the CPU)")
+    max_memory: str | None = arg(None, metavar="DEVICE=SIZE,...",
+                                 help="with --device-map auto: memory budget per device, e.g. 0=20GiB,cpu=60GiB")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -62,7 +67,8 @@ def main(argv: list[str] | None = None) -> None:
         raise UsageError("--max-new-tokens must be at least 1")
     if not args.prompt.strip():
         raise UsageError("--prompt is empty; give the text to continue, e.g. --prompt '7 + 5 ='")
-    spec = ModelSpec(args.model, resolve_checkpoint(args.checkpoint), args.state_scale, args.dtype, args.device)
+    spec = ModelSpec(args.model, resolve_checkpoint(args.checkpoint), args.state_scale, args.dtype, args.device,
+                     device_map=parse_device_map(args.device_map), max_memory=parse_max_memory(args.max_memory))
     if spec.is_demo_preset:
         print(f"[{DEMO_PRESET_NOTE}]")
     sst, tokenizer = build_sst(spec)

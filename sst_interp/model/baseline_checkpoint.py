@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from sst_interp.errors import UsageError
-from sst_interp.model.checkpoint import ADAPTER_DIR
+from sst_interp.model.checkpoint import ADAPTER_DIR, quiet_tied_adapter_warning
 
 #: The marker file of a baseline checkpoint (its presence is what tells a baseline from an SST checkpoint).
 BASELINE_META = "baseline.json"
@@ -40,4 +40,5 @@ def load_baseline_checkpoint(backbone, folder: str | Path):  # noqa: ANN001, ANN
     folder = Path(folder)
     if not (folder / BASELINE_META).is_file() or not (folder / ADAPTER_DIR).is_dir():
         raise UsageError(f"{folder} is not a baseline checkpoint (needs {BASELINE_META} and {ADAPTER_DIR}/)")
-    return PeftModel.from_pretrained(backbone, str(folder / ADAPTER_DIR)).merge_and_unload()
+    with quiet_tied_adapter_warning():
+        return PeftModel.from_pretrained(backbone, str(folder / ADAPTER_DIR)).merge_and_unload()

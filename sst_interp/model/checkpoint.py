@@ -6,7 +6,10 @@ were made for (layers, hidden size), so a checkpoint made for another backbone i
 
 from __future__ import annotations
 
+import contextlib
 import json
+import warnings
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -81,6 +84,19 @@ def read_checkpoint_config(folder: str | Path) -> dict[str, Any]:
     return meta
 
 
+@contextlib.contextmanager
+def quiet_tied_adapter_warning() -> Iterator[None]:
+    """Silence peft's warnings that an adapter on a tied ``lm_head`` "can lead to complications" when merging.
+
+    Training applies the head's LoRA update to the tied input embedding as well
+    (:func:`sst_interp.train.modeling.tie_head_adapter_to_embeddings`), so the trained function is exactly the
+    merged one, tied weight and all: the warning's concern does not apply to these checkpoints.
+    """
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message=".*tie_word_embeddings.*")
+        yield
+
+
 def load_checkpoint(backbone, folder: str | Path) -> SSTModel:
     """Build an SST on ``backbone`` from a checkpoint folder (and apply its PEFT adapter if present).
 
@@ -93,7 +109,8 @@ def load_checkpoint(backbone, folder: str | Path) -> SSTModel:
     if adapter_dir.is_dir():
         from peft import PeftModel
 
-        backbone = PeftModel.from_pretrained(backbone, str(adapter_dir)).merge_and_unload()
+        with quiet_tied_adapter_warning():
+            backbone = PeftModel.from_pretrained(backbone, str(adapter_dir)).merge_and_unload()
     sst = SSTModel.from_backbone(backbone, SSTConfig.from_dict(meta["sst"]))
     if (sst.num_layers, sst.hidden_size) != (meta["num_layers"], meta["hidden_size"]):
         raise UsageError(

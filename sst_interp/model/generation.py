@@ -302,7 +302,7 @@ class GenerationSession:
                                       want and last, attention_mask=self.mask[:, : past + t + 1])
                 # A padded column must leave the row's initial state for its first real token.
                 for index, state in self.carry.items():
-                    self.carry[index] = torch.where(real[:, None], state, initial[index])
+                    self.carry[index] = torch.where(real[:, None].to(state.device), state, initial[index])
             return logits
         if mode == "two_pass" and not self.carry:
             mode = "none"  # no stateful layer: pass 1 would produce states nobody reads; the result is identical
@@ -318,7 +318,9 @@ class GenerationSession:
             for index in modules:
                 shifted = shift_states(outputs[index], segment_mask,
                                        decay=modules[index].alpha() if self.sst.config.update == "ema_linked" else None)
-                given[index] = torch.where(first_real[..., None], initial[index][:, None].to(shifted.dtype), shifted)
+                # Each layer's states live on its own device (a device map can spread the layers).
+                given[index] = torch.where(first_real[..., None].to(shifted.device),
+                                           initial[index][:, None].to(shifted.dtype), shifted)
             logits, states = self._run(info, "given", tokens, positions, want, given=given, capture="state")
         else:
             logits, states = self._run(info, "off", tokens, positions, want, capture="output")
@@ -334,10 +336,11 @@ class GenerationSession:
         return logits
 
     def choose(self, logits: torch.Tensor) -> torch.Tensor:
+        """The next token per row [B] from logits [B, V], on the inputs' device (the LM head may run elsewhere)."""
         if not self.config.do_sample:
-            return logits.argmax(-1)
+            return logits.argmax(-1).to(self.active.device)
         probs = torch.softmax(logits / self.config.temperature, dim=-1)
-        return torch.multinomial(probs.cpu(), 1, generator=self.generator).squeeze(-1).to(logits.device)
+        return torch.multinomial(probs.cpu(), 1, generator=self.generator).squeeze(-1).to(self.active.device)
 
     def decide_depth_at_position0(self, iteration: int) -> bool:
         layer = self.policy.probe_layer

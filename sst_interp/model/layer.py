@@ -15,6 +15,7 @@ A layer can also *capture* its outputs for the caller (pass 1 outputs for the sh
 
 from __future__ import annotations
 
+import types
 from dataclasses import dataclass, field
 from typing import Literal
 
@@ -66,12 +67,14 @@ class SSTLayerMixin:
             previous = None
             h_tilde = h
         elif ctx.mode == "given":
-            previous = ctx.given[index]
+            # States come from the caller, who may hold them elsewhere; under a device map this layer's inputs were
+            # moved to its device by accelerate's hook, but the state is not an input (a no-op on one device).
+            previous = ctx.given[index].to(h.device)
             h_tilde = params.blend(h, previous)
         else:
             if h.shape[1] != 1:
                 raise ValueError(f"carry mode runs one position per call, got {h.shape[1]} positions")
-            previous = ctx.carry[index].unsqueeze(1)
+            previous = ctx.carry[index].unsqueeze(1).to(h.device)
             h_tilde = params.blend(h, previous)
         output = adapter.ffn_half(self, h_tilde)
         if ctx.mode == "carry" and params is not None:
@@ -109,6 +112,10 @@ def convert_layer(
     """
     adapter.validate_layer(layer, index)
     layer.__class__ = sst_layer_class(type(layer))
+    if "_old_forward" in vars(layer):
+        # accelerate's dispatch (a device map) wrapped the layer's forward before this conversion: its hook calls the
+        # bound method it saved, the backbone class's forward, which would silently skip the blend. Rebind it.
+        layer._old_forward = types.MethodType(type(layer).forward, layer)
     layer.sst_index = index
     if params is not None:
         layer.sst_state = params

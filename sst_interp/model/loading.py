@@ -7,14 +7,16 @@ Shared by ``python -m sst_interp.generate`` and ``python -m sst_interp.record`` 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
 
 from transformers import PreTrainedTokenizerBase
 
 from sst_interp.errors import UsageError
 from sst_interp.model.backbone import DEFAULT_MODEL, backbone_identity, load_backbone
 from sst_interp.model.baseline_checkpoint import is_baseline_checkpoint, load_baseline_checkpoint
-from sst_interp.model.checkpoint import load_checkpoint, read_checkpoint_config
+from sst_interp.model.checkpoint import ADAPTER_DIR, load_checkpoint, read_checkpoint_config
 from sst_interp.model.config import SSTConfig
+from sst_interp.model.placement import DeviceMap, check_placement, offloaded_modules
 from sst_interp.model.sst import SSTModel
 
 DEMO_PRESET_NOTE = (
@@ -46,7 +48,11 @@ class ModelSpec:
         state_scale: for an untrained SST: ``unit`` (the paper) or ``hidden``; ``None`` picks ``hidden`` for the
             default backbone without checkpoint (the demo preset) and ``unit`` otherwise.
         dtype: ``float32`` or ``bfloat16`` (``float64`` for exactness experiments).
-        device: torch device string.
+        device: torch device string: where the whole model goes when ``device_map`` is None.
+        device_map: None (the whole model on ``device``), ``"auto"`` (accelerate's big-model loading over the GPUs,
+            then the CPU, then the disk) or an explicit {module name: device} dict; see
+            :mod:`sst_interp.model.placement`.
+        max_memory: with ``device_map="auto"``: the budget per device, e.g. ``{0: "20GiB", "cpu": "60GiB"}``.
     """
 
     model: str = DEFAULT_MODEL
@@ -54,6 +60,11 @@ class ModelSpec:
     state_scale: str | None = None
     dtype: str = "float32"
     device: str = "cpu"
+    device_map: DeviceMap | None = None
+    max_memory: dict[int | str, str] | None = None
+
+    def __post_init__(self) -> None:
+        check_placement(self.device_map, self.max_memory)
 
     @property
     def is_demo_preset(self) -> bool:
@@ -80,7 +91,10 @@ def build_sst(spec: ModelSpec) -> tuple[SSTModel, PreTrainedTokenizerBase]:
     baseline = spec.checkpoint is not None and is_baseline_checkpoint(spec.checkpoint)
     if spec.checkpoint is not None and not baseline:
         read_checkpoint_config(spec.checkpoint)  # fail on a bad checkpoint before the slow backbone load
-    backbone, tokenizer = load_backbone(spec.model, dtype=spec.dtype, device=spec.device)
+    backbone, tokenizer = load_backbone(spec.model, dtype=spec.dtype, device=spec.device, device_map=spec.device_map,
+                                        max_memory=spec.max_memory)
+    if spec.checkpoint is not None and (baseline or (Path(spec.checkpoint) / ADAPTER_DIR).is_dir()):
+        _check_adapter_fits(backbone, spec.checkpoint)
     if baseline:
         # The matched baseline (sec:baseline_ft) has no state stream: an SST with no stateful layer is exactly the
         # fine-tuned backbone, and extra iterations change nothing.
@@ -91,8 +105,22 @@ def build_sst(spec: ModelSpec) -> tuple[SSTModel, PreTrainedTokenizerBase]:
         sst = load_checkpoint(backbone, spec.checkpoint)
     else:
         sst = SSTModel.from_backbone(backbone, SSTConfig(state_scale=spec.resolved_state_scale()))
-    sst.to(spec.device)
+    if spec.device_map is None:
+        sst.to(spec.device)
+    # Under a device map each layer's state parameters were made where the layer runs (SSTModel.__init__); moving
+    # the model would undo accelerate's placement (and fails outright for offloaded layers).
     return sst, tokenizer
+
+
+def _check_adapter_fits(backbone, checkpoint: str) -> None:  # noqa: ANN001 - a transformers model
+    # peft cannot merge an adapter into offloaded modules (their weights are meta tensors between forwards; it
+    # fails deep inside accelerate), so say what to change instead.
+    offloaded = offloaded_modules(backbone)
+    if offloaded:
+        shown = ", ".join(offloaded[:3]) + (" ..." if len(offloaded) > 3 else "")
+        raise UsageError(f"{checkpoint} carries a LoRA adapter, which cannot be merged into modules the device map "
+                         f"offloads to cpu or disk ({shown}); raise --max-memory for the GPUs (or add GPUs) "
+                         "so that no module is offloaded")
 
 
 def eos_token_ids(tokenizer: PreTrainedTokenizerBase, sst: SSTModel) -> tuple[int, ...]:

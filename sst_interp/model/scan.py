@@ -52,7 +52,11 @@ def shift_states(
     Returns:
         [B, T, d]: zero at position 0, at segment starts and wherever the previous position is padding.
     """
+    # Masks come from the inputs' device; under a device map this layer's outputs may live on another one.
+    if segment_starts is not None:
+        segment_starts = segment_starts.to(outputs.device)
     if attention_mask is not None:
+        attention_mask = attention_mask.to(outputs.device)
         # where, not multiply: fully masked (padded) rows of eager attention can hold NaN, and NaN * 0 is NaN.
         outputs = torch.where(attention_mask[..., None].bool(), outputs, torch.zeros_like(outputs))
     if decay is not None:

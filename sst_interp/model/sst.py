@@ -17,6 +17,7 @@ from transformers import PreTrainedModel
 from sst_interp.model.adapters import ArchitectureAdapter, adapter_for, decoder_layers
 from sst_interp.model.config import SSTConfig
 from sst_interp.model.layer import STATE_MODES, StateMode, StateStreamContext, convert_layer
+from sst_interp.model.placement import execution_device
 from sst_interp.model.scan import shift_states
 from sst_interp.model.state_stream import StateStreamParams
 
@@ -40,9 +41,11 @@ class SSTModel(nn.Module):
         self.context = StateStreamContext()
         layers = decoder_layers(backbone)
         stateful = set(config.layer_indices(len(layers)))
-        device = next(backbone.parameters()).device
         for index, layer in enumerate(layers):
-            params = StateStreamParams(self.hidden_size, config).to(device) if index in stateful else None
+            # The state stream of layer i lives where layer i runs (under a device map, layers sit on different
+            # devices, and an offloaded layer's own parameters are on "meta").
+            params = StateStreamParams(self.hidden_size, config).to(execution_device(layer)) if index in stateful \
+                else None
             convert_layer(layer, index, self.adapter, self.context, params)
 
     @classmethod
@@ -68,8 +71,11 @@ class SSTModel(nn.Module):
 
     @property
     def device(self) -> torch.device:
-        """Device of the backbone's embedding."""
-        return self.backbone.get_input_embeddings().weight.device
+        """Where the input embedding runs: the device inputs (token ids, masks, positions) go to.
+
+        Under a device map other layers may run elsewhere; each layer's state lives on its own layer's device.
+        """
+        return execution_device(self.backbone.get_input_embeddings())
 
     @property
     def dtype(self) -> torch.dtype:
@@ -139,10 +145,10 @@ class SSTModel(nn.Module):
             ctx.mode, ctx.given, ctx.carry, ctx.capture, ctx.capture_kind = "off", {}, {}, None, "output"
 
     def zero_states(self, batch_size: int) -> dict[int, torch.Tensor]:
-        """A zero carried state for every stateful layer: {l: [B, d]} in the backbone's dtype."""
+        """A zero carried state for every stateful layer: {l: [B, d]} in the backbone's dtype, on layer l's device."""
         return {
-            index: torch.zeros(batch_size, self.hidden_size, dtype=self.dtype, device=self.device)
-            for index in self.state_modules()
+            index: torch.zeros(batch_size, self.hidden_size, dtype=self.dtype, device=module.theta.device)
+            for index, module in self.state_modules().items()
         }
 
     # ----------------------------------------------------------------------------------------------- forward

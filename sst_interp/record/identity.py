@@ -34,12 +34,12 @@ def model_spec(args: RecordArgs) -> tuple[Any, bool]:
     from sst_interp.model.backbone import DEFAULT_MODEL
     from sst_interp.model.loading import ModelSpec
 
+    device_map, max_memory = args.placement()
+    placement = dict(device=resolve_device(args.device), device_map=device_map, max_memory=max_memory)
     if args.checkpoint is not None:
-        return ModelSpec(args.model or DEFAULT_MODEL, args.checkpoint, None, args.dtype, resolve_device(args.device)), \
-            False
+        return ModelSpec(args.model or DEFAULT_MODEL, args.checkpoint, None, args.dtype, **placement), False
     demo = args.demo_preset if args.demo_preset is not None else args.model is None
-    spec = ModelSpec(args.model or DEFAULT_MODEL, None, "hidden" if demo else "unit", args.dtype,
-                     resolve_device(args.device))
+    spec = ModelSpec(args.model or DEFAULT_MODEL, None, "hidden" if demo else "unit", args.dtype, **placement)
     return spec, bool(demo)
 
 
@@ -140,6 +140,7 @@ def manifest_extra(args: RecordArgs, sst: Any, tokenizer: Any, config: Any, dept
     """Manifest keys besides the identity: layout, SST config, decoding, protocol, settings."""
     from sst_interp.data import stop_strings
     from sst_interp.model.loading import eos_token_ids
+    from sst_interp.model.placement import placement_summary
 
     mlp = getattr(sst.layers[0], "mlp", None)
     gate = getattr(mlp, "gate_proj", None)
@@ -165,6 +166,9 @@ def manifest_extra(args: RecordArgs, sst: Any, tokenizer: Any, config: Any, dept
         "questions": args.questions,
         "batch_size": args.batch_size,
         "device": str(sst.device),
+        # Where accelerate put each module under --device-map (None: the whole model on "device"). Not part of the
+        # identity: placement moves computations between devices of one kind, not their numerics.
+        "device_map": placement_summary(sst.backbone),
         "package_version": __version__,
         "logits_every_iteration": True,
     }

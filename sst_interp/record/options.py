@@ -50,7 +50,14 @@ class RecordArgs:
     ids: str | None = arg(None, help="comma-separated question ids to record")
     prompt_mode: str | None = arg(None, help="two_pass | sequential | none: how the prompt and appended tool turns "
                                              "are processed (default: none under the demo preset, else two_pass)")
-    device: str = arg("auto", help="torch device: cpu | cuda | auto (cuda when available)")
+    device: str = arg("auto", help="torch device: cpu | cuda | auto (cuda when available); not used with "
+                                   "--device-map auto")
+    device_map: str = arg("none", help="none (default: the whole model on --device) | auto (a model bigger than one "
+                                       "device: accelerate spreads the layers over the GPUs, then the CPU; each "
+                                       "layer's state stream stays with its layer)")
+    max_memory: str | None = arg(None, metavar="DEVICE=SIZE,...",
+                                 help="with --device-map auto: memory budget per device, e.g. 0=20GiB,cpu=60GiB "
+                                      "(default: what accelerate finds free)")
     source_option: list[str] | None = arg(None, repeat=True, metavar="KEY=VALUE",
                                           help="question-set option, repeatable; integers are passed as integers "
                                                "(gpqa: subset=, password=; demo: n=, seed=, level=)")
@@ -178,4 +185,13 @@ class RecordArgs:
                              f"({self.max_new_tokens}) so that a first turn fits")
         self.action_token_ids()
         self.probe_path()
+        self.placement()
         return depths
+
+    def placement(self) -> tuple[str | None, dict[int | str, str] | None]:
+        """(device map, max memory) of --device-map / --max-memory; bad values are a UsageError."""
+        from sst_interp.model.placement import check_placement, parse_device_map, parse_max_memory
+
+        device_map, max_memory = parse_device_map(self.device_map), parse_max_memory(self.max_memory)
+        check_placement(device_map, max_memory)
+        return device_map, max_memory

@@ -26,6 +26,7 @@ from transformers import PreTrainedModel
 
 from sst_interp.errors import UsageError
 from sst_interp.model import SSTConfig, SSTModel
+from sst_interp.model.checkpoint import quiet_tied_adapter_warning
 from sst_interp.train.config import TrainConfig
 from sst_interp.train.data import Batch
 from sst_interp.train.loss import lm_head_logits
@@ -169,7 +170,7 @@ def build_train_model(backbone: PreTrainedModel, config: TrainConfig) -> TrainMo
         bias="none",
         task_type="CAUSAL_LM",
     )
-    with _quiet_tied_warning():
+    with quiet_tied_adapter_warning():
         peft_model = get_peft_model(backbone, lora)
     if sst is not None:
         for param in sst.state_parameters():
@@ -182,17 +183,6 @@ def build_train_model(backbone: PreTrainedModel, config: TrainConfig) -> TrainMo
     if config.gradient_checkpointing:
         enable_gradient_checkpointing(model, offload=config.offload_checkpoints)
     return model
-
-
-@contextlib.contextmanager
-def _quiet_tied_warning() -> Iterator[None]:
-    # peft warns that an adapter on a tied lm_head "can lead to complications" when merging; the embedding hook
-    # below makes the trained function the merged one, so the warning does not apply.
-    import warnings
-
-    with warnings.catch_warnings():
-        warnings.filterwarnings("ignore", message=".*tie_word_embeddings.*")
-        yield
 
 
 def _check_trainable(model: TrainModel) -> None:

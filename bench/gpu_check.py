@@ -1,0 +1,440 @@
+"""GPU checklist: what the CPU test suite cannot show, checked on a CUDA machine in one command.
+
+Run from the repository root on a CUDA machine (``pip install -e '.[cuda]'`` for bitsandbytes)::
+
+    python bench/gpu_check.py [--model default] [--checkpoint DIR] [--sandbox subprocess]
+
+Checks, each one row of the summary table printed at the end:
+
+1. ``precision``: bfloat16 generation against float32 on the backbone (the demo preset on the default one) over
+   the demo questions, at every depth of ``--depths``: the token agreement rate per depth (matching tokens at the
+   same generated position / positions of the longer answer), identical answers, accuracy in both dtypes.
+   Fails when an agreement rate is below ``--min-agreement``.
+2. ``qlora``: ``--train-steps`` two-pass training steps with the backbone loaded in 4-bit NF4 (``--quantize nf4``,
+   bitsandbytes) and LoRA on the paper's targets, on one batch of demo text: loss per step and step time
+   (:func:`bench_train.train_step`, the step ``bench/bench_train.py`` times). Fails on a non-finite loss.
+3. ``record``: :func:`sst_interp.record.record_questions` of the demo questions at ``--depths`` into a temporary
+   run directory, read back with :class:`sst_interp.store.Run`: generated tokens per second of recording; then
+   the recording ratio (record / generate of the same backbone, side by side) from
+   :func:`bench_record.bench_recording`. Fails when the run is incomplete or the ratio exceeds
+   ``--max-record-ratio`` (DESIGN section 9 targets 1.05; the line says whether that is met).
+4. ``episodes``: the tests' scripted CodeACT episodes on the GPU in float32 and bfloat16 against the CPU
+   (:func:`gpu_episode_check.compare_with_cpu`). Fails when float32 tokens differ from the CPU's.
+5. ``device-map``: with 2 or more GPUs, ``--device-map auto`` spreads the layers over them; generation and
+   recorded values must equal the single-GPU run's (each layer's state stream lives on its layer's GPU).
+   Skipped with one GPU.
+
+Exit code 0 when no check failed (skipped ones do not fail), 1 when one did. Without CUDA the script says so in
+one line and exits 2, unless ``--cpu-smoke`` is given: then every check runs on the CPU with a tiny random Gemma 3
+(``sst_interp.model.testing.tiny_gemma3``) and small sizes, so that the script's code is exercised; the 4-bit part
+is skipped (bitsandbytes NF4 needs CUDA) and plain LoRA steps run in its place, the episodes compare the CPU with
+itself, and the device map offloads a layer to the disk (the one dispatch a CPU can do).
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import math
+import statistics
+import sys
+import tempfile
+import time
+import traceback
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+
+ROOT = Path(__file__).resolve().parents[1]
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))  # the bench/ and tests/ helpers reused below are imported from the repository root
+
+# The checks import what they use when they run: the refusal without CUDA and --help stay quick.
+from sst_interp.cli_args import add_config_flags, arg, config_parser, given_fields  # noqa: E402
+from sst_interp.errors import UsageError, cli_entry  # noqa: E402
+
+CHECKS: tuple[str, ...] = ("precision", "qlora", "record", "episodes", "device-map")
+OK, FAIL, SKIPPED = "ok", "FAIL", "skipped"
+DESIGN_RECORD_RATIO = 1.05
+
+
+@dataclass
+class GpuCheckArgs:
+    """Options of ``bench/gpu_check.py`` (one flag per field; ``--cpu-smoke`` lowers the sizes, see SMOKE)."""
+
+    cpu_smoke: bool = arg(False, help="run every check on the CPU with a tiny random model (exercises the script; "
+                                      "the 4-bit part is skipped)")
+    checks: list[str] = arg(default_factory=lambda: list(CHECKS), help=f"checks to run: {', '.join(CHECKS)}")
+    model: str = arg("default", help="backbone: default | local HF folder | hub id")
+    checkpoint: str | None = arg(None, help="SST checkpoint folder or named checkpoint (demo-codeact) for the "
+                                            "precision, record and device-map checks (default: the untrained demo "
+                                            "preset on the default backbone)")
+    questions: int = arg(24, help="demo questions generated and recorded")
+    depths: list[int] = arg(default_factory=lambda: [1, 2, 3, 4], help="iteration depths compared and recorded")
+    max_new_tokens: int = arg(16, help="most tokens per answer (16: the demo set's record default)")
+    batch_size: int = arg(8, help="prompts per generation batch")
+    min_agreement: float = arg(0.5, help="precision fails when a depth's bf16/fp32 token agreement is below this")
+    train_steps: int = arg(5, help="two-pass QLoRA steps")
+    train_tokens: int = arg(256, help="tokens in the training batch")
+    ratio_depth: int = arg(2, help="depth of the record / generate ratio (as bench/bench_record.py --depth)")
+    repeats: int = arg(3, help="interleaved repeats of the record / generate ratio")
+    max_record_ratio: float = arg(1.5, help="record fails when record / generate exceeds this")
+    sandbox: str = arg("bwrap", choices=("bwrap", "subprocess"), help="how the episodes' code runs")
+    episode_train_steps: int = arg(400, help="training steps of the scripted episode model (on the CPU)")
+
+    def __post_init__(self) -> None:
+        unknown = sorted(set(self.checks) - set(CHECKS))
+        if unknown or not self.checks:
+            raise UsageError(f"--checks {','.join(self.checks)}: use some of {', '.join(CHECKS)}")
+        for name in ("questions", "max_new_tokens", "batch_size", "train_steps", "train_tokens", "ratio_depth",
+                     "repeats", "episode_train_steps"):
+            if getattr(self, name) < 1:
+                raise UsageError(f"--{name.replace('_', '-')} must be at least 1, got {getattr(self, name)}")
+        if not self.depths or min(self.depths) < 1:
+            raise UsageError(f"--depths must be integers >= 1, got {self.depths}")
+
+    @property
+    def device(self) -> str:
+        return "cpu" if self.cpu_smoke else "cuda"
+
+
+#: What ``--cpu-smoke`` changes (flags given on the command line still win): sizes for seconds on one CPU core,
+#: no agreement threshold (a random tiny model sits near ties, so bf16 flips tokens that mean nothing) and no
+#: ratio threshold (tiny batches on a shared CPU time noise, not recording).
+SMOKE: dict[str, Any] = dict(questions=3, depths=[1, 2], max_new_tokens=5, batch_size=3, min_agreement=0.0,
+                             train_steps=2, train_tokens=48, repeats=1, max_record_ratio=float("inf"),
+                             episode_train_steps=5)
+
+
+@dataclass
+class CheckResult:
+    """One row of the summary: ``status`` is ok, FAIL or skipped; ``result`` the numbers in one line."""
+
+    name: str
+    status: str
+    result: str
+    details: list[str] = field(default_factory=list)
+
+
+# ------------------------------------------------------------------------------------------------ models
+def load_sst(config: GpuCheckArgs, dtype: str, device_map: Any = None, folder: Path | None = None):
+    """(sst, tokenizer, prompt mode) on the check's device: the configured backbone, or under ``--cpu-smoke`` the
+    tiny random Gemma 3 (from ``folder`` when given: a saved copy, so that a device map can load it)."""
+    from sst_interp.checkpoints import resolve_checkpoint
+    from sst_interp.model import SSTConfig, SSTModel
+    from sst_interp.model.backbone import parse_dtype
+    from sst_interp.model.loading import ModelSpec, build_sst, resolve_prompt_mode
+
+    if config.cpu_smoke and folder is None:
+        from sst_interp.model.testing import char_tokenizer, tiny_gemma3
+
+        backbone = tiny_gemma3(dtype=parse_dtype(dtype))
+        return SSTModel.from_backbone(backbone, SSTConfig(state_scale="hidden")), char_tokenizer(), "none"
+    if folder is not None:  # the smoke's saved tiny model: an untrained SST, as above
+        spec = ModelSpec(str(folder), None, "hidden", dtype, config.device, device_map=device_map)
+    else:
+        spec = ModelSpec(config.model, resolve_checkpoint(config.checkpoint), None, dtype, config.device,
+                         device_map=device_map)
+    sst, tokenizer = build_sst(spec)
+    return sst, tokenizer, resolve_prompt_mode(None, spec.is_demo_preset or folder is not None)
+
+
+def free_memory() -> None:
+    """Drop unreferenced models before the next check loads its own (GPU memory is cached by torch)."""
+    gc.collect()
+    if torch.cuda.is_available():
+        torch.cuda.empty_cache()
+
+
+def generation_config(sst, tokenizer, config: GpuCheckArgs, prompt_mode: str):
+    """Greedy decoding as ``record`` does it on the demo set: EOS and the demo stop strings end an answer, the LM
+    head runs after every iteration."""
+    from sst_interp.data import stop_strings
+    from sst_interp.model import GenerationConfig
+    from sst_interp.model.loading import eos_token_ids
+
+    return GenerationConfig(max_new_tokens=config.max_new_tokens, prompt_mode=prompt_mode,
+                            eos_token_ids=eos_token_ids(tokenizer, sst), stop_strings=stop_strings("demo"),
+                            pad_token_id=tokenizer.pad_token_id or 0, logits_every_iteration=True)
+
+
+def generate_answers(sst, tokenizer, prompts: Sequence[list[int]], depth: int, config: GpuCheckArgs,
+                     prompt_mode: str) -> list[list[int]]:
+    """Greedy answers of ``prompts`` at ``depth``, in batches of ``config.batch_size``."""
+    from sst_interp.model import generate
+
+    gen = generation_config(sst, tokenizer, config, prompt_mode)
+    answers: list[list[int]] = []
+    for start in range(0, len(prompts), config.batch_size):
+        result = generate(sst, list(prompts[start:start + config.batch_size]), depth, gen,
+                          decode_fn=lambda tokens: tokenizer.decode(tokens, skip_special_tokens=True))
+        answers.extend(result.token_ids)
+    return answers
+
+
+def token_agreement(reference: Sequence[Sequence[int]], other: Sequence[Sequence[int]]) -> float:
+    """Tokens equal at the same generated position, over the positions of the longer answer of each pair, summed
+    over the pairs (1.0 = identical answers; 1.0 too when there is nothing to compare)."""
+    matched = sum(sum(a == b for a, b in zip(x, y)) for x, y in zip(reference, other, strict=True))
+    positions = sum(max(len(x), len(y)) for x, y in zip(reference, other, strict=True))
+    return matched / positions if positions else 1.0
+
+
+# ------------------------------------------------------------------------------------------------ checks
+def check_precision(config: GpuCheckArgs) -> CheckResult:
+    """bf16 against fp32 generation over the demo questions, per depth."""
+    from sst_interp.data import grade, load_questions
+
+    questions = load_questions("demo", limit=config.questions)
+    answers: dict[tuple[str, int], list[list[int]]] = {}
+    accuracy: dict[tuple[str, int], float] = {}
+    for dtype in ("float32", "bfloat16"):
+        sst, tokenizer, prompt_mode = load_sst(config, dtype)
+        prompts = [tokenizer(q.prompt).input_ids for q in questions]
+        for depth in config.depths:
+            answers[dtype, depth] = generate_answers(sst, tokenizer, prompts, depth, config, prompt_mode)
+            texts = [tokenizer.decode(tokens, skip_special_tokens=True) for tokens in answers[dtype, depth]]
+            accuracy[dtype, depth] = statistics.mean(grade(q, t).correct for q, t in zip(questions, texts))
+        del sst
+        free_memory()
+    rates = {d: token_agreement(answers["float32", d], answers["bfloat16", d]) for d in config.depths}
+    details = []
+    for depth in config.depths:
+        same = sum(a == b for a, b in zip(answers["float32", depth], answers["bfloat16", depth]))
+        details.append(f"depth {depth}: token agreement {rates[depth]:.3f}; identical answers {same}/"
+                       f"{len(questions)}; accuracy fp32 {accuracy['float32', depth]:.2f}, bf16 "
+                       f"{accuracy['bfloat16', depth]:.2f}")
+    status = OK if min(rates.values()) >= config.min_agreement else FAIL
+    summary = ", ".join(f"d{d} {rate:.2f}" for d, rate in rates.items())
+    return CheckResult("precision", status, f"bf16/fp32 token agreement {summary} (min {config.min_agreement})",
+                       details)
+
+
+def check_qlora(config: GpuCheckArgs) -> CheckResult:
+    """Two-pass training steps with a 4-bit NF4 backbone (plain LoRA under --cpu-smoke)."""
+    from bench.bench_train import make_batch, train_step
+    from sst_interp.train.config import TrainConfig
+    from sst_interp.train.modeling import build_train_model, load_training_backbone, resolve_device, resolve_dtype
+    from sst_interp.train.optim import build_optimizer
+
+    with tempfile.TemporaryDirectory(prefix="gpu_check_train_") as out:
+        train = TrainConfig(train_data="unused", out=out, model=config.model, device=config.device,
+                            quantize="none" if config.cpu_smoke else "nf4")
+        device = resolve_device(train)
+        if config.cpu_smoke:
+            from sst_interp.model.testing import char_tokenizer, tiny_gemma3
+
+            backbone, tokenizer = tiny_gemma3(dtype=torch.float32), char_tokenizer()
+        else:
+            backbone, tokenizer = load_training_backbone(train, device, resolve_dtype(train, device))
+        torch.manual_seed(0)
+        model = build_train_model(backbone, train)
+        optimizer = build_optimizer(model.lora_parameters(), model.sst_parameters(), train)
+        batch = make_batch(tokenizer, config.train_tokens)
+        losses, seconds = [], []
+        for _ in range(config.train_steps):
+            loss, took = train_step(model, optimizer, batch, train.ce_chunk_size)
+            losses.append(loss)
+            seconds.append(took)
+    del model, optimizer, backbone
+    free_memory()
+    details = [f"step {i + 1}: loss {loss:.4f}, {took:.3f} s" for i, (loss, took) in enumerate(zip(losses, seconds))]
+    timed = seconds[1:] or seconds  # the first step pays for kernel set-up
+    numbers = (f"loss {losses[0]:.3f} -> {losses[-1]:.3f}, {statistics.median(timed):.3f} s/step "
+               f"({config.train_steps} steps, {config.train_tokens} tokens)")
+    if not all(math.isfinite(loss) for loss in losses):
+        return CheckResult("qlora", FAIL, f"non-finite loss: {numbers}", details)
+    if config.cpu_smoke:
+        return CheckResult("qlora", SKIPPED, f"4-bit skipped: bitsandbytes NF4 needs CUDA; plain LoRA instead: "
+                                             f"{numbers}", details)
+    return CheckResult("qlora", OK, f"nf4 {numbers}", details)
+
+
+def check_record(config: GpuCheckArgs) -> CheckResult:
+    """A small recorded run (tokens/s) and the record / generate ratio of bench/bench_record.py."""
+    from bench.bench_record import bench_recording
+    from sst_interp.data import load_questions
+    from sst_interp.record import RecordArgs, record_questions
+    from sst_interp.store import Run
+
+    dtype = "float32" if config.cpu_smoke else "bfloat16"
+    sst, tokenizer, prompt_mode = load_sst(config, dtype)
+    questions = load_questions("demo", limit=config.questions)
+    args = RecordArgs(questions="demo", depths=",".join(map(str, config.depths)), dtype=dtype,
+                      max_new_tokens=config.max_new_tokens, batch_size=config.batch_size, prompt_mode=prompt_mode)
+    with tempfile.TemporaryDirectory(prefix="gpu_check_record_") as root:
+        started = time.perf_counter()
+        record_questions(sst, tokenizer, questions, args, Path(root) / "run")
+        seconds = time.perf_counter() - started
+        run = Run.open(Path(root) / "run")
+        generations = run.generations()
+        complete = run.depths == sorted(config.depths) and len(generations) == len(questions) * len(config.depths)
+        values = next(iter(run.hidden(config.depths[0]))).values
+    tokens = int(generations["n_tokens"].sum())
+    timing = bench_recording(sst, tokenizer, argparse.Namespace(
+        batch=config.batch_size, new_tokens=config.max_new_tokens, full_positions=10, sketch_positions=512,
+        dtype=dtype, depth=config.ratio_depth, repeats=config.repeats))
+    del sst
+    free_memory()
+    ratio = timing["record_ratio"]
+    details = [f"recorded {len(generations)} answers ({tokens} tokens) at depths {config.depths} in {seconds:.2f} s; "
+               f"hidden {values.shape} {values.dtype}",
+               f"depth {config.ratio_depth}: generate {timing['generate']:.3f} s/batch, record "
+               f"{timing['record_amortised']:.3f} s/batch, record/generate {ratio:.3f} (DESIGN target "
+               f"{DESIGN_RECORD_RATIO}: {'met' if ratio <= DESIGN_RECORD_RATIO else 'not met'})"]
+    status = OK if complete and ratio <= config.max_record_ratio else FAIL
+    result = (f"{tokens / seconds:.1f} tokens/s recorded; record/generate {ratio:.3f} at depth {config.ratio_depth} "
+              f"(fail above {config.max_record_ratio})" + ("" if complete else "; the run is INCOMPLETE"))
+    return CheckResult("record", status, result, details)
+
+
+def check_episodes(config: GpuCheckArgs) -> CheckResult:
+    """The scripted CodeACT episodes on the device against the CPU (bench/gpu_episode_check.py)."""
+    from sst_interp.sandbox import SandboxConfig, check_backend
+
+    sandbox = SandboxConfig(backend=config.sandbox)
+    try:
+        check_backend(sandbox)
+    except UsageError as err:  # no sandbox is a property of the machine, not a failure of the code under check
+        return CheckResult("episodes", SKIPPED, f"{err} (or pass --sandbox subprocess)")
+    from bench.gpu_episode_check import compare_with_cpu
+
+    loss, rows = compare_with_cpu(config.device, sandbox, steps=config.episode_train_steps)
+    details = [f"scripted model loss {loss:.4f}"] + [
+        f"depth {r.depth} {r.dtype:>8}: tokens equal to cpu: {r.tokens_equal}; stops {r.stops}; max |logit - cpu| "
+        f"at position 0: {r.max_logit_diff:.2e}; recorded hidden {r.hidden}" for r in rows]
+    f32 = [r for r in rows if r.dtype == "float32"]
+    bf16 = [r for r in rows if r.dtype == "bfloat16"]
+    versus = "the CPU against itself (smoke)" if config.cpu_smoke else "CPU"
+    result = (f"tokens equal to {versus}: float32 {sum(r.tokens_equal for r in f32)}/{len(f32)} depths, bfloat16 "
+              f"{sum(r.tokens_equal for r in bf16)}/{len(bf16)}; max |logit diff| bf16 "
+              f"{max(r.max_logit_diff for r in bf16):.1e}")
+    return CheckResult("episodes", OK if all(r.tokens_equal for r in f32) else FAIL, result, details)
+
+
+def check_device_map(config: GpuCheckArgs) -> CheckResult:
+    """The model spread over several devices generates and records exactly what it does on one."""
+    if not config.cpu_smoke and torch.cuda.device_count() < 2:
+        return CheckResult("device-map", SKIPPED, f"needs 2+ GPUs ({torch.cuda.device_count()} visible): on one GPU "
+                                                  "nothing crosses devices")
+    with tempfile.TemporaryDirectory(prefix="gpu_check_map_") as root:
+        folder, device_map = None, "auto"
+        if config.cpu_smoke:
+            folder, device_map = _saved_tiny_model(Path(root)), _TINY_LAYER1_ON_DISK
+        plain = _recorded_answers(config, load_sst(config, "float32", folder=folder))
+        free_memory()
+        mapped_sst, tokenizer, prompt_mode = load_sst(config, "float32", device_map=device_map, folder=folder)
+        placement = dict(getattr(mapped_sst.backbone, "hf_device_map", None) or {})
+        mapped = _recorded_answers(config, (mapped_sst, tokenizer, prompt_mode))
+        del mapped_sst
+        free_memory()
+    devices = sorted({str(device) for device in placement.values()})
+    spread = len(devices) > 1 or "disk" in devices
+    tokens_equal = all(plain[d][0] == mapped[d][0] for d in config.depths)
+    diff = max(float((plain[d][1] - mapped[d][1]).abs().max()) for d in config.depths)
+    result = (f"layers on {', '.join(devices) or 'one device'}: tokens equal {tokens_equal}, max |hidden diff| "
+              f"{diff:.1e}")
+    status = OK if spread and tokens_equal else FAIL
+    return CheckResult("device-map", status, result + ("" if spread else "; the map did NOT spread the model"),
+                       [f"placement: {placement}"])
+
+
+_TINY_LAYER1_ON_DISK = {"model.embed_tokens": "cpu", "model.layers.0": "cpu", "model.layers.1": "disk",
+                        "model.layers.2": "cpu", "model.norm": "cpu", "model.rotary_emb": "cpu", "lm_head": "cpu"}
+
+
+def _saved_tiny_model(root: Path) -> Path:
+    from sst_interp.model.testing import char_tokenizer, tiny_gemma3
+
+    tiny_gemma3(dtype=torch.float32).save_pretrained(root / "tiny")
+    char_tokenizer().save_pretrained(root / "tiny")
+    return root / "tiny"
+
+
+def _recorded_answers(config: GpuCheckArgs, loaded) -> dict[int, tuple[list[list[int]], torch.Tensor]]:
+    """{depth: (answers, recorded hidden values [N, d] float32 on the CPU)} of the demo questions."""
+    from sst_interp.data import load_questions
+    from sst_interp.hooks import RecordConfig, Recorder
+    from sst_interp.model import generate
+
+    sst, tokenizer, prompt_mode = loaded
+    questions = load_questions("demo", limit=config.questions)
+    gen = generation_config(sst, tokenizer, config, prompt_mode)
+    out = {}
+    for depth in config.depths:
+        answers: list[list[int]] = []
+        values: list[torch.Tensor] = []
+        for start in range(0, len(questions), config.batch_size):
+            batch = questions[start:start + config.batch_size]
+            with Recorder.for_model(sst, [q.question_id for q in batch],
+                                    RecordConfig(full_positions=2, sketch_positions=0)) as recorder:
+                result = generate(sst, [tokenizer(q.prompt).input_ids for q in batch], depth, gen, observer=recorder,
+                                  decode_fn=lambda tokens: tokenizer.decode(tokens, skip_special_tokens=True))
+            answers.extend(result.token_ids)
+            values.append(recorder.columns()["hidden"]["values"].float().cpu())
+        out[depth] = (answers, torch.cat(values))
+    return out
+
+
+CHECK_FUNCTIONS: dict[str, Callable[[GpuCheckArgs], CheckResult]] = {
+    "precision": check_precision, "qlora": check_qlora, "record": check_record, "episodes": check_episodes,
+    "device-map": check_device_map,
+}
+
+
+# ------------------------------------------------------------------------------------------------ driver
+def run_check(name: str, config: GpuCheckArgs) -> CheckResult:
+    """Run one check; an exception is that check's FAIL (its traceback goes to stderr), not the end of the list."""
+    print(f"== {name}", flush=True)
+    started = time.perf_counter()
+    try:
+        result = CHECK_FUNCTIONS[name](config)
+    except Exception as err:  # noqa: BLE001 - reported as this check's failure with its traceback
+        traceback.print_exc()
+        result = CheckResult(name, FAIL, f"{type(err).__name__}: {' '.join(str(err).split())[:200]}")
+    for line in result.details:
+        print(f"   {line}")
+    print(f"   ({time.perf_counter() - started:.1f} s)", flush=True)
+    return result
+
+
+def format_table(results: Sequence[CheckResult]) -> str:
+    """The summary: one row per check (check, status, result)."""
+    width = max(len("check"), *(len(r.name) for r in results))
+    lines = [f"{'check':<{width}}  {'status':<7}  result", f"{'-' * width}  {'-' * 7}  {'-' * 6}"]
+    lines += [f"{r.name:<{width}}  {r.status:<7}  {r.result}" for r in results]
+    return "\n".join(lines)
+
+
+def parse_args(argv: Sequence[str] | None) -> GpuCheckArgs:
+    """The command line over the :data:`SMOKE` sizes under --cpu-smoke; bad input is a UsageError."""
+    parser = config_parser("python bench/gpu_check.py", __doc__.split("\n\n")[0])
+    add_config_flags(parser, GpuCheckArgs, omit_unset=True)
+    given = given_fields(GpuCheckArgs, parser.parse_args(argv))
+    return GpuCheckArgs(**{**(SMOKE if given.get("cpu_smoke") else {}), **given})
+
+
+@cli_entry
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the checklist; returns the exit code (0: nothing failed, 1: a check failed)."""
+    config = parse_args(argv)
+    if not config.cpu_smoke and not torch.cuda.is_available():
+        raise UsageError("CUDA is not available on this machine: run bench/gpu_check.py on a GPU machine, or pass "
+                         "--cpu-smoke to exercise it on the CPU with a tiny model")
+    where = "CPU smoke run with a tiny random Gemma 3" if config.cpu_smoke else \
+        f"{torch.cuda.get_device_name(0)} x {torch.cuda.device_count()}, model {config.model}"
+    print(f"gpu_check: {where}; torch {torch.__version__}; checks {', '.join(config.checks)}", flush=True)
+    results = [run_check(name, config) for name in config.checks]
+    print()
+    print(format_table(results))
+    failed = [r.name for r in results if r.status == FAIL]
+    print(f"\n{'FAILED: ' + ', '.join(failed) if failed else 'all checks passed'} "
+          f"({sum(r.status == SKIPPED for r in results)} skipped)")
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,93 @@
+"""bench/gpu_check.py: the CPU smoke run prints the whole checklist and passes; without CUDA the script refuses in
+one line (exit 2); a failing check makes the exit code 1."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from bench.gpu_check import CheckResult, format_table, main, token_agreement
+
+ROOT = Path(__file__).resolve().parents[2]
+SCRIPT = ROOT / "bench" / "gpu_check.py"
+
+
+def _run(*flags: str) -> subprocess.CompletedProcess:
+    env = dict(os.environ, OMP_NUM_THREADS="1")  # the smoke is timed noise anyway; keep it off the other core
+    return subprocess.run([sys.executable, str(SCRIPT), *flags], cwd=ROOT, env=env, capture_output=True,
+                          text=True, timeout=600)
+
+
+def _table(stdout: str) -> dict[str, tuple[str, str]]:
+    """{check: (status, result)} from the summary table at the end of the output."""
+    lines = stdout.splitlines()
+    start = max(i for i, line in enumerate(lines) if line.startswith("check ") and "status" in line)
+    rows = {}
+    for line in lines[start + 2:]:
+        if not line.strip():
+            break
+        name, status, result = line.split(maxsplit=2)
+        rows[name] = (status, result)
+    return rows
+
+
+@pytest.mark.slow
+def test_cpu_smoke_runs_every_check_and_passes():
+    done = _run("--cpu-smoke", "--sandbox", "subprocess")
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    rows = _table(done.stdout)
+    assert list(rows) == ["precision", "qlora", "record", "episodes", "device-map"]
+    assert {name: status for name, (status, _) in rows.items()} == {
+        "precision": "ok", "qlora": "skipped", "record": "ok", "episodes": "ok", "device-map": "ok"}
+    assert "bf16/fp32 token agreement d1 " in rows["precision"][1] and " d2 " in rows["precision"][1]
+    assert rows["qlora"][1].startswith("4-bit skipped: bitsandbytes NF4 needs CUDA; plain LoRA instead: loss ")
+    assert "tokens/s recorded; record/generate " in rows["record"][1]
+    assert "float32 2/2 depths" in rows["episodes"][1]
+    assert "layers on cpu, disk: tokens equal True, max |hidden diff| 0.0e+00" == rows["device-map"][1]
+    for depth in (1, 2):  # the per-depth agreement lines, printed as the check runs
+        assert f"   depth {depth}: token agreement " in done.stdout
+    assert done.stdout.rstrip().endswith("all checks passed (1 skipped)")
+
+
+@pytest.mark.slow
+def test_a_failing_check_exits_1():
+    done = _run("--cpu-smoke", "--checks", "precision", "--questions", "1", "--depths", "1",
+                "--min-agreement", "1.01")
+    assert done.returncode == 1
+    assert _table(done.stdout)["precision"][0] == "FAIL"
+    assert done.stdout.rstrip().endswith("FAILED: precision (0 skipped)")
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="the machine has CUDA")
+def test_without_cuda_it_says_so_in_one_line_and_exits_2():
+    done = _run()
+    assert done.returncode == 2
+    assert done.stdout == ""
+    err = done.stderr.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("error: CUDA is not available") and "--cpu-smoke" in err[0]
+
+
+def test_bad_flags_are_one_line_and_exit_2(capsys):
+    with pytest.raises(SystemExit) as info:
+        main(["--cpu-smoke", "--checks", "precision,speed"])
+    assert info.value.code == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "--checks precision,speed: use some of" in err[0]
+
+
+def test_token_agreement_counts_positions_of_the_longer_answer():
+    assert token_agreement([[1, 2, 3], [4]], [[1, 2, 3], [4]]) == 1.0
+    assert token_agreement([[1, 2, 3, 4]], [[1, 9, 3]]) == 2 / 4
+    assert token_agreement([[1], [5, 6]], [[2], [5]]) == 1 / 3
+    assert token_agreement([[]], [[]]) == 1.0
+
+
+def test_table_has_one_row_per_check():
+    table = format_table([CheckResult("record", "ok", "12 tokens/s"), CheckResult("device-map", "FAIL", "x y")])
+    assert table.splitlines() == ["check       status   result", "----------  -------  ------",
+                                  "record      ok       12 tokens/s", "device-map  FAIL     x y"]
