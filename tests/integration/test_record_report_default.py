@@ -56,3 +56,25 @@ def test_record_then_report_on_the_default_backbone(protocol, tmp_path, capsys):
     page = (tmp_path / "report" / "index.html").read_text()
     assert f"<td>{protocol}</td>" in page
     assert "tab_staged_breakdown" in page
+
+
+def test_codeact_record_without_checkpoint_runs_the_shipped_demo_sst(tmp_path, capsys):
+    """One real episode with the packaged demo-codeact SST (the codeact default): it opens an <execute> block, the
+    sandbox runs the code, and the episode ends with finish_session (measured here on GSM8K test question 0)."""
+    from sst_interp.checkpoints import named_checkpoint_folder
+
+    out = tmp_path / "run"
+    record_main(["--questions", "gsm8k", "--data", str(SHARED / "gsm8k"), "--protocol", "codeact", "--limit", "1",
+                 "--depths", "1", "--max-new-tokens", "128", "--max-turns", "3", "--out", str(out), "--device", "cpu",
+                 "--full-positions", "2", "--sketch-positions", "4", "--top-k", "8"])
+    printed = capsys.readouterr().out
+    assert "the shipped CodeACT demo SST" in printed
+    run = Run.open(out)
+    assert run.manifest["identity"]["checkpoint"] == str(named_checkpoint_folder("demo-codeact").resolve())
+    episode = run.episodes().iloc[0]
+    assert episode["stop_reason"] == "finish_session" and episode["n_turns"] == 2
+    turns = run.generations().sort_values("turn")
+    first = list(turns.iloc[0]["token_ids"])
+    assert first[0] == 262140 and first[-1] == 262141  # <execute> ... </execute>
+    assert turns.iloc[0]["tool_status"] == "ok" and "print(" in turns.iloc[0]["code"]
+    assert turns.iloc[1]["code"].startswith("finish_session(")
