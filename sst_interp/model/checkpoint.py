@@ -73,7 +73,8 @@ def read_checkpoint_config(folder: str | Path) -> dict[str, Any]:
     folder = Path(folder)
     missing = [name for name in (CONFIG_FILE, STATE_FILE) if not (folder / name).is_file()]
     if missing:
-        raise UsageError(f"{folder} is not an SST checkpoint: missing {', '.join(missing)}")
+        raise UsageError(f"{folder} is not an SST checkpoint: missing {', '.join(missing)} (give a training run's "
+                         "best/ folder, or a named checkpoint: demo-codeact, demo-codeact-baseline)")
     try:
         meta = json.loads((folder / CONFIG_FILE).read_text())
     except json.JSONDecodeError as err:
