@@ -15,11 +15,10 @@ from pathlib import Path
 
 from sst_interp.errors import UsageError
 
-#: name -> (folder under ``sst_interp/checkpoints``, one-line description).
-NAMED_CHECKPOINTS: dict[str, tuple[str, str]] = {
-    "demo-codeact": ("demo_codeact", "CodeACT demo SST on Gemma 3 270M (two-pass, LoRA r=4, GSM8K traces)"),
-    "demo-codeact-baseline": ("demo_codeact_baseline",
-                              "its matched one-pass baseline (same traces, order, steps and optimiser)"),
+#: name -> folder under ``sst_interp/checkpoints`` (each folder's TRAINING.md says what it is).
+NAMED_CHECKPOINTS: dict[str, str] = {
+    "demo-codeact": "demo_codeact",
+    "demo-codeact-baseline": "demo_codeact_baseline",
 }
 
 #: The checkpoint ``record --protocol codeact`` uses when neither --checkpoint nor --model is given.
@@ -35,7 +34,7 @@ def named_checkpoint_folder(name: str) -> Path:
     if name not in NAMED_CHECKPOINTS:
         raise UsageError(f"unknown checkpoint name {name!r}; named checkpoints are {', '.join(NAMED_CHECKPOINTS)}, "
                          "or pass a checkpoint folder")
-    folder = Path(str(resources.files(__name__) / NAMED_CHECKPOINTS[name][0]))
+    folder = Path(str(resources.files(__name__) / NAMED_CHECKPOINTS[name]))
     if not folder.is_dir():
         raise UsageError(f"the named checkpoint {name!r} is not in this installation ({folder} is missing); "
                          "reinstall the package with its data (pip install -e .)")
