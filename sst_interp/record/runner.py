@@ -4,20 +4,30 @@ CLI's :func:`record` (which loads them from :class:`RecordArgs`).
 For each depth in ``depths`` a flat-depth run over all questions, in batches: hooks record hidden states, sketches
 and per-iteration logits from the passes that produce the tokens; answers (or episodes) are graded; each batch
 goes to the run directory's background writer. Rerunning the same command resumes an interrupted run.
+
+Under ``torchrun`` each process records every N-th batch into the same run (:mod:`sst_interp.record.ranks`).
 """
 
 from __future__ import annotations
 
+import dataclasses
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 from sst_interp.errors import UsageError
 from sst_interp.paths import ensure_writable_folder
 from sst_interp.record.options import RecordArgs
+from sst_interp.record.ranks import (Ranks, batches_of_work, process_group, rank_device, ranks_from_environment,
+                                     share_of_work)
 
 
 def record(args: RecordArgs) -> dict[int, float]:
-    """Record every depth of ``args``; resumes a run already at ``args.out_path()``. Returns accuracy per depth."""
+    """Record every depth of ``args``; resumes a run already at ``args.out_path()``. Returns accuracy per depth.
+
+    Under ``torchrun`` (``WORLD_SIZE`` > 1 in the environment) this is one of several processes recording into
+    the same run; each returns the accuracy of the whole run."""
     from sst_interp.data import load_questions, questions_to_frame
     from sst_interp.data.question import select_questions
     from sst_interp.model.loading import DEMO_PRESET_NOTE, build_sst, resolve_prompt_mode
@@ -25,9 +35,13 @@ def record(args: RecordArgs) -> dict[int, float]:
     from sst_interp.store import check_out
 
     args.validate()
+    ranks = ranks_from_environment()
+    if ranks.distributed and args.device_map != "none":
+        raise UsageError("--device-map spreads one model over several devices, torchrun runs one model per "
+                         "process: use one or the other")
     if args.use_default_codeact_checkpoint():
-        print(f"[--protocol codeact without --checkpoint or --model: the shipped CodeACT demo SST "
-              f"({args.checkpoint}); pass --checkpoint to use another]")
+        ranks.say(f"[--protocol codeact without --checkpoint or --model: the shipped CodeACT demo SST "
+                  f"({args.checkpoint}); pass --checkpoint to use another]")
     if args.codeact:
         from sst_interp.sandbox import check_backend
 
@@ -40,15 +54,17 @@ def record(args: RecordArgs) -> dict[int, float]:
     selected = select_questions(every, limit=args.limit, ids=args.id_list())
     data_sha = questions_sha256(questions_to_frame(every))
     spec, demo = model_spec(args)
+    spec = dataclasses.replace(spec, device=rank_device(spec.device, ranks))
     args.prompt_mode = resolve_prompt_mode(args.prompt_mode, demo)
     identity = run_identity(args, spec.identity(), data_sha)
     out = args.out_path()
-    check_out(out, identity)  # refuse a wrong --out before spending time on the model
-    ensure_writable_folder(out)
-    if demo:
-        print(f"[{DEMO_PRESET_NOTE}]")
-    sst, tokenizer = build_sst(spec)
-    return record_questions(sst, tokenizer, selected, args, out, identity, demo=demo)
+    with process_group(ranks):
+        # refuse a wrong --out before spending time on the model
+        ranks.run_on_main(lambda: (check_out(out, identity), ensure_writable_folder(out)))
+        if demo:
+            ranks.say(f"[{DEMO_PRESET_NOTE}]")
+        sst, tokenizer = build_sst(spec)
+        return record_questions(sst, tokenizer, selected, args, out, identity, demo=demo, ranks=ranks)
 
 
 def completed_before(out: Path) -> dict[int, set[str]]:
@@ -76,7 +92,8 @@ def report_resume(report: Any) -> None:
 
 
 def record_questions(sst: Any, tokenizer: Any, questions: list[Any], args: RecordArgs, out: str | Path,
-                     identity: dict[str, Any] | None = None, demo: bool = False) -> dict[int, float]:
+                     identity: dict[str, Any] | None = None, demo: bool = False,
+                     ranks: Ranks | None = None) -> dict[int, float]:
     """Record ``questions`` with a loaded model into the run directory ``out`` (created or resumed).
 
     Args:
@@ -88,9 +105,11 @@ def record_questions(sst: Any, tokenizer: Any, questions: list[Any], args: Recor
         out: the run directory.
         identity: what must match to resume; None derives one from the model's SST config and the questions.
         demo: whether the untrained demo preset is on (recorded in the manifest).
+        ranks: this process's place among several recording together (in a joined process group); None records
+            alone. Each rank records its :func:`~sst_interp.record.ranks.share_of_work` of the batches.
 
     Returns:
-        accuracy per depth.
+        accuracy per depth (of the whole run, on every rank).
     """
     from tqdm import tqdm
 
@@ -119,38 +138,80 @@ def record_questions(sst: Any, tokenizer: Any, questions: list[Any], args: Recor
 
         check_backend(sandbox)
     batch_fn = _batch_function(args, sst, tokenizer, config, sandbox)
+    ranks = ranks or Ranks()
     policy = make_depth_policy(args, depths)
     if policy is not None:
-        return _record_with_policy(args, policy, batch_fn, questions, identity, extra, out)
+        return _record_with_policy(args, policy, batch_fn, questions, identity, extra, out, ranks)
     sizes = dict(full_positions=config.full_positions, sketch_positions=config.sketch_positions,
                  layers=sst.num_layers, d=sst.hidden_size, dtype=args.dtype, top_k=args.top_k,
                  sketch_k=extra["sketch_k"], max_new_tokens=args.max_new_tokens, gates=args.gates,
                  ffn_size=extra.get("ffn_size") or 0)
-    # Checked before the writer creates anything: a run that cannot fit is refused with nothing written.
-    before = completed_before(out)
-    # An episode records up to max_turns model turns, each like one completion: count it as that many.
-    per_question = args.max_turns if args.codeact else 1
-    space = estimate_remaining(out, {k: sum(q.question_id not in before.get(k, set()) for q in questions)
-                                     * per_question for k in depths}, **sizes)
-    if not space.fits and not args.allow_low_disk:
-        raise UsageError(f"{space.line()}; or pass --allow-low-disk to record anyway")
-    with RunWriter.create_or_resume(out, identity, extra) as writer:
-        report_resume(writer.report)
-        writer.write_questions(questions_to_frame(questions))
+
+    def check_space() -> Any:
+        # Checked before the writer creates anything: a run that cannot fit is refused with nothing written.
+        before = completed_before(out)
+        # An episode records up to max_turns model turns, each like one completion: count it as that many.
+        per_question = args.max_turns if args.codeact else 1
+        space = estimate_remaining(out, {k: sum(q.question_id not in before.get(k, set()) for q in questions)
+                                         * per_question for k in depths}, **sizes)
+        if not space.fits and not args.allow_low_disk:
+            raise UsageError(f"{space.line()}; or pass --allow-low-disk to record anyway")
+        return space
+
+    space = ranks.run_on_main(check_space)
+    with _open_run(out, identity, extra, questions, ranks) as writer:
         remaining = {k: [q for q in questions if q.question_id not in writer.completed(k)] for k in depths}
-        done = sum(len(questions) - len(v) for v in remaining.values())
-        print(f"{space.line()}; {done} of {len(questions) * len(depths)} question-depths already recorded in {out}")
-        total = sum(len(v) for v in remaining.values())
-        with tqdm(total=total, unit="q", desc="record", disable=total == 0) as progress:
-            for depth in depths:
-                todo = remaining[depth]
-                for start in range(0, len(todo), args.batch_size):
-                    batch = todo[start : start + args.batch_size]
-                    progress.set_postfix_str(f"depth {depth}")
-                    submission = batch_fn(batch, FixedDepth(depth))
-                    writer.submit(depth, [q.question_id for q in batch], **submission)
-                    progress.update(len(batch))
-    return print_summary(out, depths)
+        if ranks.is_main:
+            done = sum(len(questions) - len(v) for v in remaining.values())
+            print(f"{space.line()}; {done} of {len(questions) * len(depths)} question-depths already recorded in "
+                  f"{out}" + (f"; {ranks.world_size} processes share the rest" if ranks.distributed else ""))
+        mine = share_of_work(batches_of_work(remaining, depths, args.batch_size), ranks)
+        total = sum(len(batch) for _, batch in mine)
+        desc = f"record (rank 0 of {ranks.world_size})" if ranks.distributed else "record"
+        with tqdm(total=total, unit="q", desc=desc, disable=total == 0 or not ranks.is_main) as progress:
+            for depth, batch in mine:
+                progress.set_postfix_str(f"depth {depth}")
+                submission = batch_fn(batch, FixedDepth(depth))
+                writer.submit(depth, [q.question_id for q in batch], **submission)
+                progress.update(len(batch))
+    return _summary(out, depths, ranks)
+
+
+@contextmanager
+def _open_run(out: Path, identity: dict[str, Any], extra: dict[str, Any], questions: list[Any],
+              ranks: Ranks) -> Iterator[Any]:
+    """The run's writer for this rank, open until every rank has closed its own.
+
+    Rank 0 creates or resumes the run and writes the questions table; ranks 1.. join it afterwards. On entry every
+    rank has read the same manifest (nobody commits before the second barrier), so they split the same remaining
+    work; on exit every writer has committed its batches.
+    """
+    from sst_interp.data import questions_to_frame
+    from sst_interp.store import RunWriter
+
+    def open_main() -> Any:
+        writer = RunWriter.create_or_resume(out, identity, extra, world_size=ranks.world_size)
+        try:
+            report_resume(writer.report)
+            writer.write_questions(questions_to_frame(questions))
+        except BaseException:
+            writer.close()
+            raise
+        return writer
+
+    opened = ranks.run_on_main(open_main)  # ranks 1.. wait in here until rank 0 has opened the run
+    writer = opened if ranks.is_main else RunWriter.join(out, identity, extra, ranks.rank, ranks.world_size)
+    ranks.barrier()
+    with writer:
+        yield writer
+    ranks.barrier()
+
+
+def _summary(out: Path, depths: list[int], ranks: Ranks) -> dict[int, float]:
+    """Rank 0 prints the run's summary; every rank returns its accuracy per depth."""
+    from sst_interp.record.summary import print_summary
+
+    return print_summary(out, depths, show=ranks.is_main)
 
 
 def _batch_function(args: RecordArgs, sst: Any, tokenizer: Any, config: Any, sandbox: Any) -> Any:
@@ -173,25 +234,25 @@ def _batch_function(args: RecordArgs, sst: Any, tokenizer: Any, config: Any, san
 
 
 def _record_with_policy(args: RecordArgs, policy: Any, batch_fn: Any, questions: list[Any],
-                        identity: dict[str, Any], extra: dict[str, Any], out: Path) -> dict[int, float]:
+                        identity: dict[str, Any], extra: dict[str, Any], out: Path, ranks: Ranks) -> dict[int, float]:
     """A run under a probe depth policy: one question per generation call (the policy picks one depth per
-    call), each filed under the depth it chose (its first model turn's, for an episode). Resumes like a flat run."""
+    call), each filed under the depth it chose (its first model turn's, for an episode). Resumes like a flat run;
+    under torchrun each rank takes every N-th question."""
     from tqdm import tqdm
 
-    from sst_interp.data import questions_to_frame
-    from sst_interp.record.summary import print_summary
-    from sst_interp.store import Run, RunWriter
+    from sst_interp.store import Run
 
     extra = dict(extra, depths=[], depth_policy=policy.describe(), max_depth=policy.max_depth)
-    with RunWriter.create_or_resume(out, identity, extra) as writer:
-        report_resume(writer.report)
-        writer.write_questions(questions_to_frame(questions))
+    with _open_run(out, identity, extra, questions, ranks) as writer:
         done = set().union(*(writer.completed(k) for k in range(1, policy.max_depth + 1)))
         todo = [q for q in questions if q.question_id not in done]
-        print(f"depth policy {policy.describe()}: {len(done)} of {len(questions)} questions already recorded in {out}")
-        for question in tqdm(todo, unit="q", desc="record", disable=not todo):
+        if ranks.is_main:
+            print(f"depth policy {policy.describe()}: {len(done)} of {len(questions)} questions already recorded "
+                  f"in {out}")
+        mine = share_of_work(todo, ranks)
+        for question in tqdm(mine, unit="q", desc="record", disable=not mine or not ranks.is_main):
             submission = batch_fn([question], policy)
             depth = int(submission["generations"][0]["depth"])
             writer.submit(depth, [question.question_id], **submission)
     recorded = Run.open(out).depths
-    return print_summary(out, [d for d in range(1, policy.max_depth + 1) if d in recorded])
+    return _summary(out, [d for d in range(1, policy.max_depth + 1) if d in recorded], ranks)

@@ -10,6 +10,12 @@ the manifest. Resume checks every listed shard's sha256 and re-records the batch
 generations or episodes table keeps its readable row groups (one per batch) and the batches whose rows were
 lost are re-recorded.
 
+Several processes (``torchrun``): rank 0 opens the run with :meth:`RunWriter.create_or_resume` (which takes the
+run's lock and does the resume clean-up), the other ranks then :meth:`RunWriter.join` it. Each rank writes its own
+shards, under batch ids no other rank uses (``first + rank + world_size * i``), and commits a batch (its table rows
+and its manifest entry) while holding ``.commit.lock``, re-reading the manifest on disk first, so that no commit
+overwrites another rank's.
+
 Compression: each shard kind gets the codec of :data:`sst_interp.store.codecs.SHARD_CODECS` (chosen by
 ``bench/bench_storage.py``); the small tables (questions, generations, episodes) are zstd.
 """
@@ -21,7 +27,8 @@ import os
 import queue
 import shutil
 import threading
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -40,6 +47,7 @@ from sst_interp.store.errors import CorruptRunError
 from sst_interp.store.validate import check_shard, check_table_file
 
 LOCK_NAME = ".lock"
+COMMIT_LOCK_NAME = ".commit.lock"
 QUESTIONS_NAME = "questions.parquet"
 GENERATIONS_NAME = "generations.parquet"
 EPISODES_NAME = "episodes.parquet"
@@ -79,8 +87,11 @@ class RunWriter:
     """Writes a run directory; use :meth:`create_or_resume` and the context manager (closes and joins)."""
 
     def __init__(self, path: Path, manifest: dict[str, Any], lock_handle: Any, report: ResumeReport,
-                 queue_size: int = 2) -> None:
+                 queue_size: int = 2, rank: int = 0, world_size: int = 1) -> None:
+        if not 0 <= rank < world_size:
+            raise ValueError(f"rank {rank} outside a world of {world_size} processes")
         self.path = path
+        self.rank, self.world_size = rank, world_size
         self.report = report
         self._manifest = manifest
         self._lock_handle = lock_handle
@@ -93,22 +104,29 @@ class RunWriter:
         self._commit_lock = threading.Lock()
         self._closed = False
         self.bytes_written = 0
-        self._next_batch = max(int(manifest.get("next_batch", 1)), 1 + max(
+        first_batch = max(int(manifest.get("next_batch", 1)), 1 + max(
             (b["batch"] for batches in manifest.get("batches", {}).values() for b in batches), default=0
         ))
+        # Every rank reads the same manifest before any of them commits, so first_batch is the same everywhere and
+        # the ids below never collide between ranks.
+        self._next_batch = first_batch + rank
+        # Across processes: held (with _commit_lock) from re-reading the manifest to installing the rewritten one.
+        self._shared_lock = (filelock.FileLock(path / COMMIT_LOCK_NAME, thread_local=False) if world_size > 1
+                             else None)
         self._thread = threading.Thread(target=self._worker, name="sst-run-writer", daemon=True)
         self._thread.start()
 
     # ------------------------------------------------------------------------------------------ open
     @classmethod
     def create_or_resume(cls, path: str | Path, identity: dict[str, Any], manifest_extra: dict[str, Any],
-                         queue_size: int = 2) -> RunWriter:
+                         queue_size: int = 2, world_size: int = 1) -> RunWriter:
         """Create a run at ``path`` or continue the run already there.
 
         ``identity`` must equal the existing run's (else UsageError: pick another --out). ``manifest_extra``
         supplies ``hidden_size``, ``num_layers``, ``dtype`` and the other manifest keys; the layout keys
         (hidden_size, num_layers, dtype, top_k, sketch_k) must also match on resume. A directory holding
-        something that is not a run is refused.
+        something that is not a run is refused. With ``world_size`` > 1 this is rank 0 of a multi-process
+        recording, and ranks 1.. :meth:`join` the run once this returns.
         """
         path = Path(path)
         if path.exists() and not path.is_dir():
@@ -123,7 +141,23 @@ class RunWriter:
         except BaseException:
             lock_handle.close()
             raise
-        return cls(path, manifest, lock_handle, report, queue_size=queue_size)
+        return cls(path, manifest, lock_handle, report, queue_size=queue_size, world_size=world_size)
+
+    @classmethod
+    def join(cls, path: str | Path, identity: dict[str, Any], manifest_extra: dict[str, Any], rank: int,
+             world_size: int, queue_size: int = 2) -> RunWriter:
+        """Write into the run rank 0 has opened with :meth:`create_or_resume` (``world_size`` given there too).
+
+        The caller makes sure rank 0 has finished opening first (a barrier) and that no rank commits before every
+        rank has joined (a second barrier), so that all ranks start from the same manifest. The identity and the
+        layout keys must match, as on resume.
+        """
+        path = Path(path)
+        if rank < 1:
+            raise ValueError("rank 0 opens the run with create_or_resume; join is for ranks 1 and above")
+        manifest = _validated_manifest(path, identity, manifest_extra)
+        return cls(path, mf.normalise(manifest), None, ResumeReport(resumed=True), queue_size=queue_size, rank=rank,
+                   world_size=world_size)
 
     # ------------------------------------------------------------------------------------------ API
     @property
@@ -162,7 +196,7 @@ class RunWriter:
             if not new_rows:
                 return
             table = pa.concat_tables([old, pa.Table.from_pylist(new_rows, schema=sch.QUESTIONS_SCHEMA)])
-        with self._commit_lock:
+        with self._commit_lock, self._across_processes():
             written = self._guard_disk(lambda: tables.write_table_atomic(table, target), target)
             with self._state_lock:
                 new_manifest = mf.normalise(self._manifest)
@@ -217,7 +251,8 @@ class RunWriter:
             self._closed = True
             self._queue.put(None)
             self._thread.join()
-            self._lock_handle.close()
+            if self._lock_handle is not None:
+                self._lock_handle.close()
         self._raise_error()
 
     def __enter__(self) -> RunWriter:
@@ -253,7 +288,7 @@ class RunWriter:
 
     def _write_batch(self, job: _Job) -> None:
         batch_id = self._next_batch
-        self._next_batch += 1
+        self._next_batch += self.world_size
         layout = self._manifest
         entry: dict[str, Any] = {"batch": batch_id, "question_ids": job.question_ids, "shards": {},
                                  "generations": job.generations is not None, "episodes": job.episodes is not None}
@@ -268,15 +303,27 @@ class RunWriter:
             self.bytes_written += written.bytes
             entry["shards"][kind] = {"file": rel, "bytes": written.bytes, "rows": table.num_rows,
                                      "question_ids": present, "sha256": written.sha256}
-        appended = {}
+        new_rows = {}
         if job.generations is not None:
-            rows = tables.generations_table(job.generations, job.depth, job.question_ids)
-            appended[GENERATIONS_NAME] = self._append_rows(GENERATIONS_NAME, rows)
+            new_rows[GENERATIONS_NAME] = tables.generations_table(job.generations, job.depth, job.question_ids)
         if job.episodes is not None:
-            rows = tables.episodes_table(job.episodes, job.depth, job.question_ids)
-            appended[EPISODES_NAME] = self._append_rows(EPISODES_NAME, rows)
-        with self._commit_lock:
+            new_rows[EPISODES_NAME] = tables.episodes_table(job.episodes, job.depth, job.question_ids)
+        with self._commit_lock, self._across_processes():
+            appended = {name: self._append_rows(name, rows) for name, rows in new_rows.items()}
             self._commit_batch(job, batch_id, entry, appended)
+
+    @contextmanager
+    def _across_processes(self) -> Iterator[None]:
+        """Hold ``.commit.lock`` and take up the manifest on disk (other ranks' commits) in a multi-process run;
+        nothing in a single-process one, where this writer's manifest is the only one."""
+        if self._shared_lock is None:
+            yield
+            return
+        with self._shared_lock:
+            on_disk = mf.normalise(mf.read_manifest(self.path))
+            with self._state_lock:
+                self._manifest = on_disk
+            yield
 
     def _append_rows(self, name: str, rows: pa.Table) -> integrity.Written:
         """Rewrite table ``name`` with ``rows`` appended as a row group of their own (old rows page-checked)."""
@@ -299,7 +346,8 @@ class RunWriter:
         key = str(job.depth)
         new_manifest["batches"].setdefault(key, []).append(entry)
         new_manifest["status"].setdefault(key, []).extend(job.question_ids)
-        new_manifest["next_batch"] = batch_id + 1  # shard names are never reused, even after a dropped batch
+        # shard names are never reused, even after a dropped batch (other ranks may have committed higher ids)
+        new_manifest["next_batch"] = max(int(new_manifest.get("next_batch", 1)), batch_id + 1)
         if job.depth not in new_manifest.get("depths", []):
             new_manifest["depths"] = sorted(set(new_manifest.get("depths", [])) | {job.depth})
         self._commit(new_manifest)
@@ -384,7 +432,7 @@ def _record_table(manifest: dict[str, Any], name: str, written: integrity.Writte
 def _create(path: Path, identity: dict[str, Any], extra: dict[str, Any]) -> tuple[dict[str, Any], ResumeReport]:
     report = ResumeReport()
     for entry in path.iterdir():
-        if entry.name == LOCK_NAME:
+        if entry.name in (LOCK_NAME, COMMIT_LOCK_NAME):
             continue
         if entry.is_file() and is_temp_name(entry.name):
             entry.unlink()
@@ -408,7 +456,7 @@ def check_out(path: str | Path, identity: dict[str, Any], manifest_extra: dict[s
         raise UsageError(f"--out {path} is a file, not a run directory; pick another --out")
     if not (path / mf.MANIFEST_NAME).exists():
         for entry in path.iterdir():
-            if entry.name != LOCK_NAME and not (entry.is_file() and is_temp_name(entry.name)):
+            if entry.name not in (LOCK_NAME, COMMIT_LOCK_NAME) and not (entry.is_file() and is_temp_name(entry.name)):
                 raise UsageError(f"--out {path} already holds files that are not an sst-interp run (e.g. "
                                  f"{entry.name}); pick another --out or empty it")
         return False
