@@ -6,11 +6,13 @@ Two protocols (``--protocol``): ``completion`` (one generation per question; the
 
     python -m sst_interp.record --questions demo --depths 1,2,3,4 --out runs/demo
     python -m sst_interp.record --questions gsm8k --protocol codeact --limit 8 --depths 1,2
+    torchrun --nproc-per-node 8 -m sst_interp.record ...    # N processes, one run
 
 Modules: :mod:`~sst_interp.record.options` (the options), :mod:`~sst_interp.record.cli` (the command line),
 :mod:`~sst_interp.record.runner` (the library entry :func:`record_questions` and the CLI's :func:`record`),
 :mod:`~sst_interp.record.completion` and :mod:`~sst_interp.record.episodes` (one batch of each protocol),
-:mod:`~sst_interp.record.identity` (run identity and manifest), :mod:`~sst_interp.record.summary`.
+:mod:`~sst_interp.record.identity` (run identity and manifest), :mod:`~sst_interp.record.ranks` (several processes
+under torchrun), :mod:`~sst_interp.record.summary`.
 """
 
 from sst_interp.record.cli import build_parser, main, parse_args
