@@ -10,7 +10,7 @@ import torch
 from sst_interp.record import main as record_main
 from sst_interp.store import Run
 from tests.integration.test_record_report_default import SHARED
-from tests.unit.test_record_distributed import _assert_same_run, _finish, _torchrun
+from tests.unit.distributed_helpers import assert_same_run, finish, torchrun_record
 
 pytestmark = pytest.mark.slow
 
@@ -22,8 +22,8 @@ def _argv(out) -> list[str]:
 
 
 def test_two_processes_record_the_same_codeact_run_as_one(tmp_path):
-    proc = _torchrun(_argv(tmp_path / "together"))
-    output = _finish(proc, timeout=900)
+    proc = torchrun_record(_argv(tmp_path / "together"))
+    output = finish(proc, timeout=900)
     assert proc.returncode == 0, output[-3000:]
     before = torch.get_num_threads()
     torch.set_num_threads(1)  # as each torchrun worker runs (OMP_NUM_THREADS=1): same kernels, same sums
@@ -31,7 +31,7 @@ def test_two_processes_record_the_same_codeact_run_as_one(tmp_path):
         record_main(_argv(tmp_path / "alone"))
     finally:
         torch.set_num_threads(before)
-    _assert_same_run(tmp_path / "together", tmp_path / "alone")
+    assert_same_run(tmp_path / "together", tmp_path / "alone")
     run = Run.open(tmp_path / "together")
     assert run.protocol == "codeact" and len(run.episodes()) == 6
     # the single process's batches, committed in whichever order the ranks finished them

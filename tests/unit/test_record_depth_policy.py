@@ -9,6 +9,7 @@ from sst_interp.probe.model import HaltingProbe, ProbeConfig
 from sst_interp.record import main as record_main
 from sst_interp.store import Run
 from tests.unit.conftest import FAST, save_tiny_model
+from tests.unit.distributed_helpers import finish, torchrun_record
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -46,6 +47,14 @@ def test_probe_policy_at_generation_matches_the_halting_simulation(tmp_path):
     flat_gens = flat.generations().set_index(["question_id", "depth"])
     for row in gens.itertuples():
         assert list(row.token_ids) == list(flat_gens.loc[(row.question_id, row.depth), "token_ids"])
+
+    # Two torchrun processes (each question to one of them) record the same policy run.
+    proc = torchrun_record([*common, "--depth-policy", f"probe:{tmp_path / 'probe'}", "--out", str(tmp_path / "two")])
+    output = finish(proc)
+    assert proc.returncode == 0, output[-3000:]
+    two = Run.open(tmp_path / "two").generations().sort_values("question_id")
+    assert dict(zip(two["question_id"], two["chosen_depth"])) == simulated
+    assert two.token_ids.map(list).tolist() == gens.sort_values("question_id").token_ids.map(list).tolist()
 
 
 def test_bad_depth_policy_is_a_usage_error(tmp_path, capsys):

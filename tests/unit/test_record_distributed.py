@@ -5,16 +5,12 @@ environment torchrun sets."""
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import os
 import signal
-import subprocess
-import sys
 import time
 from pathlib import Path
 
-import numpy as np
 import pytest
 
 from sst_interp.errors import UsageError
@@ -23,53 +19,15 @@ from sst_interp.record.ranks import Ranks, batches_of_work, ranks_from_environme
 from sst_interp.store import Run
 from sst_interp.store.verify import verify_run
 from tests.unit.conftest import FAST, save_tiny_model
+from tests.unit.distributed_helpers import DEPTHS, assert_same_run, finish, torchrun_record
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
-DEPTHS = (1, 2)
 
 
 def _argv(model: Path, out: Path, limit: int, batch_size: int) -> list[str]:
     return FAST + ["--model", str(model), "--out", str(out), "--depths", ",".join(map(str, DEPTHS)),
                    "--limit", str(limit), "--batch-size", str(batch_size), "--demo-preset"]
-
-
-def _torchrun(argv: list[str], nproc: int = 2) -> subprocess.Popen:
-    """``torchrun --standalone --nproc-per-node N -m sst_interp.record ARGV`` (one thread per process)."""
-    env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONUNBUFFERED="1")
-    command = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={nproc}",
-               "-m", "sst_interp.record", *argv]
-    return subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-
-
-def _finish(proc: subprocess.Popen, timeout: float = 300) -> str:
-    output, _ = proc.communicate(timeout=timeout)
-    return output
-
-
-def _assert_same_run(run_path: Path, reference_path: Path) -> None:
-    """Same questions, generations, hidden states, logits and sketches at every depth, up to row order."""
-    run, reference = Run.open(run_path), Run.open(reference_path)
-    key = ["depth", "question_id", "turn"]  # one generation row per model turn (one turn in a completion run)
-    ours = run.generations().sort_values(key).reset_index(drop=True)
-    theirs = reference.generations().sort_values(key).reset_index(drop=True)
-    assert len(ours) == len(theirs) and not ours.duplicated(key).any()
-    for column in ("question_id", "depth", "turn", "text", "correct"):
-        assert ours[column].tolist() == theirs[column].tolist(), column
-    assert ours.token_ids.map(list).tolist() == theirs.token_ids.map(list).tolist()
-    episodes = [frame.sort_values(["depth", "question_id"]).reset_index(drop=True)
-                for frame in (run.episodes(), reference.episodes())]
-    assert episodes[0].equals(episodes[1])
-    for depth in DEPTHS:
-        assert sorted(run.question_ids(depth)) == sorted(reference.question_ids(depth))
-        for kind in ("hidden", "logits", "sketch"):
-            mine = {(block.question_id, block.turn): block for block in getattr(run, kind)(depth)}
-            other = {(block.question_id, block.turn): block for block in getattr(reference, kind)(depth)}
-            assert mine.keys() == other.keys() and mine, kind
-            for key_, block in mine.items():
-                for field in dataclasses.fields(block):
-                    np.testing.assert_array_equal(getattr(block, field.name), getattr(other[key_], field.name),
-                                                  err_msg=f"{kind} {field.name} {key_} depth {depth}")
 
 
 def test_the_work_is_split_by_whole_batches():
@@ -93,11 +51,11 @@ def test_ranks_come_from_the_torchrun_environment():
 def test_two_processes_equal_one(tmp_path):
     model = save_tiny_model(tmp_path / "model")
     argv = _argv(model, tmp_path / "together", limit=7, batch_size=2)
-    proc = _torchrun(argv)
-    output = _finish(proc)
+    proc = torchrun_record(argv)
+    output = finish(proc)
     assert proc.returncode == 0, output[-3000:]
     main(_argv(model, tmp_path / "alone", limit=7, batch_size=2))
-    _assert_same_run(tmp_path / "together", tmp_path / "alone")
+    assert_same_run(tmp_path / "together", tmp_path / "alone")
     manifest = json.loads((tmp_path / "together" / "manifest.json").read_text())
     assert manifest["device"] == "cpu" and manifest["batch_size"] == 2
     assert output.count("staged capacity") == 1  # rank 0 prints the summary, rank 1 stays quiet
@@ -134,7 +92,7 @@ def test_a_run_whose_rank_died_resumes_to_the_same_result(tmp_path):
     model = save_tiny_model(tmp_path / "model")
     questions = 12
     out = tmp_path / "together"
-    proc = _torchrun(_argv(model, out, limit=questions, batch_size=1))
+    proc = torchrun_record(_argv(model, out, limit=questions, batch_size=1))
     deadline = time.monotonic() + 240
     try:
         while _completed(out) < 3 and proc.poll() is None and time.monotonic() < deadline:
@@ -142,16 +100,16 @@ def test_a_run_whose_rank_died_resumes_to_the_same_result(tmp_path):
         workers = _worker_pids(proc.pid)
         os.kill(workers[1], signal.SIGKILL)  # rank 1 dies; torchrun then stops rank 0
     finally:
-        output = _finish(proc)
+        output = finish(proc)
     assert proc.returncode != 0, output[-3000:]
     before = _completed(out)
     assert 3 <= before < questions * len(DEPTHS), "the kill did not land mid-run"
 
-    again = _torchrun(_argv(model, out, limit=questions, batch_size=1))  # the same command again
-    output = _finish(again)
+    again = torchrun_record(_argv(model, out, limit=questions, batch_size=1))  # the same command again
+    output = finish(again)
     assert again.returncode == 0, output[-3000:]
     main(_argv(model, tmp_path / "alone", limit=questions, batch_size=1))
-    _assert_same_run(out, tmp_path / "alone")
+    assert_same_run(out, tmp_path / "alone")
     report = verify_run(out)
     assert report.ok and not report.strays
     listed = {s["file"] for batches in Run.open(out).manifest["batches"].values() for b in batches
@@ -167,8 +125,8 @@ def test_bad_input_stops_every_rank_with_the_one_line_error(tmp_path):
     out = tmp_path / "photos"
     out.mkdir()
     (out / "cat.jpg").write_bytes(b"meow")
-    proc = _torchrun(_argv(model, out, limit=2, batch_size=1))
-    output = _finish(proc)
+    proc = torchrun_record(_argv(model, out, limit=2, batch_size=1))
+    output = finish(proc)
     assert proc.returncode != 0
     lines = [line for line in output.splitlines() if "not an sst-interp run" in line]
     assert len(lines) == 2, output[-3000:]  # both ranks stop with the message (rank 1 does not hang)
