@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pandas as pd
@@ -39,7 +39,14 @@ from sst_interp.analyses.divergence import (
     first_true,
     pos0_divergence,
 )
-from sst_interp.analyses.overlap import OverlapResult, cross_run_overlap, within_run_overlap
+from sst_interp.analyses.overlap import (
+    OverlapResult,
+    _collect_many,
+    _cross_plan,
+    _Failed,
+    _unwrap,
+    _within_plan,
+)
 
 if TYPE_CHECKING:
     from sst_interp.store import Run
@@ -212,13 +219,36 @@ class PunctuatedEquilibrium(AnalysisResult):
         return self.gmm.table()
 
 
+def _deferred(plan: Any, *args: Any, **kwargs: Any) -> Any:
+    """``plan(*args, **kwargs)``, or a _Failed holding its error, raised only if that overlap is used."""
+    try:
+        return plan(*args, **kwargs)
+    except Exception as err:  # noqa: BLE001 - raised again where the overlap is used, as before the shared pass
+        return _Failed(err)
+
+
 def punctuated_equilibrium(run: Run, k: int | None = None, rule: Rule = "any", components: Sequence[int] = (2, 3, 4, 5),
                            long_range: bool = True) -> PunctuatedEquilibrium | NotApplicable:
-    """Run every measurement of sec:punctuated_equilibrium on ``run`` (streaming, one question at a time)."""
+    """Run every measurement of sec:punctuated_equilibrium on ``run`` (streaming, one question at a time, each
+    question's shards read once for all three overlaps)."""
     if len(run.depths) < 2:
         return NotApplicable(f"run has a single depth ({run.depths}); basin shifts compare two depths",
                              "sec:punctuated_equilibrium")
-    overlap = cross_run_overlap(run, k=k, source="hidden")
+    # the three overlaps of the section in one pass over the questions, so each question's hidden shards are read
+    # once: basin shifts (smallest vs largest depth), position 0 (iteration 1 vs 2) and, with sketches, long range
+    second = run.depths[1]
+    main = _cross_plan(run, k=k, source="hidden")
+    if isinstance(main, NotApplicable):
+        return main
+    plans = [main,
+             _deferred(_cross_plan, run, run.depths[0], second, k=k, positions=[0]) if run.depths[0] == 1 and
+             second == 2 else _deferred(_within_plan, run, run.depths[-1], 1, 2, k=k, positions=[0])]
+    sketch_k = int(run.manifest.get("sketch_k") or 0)
+    wants_long = long_range and int(run.manifest.get("sketch_positions") or 0) > 0 and (k is None or k == sketch_k)
+    if wants_long:
+        plans.append(_deferred(_cross_plan, run, k=sketch_k, source="both"))
+    collected = _collect_many(run, plans)
+    overlap = _unwrap(collected[0])
     if isinstance(overlap, NotApplicable):
         return overlap
     na = NotApplicable
@@ -248,17 +278,14 @@ def punctuated_equilibrium(run: Run, k: int | None = None, rule: Rule = "any", c
         reason = div.reason if isinstance(div, NotApplicable) else "divergence covers other questions"
         causal = na(reason, "tab:causal_ordering")
         p0div = na(reason, "tab:pos0_divergence")
-    second = run.depths[1]
-    pos0_ov = cross_run_overlap(run, run.depths[0], second, k=k, positions=[0]) if run.depths[0] == 1 and \
-        second == 2 else within_run_overlap(run, run.depths[-1], 1, 2, k=k, positions=[0])
+    pos0_ov = _unwrap(collected[1])
     pos0 = position0_universality(pos0_ov, t, rule) if isinstance(pos0_ov, OverlapResult) else pos0_ov
     profiles = layer_profiles(overlap, low, pre)
     heat: HeatmapData | NotApplicable = na("the run has no sketch positions", "fig:overlap_heatmap")
     long_profile: LayerProfile | NotApplicable = na("the run has no sketch positions", "fig:layer_profile_512pos")
     if long_range and int(run.manifest.get("sketch_positions") or 0) > 0:
-        sketch_k = int(run.manifest.get("sketch_k") or 0)
-        if k is None or k == sketch_k:
-            long_ov = cross_run_overlap(run, k=sketch_k, source="both")
+        if wants_long:
+            long_ov = _unwrap(collected[2])
             if isinstance(long_ov, OverlapResult):
                 heat = overlap_heatmap(long_ov, t, rule=rule)
                 long_low = classify_positions(long_ov.values, t, rule)

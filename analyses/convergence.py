@@ -28,19 +28,14 @@ import pandas as pd
 from scipy import stats
 from sklearn.metrics import roc_auc_score
 
+from sst_interp.analyses import hidden_pass
+from sst_interp.analyses.hidden_pass import l2_deltas
 from sst_interp.analyses.results import AnalysisResult, NotApplicable
 from sst_interp.errors import UsageError
 from sst_interp.outcomes import NEVER, first_correct_depth
 
 if TYPE_CHECKING:
     from sst_interp.store import Run
-
-
-def l2_deltas(values: np.ndarray) -> np.ndarray:
-    """``||h_{i+1} - h_i||_2`` for ``values: [..., I, d]`` -> ``[..., I-1]`` float64 (accumulated in float64)."""
-    values = np.asarray(values)
-    diff = np.diff(values.astype(np.float64, copy=False), axis=-2)
-    return np.sqrt(np.einsum("...d,...d->...", diff, diff))
 
 
 def step_outcomes(depths: Sequence[int], correct: np.ndarray) -> dict[int, np.ndarray]:
@@ -181,7 +176,8 @@ def convergence_monitoring(run: Run, layer: int | None = None, positions: Sequen
                            depth: int | None = None, turn: int = 0) -> ConvergenceResult | NotApplicable:
     """fig:convergence_monitoring from a run: L2 deltas of the deepest run (or ``depth``) at ``layer`` (default
     the last) over ``positions`` (default every full-window position), against correctness at every flat depth.
-    Streams one question at a time (only the chosen layer is decoded into the arrays kept)."""
+    Streams one question at a time (only the chosen layer is decoded into the arrays kept); questions whose deltas
+    an earlier analysis of the same Run object noted (:mod:`sst_interp.analyses.hidden_pass`) are not read again."""
     depths = list(run.depths)
     if len(depths) < 2:
         return NotApplicable(f"run has a single depth ({depths}); convergence needs several",
@@ -202,7 +198,15 @@ def convergence_monitoring(run: Run, layer: int | None = None, positions: Sequen
     correct = np.array([[correct_at.get((q, d), False) for d in depths] for q in ids], dtype=bool)
     rows: dict[str, np.ndarray] = {}
     where: dict[str, np.ndarray] = {}
-    for block in run.hidden(depth, question_ids=ids, turn=turn, layers=[layer], positions=positions):
+    # deltas noted by an earlier pass over the same blocks of this Run (top-k overlap reads them whole): the same
+    # numbers, so only the questions not noted are read here
+    noted = hidden_pass.noted_l2_deltas(run, depth, turn, layer) if positions is None and turn is not None else {}
+    for q in ids:
+        if q in noted:
+            where[q], rows[q] = noted[q]
+    missing = [q for q in ids if q not in noted]
+    for block in run.hidden(depth, question_ids=missing, turn=turn, layers=[layer], positions=positions) \
+            if missing else ():
         rows[block.question_id] = l2_deltas(block.values[:, :, 0, :])  # [P, I-1]
         where[block.question_id] = block.positions
     grid = {int(p) for w in where.values() for p in w.tolist()}

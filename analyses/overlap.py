@@ -8,18 +8,22 @@
 - **within-run**: iteration i vs iteration j of one run (shared token history by construction).
 
 Full-window positions come from hidden blocks; positions beyond it from the sketch blocks (the stored top-k index
-sets), when their k equals the requested one. Run-level functions stream one question at a time.
+sets), when their k equals the requested one. Run-level functions stream one question at a time; several
+comparisons can be collected in one pass (``_collect_many``, used by
+:func:`~sst_interp.analyses.basin_profiles.punctuated_equilibrium`), which reads each question's shards once for all
+of them and widens only the iteration compared (:meth:`~sst_interp.store.Run.hidden_raw`).
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
 import pandas as pd
 
+from sst_interp.analyses import hidden_pass
 from sst_interp.analyses.layers import scaled_top_k
 from sst_interp.analyses.results import AnalysisResult, NotApplicable
 from sst_interp.errors import UsageError
@@ -156,64 +160,215 @@ def _resolve_k(run: Run, k: int | None, source: Source) -> int:
     return k
 
 
-def _question_grid(run: Run, depth: int, qid: str, iteration: int, source: Source, k: int, turn: int,
-                   positions: Sequence[int] | None) -> dict[int, np.ndarray]:
-    """{position: [L, k] top-k index sets} of one question at one (depth, iteration)."""
-    out: dict[int, np.ndarray] = {}
-    wanted = None if positions is None else {int(p) for p in positions}
-    if source in ("hidden", "both"):
-        for block in run.hidden(depth, question_ids=[qid], turn=turn, positions=positions):
-            it = np.flatnonzero(block.iterations == iteration)
-            if it.size == 0:
-                raise UsageError(f"depth {depth} run has no iteration {iteration} (has {block.iterations.tolist()})")
-            idx = topk_indices(block.values[:, it[0]], k, sort=False)  # [P, L, k]
-            for j, pos in enumerate(block.positions.tolist()):
-                out[int(pos)] = idx[j]
-    if source in ("sketch", "both"):
-        for block in run.sketch(depth, question_ids=[qid], turn=turn):
+@dataclass(frozen=True)
+class _Plan:
+    """One comparison to collect: (depth, iteration) a vs b over ``question_ids``."""
+
+    pairs: tuple[tuple[int, int], tuple[int, int]]
+    question_ids: tuple[str, ...]
+    k: int
+    source: Source
+    turn: int
+    kind: str
+    comparison: str
+    positions: tuple[int, ...] | None
+
+
+@dataclass
+class _TopK:
+    """{position: [L, k] top-k index sets} of one question at one (depth, iteration).
+
+    ``stack`` ([P, L, k]) and ``rows`` ({position: row of stack}) are set when every set is a row of one
+    :func:`topk_indices` result of hidden states (k distinct indices in [0, d)): then overlaps are counted by the
+    faster :func:`_distinct_overlap`, on whole arrays."""
+
+    sets: dict[int, np.ndarray]
+    stack: np.ndarray | None = None
+    rows: dict[int, int] | None = None
+
+    def take(self, positions: list[int]) -> np.ndarray:
+        """[len(positions), L, k] of ``stack`` (no copy when it is the whole stack, in order)."""
+        assert self.stack is not None and self.rows is not None
+        at = [self.rows[p] for p in positions]
+        return self.stack if at == list(range(len(self.stack))) else self.stack[at]
+
+
+def _top_of_magnitudes(mag: np.ndarray, k: int) -> np.ndarray:
+    """:func:`topk_indices` ``(values, k, sort=False)`` of values whose ``|values|`` is ``mag`` (no second abs)."""
+    d = mag.shape[-1]
+    if not 1 <= k <= d:
+        raise UsageError(f"top-k overlap needs 1 <= k <= d, got k={k} with d={d}")
+    if k == d:
+        return np.broadcast_to(np.arange(d), mag.shape).copy()
+    return np.argpartition(mag, d - k, axis=-1)[..., d - k:]
+
+
+def _distinct_overlap(a: np.ndarray, b: np.ndarray, d: int) -> np.ndarray:
+    """:func:`overlap_from_indices` of index sets of k *distinct* indices in [0, d) (top-k sets): ``a, b: [..., k]``
+    of one shape -> ``[...]``; the same counts, from one flat membership mask of ``a`` looked up at ``b``."""
+    k = a.shape[-1]
+    sets = int(np.prod(a.shape[:-1]))
+    offset = (np.arange(sets, dtype=np.int64) * d).reshape(a.shape[:-1] + (1,))  # row r's cells start at r * d
+    mask = np.zeros(sets * d, dtype=bool)
+    mask[(a + offset).reshape(-1)] = True
+    return mask[(b + offset).reshape(-1)].reshape(b.shape).sum(axis=-1) / k
+
+
+def _raw_blocks(run: Run, depth: int, qid: str, turn: int, positions: Sequence[int] | None) -> list[Any]:
+    """The question's hidden blocks as stored (:meth:`Run.hidden_raw`; a stand-in with only ``hidden`` is wrapped)."""
+    if hasattr(run, "hidden_raw"):
+        return list(run.hidden_raw(depth, question_ids=[qid], turn=turn, positions=positions))
+    from sst_interp.store.reader import RawHiddenBlock
+
+    return [RawHiddenBlock(b.question_id, b.turn, b.positions, b.iterations, b.layers,
+                           np.asarray(b.values, dtype=np.float32), "float32", not np.isnan(b.values).any())
+            for b in run.hidden(depth, question_ids=[qid], turn=turn, positions=positions)]
+
+
+class _QuestionReads:
+    """One question's hidden reads and top-k sets, shared by every comparison of a pass: each (depth, turn) is read
+    once when a comparison needs its full window, and a comparison restricted to some positions takes them from
+    that read (only when its blocks are complete, so the subset is exactly what a filtered read returns)."""
+
+    def __init__(self, run: Run, qid: str) -> None:
+        self.run = run
+        self.qid = qid
+        self._hidden: dict[tuple, list[Any]] = {}
+        self._topk: dict[tuple, _TopK] = {}
+
+    def _blocks(self, depth: int, turn: int, positions: tuple[int, ...] | None) -> list[Any]:
+        key = (depth, turn, positions)
+        if key not in self._hidden:
+            blocks = _raw_blocks(self.run, depth, self.qid, turn, positions)
+            if positions is None:
+                for block in blocks:
+                    hidden_pass.note_block(self.run, depth, block)
+            self._hidden[key] = blocks
+        return self._hidden[key]
+
+    def hidden(self, depth: int, iteration: int, k: int, turn: int, positions: tuple[int, ...] | None) -> _TopK:
+        """Top-k sets of the hidden states at (depth, iteration): the top-k of ``|values|`` at every position and
+        layer (:func:`topk_indices` with ``sort=False``, on the same float32 magnitudes, so the same sets)."""
+        key = (depth, iteration, k, turn, positions)
+        if key in self._topk:
+            return self._topk[key]
+        full = self._topk.get((depth, iteration, k, turn, None))
+        if positions is not None and full is not None and all(b.complete for b in self._hidden[(depth, turn, None)]):
+            wanted = set(positions)
+            rows = None if full.rows is None else {p: j for p, j in full.rows.items() if p in wanted}
+            grid = _TopK({p: v for p, v in full.sets.items() if p in wanted}, full.stack, rows)
+        else:
+            sets: dict[int, np.ndarray] = {}
+            blocks = self._blocks(depth, turn, positions)
+            for block in blocks:
+                it = np.flatnonzero(block.iterations == iteration)
+                if it.size == 0:
+                    raise UsageError(f"depth {depth} run has no iteration {iteration} "
+                                     f"(has {block.iterations.tolist()})")
+                idx = _top_of_magnitudes(block.magnitudes((slice(None), int(it[0]))), k)  # [P, L, k]
+                for j, pos in enumerate(block.positions.tolist()):
+                    sets[int(pos)] = idx[j]
+            grid = _TopK(sets)
+            if len(blocks) == 1:  # one turn: every set is a row of idx
+                grid = _TopK(sets, idx, {int(p): j for j, p in enumerate(blocks[0].positions.tolist())})
+        self._topk[key] = grid
+        return grid
+
+    def grid(self, depth: int, iteration: int, source: Source, k: int, turn: int,
+             positions: tuple[int, ...] | None) -> _TopK:
+        """{position: [L, k] top-k index sets} of the question at one (depth, iteration): full-window positions
+        from hidden states, the rest from sketches (``source``)."""
+        if source == "hidden":
+            return self.hidden(depth, iteration, k, turn, positions)
+        out: dict[int, np.ndarray] = {}
+        if source == "both":
+            out.update(self.hidden(depth, iteration, k, turn, positions).sets)
+        wanted = None if positions is None else set(positions)
+        for block in self.run.sketch(depth, question_ids=[self.qid], turn=turn):
             it = np.flatnonzero(block.iterations == iteration)
             if it.size == 0:
                 continue
             for j, pos in enumerate(block.positions.tolist()):
                 if wanted is None or pos in wanted:
                     out.setdefault(int(pos), block.top_indices[j, it[0]])
-    return out
+        return _TopK(out)
 
 
-def _collect(run: Run, pairs: list[tuple[int, int]], question_ids: list[str], k: int, source: Source, turn: int,
-             kind: str, comparison: str, positions: Sequence[int] | None) -> OverlapResult | NotApplicable:
-    (depth_a, it_a), (depth_b, it_b) = pairs
-    per_question: list[dict[int, np.ndarray]] = []
-    for qid in question_ids:
-        grid_a = _question_grid(run, depth_a, qid, it_a, source, k, turn, positions)
-        grid_b = grid_a if (depth_a, it_a) == (depth_b, it_b) else \
-            _question_grid(run, depth_b, qid, it_b, source, k, turn, positions)
-        per_question.append({p: overlap_from_indices(grid_a[p], grid_b[p], run.hidden_size)
-                             for p in sorted(set(grid_a) & set(grid_b))})
+def _question_overlaps(reads: _QuestionReads, plan: _Plan, d: int) -> dict[int, np.ndarray]:
+    """{position: [L] overlaps} of one question for one plan."""
+    (depth_a, it_a), (depth_b, it_b) = plan.pairs
+    grid_a = reads.grid(depth_a, it_a, plan.source, plan.k, plan.turn, plan.positions)
+    grid_b = grid_a if (depth_a, it_a) == (depth_b, it_b) else \
+        reads.grid(depth_b, it_b, plan.source, plan.k, plan.turn, plan.positions)
+    common = sorted(set(grid_a.sets) & set(grid_b.sets))
+    if common and grid_a.stack is not None and grid_b.stack is not None and \
+            grid_a.stack.shape[1:] == grid_b.stack.shape[1:]:
+        ov = _distinct_overlap(grid_a.take(common), grid_b.take(common), d)  # [C, L]
+        return {p: ov[j] for j, p in enumerate(common)}
+    return {p: overlap_from_indices(grid_a.sets[p], grid_b.sets[p], d) for p in common}
+
+
+def _assemble(run: Run, plan: _Plan, per_question: list[dict[int, np.ndarray]]) -> OverlapResult | NotApplicable:
     grid = np.array(sorted({p for row in per_question for p in row}), dtype=np.int64)
     if grid.size == 0:
-        return NotApplicable(f"no recorded positions to compare for {comparison} (source={source})",
+        return NotApplicable(f"no recorded positions to compare for {plan.comparison} (source={plan.source})",
                              "app:topk_overlap")
     layers = np.arange(run.num_layers)
-    values = np.full((len(question_ids), grid.size, layers.size), np.nan)
+    values = np.full((len(plan.question_ids), grid.size, layers.size), np.nan)
     col = {int(p): j for j, p in enumerate(grid)}
     for qi, row in enumerate(per_question):
         for p, ov in row.items():
             values[qi, col[p], :ov.shape[0]] = ov
     full = int(run.manifest.get("full_positions") or 0)
-    return OverlapResult(kind, comparison, k, run.hidden_size, tuple(question_ids), grid, layers, values, full)
+    return OverlapResult(plan.kind, plan.comparison, plan.k, run.hidden_size, plan.question_ids, grid, layers, values,
+                         full)
 
 
-def cross_run_overlap(run: Run, depth_a: int | None = None, depth_b: int | None = None,
-                      iteration_a: int | None = None, iteration_b: int | None = None, k: int | None = None,
-                      source: Source = "hidden", question_ids: Sequence[str] | None = None, turn: int = 0,
-                      positions: Sequence[int] | None = None) -> OverlapResult | NotApplicable:
-    """Overlap between the run at ``depth_a`` and the run at ``depth_b`` at the same (question, position, layer).
+class _Failed:
+    """A plan whose collection raised: the error is raised again when its result is asked for."""
 
-    Defaults: the smallest depth's last iteration vs the largest depth's last iteration (iter=1 vs iter=4 in the
-    paper). Questions complete at both depths; ``source`` picks hidden states, sketches or both; ``positions``
-    restricts the grid.
-    """
+    def __init__(self, error: BaseException) -> None:
+        self.error = error
+
+
+def _collect_many(run: Run, plans: Sequence[_Plan | NotApplicable | _Failed]) -> list[Any]:
+    """Collect several comparisons in one pass over the questions (each question's shards read once for all of
+    them). Returns, per plan, its OverlapResult / NotApplicable, or a :class:`_Failed` holding the error the plan
+    raised (the first, in question order, as collecting it alone would raise)."""
+    live = {i: p for i, p in enumerate(plans) if isinstance(p, _Plan)}
+    results: list[Any] = list(plans)
+    rows: dict[int, list[dict[int, np.ndarray]]] = {i: [] for i in live}
+    members = {i: set(p.question_ids) for i, p in live.items()}
+    order = sorted(live, key=lambda i: live[i].positions is not None)  # full-window reads first, then subsets
+    ids = list(dict.fromkeys(q for i in live for q in live[i].question_ids))
+    for qid in ids:
+        reads = _QuestionReads(run, qid)
+        for i in order:
+            if i not in live or qid not in members[i]:
+                continue
+            try:
+                rows[i].append(_question_overlaps(reads, live[i], run.hidden_size))
+            except Exception as err:  # noqa: BLE001 - handed back to the caller of this plan, unchanged
+                results[i] = _Failed(err)
+                del live[i]
+        if not live:
+            break
+    for i, plan in live.items():
+        by_id = dict(zip([q for q in ids if q in members[i]], rows[i]))
+        results[i] = _assemble(run, plan, [by_id[q] for q in plan.question_ids])
+    return results
+
+
+def _unwrap(result: Any) -> OverlapResult | NotApplicable:
+    if isinstance(result, _Failed):
+        raise result.error
+    return result
+
+
+def _cross_plan(run: Run, depth_a: int | None = None, depth_b: int | None = None, iteration_a: int | None = None,
+                iteration_b: int | None = None, k: int | None = None, source: Source = "hidden",
+                question_ids: Sequence[str] | None = None, turn: int = 0, positions: Sequence[int] | None = None
+                ) -> _Plan | NotApplicable:
     depths = run.depths
     if len(depths) < 2 and (depth_a is None or depth_b is None):
         return NotApplicable(f"run has a single depth ({depths}); cross-run overlap needs two", "app:topk_overlap")
@@ -231,15 +386,13 @@ def cross_run_overlap(run: Run, depth_a: int | None = None, depth_b: int | None 
     if not ids:
         return NotApplicable(f"no question is complete at both depth {depth_a} and {depth_b}", "app:topk_overlap")
     comparison = f"depth {depth_a} iter {iteration_a} vs depth {depth_b} iter {iteration_b}"
-    return _collect(run, [(depth_a, iteration_a), (depth_b, iteration_b)], ids, k, source, turn, "cross-run",
-                    comparison, positions)
+    return _Plan(((depth_a, iteration_a), (depth_b, iteration_b)), tuple(ids), k, source, turn, "cross-run",
+                 comparison, _positions(positions))
 
 
-def within_run_overlap(run: Run, depth: int | None = None, iteration_a: int = 1, iteration_b: int | None = None,
-                       k: int | None = None, source: Source = "hidden", question_ids: Sequence[str] | None = None,
-                       turn: int = 0, positions: Sequence[int] | None = None) -> OverlapResult | NotApplicable:
-    """Overlap between iterations ``iteration_a`` and ``iteration_b`` (default: the last) of the run at ``depth``
-    (default: the largest)."""
+def _within_plan(run: Run, depth: int | None = None, iteration_a: int = 1, iteration_b: int | None = None,
+                 k: int | None = None, source: Source = "hidden", question_ids: Sequence[str] | None = None,
+                 turn: int = 0, positions: Sequence[int] | None = None) -> _Plan | NotApplicable:
     depth = run.depths[-1] if depth is None else int(depth)
     if depth not in run.depths:
         raise UsageError(f"depth {depth} is not in the run (depths {run.depths})")
@@ -255,5 +408,32 @@ def within_run_overlap(run: Run, depth: int | None = None, iteration_a: int = 1,
     if not ids:
         return NotApplicable(f"no question is complete at depth {depth}", "app:topk_overlap")
     comparison = f"depth {depth} iter {iteration_a} vs iter {iteration_b}"
-    return _collect(run, [(depth, iteration_a), (depth, iteration_b)], ids, k, source, turn, "within-run",
-                    comparison, positions)
+    return _Plan(((depth, iteration_a), (depth, iteration_b)), tuple(ids), k, source, turn, "within-run", comparison,
+                 _positions(positions))
+
+
+def _positions(positions: Sequence[int] | None) -> tuple[int, ...] | None:
+    return None if positions is None else tuple(sorted({int(p) for p in np.atleast_1d(positions).tolist()}))
+
+
+def cross_run_overlap(run: Run, depth_a: int | None = None, depth_b: int | None = None,
+                      iteration_a: int | None = None, iteration_b: int | None = None, k: int | None = None,
+                      source: Source = "hidden", question_ids: Sequence[str] | None = None, turn: int = 0,
+                      positions: Sequence[int] | None = None) -> OverlapResult | NotApplicable:
+    """Overlap between the run at ``depth_a`` and the run at ``depth_b`` at the same (question, position, layer).
+
+    Defaults: the smallest depth's last iteration vs the largest depth's last iteration (iter=1 vs iter=4 in the
+    paper). Questions complete at both depths; ``source`` picks hidden states, sketches or both; ``positions``
+    restricts the grid.
+    """
+    plan = _cross_plan(run, depth_a, depth_b, iteration_a, iteration_b, k, source, question_ids, turn, positions)
+    return _unwrap(_collect_many(run, [plan])[0])
+
+
+def within_run_overlap(run: Run, depth: int | None = None, iteration_a: int = 1, iteration_b: int | None = None,
+                       k: int | None = None, source: Source = "hidden", question_ids: Sequence[str] | None = None,
+                       turn: int = 0, positions: Sequence[int] | None = None) -> OverlapResult | NotApplicable:
+    """Overlap between iterations ``iteration_a`` and ``iteration_b`` (default: the last) of the run at ``depth``
+    (default: the largest)."""
+    plan = _within_plan(run, depth, iteration_a, iteration_b, k, source, question_ids, turn, positions)
+    return _unwrap(_collect_many(run, [plan])[0])

@@ -4,10 +4,12 @@ just reading the run's shards, side by side in one invocation. Run by hand (not 
     python bench/bench_analyses.py --scale 0.25            # 50 questions at paper size (62 layers, d=5376)
     python bench/bench_analyses.py --scale 1 --dtype float32  # the full paper scale (~26 GB of hidden states)
     python bench/bench_analyses.py --memory-only           # peak memory at 50 vs 200 questions, d=1024
+    python bench/bench_analyses.py --scale 0.25 --workdir /tmp/ba --keep --reuse   # time the runs kept last time
 
 Each phase runs in its own subprocess so its peak memory is its own: VmHWM (resident high-water mark: numpy +
 pyarrow + Python + imported libraries), the tracemalloc peak (Python and numpy allocations) and pyarrow's pool
-peak.
+peak. Each phase also reports its CPU seconds (process time, all threads): on a shared machine the steadier figure,
+since the wall clock also counts the time other processes hold the core.
 
 Phases:
   read-all     every hidden and logits shard of every depth, decoded to arrays (the floor of touching the run)
@@ -48,6 +50,8 @@ class Config:
         sketch_positions: sketch positions per question (0 by default: at d=5376 each costs ~2.5 MB/question).
         workdir: where runs are written (default a temp dir, removed afterwards unless keep).
         keep: keep the generated runs.
+        reuse: time the runs already in ``workdir`` (written by an earlier ``--keep`` with the same settings)
+            instead of generating them again; a run that is not there is generated.
         memory_only: only the 50-vs-200-question peak-memory check.
         memory_hidden_size: d of the memory check.
     """
@@ -60,6 +64,7 @@ class Config:
     sketch_positions: int = 0
     workdir: str | None = None
     keep: bool = False
+    reuse: bool = False
     memory_only: bool = False
     memory_hidden_size: int = 1024
 
@@ -75,11 +80,12 @@ def _hwm_kb() -> float:
     return float(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)
 
 
-def _peaks(start: float) -> dict[str, float]:
+def _peaks(start: float, cpu_start: float) -> dict[str, float]:
     import pyarrow as pa
 
     _, traced = tracemalloc.get_traced_memory()
-    return {"wall_s": time.perf_counter() - start, "peak_rss_mb": _hwm_kb() / 1024,
+    return {"wall_s": time.perf_counter() - start, "cpu_s": time.process_time() - cpu_start,
+            "peak_rss_mb": _hwm_kb() / 1024,
             "peak_traced_mb": traced / 2 ** 20, "peak_arrow_pool_mb": pa.default_memory_pool().max_memory() / 2 ** 20}
 
 
@@ -91,6 +97,7 @@ def phase(name: str, run_path: str) -> dict[str, float]:
 
     tracemalloc.start()  # imports above are outside the measured region
     start = time.perf_counter()
+    cpu_start = time.process_time()
     run = Run.open(run_path)
     if name == "read-all":
         for depth in run.depths:
@@ -115,7 +122,7 @@ def phase(name: str, run_path: str) -> dict[str, float]:
                           "convergence_mw_p": getattr(conv, "mann_whitney_p", None)}), file=sys.stderr)
     else:
         raise SystemExit(f"unknown phase {name}")
-    return _peaks(start)
+    return _peaks(start, cpu_start)
 
 
 def _run_phase(name: str, run_path: Path) -> dict[str, float]:
@@ -133,6 +140,14 @@ def _write(path: Path, n: int, cfg: Config, hidden_size: int) -> float:
     start = time.perf_counter()
     write_synthetic_run(path, spec)
     return time.perf_counter() - start
+
+
+def _write_or_reuse(path: Path, n: int, cfg: Config, hidden_size: int) -> float | None:
+    """Generate the run at ``path`` (its wall time; the writer resumes a run of the same spec found there), or
+    None when ``cfg.reuse`` and a run is already there (timed as it is, unchecked)."""
+    if cfg.reuse and (path / "manifest.json").is_file():
+        return None
+    return _write(path, n, cfg, hidden_size)
 
 
 def _size_gb(path: Path) -> float:
@@ -163,23 +178,26 @@ def main(argv: list[str] | None = None) -> None:
         if not cfg.memory_only:
             n = cfg.questions or max(1, round(PAPER["n_questions"] * cfg.scale))
             path = base / f"run_q{n}"
-            gen = _write(path, n, cfg, cfg.hidden_size)
+            gen = _write_or_reuse(path, n, cfg, cfg.hidden_size)
+            made = "reused" if gen is None else f"generated in {gen:.0f} s"
             print(f"run: {n} questions, depths 1-4, 10 positions, {cfg.num_layers} layers, d={cfg.hidden_size}, "
-                  f"{cfg.dtype}: {_size_gb(path):.2f} GB on disk, generated in {gen:.0f} s")
+                  f"{cfg.dtype}: {_size_gb(path):.2f} GB on disk, {made}")
             results = {name: _run_phase(name, path) for name in ("read-all", "read-needed", "analyses")}
-            print(f"{'phase':<12} {'wall s':>8} {'peak RSS MB':>12} {'traced MB':>10} {'arrow MB':>9}")
+            print(f"{'phase':<12} {'wall s':>8} {'cpu s':>7} {'peak RSS MB':>12} {'traced MB':>10} {'arrow MB':>9}")
             for name, r in results.items():
-                print(f"{name:<12} {r['wall_s']:>8.1f} {r['peak_rss_mb']:>12.0f} {r['peak_traced_mb']:>10.0f} "
-                      f"{r['peak_arrow_pool_mb']:>9.0f}")
+                print(f"{name:<12} {r['wall_s']:>8.1f} {r['cpu_s']:>7.1f} {r['peak_rss_mb']:>12.0f} "
+                      f"{r['peak_traced_mb']:>10.0f} {r['peak_arrow_pool_mb']:>9.0f}")
             ratio_needed = results["analyses"]["wall_s"] / results["read-needed"]["wall_s"]
             ratio_all = results["analyses"]["wall_s"] / results["read-all"]["wall_s"]
-            print(f"analyses / read-needed wall: {ratio_needed:.2f}x; analyses / read-all wall: {ratio_all:.2f}x")
+            cpu_needed = results["analyses"]["cpu_s"] / results["read-needed"]["cpu_s"]
+            print(f"analyses / read-needed wall: {ratio_needed:.2f}x; analyses / read-all wall: {ratio_all:.2f}x; "
+                  f"analyses / read-needed cpu: {cpu_needed:.2f}x")
             if not cfg.keep:
                 shutil.rmtree(path)
         peaks = {}
         for n in (50, 200):
             path = base / f"mem_q{n}"
-            _write(path, n, cfg, cfg.memory_hidden_size)
+            _write_or_reuse(path, n, cfg, cfg.memory_hidden_size)
             peaks[n] = _run_phase("analyses", path)
             print(f"memory check d={cfg.memory_hidden_size}: {n} questions: analyses peak RSS "
                   f"{peaks[n]['peak_rss_mb']:.0f} MB, traced {peaks[n]['peak_traced_mb']:.1f} MB, "

@@ -45,6 +45,53 @@ class HiddenBlock:
     values: np.ndarray
 
 
+BF16_NAN = 0x7FC0  # the bfloat16 bits that widen to float32 NaN (0x7FC00000), as np.float32(np.nan)
+
+
+@dataclass(frozen=True)
+class RawHiddenBlock:
+    """Hidden states of one (question, turn) at one depth as stored, not yet widened (:meth:`Run.hidden_raw`).
+
+    Analyses that need one iteration, one layer or only magnitudes widen just that part; every method returns
+    exactly the numbers of the matching slice of :attr:`HiddenBlock.values`.
+
+    Args:
+        question_id, turn, positions, iterations, layers: as in :class:`HiddenBlock`.
+        raw: [P, I, L, d]: uint16 bfloat16 bit patterns (``dtype`` "bfloat16") or float32 values ("float32");
+            cells with no row hold NaN (bits ``BF16_NAN`` for bfloat16). Often a read-only view of the decoded
+            column (no copy is made when the rows already fill the grid in order).
+        dtype: the run's hidden dtype.
+        complete: every (position, iteration, layer) cell has a row (no NaN fill): then any positions / layers
+            subset of this block is exactly the block a filtered :meth:`Run.hidden` read returns.
+    """
+
+    question_id: str
+    turn: int
+    positions: np.ndarray
+    iterations: np.ndarray
+    layers: np.ndarray
+    raw: np.ndarray
+    dtype: str
+    complete: bool
+
+    def values(self, key: Any = ...) -> np.ndarray:
+        """float32 ``HiddenBlock.values[key]`` (bfloat16 widened exactly), widening only ``raw[key]``."""
+        part = self.raw[key]
+        if self.dtype == "float32":
+            return np.array(part, dtype=np.float32)
+        return sch.bf16_bits_to_float32(part)
+
+    def magnitudes(self, key: Any = ...) -> np.ndarray:
+        """float32 ``np.abs(HiddenBlock.values[key])``, bit for bit (for bfloat16 the sign bit is cleared before
+        widening, which is what ``np.abs`` does to the widened value, NaN included)."""
+        part = self.raw[key]
+        if self.dtype == "float32":
+            return np.abs(part)
+        wide = np.left_shift(part, 16, dtype=np.uint32)  # the widened bits ...
+        wide &= np.uint32(0x7FFF0000)  # ... with the sign cleared
+        return wide.view(np.float32)
+
+
 @dataclass(frozen=True)
 class LogitBlock:
     """Per-iteration output distributions of one (question, turn) at one depth.
@@ -241,6 +288,23 @@ class Run:
                 values = sch.decode_hidden_values(part.column("values"), self.hidden_size, self.dtype)
                 yield HiddenBlock(qid, t, *grid.axes, grid.scatter(values, np.nan, np.float32))
 
+    def hidden_raw(self, depth: int, question_ids: Sequence[str] | None = None, turn: int | None = None,
+                   layers: Sequence[int] | None = None, positions: Sequence[int] | None = None
+                   ) -> Iterator[RawHiddenBlock]:
+        """Like :meth:`hidden`, but yield the values as stored (:class:`RawHiddenBlock`: bfloat16 bit patterns not
+        widened), for analyses that widen only the part they use (one iteration, one layer, magnitudes)."""
+        for qid, table in self._tables("hidden", depth, question_ids):
+            table = _filter(table, turn=turn, layer=layers, position=positions)
+            for t, part in _by_turn(table):
+                grid = _Grid(part, ("position", "iteration", "layer"), _where(self.path, "hidden", depth, qid, t))
+                if self.dtype == "float32":
+                    rows = sch.decode_hidden_values(part.column("values"), self.hidden_size, self.dtype)
+                    raw = grid.arrange(rows, np.nan, np.float32)
+                else:
+                    rows = _bf16_rows(part.column("values"), self.hidden_size)
+                    raw = grid.arrange(rows, BF16_NAN, np.uint16)
+                yield RawHiddenBlock(qid, t, *grid.axes, raw, self.dtype, grid.complete)
+
     def logits(self, depth: int, question_ids: Sequence[str] | None = None,
                turn: int | None = None) -> Iterator[LogitBlock]:
         """Yield one LogitBlock per (question, turn): arrays [P, I] and [P, I, K]."""
@@ -363,6 +427,14 @@ class _GroupReader:
         return table
 
 
+def _bf16_rows(column: pa.Array | pa.ChunkedArray, d: int) -> np.ndarray:
+    """The uint16 bit patterns ``[N, d]`` of a bfloat16 ``values`` column, a read-only view of its buffer."""
+    if isinstance(column, pa.ChunkedArray):
+        column = column.chunk(0) if column.num_chunks == 1 else column.combine_chunks()
+    n = len(column)
+    return np.frombuffer(column.buffers()[1], dtype="<u2", count=n * d, offset=column.offset * 2 * d).reshape(n, d)
+
+
 def _where(path: Path, kind: str, depth: int, qid: str, turn: int) -> str:
     return f"{path}/{kind}/depth={int(depth)} question {qid!r} turn {turn}"
 
@@ -401,10 +473,25 @@ class _Grid:
         if np.unique(flat).size != flat.size:
             raise CorruptRunError(f"{where} holds the same ({', '.join(names)}) more than once; the run has a "
                                   "duplicated shard or row group: remove the copy")
+        # every cell has a row (no fill), and the rows already lie in grid order (the writer's layout)
+        self.complete = flat.size == int(np.prod(self.shape))
+        self.in_order = self.complete and bool((flat == np.arange(flat.size)).all())
 
     def scatter(self, rows: np.ndarray, fill: Any, dtype: Any) -> np.ndarray:
         """rows: [N, ...] -> [*grid shape, ...]; cells with no row hold ``fill``."""
         rows = np.asarray(rows)
         out = np.full(self.shape + rows.shape[1:], fill, dtype=dtype)
+        out[self.index] = rows
+        return out
+
+    def arrange(self, rows: np.ndarray, fill: Any, dtype: Any) -> np.ndarray:
+        """:meth:`scatter`, but ``rows`` reshaped without a copy when they already fill the grid in order (then the
+        result shares ``rows``' memory, read-only when that is)."""
+        rows = np.asarray(rows)
+        if self.in_order and rows.dtype == np.dtype(dtype):
+            return rows.reshape(self.shape + rows.shape[1:])
+        if not self.complete:
+            return self.scatter(rows, fill, dtype)
+        out = np.empty(self.shape + rows.shape[1:], dtype=dtype)
         out[self.index] = rows
         return out
