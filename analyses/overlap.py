@@ -64,15 +64,20 @@ def _membership(indices: np.ndarray, d: int) -> np.ndarray:
 
 
 def overlap_from_indices(a: np.ndarray, b: np.ndarray, d: int) -> np.ndarray:
-    """Overlap of two stacks of top-k index sets: ``a, b: [..., k]`` (broadcastable) -> ``[...]`` float64."""
+    """Overlap of two stacks of top-k index sets: ``a, b: [..., k]`` (broadcastable) -> ``[...]`` float64.
+
+    A set holding a negative index (the reader's fill for a sketch cell with no row) has no overlap: NaN there.
+    """
     a = np.asarray(a)
     b = np.asarray(b)
     if a.shape[-1] != b.shape[-1]:
         raise UsageError(f"index sets have different k ({a.shape[-1]} vs {b.shape[-1]})")
     k = a.shape[-1]
     a, b = np.broadcast_arrays(a, b)
-    shared = (_membership(a, d) & _membership(b, d)).sum(axis=-1)
-    return shared / k
+    unrecorded = (a < 0).any(axis=-1) | (b < 0).any(axis=-1)
+    # clipped so that a fill of -1 cannot mark index d-1; those sets become NaN below anyway
+    shared = (_membership(np.maximum(a, 0), d) & _membership(np.maximum(b, 0), d)).sum(axis=-1)
+    return np.where(unrecorded, np.nan, shared / k)
 
 
 def topk_overlap(u: np.ndarray, v: np.ndarray, k: int) -> np.ndarray:
@@ -303,8 +308,10 @@ def _question_overlaps(reads: _QuestionReads, plan: _Plan, d: int) -> dict[int, 
     common = sorted(set(grid_a.sets) & set(grid_b.sets))
     if common and grid_a.stack is not None and grid_b.stack is not None and \
             grid_a.stack.shape[1:] == grid_b.stack.shape[1:]:
-        ov = _distinct_overlap(grid_a.take(common), grid_b.take(common), d)  # [C, L]
-        return {p: ov[j] for j, p in enumerate(common)}
+        sets_a, sets_b = grid_a.take(common), grid_b.take(common)
+        if sets_a.min() >= 0 and sets_b.min() >= 0:  # no unrecorded cell: the fast count is exact
+            ov = _distinct_overlap(sets_a, sets_b, d)  # [C, L]
+            return {p: ov[j] for j, p in enumerate(common)}
     return {p: overlap_from_indices(grid_a.sets[p], grid_b.sets[p], d) for p in common}
 
 

@@ -107,3 +107,12 @@ def test_degenerate_and_bad_requests(planted, tmp_path):
     single = cross_run_overlap(Run.open(tmp_path / "one"))
     assert isinstance(single, NotApplicable) and "single depth" in single.reason
     assert single.table().columns.tolist() == ["measurement", "not_applicable"]
+
+
+def test_an_unrecorded_sketch_cell_has_no_overlap():
+    """The reader fills a sketch cell that has no row with -1; such a set is NaN, never an overlap at index d-1."""
+    d = 6
+    a = np.array([[0, 1, 5], [-1, -1, -1], [2, 3, 4]])
+    b = np.array([[0, 1, 5], [5, 0, 1], [-1, -1, -1]])
+    got = overlap_from_indices(a, b, d)
+    assert got[0] == 1.0 and np.isnan(got[1]) and np.isnan(got[2])
