@@ -146,12 +146,34 @@ def batches_of_work(remaining: dict[int, Sequence[Any]], depths: Sequence[int],
             for depth in depths for start in range(0, len(remaining[depth]), batch_size)]
 
 
-def share_of_work(work: Sequence[T], ranks: Ranks) -> list[T]:
-    """This rank's share: items ``rank, rank + n, rank + 2n, ...`` of ``work``.
+def share_of_work(work: Sequence[T], ranks: Ranks, cost: Callable[[T], float] | None = None) -> list[T]:
+    """This rank's share of ``work``, in the order of ``work``.
 
-    Splitting whole batches (not questions) keeps every batch exactly as a single process would form it; since
-    left padding makes recorded values depend on a batch's members, this is what makes an N-process run equal the
-    single-process run of the same command. Every rank computes ``work`` from the same manifest, so the shares are
-    disjoint and together cover it.
+    Items are dealt out greedily, the costliest first, each to the rank with the least cost so far (ties: the
+    lowest rank; equal costs deal round-robin). Whole batches are dealt, never questions: left padding makes recorded
+    values depend on a batch's members, so keeping every batch as a single process forms it is what makes an
+    N-process run equal the single-process run of the same command. Every rank computes ``work`` from the same
+    manifest, so the shares are disjoint and together cover it.
+
+    Args:
+        work: the items (:func:`batches_of_work`'s ``(depth, questions)`` pairs, or questions).
+        ranks: this process's place.
+        cost: an item's relative cost (default 1 each); :func:`batch_cost` for batches.
     """
-    return list(work[ranks.rank :: ranks.world_size])
+    if not ranks.distributed:
+        return list(work)
+    costs = [1.0 if cost is None else float(cost(item)) for item in work]
+    loads = [0.0] * ranks.world_size
+    owner = [0] * len(work)
+    for index in sorted(range(len(work)), key=lambda i: -costs[i]):  # stable: equal costs keep their order
+        rank = min(range(ranks.world_size), key=lambda r: (loads[r], r))
+        owner[index] = rank
+        loads[rank] += costs[index]
+    return [item for item, rank in zip(work, owner) if rank == ranks.rank]
+
+
+def batch_cost(item: tuple[int, Sequence[Any]]) -> float:
+    """The relative cost of recording one ``(depth, questions)`` batch: questions x depth (each generated token
+    runs ``depth`` iterations of the decoder)."""
+    depth, questions = item
+    return float(depth * len(questions))

@@ -19,8 +19,8 @@ from typing import Any
 from sst_interp.errors import UsageError
 from sst_interp.paths import ensure_writable_folder
 from sst_interp.record.options import RecordArgs
-from sst_interp.record.ranks import (Ranks, batches_of_work, process_group, rank_device, ranks_from_environment,
-                                     share_of_work)
+from sst_interp.record.ranks import (Ranks, batch_cost, batches_of_work, process_group, rank_device,
+                                     ranks_from_environment, share_of_work)
 
 
 def record(args: RecordArgs) -> dict[int, float]:
@@ -165,7 +165,7 @@ def record_questions(sst: Any, tokenizer: Any, questions: list[Any], args: Recor
             done = sum(len(questions) - len(v) for v in remaining.values())
             print(f"{space.line()}; {done} of {len(questions) * len(depths)} question-depths already recorded in "
                   f"{out}" + (f"; {ranks.world_size} processes share the rest" if ranks.distributed else ""))
-        mine = share_of_work(batches_of_work(remaining, depths, args.batch_size), ranks)
+        mine = share_of_work(batches_of_work(remaining, depths, args.batch_size), ranks, cost=batch_cost)
         total = sum(len(batch) for _, batch in mine)
         desc = f"record (rank 0 of {ranks.world_size})" if ranks.distributed else "record"
         with tqdm(total=total, unit="q", desc=desc, disable=total == 0 or not ranks.is_main) as progress:
