@@ -3,7 +3,7 @@ other.
 
 ``torchrun --nproc-per-node N -m sst_interp.record ...`` (or Slurm's ``srun`` with the same environment variables:
 ``RANK``, ``WORLD_SIZE``, ``LOCAL_RANK``, ``MASTER_ADDR``, ``MASTER_PORT``) starts N copies of the command. Each
-loads the model on its own device, takes every N-th batch of the work (:func:`share_of_work`), and writes its own
+loads the model on its own device, takes its share of the batches (:func:`share_of_work`), and writes its own
 shards into the one run directory (:class:`sst_interp.store.RunWriter` in its multi-process mode).
 
 The processes only synchronise (three barriers and a small broadcast), they never exchange tensors, so the process

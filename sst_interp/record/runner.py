@@ -5,7 +5,7 @@ For each depth in ``depths`` a flat-depth run over all questions, in batches: ho
 and per-iteration logits from the passes that produce the tokens; answers (or episodes) are graded; each batch
 goes to the run directory's background writer. Rerunning the same command resumes an interrupted run.
 
-Under ``torchrun`` each process records every N-th batch into the same run (:mod:`sst_interp.record.ranks`).
+Under ``torchrun`` each process records its share of the batches into the same run (:mod:`sst_interp.record.ranks`).
 """
 
 from __future__ import annotations
@@ -237,7 +237,7 @@ def _record_with_policy(args: RecordArgs, policy: Any, batch_fn: Any, questions:
                         identity: dict[str, Any], extra: dict[str, Any], out: Path, ranks: Ranks) -> dict[int, float]:
     """A run under a probe depth policy: one question per generation call (the policy picks one depth per
     call), each filed under the depth it chose (its first model turn's, for an episode). Resumes like a flat run;
-    under torchrun each rank takes every N-th question."""
+    under torchrun the questions are dealt round-robin to the ranks."""
     from tqdm import tqdm
 
     from sst_interp.store import Run
