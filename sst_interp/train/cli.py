@@ -11,20 +11,31 @@ Examples::
     python -m sst_interp.train --demo
     python -m sst_interp.train --train-data train.jsonl --val-data val.jsonl --out runs/sst
     python -m sst_interp.train --baseline --train-data train.jsonl --val-data val.jsonl --out runs/baseline
+
+Data-parallel over N processes (the global batch of ``--grad-accum G`` with N processes is that of one process with
+``--grad-accum G*N``; see :mod:`sst_interp.train.distributed`)::
+
+    torchrun --nproc-per-node 2 -m sst_interp.train --train-data train.jsonl --val-data val.jsonl --grad-accum 8
+    accelerate launch --multi_gpu --num_processes 2 -m sst_interp.train --train-data train.jsonl --grad-accum 8
 """
 
 from __future__ import annotations
 
 import argparse
+import functools
 import inspect
 import sys
 from collections.abc import Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from sst_interp.cli_args import add_config_flags, config_parser, given_fields
 from sst_interp.errors import UsageError, cli_entry
 from sst_interp.paths import ensure_writable_folder
 from sst_interp.train.config import TrainConfig, codeact_demo_config, demo_config
+
+if TYPE_CHECKING:
+    from sst_interp.train.distributed import DataParallel
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -86,20 +97,42 @@ def main(argv: Sequence[str] | None = None) -> int:
     config = config_from_args(args)
     import torch
 
-    from sst_interp.train.loop import Trainer
+    from sst_interp.train import distributed
 
     if config.threads is not None:
         torch.set_num_threads(config.threads)
+    dp = distributed.from_environment()
+    warning = distributed.single_process_accelerate_warning()
+    if warning is not None:
+        print(warning, file=sys.stderr)
+    try:
+        return _train(config, dp)
+    finally:
+        distributed.leave()
 
+
+def _train(config: TrainConfig, dp: DataParallel) -> int:
+    """Train ``config`` as process ``dp``; rank 0 prints, the other ranks stay quiet."""
+    from sst_interp.train import distributed
+    from sst_interp.train.loop import Trainer
+
+    say = functools.partial(distributed.say, dp)
     what = "baseline (one pass, no SST)" if config.baseline else f"SST (two-pass, state_scale={config.state_scale})"
-    print(f"training the {what} on {config.model}; preset {config.preset}; writing {config.out}", file=sys.stderr)
+    say(f"training the {what} on {config.model}; preset {config.preset}; writing {config.out}")
+    if dp.enabled:
+        say(f"data-parallel over {dp.world_size} processes: {config.grad_accum} micro-batches of "
+            f"{config.micro_batch_size} per process per step, {config.grad_accum * dp.world_size} in all")
     if config.preset == "demo":
-        print("demo preset: LoRA rank 8, LoRA lr 1e-3, 16 steps of 2 packed 96-token sequences, one thread, "
-              "state_scale=hidden (not the paper's settings; see sst_interp.train.config.demo_config)", file=sys.stderr)
+        say("demo preset: LoRA rank 8, LoRA lr 1e-3, 16 steps of 2 packed 96-token sequences, one thread, "
+            "state_scale=hidden (not the paper's settings; see sst_interp.train.config.demo_config)")
     trainer = Trainer(config)
+    if trainer.sharding is not None:
+        say(trainer.sharding)
     if trainer.resumed:
-        print(f"resuming from {config.out}/last at step {trainer.step}", file=sys.stderr)
+        say(f"resuming from {config.out}/last at step {trainer.step}")
     result = trainer.run()
+    if not dp.is_main:
+        return 0
     first = result.log["train_loss"].iloc[0] if len(result.log) else float("nan")
     last = result.log["train_loss"].iloc[-1] if len(result.log) else float("nan")
     best = "-" if result.best_val_loss is None else f"{result.best_val_loss:.4f} at step {result.best_step}"

@@ -94,6 +94,11 @@ class TrainConfig:
     offload_checkpoints: bool = arg(False, help="keep checkpointed activations in host memory (the paper's "
                                                 "\"offloaded gradient checkpointing\"); only useful on an "
                                                 "accelerator")
+    fsdp: bool = arg(False, help="under several processes (torchrun, accelerate launch --multi_gpu), shard the frozen "
+                                 "backbone weights over them with torch's FSDP2 (one unit per decoder layer, one for "
+                                 "the embeddings and final norm) instead of holding a full copy in each; the LoRA and "
+                                 "SST parameters stay replicated (SST in float32), so the numbers equal those without "
+                                 "it. Loads the backbone on the CPU first; not with --quantize nf4")
     ce_chunk_size: int = arg(1024, help="labelled positions per chunk of the chunked cross-entropy (the LM head's "
                                         "logits of one chunk are the only ones alive at a time)")
     dtype: str = arg("auto", help="compute dtype of the backbone: auto is bfloat16 on CUDA and float32 on CPU")
@@ -122,6 +127,9 @@ class TrainConfig:
                 raise UsageError(f"{name} must be in [0, 1), got {getattr(self, name)}")
         if self.quantize not in QUANTIZE_CHOICES:
             raise UsageError(f"unknown quantize mode {self.quantize!r}; use one of {', '.join(QUANTIZE_CHOICES)}")
+        if self.fsdp and self.quantize == "nf4":
+            raise UsageError("--fsdp shards plain (bfloat16/float32) weights, not 4-bit NF4 ones; pass --quantize none "
+                             "(or auto) with --fsdp, or drop --fsdp to train QLoRA")
         if self.dtype not in ("auto", "float32", "bfloat16", "float16", "float64"):
             raise UsageError(f"unknown dtype {self.dtype!r}; use auto, float32, bfloat16, float16 or float64")
         if self.device not in ("auto", "cpu", "cuda"):
@@ -171,7 +179,8 @@ class TrainConfig:
 
 #: Fields that may change between a run and its resumption (everything else must match).
 RESUMABLE_FIELDS: frozenset[str] = frozenset({"max_steps", "eval_every", "patience", "out", "device", "threads",
-                                              "offload_checkpoints", "gradient_checkpointing", "ce_chunk_size"})
+                                              "offload_checkpoints", "gradient_checkpointing", "ce_chunk_size",
+                                              "fsdp"})
 
 
 def codeact_demo_config(out: str = "runs/train-codeact-demo", **overrides: Any) -> TrainConfig:

@@ -326,12 +326,22 @@ class DataOrder:
         self.micro_batch_size = micro_batch_size
         self.pad_token_id = pad_token_id
         self.num_micro_batches = -(-len(self.sequences) // micro_batch_size)
+        self._label_counts: dict[int, int] = {}
 
     def batch(self, position: int) -> Batch:
         """Micro-batch number ``position`` (0-based over the whole run; wraps around after each epoch)."""
         k = position % self.num_micro_batches
         chunk = self.sequences[k * self.micro_batch_size : (k + 1) * self.micro_batch_size]
         return collate(chunk, self.pad_token_id)
+
+    def num_label_tokens(self, position: int) -> int:
+        """``batch(position).num_label_tokens`` without collating the batch (what a data-parallel rank needs to know
+        about the micro-batches of the other ranks)."""
+        k = position % self.num_micro_batches
+        if k not in self._label_counts:
+            chunk = self.sequences[k * self.micro_batch_size : (k + 1) * self.micro_batch_size]
+            self._label_counts[k] = sum(int((s.labels[1:] != IGNORE_INDEX).sum()) for s in chunk)
+        return self._label_counts[k]
 
     def epoch(self, position: int) -> float:
         """Fractional epoch reached after ``position`` micro-batches."""

@@ -10,6 +10,7 @@ other than the evaluation seed, and any item whose question text is among the fi
 from __future__ import annotations
 
 import json
+import os
 import random
 from pathlib import Path
 
@@ -63,6 +64,10 @@ def write_demo_data(folder: str | Path, n_train: int = 256, n_val: int = 24, lev
     paths = []
     for name, rows in (("train.jsonl", train), ("val.jsonl", val)):
         path = folder / name
-        path.write_text("".join(json.dumps(row) + "\n" for row in rows), encoding="utf-8")
+        # written under a temporary name and renamed: the processes of a data-parallel run each write the same
+        # file, and none may read another's half-written copy
+        tmp = folder / f".{name}.{os.getpid()}.tmp"
+        tmp.write_text("".join(json.dumps(row) + "\n" for row in rows), encoding="utf-8")
+        os.replace(tmp, path)
         paths.append(path)
     return paths[0], paths[1]

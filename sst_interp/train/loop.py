@@ -8,6 +8,10 @@ loss is divided by the step's total token count before its backward pass). Gradi
 Validation (every ``eval_every`` steps and at the last step) is the token-weighted mean loss over the whole
 validation file, in eval mode (no dropout), with the same forward as training. Early stopping ends the run after
 ``patience`` validations without a new best; ``best/`` always holds the best checkpoint.
+
+Under ``torchrun`` (or ``accelerate launch --multi_gpu``) N processes train data-parallel: one optimiser step reads
+``grad_accum * N`` micro-batches, the global batch of a single process with ``grad_accum * N``, split over the ranks,
+with gradients, losses and validation summed over them (:mod:`sst_interp.train.distributed`). Only rank 0 writes.
 """
 
 from __future__ import annotations
@@ -15,6 +19,7 @@ from __future__ import annotations
 import hashlib
 import json
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -24,6 +29,7 @@ import torch
 from tqdm import tqdm
 
 from sst_interp.errors import UsageError
+from sst_interp.train import distributed
 from sst_interp.train.config import RESUMABLE_FIELDS, TrainConfig
 from sst_interp.train.data import (
     Batch,
@@ -103,20 +109,29 @@ def micro_batch_loss(model: TrainModel, batch: Batch, chunk_size: int) -> tuple[
     return chunked_cross_entropy(hidden, batch.labels, model.head, chunk_size)
 
 
-def evaluate(model: TrainModel, order: DataOrder, chunk_size: int) -> float:
-    """Token-weighted mean loss over every sequence of ``order`` (eval mode, no gradients)."""
+def evaluate_sums(
+    model: TrainModel, order: DataOrder, chunk_size: int, positions: Sequence[int] | None = None
+) -> tuple[float, int]:
+    """Summed loss and labelled-token count over the micro-batches ``positions`` of ``order`` (default: all of them),
+    in eval mode, without gradients."""
     was_training = model.backbone.training
     model.eval()
     total, count = 0.0, 0
     try:
         with torch.no_grad():
-            for position in range(order.num_micro_batches):
+            for position in range(order.num_micro_batches) if positions is None else positions:
                 loss, n = micro_batch_loss(model, order.batch(position), chunk_size)
                 total += float(loss)
                 count += n
     finally:
         if was_training:
             model.train()
+    return total, count
+
+
+def evaluate(model: TrainModel, order: DataOrder, chunk_size: int) -> float:
+    """Token-weighted mean loss over every sequence of ``order`` (eval mode, no gradients)."""
+    total, count = evaluate_sums(model, order, chunk_size)
     return total / max(count, 1)
 
 
@@ -138,7 +153,10 @@ class Trainer:
         tokenizer: its tokenizer (required with ``backbone``).
         backbone_id: identity recorded in checkpoints (defaults to the model name).
         observer: a :class:`TrainObserver`.
-        progress: show a tqdm progress bar.
+        progress: show a tqdm progress bar (on rank 0 only, under several processes).
+
+    Under a multi-process launch (``WORLD_SIZE`` > 1 in the environment) the trainer joins the process group itself;
+    :func:`sst_interp.train.distributed.leave` leaves it.
     """
 
     def __init__(
@@ -152,6 +170,10 @@ class Trainer:
     ) -> None:
         if config.train_data is None:
             raise UsageError("no training data: pass --train-data FILE.jsonl (or --demo)")
+        self.dp = distributed.from_environment()
+        if config.fsdp and not self.dp.enabled:
+            raise UsageError("--fsdp shards the frozen backbone over several processes; launch with torchrun "
+                             "--nproc-per-node N (or accelerate launch --multi_gpu --num_processes N), or drop --fsdp")
         self.config = config
         self.out = Path(config.out)
         self.observer = observer or TrainObserver()
@@ -161,9 +183,13 @@ class Trainer:
         val_rows = read_jsonl(config.val_data) if config.val_data else None
         self.meta = self._run_meta()
         self._check_out_folder(write=False)  # a mismatched run folder is refused before the model loads
-        self.device = resolve_device(config)
+        self.device = distributed.rank_device(resolve_device(config), self.dp)
+        distributed.join(self.dp, self.device)
+        self.dp.barrier()  # every rank has read --out before rank 0 rewrites its meta below
         if backbone is None:
-            backbone, tokenizer = load_training_backbone(config, self.device, resolve_dtype(config, self.device))
+            # under --fsdp the full backbone is only ever in host memory: it goes to the device shard by shard
+            where = torch.device("cpu") if config.fsdp else self.device
+            backbone, tokenizer = load_training_backbone(config, where, resolve_dtype(config, self.device))
         elif tokenizer is None:
             raise ValueError("pass the tokenizer together with the backbone")
         from sst_interp.model.backbone import backbone_identity
@@ -174,7 +200,8 @@ class Trainer:
         if bad:
             raise UsageError(f"action token ids {bad} are outside the model's vocabulary of {vocab}; map them to "
                              f"reserved ids below {vocab} with --action-tokens")
-        self._check_out_folder(write=True)  # only now, with the model loaded, is anything written into --out
+        # only now, with the model loaded, is anything written into --out (by rank 0)
+        self.dp.run_on_main(lambda: self._check_out_folder(write=True))
         pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
         train = [tokenize_row(r, tokenizer, fmt, i, str(config.train_data)) for i, r in enumerate(train_rows)]
         self.num_truncated = sum(example.truncated for example in train)
@@ -186,6 +213,13 @@ class Trainer:
         self.num_train, self.num_val = len(train_rows), len(val_rows or [])
         torch.manual_seed(config.seed)
         self.model = build_train_model(backbone, config)
+        self.sharding: str | None = None  # what --fsdp sharded, in words
+        if config.fsdp:
+            self.sharding = distributed.shard_frozen_backbone(self.model, self.device)
+        if self.dp.enabled:
+            self.dp.broadcast_parameters(self._trainable())  # identical replicas, whatever each rank's seeding did
+            if not self.dp.is_main:
+                torch.manual_seed(distributed.rank_seed(config.seed, self.dp.rank))  # its own dropout stream
         self.optimizer = build_optimizer(self.model.lora_parameters(), self.model.sst_parameters(), config)
         self.scheduler = build_scheduler(self.optimizer, config)
         self.logs = TrainLogs(self.out)
@@ -206,6 +240,7 @@ class Trainer:
             "config": config.to_dict(),
             "train_sha256": file_sha256(config.train_data),
             "val_sha256": file_sha256(config.val_data) if config.val_data else None,
+            "world_size": self.dp.world_size,
         }
 
     def _check_out_folder(self, write: bool) -> None:
@@ -227,15 +262,21 @@ class Trainer:
         if changed:
             raise UsageError(f"{self.out} holds another training run (differs in {', '.join(changed)}); "
                              f"pass a new --out, or the same settings to resume it")
+        processes = int(previous.get("world_size", 1))
+        if processes != self.dp.world_size:
+            raise UsageError(f"{self.out} was trained by {processes} process(es), this is {self.dp.world_size}; resume "
+                             f"it with {processes} (torchrun --nproc-per-node {processes}), or pass a new --out")
         if write:
             path.write_text(json.dumps(self.meta, indent=2, sort_keys=True))
 
     def _maybe_resume(self) -> bool:
         folder = existing_folder(self.out / "last")
         if folder is None:
-            self.logs.truncate_after(-1)
-            if self.model.sst is not None:
-                self.logs.log_alpha(self.model.sst.alphas().cpu().numpy(), list(self.model.sst.state_modules()), 0)
+            if self.dp.is_main:
+                self.logs.truncate_after(-1)
+                if self.model.sst is not None:
+                    alphas = self.model.sst.alphas().cpu().numpy()
+                    self.logs.log_alpha(alphas, list(self.model.sst.state_modules()), 0)
             return False
         tensors, state = load_training_state(folder)
         restore_weights(self.model, folder)
@@ -243,22 +284,34 @@ class Trainer:
         optimizer_state_from_tensors(self.optimizer, optimizer_tensors, state["optimizer"])
         self.scheduler.load_state_dict(state["scheduler"])
         restore_rng(tensors)
+        self.dp.restore_rng(tensors, self.device)
         self.step, self.data_position = int(state["step"]), int(state["data_position"])
         self.best_val, self.best_step = state["best_val_loss"], state["best_step"]
         self.bad_evals, self.elapsed = int(state["bad_evals"]), float(state["elapsed_s"])
         self.stop_reason = state.get("stop_reason")
         self._saved_step = self.step
-        self.logs.truncate_after(self.step)
+        if self.dp.is_main:
+            self.logs.truncate_after(self.step)
         return True
+
+    def _trainable(self) -> list[torch.nn.Parameter]:
+        return self.model.lora_parameters() + self.model.sst_parameters()
 
     # -------------------------------------------------------------------------------------------- steps
     def train_step(self) -> dict[str, Any]:
-        """Run one optimiser step; returns its log row (without validation)."""
-        config, model = self.config, self.model
+        """Run one optimiser step; returns its log row (without validation).
+
+        Under N processes the step's window holds ``grad_accum * N`` micro-batches; this rank runs its share, the
+        loss is normalised by the window's token count, and gradients and loss are summed over the ranks.
+        """
+        config, model, dp = self.config, self.model, self.dp
         step = self.step + 1
-        positions = range(self.data_position, self.data_position + config.grad_accum)
-        batches = [self.train_order.batch(p) for p in positions]
-        window_tokens = sum(b.num_label_tokens for b in batches)
+        window = range(self.data_position, self.data_position + config.grad_accum * dp.world_size)
+        batches = [self.train_order.batch(p) for p in dp.share(window)]
+        if dp.enabled:
+            window_tokens = sum(self.train_order.num_label_tokens(p) for p in window)
+        else:
+            window_tokens = sum(b.num_label_tokens for b in batches)
         model.train()
         total = 0.0
         for batch in batches:
@@ -267,12 +320,15 @@ class Trainer:
             (loss / window_tokens).backward()
             total += float(loss.detach())
         params = [p for group in self.optimizer.param_groups for p in group["params"]]
+        if dp.enabled:
+            dp.sum_gradients(params)  # every rank now holds the gradient of the whole window
+            total = dp.sum([total])[0]
         grad_norm = torch.nn.utils.clip_grad_norm_(params, config.max_grad_norm)
         lrs = group_lrs(self.optimizer)
         self.optimizer.step()
         self.scheduler.step()
         self.optimizer.zero_grad(set_to_none=True)
-        self.step, self.data_position = step, self.data_position + config.grad_accum
+        self.step, self.data_position = step, self.data_position + len(window)
         return {
             "step": step,
             "train_loss": total / window_tokens,
@@ -288,7 +344,17 @@ class Trainer:
         """Validation loss now (``None`` without validation data)."""
         if self.val_order is None:
             return None
-        return evaluate(self.model, self.val_order, self.config.ce_chunk_size)
+        if not self.dp.enabled:
+            return evaluate(self.model, self.val_order, self.config.ce_chunk_size)
+        num = self.val_order.num_micro_batches
+        positions = self.dp.share(range(num))
+        total, count = evaluate_sums(self.model, self.val_order, self.config.ce_chunk_size, positions)
+        if self.config.fsdp:
+            # each forward gathers the sharded weights with every other rank: all must run as many forwards
+            for _ in range(-(-num // self.dp.world_size) - len(positions)):
+                evaluate_sums(self.model, self.val_order, self.config.ce_chunk_size, [0])  # result unused
+        total, count = self.dp.sum([total, count])
+        return total / max(count, 1)
 
     # -------------------------------------------------------------------------------------------- saving
     def _extra(self, val_loss: float | None) -> dict[str, Any]:
@@ -297,12 +363,23 @@ class Trainer:
                 "action_tokens": dict(self.config.action_tokens)}
 
     def save_best(self, val_loss: float | None) -> None:
-        """Write ``best/`` from the current weights."""
-        replace_folder(self.out / "best", lambda tmp: save_model(self.model, tmp, self.backbone_id, self._extra(val_loss)))
+        """Write ``best/`` from the current weights (rank 0 writes, the others wait)."""
+        self.dp.run_on_main(lambda: replace_folder(
+            self.out / "best", lambda tmp: save_model(self.model, tmp, self.backbone_id, self._extra(val_loss))))
 
     def save_last(self) -> None:
-        """Write ``last/``: weights, optimiser, scheduler, RNG, step, data position and early-stopping state."""
+        """Write ``last/``: weights, optimiser, scheduler, RNG, step, data position and early-stopping state.
+
+        Under several processes: every rank's random state is saved too, and the replicas are checked to be equal.
+        """
+        self.dp.check_in_sync(self._trainable())
+        rank_rng = self.dp.rng_tensors(self.device)
+        self.dp.run_on_main(lambda: self._write_last(rank_rng))
+        self._saved_step = self.step
+
+    def _write_last(self, rank_rng: dict[str, torch.Tensor]) -> None:
         tensors, optimizer_meta = optimizer_state_to_tensors(self.optimizer)
+        tensors.update(rank_rng)
         state = {
             "step": self.step,
             "data_position": self.data_position,
@@ -320,13 +397,13 @@ class Trainer:
             save_training_state(tmp, tensors, state)
 
         replace_folder(self.out / "last", write)
-        self._saved_step = self.step
 
     # -------------------------------------------------------------------------------------------- run
     def run(self) -> TrainResult:
         """Train until ``max_steps`` or early stopping; returns the :class:`TrainResult`."""
         config = self.config
-        bar = tqdm(total=config.max_steps, initial=self.step, disable=not self.progress, desc="train", unit="step")
+        bar = tqdm(total=config.max_steps, initial=self.step, disable=not (self.progress and self.dp.is_main),
+                   desc="train", unit="step")
         try:
             while self.step < config.max_steps and self.stop_reason is None:
                 started = time.perf_counter()
@@ -336,10 +413,8 @@ class Trainer:
                     row["val_loss"] = self._validate_and_track()
                 self.elapsed += time.perf_counter() - started
                 row["elapsed_s"] = round(self.elapsed, 3)
-                self.logs.log_step(row)
-                if self.model.sst is not None:
-                    alphas = self.model.sst.alphas().cpu().numpy()
-                    self.logs.log_alpha(alphas, list(self.model.sst.state_modules()), self.step)
+                if self.dp.is_main:
+                    self._log(row)
                 if scheduled or self.step == config.max_steps or self.stop_reason is not None:
                     self.save_last()
                 bar.update(1)
@@ -355,6 +430,12 @@ class Trainer:
         if self._saved_step != self.step:
             self.save_last()
         return self._finish()
+
+    def _log(self, row: dict[str, Any]) -> None:
+        self.logs.log_step(row)
+        if self.model.sst is not None:
+            alphas = self.model.sst.alphas().cpu().numpy()
+            self.logs.log_alpha(alphas, list(self.model.sst.state_modules()), self.step)
 
     def _validate_and_track(self) -> float | None:
         val = self.validate()
@@ -383,8 +464,9 @@ class Trainer:
             "truncated_train_examples": self.num_truncated,
             "elapsed_s": round(self.elapsed, 3),
             "backbone": self.backbone_id,
+            "world_size": self.dp.world_size,
         }
-        (self.out / SUMMARY).write_text(json.dumps(summary, indent=2))
+        self.dp.run_on_main(lambda: (self.out / SUMMARY).write_text(json.dumps(summary, indent=2)))
         return TrainResult(self.out, self.out / "best", self.step, self.best_step, self.best_val,
                            self.stop_reason, self.logs.read_train())
 

@@ -110,10 +110,10 @@ def resolve_dtype(config: TrainConfig, device: torch.device) -> torch.dtype:
 
 
 def wants_nf4(config: TrainConfig, device: torch.device) -> bool:
-    """Whether the backbone is loaded in 4-bit NF4 (QLoRA): ``nf4``, or ``auto`` on CUDA."""
+    """Whether the backbone is loaded in 4-bit NF4 (QLoRA): ``nf4``, or ``auto`` on CUDA (without ``fsdp``)."""
     if config.quantize == "nf4" and device.type != "cuda":
         raise UsageError("--quantize nf4 needs CUDA (bitsandbytes); use --quantize none on the CPU")
-    return config.quantize == "nf4" or (config.quantize == "auto" and device.type == "cuda")
+    return config.quantize == "nf4" or (config.quantize == "auto" and device.type == "cuda" and not config.fsdp)
 
 
 def load_training_backbone(config: TrainConfig, device: torch.device, dtype: torch.dtype):
