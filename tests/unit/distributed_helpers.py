@@ -15,9 +15,20 @@ from sst_interp.store import Run
 DEPTHS = (1, 2)
 
 
+def local_process_env() -> dict[str, str]:
+    """This environment for processes that form a process group on this machine: no launcher variables left over
+    from outside, one thread each, and gloo on the loopback interface (whatever the host name resolves to)."""
+    env = {k: v for k, v in os.environ.items() if k not in ("WORLD_SIZE", "RANK", "LOCAL_RANK", "MASTER_ADDR",
+                                                             "MASTER_PORT")}
+    env.update(OMP_NUM_THREADS="1", PYTHONUNBUFFERED="1")
+    if Path("/sys/class/net/lo").exists():
+        env["GLOO_SOCKET_IFNAME"] = "lo"
+    return env
+
+
 def torchrun_record(argv: list[str], nproc: int = 2) -> subprocess.Popen:
     """``torchrun --standalone --nproc-per-node N -m sst_interp.record ARGV`` (one thread per process)."""
-    env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONUNBUFFERED="1")
+    env = local_process_env()
     command = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={nproc}",
                "-m", "sst_interp.record", *argv]
     return subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)

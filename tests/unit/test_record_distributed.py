@@ -21,7 +21,7 @@ from sst_interp.record.ranks import (Ranks, batch_cost, batches_of_work, process
 from sst_interp.store import Run
 from sst_interp.store.verify import verify_run
 from tests.unit.conftest import FAST, save_tiny_model
-from tests.unit.distributed_helpers import DEPTHS, assert_same_run, finish, torchrun_record
+from tests.unit.distributed_helpers import DEPTHS, assert_same_run, finish, local_process_env, torchrun_record
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -158,7 +158,7 @@ def test_bad_input_stops_every_rank_with_the_one_line_error(tmp_path):
 
 
 def _run_on_main_worker(rank: int, port: int, results) -> None:
-    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), OMP_NUM_THREADS="1")
+    os.environ.update(local_process_env(), MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
     ranks = Ranks(rank, 2, rank)
 
     def refuse() -> None:

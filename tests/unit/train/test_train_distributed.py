@@ -70,7 +70,10 @@ def _env() -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("ACCELERATE_", "FSDP_"))}
     for name in ("WORLD_SIZE", "RANK", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT"):
         env.pop(name, None)
-    return dict(env, OMP_NUM_THREADS="1", PYTHONUNBUFFERED="1", PYTHONPATH=path)
+    env = dict(env, OMP_NUM_THREADS="1", PYTHONUNBUFFERED="1", PYTHONPATH=path)
+    if Path("/sys/class/net/lo").exists():  # gloo on the loopback interface, whatever the host name resolves to
+        env["GLOO_SOCKET_IFNAME"] = "lo"
+    return env
 
 
 def _tool(name: str, module: str) -> list[str]:
