@@ -187,3 +187,13 @@ def test_an_error_on_rank_0_is_raised_on_every_rank():
     got = sorted(results.get(timeout=60) for _ in range(2))
     assert got == [(0, "--out x is a file, not a run directory; pick another --out"),
                    (1, "--out x is a file, not a run directory; pick another --out")]
+
+
+def test_device_map_and_torchrun_do_not_combine(tmp_path, monkeypatch, capsys):
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    monkeypatch.setenv("RANK", "0")
+    with pytest.raises(SystemExit) as exit_info:
+        main(FAST + ["--device-map", "auto", "--out", str(tmp_path / "run")])
+    assert exit_info.value.code == 2
+    assert "use one or the other" in capsys.readouterr().err
+    assert not (tmp_path / "run").exists()
