@@ -147,8 +147,11 @@ def convergence_from_arrays(deltas: np.ndarray, depths: Sequence[int], correct: 
     cur_values = np.array([v for v, _ in per_q])
     labels = np.array([o for _, o in per_q])
     if not (labels != "same").any():
-        return NotApplicable("no question changes correctness between consecutive flat depths; there is no "
-                             "outcome for the L2 delta to predict", "fig:convergence_monitoring")
+        changes = {i: int((o != "same").sum()) for i, o in outcomes.items() if (o != "same").any()}
+        where = ("no question changes correctness between consecutive flat depths" if not changes else
+                 "correctness changes only at " + ", ".join(f"{i}->{i + 1} ({n} question(s))" for i, n in changes.items())
+                 + ", where there is no earlier delta to decide from (a decision at depth i needs the delta i-1 -> i)")
+        return NotApplicable(f"{where}; there is no outcome for the L2 delta to predict", "fig:convergence_monitoring")
     imp, deg = cur_values[labels == "improves"], cur_values[labels == "degrades"]
     mw_p = mw_u = auroc = None
     if imp.size and deg.size:

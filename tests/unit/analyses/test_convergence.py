@@ -94,3 +94,14 @@ def test_degenerate_runs(tmp_path, null_run):
     write_synthetic_run(single, SyntheticSpec(**{**BASE, "n_questions": 2, "depths": (1,)}))
     assert isinstance(convergence_monitoring(Run.open(single)), NotApplicable)
     assert isinstance(convergence_from_arrays(np.zeros((2, 3, 0)), [1], np.ones((2, 1), bool)), NotApplicable)
+
+
+def test_a_change_only_from_depth_1_to_2_is_named_not_denied():
+    """Correct at depth 1 and wrong from depth 2 on: the change exists, but no delta precedes the decision at 1."""
+    from sst_interp.analyses.convergence import convergence_from_arrays
+
+    deltas = np.ones((3, 2, 3))  # [Q, P, T]: depths 1-4 give transitions 1->2, 2->3, 3->4
+    correct = np.array([[True, False, False, False], [False, False, False, False], [True, True, True, True]])
+    res = convergence_from_arrays(deltas, [1, 2, 3, 4], correct)
+    assert isinstance(res, NotApplicable)
+    assert "correctness changes only at 1->2 (1 question(s))" in res.reason
