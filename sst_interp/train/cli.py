@@ -23,8 +23,10 @@ from __future__ import annotations
 
 import argparse
 import functools
+import gc
 import inspect
 import sys
+import traceback
 from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -107,6 +109,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(warning, file=sys.stderr)
     try:
         return _train(config, dp)
+    except BaseException as err:
+        # The traceback keeps the trainer's frames, and with them the model (FSDP's sharded modules hold the process
+        # group), alive past leave(); freed after the group is gone, they abort the process at exit (seen under
+        # load with --fsdp). Freed here first, as they are when _train returns.
+        traceback.clear_frames(err.__traceback__)
+        gc.collect()
+        raise
     finally:
         distributed.leave()
 
