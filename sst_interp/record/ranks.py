@@ -16,100 +16,19 @@ import datetime
 import os
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from sst_interp.errors import UsageError
+from sst_interp.processes import Ranks, ranks_from_environment
+
+__all__ = ["Ranks", "batch_cost", "batches_of_work", "process_group", "rank_device", "ranks_from_environment",
+           "share_of_work"]
 
 T = TypeVar("T")
 
 # A rank that finished its share waits at the last barrier for the slowest one; CodeACT episodes on a big model
 # can keep it waiting for hours (torchrun stops every rank as soon as one fails, so this does not hide a crash).
 BARRIER_TIMEOUT = datetime.timedelta(hours=48)
-
-
-@dataclass(frozen=True)
-class Ranks:
-    """This process's place among the recording processes (rank 0 of 1 when recording alone).
-
-    Args:
-        rank: global rank, 0..world_size-1.
-        world_size: number of processes.
-        local_rank: rank on this machine (picks the GPU: ``cuda:<local_rank>``).
-    """
-
-    rank: int = 0
-    world_size: int = 1
-    local_rank: int = 0
-
-    @property
-    def is_main(self) -> bool:
-        """Whether this is rank 0, which opens (and resumes) the run and prints."""
-        return self.rank == 0
-
-    @property
-    def distributed(self) -> bool:
-        """Whether several processes record together."""
-        return self.world_size > 1
-
-    def describe(self) -> str:
-        """``rank r of n`` (for messages)."""
-        return f"rank {self.rank} of {self.world_size}"
-
-    def say(self, text: str) -> None:
-        """Print ``text`` on rank 0 only (one copy of each message, not N)."""
-        if self.is_main:
-            print(text)
-
-    def barrier(self) -> None:
-        """Wait until every rank reaches this point (nothing when recording alone)."""
-        if self.distributed:
-            import torch.distributed as dist
-
-            dist.barrier()
-
-    def run_on_main(self, action: Callable[[], T]) -> T | None:
-        """Run ``action`` on rank 0 only, then let every rank go on together; when it raises on rank 0, every rank
-        raises too (a :class:`UsageError` with the same message, so that bad input ends all of them with exit 2
-        rather than leaving ranks 1.. waiting). Returns ``action()`` on rank 0, None elsewhere."""
-        if not self.distributed:
-            return action()
-        import torch.distributed as dist
-
-        result, failure = None, None
-        error: BaseException | None = None
-        if self.is_main:
-            try:
-                result = action()
-            except BaseException as err:  # re-raised below, after the other ranks have heard of it
-                error = err
-                failure = [type(err).__name__, str(err), isinstance(err, UsageError)]
-        message = [failure]
-        dist.broadcast_object_list(message, src=0)
-        if error is not None:
-            raise error
-        if message[0] is not None:
-            name, text, usage = message[0]
-            if usage:
-                raise UsageError(text)
-            raise RuntimeError(f"rank 0 failed ({name}: {text}); see its output")
-        return result
-
-
-def ranks_from_environment(environ: dict[str, str] | None = None) -> Ranks:
-    """The :class:`Ranks` that ``torchrun`` (or ``srun`` with its variables) describes in the environment; rank 0
-    of 1 when ``WORLD_SIZE`` is unset. Inconsistent values are a :class:`UsageError`."""
-    env = os.environ if environ is None else environ
-    try:
-        world = int(env.get("WORLD_SIZE", "1"))
-        rank = int(env.get("RANK", "0"))
-        local = int(env.get("LOCAL_RANK", str(rank)))
-    except ValueError:
-        raise UsageError(f"WORLD_SIZE, RANK and LOCAL_RANK must be integers (got {env.get('WORLD_SIZE')!r}, "
-                         f"{env.get('RANK')!r}, {env.get('LOCAL_RANK')!r}); launch with torchrun") from None
-    if world < 1 or not 0 <= rank < world or local < 0:
-        raise UsageError(f"RANK={rank} and WORLD_SIZE={world} do not describe a process group; launch with torchrun")
-    return Ranks(rank, world, local)
 
 
 @contextmanager

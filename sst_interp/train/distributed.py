@@ -50,18 +50,17 @@ from __future__ import annotations
 import datetime
 import os
 import sys
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, TypeVar
+from typing import TYPE_CHECKING
 
 import torch
 
 from sst_interp.errors import UsageError
+from sst_interp.processes import Ranks, ranks_from_environment
 
 if TYPE_CHECKING:
     from sst_interp.train.modeling import TrainModel
-
-T = TypeVar("T")
 
 #: How long a rank waits at a collective for the others (rank 0 writing a large checkpoint, a slow validation). A
 #: crash does not hide behind it: torchrun stops every rank as soon as one fails.
@@ -79,28 +78,14 @@ MPI_WORLD_SIZE = ("OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "MV2_COMM_WORLD_SIZE")
 
 
 @dataclass(frozen=True)
-class DataParallel:
-    """This process's place among the training processes (rank 0 of 1 when training alone).
-
-    Args:
-        rank: global rank, 0..world_size-1.
-        world_size: number of processes.
-        local_rank: rank on this machine (picks the GPU: ``cuda:<local_rank>``).
-    """
-
-    rank: int = 0
-    world_size: int = 1
-    local_rank: int = 0
+class DataParallel(Ranks):
+    """This process's place among the training processes (rank 0 of 1 when training alone), with the collectives
+    data-parallel training needs on top of :class:`sst_interp.processes.Ranks` (barrier, run on rank 0)."""
 
     @property
     def enabled(self) -> bool:
         """Whether several processes train together."""
-        return self.world_size > 1
-
-    @property
-    def is_main(self) -> bool:
-        """Whether this is rank 0, the one that writes and prints."""
-        return self.rank == 0
+        return self.distributed
 
     # -------------------------------------------------------------------------------------------- the data
     def share(self, positions: Sequence[int]) -> list[int]:
@@ -108,13 +93,6 @@ class DataParallel:
         return list(positions[self.rank :: self.world_size])
 
     # -------------------------------------------------------------------------------------------- collectives
-    def barrier(self) -> None:
-        """Wait until every rank reaches this point (nothing when training alone)."""
-        if self.enabled:
-            import torch.distributed as dist
-
-            dist.barrier()
-
     def sum(self, values: Sequence[float]) -> list[float]:
         """``values`` summed over the ranks, in float64 (returned unchanged when training alone)."""
         if not self.enabled:
@@ -188,32 +166,6 @@ class DataParallel:
         dist.all_gather(values, tensor.contiguous())
         return values
 
-    def run_on_main(self, action: Callable[[], T]) -> T | None:
-        """Run ``action`` on rank 0 only while the others wait; when it raises there, every rank raises (a
-        :class:`UsageError` with the same message for bad input, so that every process exits with code 2 rather than
-        waiting). Returns ``action()`` on rank 0 and ``None`` elsewhere."""
-        if not self.enabled:
-            return action()
-        import torch.distributed as dist
-
-        result, error, failure = None, None, None
-        if self.is_main:
-            try:
-                result = action()
-            except BaseException as err:  # re-raised below, after the other ranks heard of it
-                error = err
-                failure = [type(err).__name__, str(err), isinstance(err, UsageError)]
-        message = [failure]
-        dist.broadcast_object_list(message, src=0)
-        if error is not None:
-            raise error
-        if message[0] is not None:
-            name, text, usage = message[0]
-            if usage:
-                raise UsageError(text)
-            raise RuntimeError(f"rank 0 failed ({name}: {text}); see its output")
-        return result
-
     # -------------------------------------------------------------------------------------------- random state
     def rng_tensors(self, device: torch.device) -> dict[str, torch.Tensor]:
         """Every rank's random generator states (CPU, and this rank's CUDA device), keyed ``rng.rank{r}.cpu`` /
@@ -262,21 +214,13 @@ def from_environment(environ: Mapping[str, str] | None = None) -> DataParallel:
             raise UsageError(f"accelerate launch asked for {what}, which sst_interp.train does not use; launch with "
                              f"accelerate launch --multi_gpu --num_processes N (or torchrun --nproc-per-node N) and "
                              f"pass --fsdp to shard the frozen backbone weights over the processes")
-    try:
-        world = int(env.get("WORLD_SIZE", "1"))
-        rank = int(env.get("RANK", "0"))
-        local = int(env.get("LOCAL_RANK", str(rank)))
-    except ValueError:
-        raise UsageError(f"WORLD_SIZE, RANK and LOCAL_RANK must be integers (got {env.get('WORLD_SIZE')!r}, "
-                         f"{env.get('RANK')!r}, {env.get('LOCAL_RANK')!r}); launch with torchrun") from None
-    if world < 1 or not 0 <= rank < world or local < 0:
-        raise UsageError(f"RANK={rank} and WORLD_SIZE={world} do not describe a process group; launch with torchrun")
+    ranks = ranks_from_environment(env)
     if "WORLD_SIZE" not in env:
         for name in MPI_WORLD_SIZE:
             if int(env.get(name, "1") or "1") > 1:
                 raise UsageError(f"{name}={env[name]}: an MPI launch, which sst_interp.train does not join; launch "
                                  f"with torchrun --nproc-per-node N (or accelerate launch --multi_gpu)")
-    return DataParallel(rank, world, local)
+    return DataParallel(ranks.rank, ranks.world_size, ranks.local_rank)
 
 
 def single_process_accelerate_warning(environ: Mapping[str, str] | None = None) -> str | None:

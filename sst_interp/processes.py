@@ -1,0 +1,96 @@
+"""A process's place among several started by ``torchrun`` (``RANK``, ``WORLD_SIZE``, ``LOCAL_RANK``), and the
+collectives that ``record`` and ``train`` both use: a barrier, and running something on rank 0 whose failure every
+rank then raises. :mod:`sst_interp.record.ranks` and :mod:`sst_interp.train.distributed` build on it.
+
+``torch.distributed`` is imported only when several processes run, so a single process never touches it.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import TypeVar
+
+from sst_interp.errors import UsageError
+
+T = TypeVar("T")
+
+
+@dataclass(frozen=True)
+class Ranks:
+    """This process's place among the processes of one launch (rank 0 of 1 when running alone).
+
+    Args:
+        rank: global rank, 0..world_size-1.
+        world_size: number of processes.
+        local_rank: rank on this machine (picks the GPU: ``cuda:<local_rank>``).
+    """
+
+    rank: int = 0
+    world_size: int = 1
+    local_rank: int = 0
+
+    @property
+    def is_main(self) -> bool:
+        """Whether this is rank 0, the one that writes and prints."""
+        return self.rank == 0
+
+    @property
+    def distributed(self) -> bool:
+        """Whether several processes run together."""
+        return self.world_size > 1
+
+    def say(self, text: str) -> None:
+        """Print ``text`` on rank 0 only (one copy of each message, not N)."""
+        if self.is_main:
+            print(text)
+
+    def barrier(self) -> None:
+        """Wait until every rank reaches this point (nothing when running alone)."""
+        if self.distributed:
+            import torch.distributed as dist
+
+            dist.barrier()
+
+    def run_on_main(self, action: Callable[[], T]) -> T | None:
+        """Run ``action`` on rank 0 only while the others wait; when it raises there, every rank raises (a
+        :class:`UsageError` with the same message for bad input, so that every process exits with code 2 rather than
+        waiting). Returns ``action()`` on rank 0 and ``None`` elsewhere."""
+        if not self.distributed:
+            return action()
+        import torch.distributed as dist
+
+        result, error, failure = None, None, None
+        if self.is_main:
+            try:
+                result = action()
+            except BaseException as err:  # re-raised below, after the other ranks have heard of it
+                error = err
+                failure = [type(err).__name__, str(err), isinstance(err, UsageError)]
+        message = [failure]
+        dist.broadcast_object_list(message, src=0)
+        if error is not None:
+            raise error
+        if message[0] is not None:
+            name, text, usage = message[0]
+            if usage:
+                raise UsageError(text)
+            raise RuntimeError(f"rank 0 failed ({name}: {text}); see its output")
+        return result
+
+
+def ranks_from_environment(environ: Mapping[str, str] | None = None) -> Ranks:
+    """The :class:`Ranks` that ``torchrun`` (or ``srun`` with its variables) describes in the environment; rank 0
+    of 1 when ``WORLD_SIZE`` is unset. Inconsistent values are a :class:`UsageError`."""
+    env = os.environ if environ is None else environ
+    try:
+        world = int(env.get("WORLD_SIZE", "1"))
+        rank = int(env.get("RANK", "0"))
+        local = int(env.get("LOCAL_RANK", str(rank)))
+    except ValueError:
+        raise UsageError(f"WORLD_SIZE, RANK and LOCAL_RANK must be integers (got {env.get('WORLD_SIZE')!r}, "
+                         f"{env.get('RANK')!r}, {env.get('LOCAL_RANK')!r}); launch with torchrun") from None
+    if world < 1 or not 0 <= rank < world or local < 0:
+        raise UsageError(f"RANK={rank} and WORLD_SIZE={world} do not describe a process group; launch with torchrun")
+    return Ranks(rank, world, local)
