@@ -6,6 +6,7 @@ conftest (``hooks``, ``train``); single modules with ``pytestmark = pytest.mark.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -41,3 +42,12 @@ def one_thread() -> Iterator[None]:
     torch.set_num_threads(1)
     yield
     torch.set_num_threads(before)
+
+
+def completed_question_depths(out: Path) -> int:
+    """How many question-depths the manifest at ``out`` marks complete (0 while it is absent or being replaced)."""
+    try:
+        status = json.loads((out / "manifest.json").read_text())["status"]
+    except (FileNotFoundError, json.JSONDecodeError, KeyError):
+        return 0
+    return sum(len(ids) for ids in status.values())

@@ -20,11 +20,10 @@ from sst_interp.record.ranks import (Ranks, batch_cost, batches_of_work, process
                                      share_of_work)
 from sst_interp.store import Run
 from sst_interp.store.verify import verify_run
-from tests.unit.conftest import FAST, save_tiny_model
+from tests.unit.conftest import FAST, completed_question_depths, save_tiny_model
 from tests.unit.distributed_helpers import DEPTHS, assert_same_run, finish, local_process_env, torchrun_record
 
 pytestmark = pytest.mark.usefixtures("one_thread")
-
 
 
 def _argv(model: Path, out: Path, limit: int, batch_size: int) -> list[str]:
@@ -98,14 +97,6 @@ def _worker_pids(launcher: int) -> dict[int, int]:
     return pids
 
 
-def _completed(out: Path) -> int:
-    try:
-        status = json.loads((out / "manifest.json").read_text())["status"]
-    except (FileNotFoundError, json.JSONDecodeError, KeyError):
-        return 0
-    return sum(len(ids) for ids in status.values())
-
-
 @pytest.mark.slow
 @pytest.mark.skipif(not Path("/proc/self/task").is_dir(), reason="finding torchrun's workers reads /proc (Linux)")
 def test_a_run_whose_rank_died_resumes_to_the_same_result(tmp_path):
@@ -115,14 +106,14 @@ def test_a_run_whose_rank_died_resumes_to_the_same_result(tmp_path):
     proc = torchrun_record(_argv(model, out, limit=questions, batch_size=1))
     deadline = time.monotonic() + 240
     try:
-        while _completed(out) < 3 and proc.poll() is None and time.monotonic() < deadline:
+        while completed_question_depths(out) < 3 and proc.poll() is None and time.monotonic() < deadline:
             time.sleep(0.005)
         workers = _worker_pids(proc.pid)
         os.kill(workers[1], signal.SIGKILL)  # rank 1 dies; torchrun then stops rank 0
     finally:
         output = finish(proc)
     assert proc.returncode != 0, output[-3000:]
-    before = _completed(out)
+    before = completed_question_depths(out)
     assert 3 <= before < questions * len(DEPTHS), "the kill did not land mid-run"
 
     again = torchrun_record(_argv(model, out, limit=questions, batch_size=1))  # the same command again

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import os
 import signal
 import subprocess
@@ -14,7 +13,7 @@ import pytest
 
 from sst_interp.record import main
 from sst_interp.store import Run
-from tests.unit.conftest import FAST, save_tiny_model
+from tests.unit.conftest import FAST, completed_question_depths, save_tiny_model
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -27,14 +26,6 @@ def _argv(model, out):
                    "--limit", str(QUESTIONS), "--batch-size", "1", "--demo-preset"]
 
 
-def _completed(out) -> int:
-    try:
-        status = json.loads((out / "manifest.json").read_text())["status"]
-    except (FileNotFoundError, json.JSONDecodeError, KeyError):
-        return 0
-    return sum(len(ids) for ids in status.values())
-
-
 @pytest.mark.slow
 def test_killed_run_resumes_without_loss_or_duplicates(tmp_path):
     model = save_tiny_model(tmp_path / "model")
@@ -44,14 +35,14 @@ def test_killed_run_resumes_without_loss_or_duplicates(tmp_path):
                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     deadline = time.monotonic() + 120
     try:
-        while _completed(out) < 2 and proc.poll() is None and time.monotonic() < deadline:
+        while completed_question_depths(out) < 2 and proc.poll() is None and time.monotonic() < deadline:
             time.sleep(0.002)
         os.kill(proc.pid, signal.SIGKILL)
     finally:
         proc.wait()
         stderr = proc.stderr.read().decode() if proc.stderr else ""
     assert proc.returncode == -signal.SIGKILL, stderr[-2000:]
-    before = _completed(out)
+    before = completed_question_depths(out)
     assert 2 <= before < QUESTIONS * len(DEPTHS), "the kill did not land mid-run"
     interrupted = Run.open(out)  # only complete, listed shards are visible
     assert sum(len(interrupted.question_ids(d)) for d in DEPTHS) == before
