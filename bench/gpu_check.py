@@ -84,6 +84,13 @@ class GpuCheckArgs:
     max_record_ratio: float = arg(1.5, help="record fails when record / generate exceeds this")
     sandbox: str = arg("bwrap", choices=("bwrap", "subprocess"), help="how the episodes' code runs")
     episode_train_steps: int = arg(400, help="training steps of the scripted episode model (on the CPU)")
+    paper_shape: bool = arg(False, help="instead of the checks: Gemma 3 27B's shape with random bf16 weights "
+                                        "(bench/paper_shape_check.py): plain HF vs SST decoding, recording, writer, "
+                                        "QLoRA two-pass vs one-pass, peak memory; one table")
+    layers: int | None = arg(None, help="with --paper-shape: keep only the first N of the 62 layers (a smaller "
+                                        "device; default: all)")
+    json: str | None = arg(None, help="with --paper-shape: also write the table as JSON to this file")
+    profile: bool = arg(False, help="with --paper-shape: print a torch.profiler summary of plain and SST decoding")
 
     def __post_init__(self) -> None:
         unknown = sorted(set(self.checks) - set(CHECKS))
@@ -95,6 +102,10 @@ class GpuCheckArgs:
                 raise UsageError(f"--{name.replace('_', '-')} must be at least 1, got {getattr(self, name)}")
         if not self.depths or min(self.depths) < 1:
             raise UsageError(f"--depths must be integers >= 1, got {self.depths}")
+        if self.layers is not None and self.layers < 1:
+            raise UsageError(f"--layers must be at least 1, got {self.layers}")
+        if not self.paper_shape and (self.layers is not None or self.json is not None or self.profile):
+            raise UsageError("--layers, --json and --profile belong to --paper-shape; add --paper-shape")
 
     @property
     def device(self) -> str:
@@ -417,6 +428,52 @@ def parse_args(argv: Sequence[str] | None) -> GpuCheckArgs:
     return GpuCheckArgs(**{**(SMOKE if given.get("cpu_smoke") else {}), **given})
 
 
+def run_paper_shape_table(config: GpuCheckArgs) -> int:
+    """``--paper-shape``: bench/paper_shape_check.py's table (and JSON); exit 1 when a phase raised."""
+    import platform
+
+    import transformers
+
+    from bench.paper_shape_check import ShapeSettings, format_rows, run_paper_shape, write_json
+
+    settings = ShapeSettings(device=config.device, dtype=torch.float32 if config.cpu_smoke else torch.bfloat16,
+                             layers=config.layers or (PAPER_SHAPE_SMOKE_LAYERS if config.cpu_smoke else None),
+                             smoke=config.cpu_smoke, profile=config.profile,
+                             **(PAPER_SHAPE_SMOKE if config.cpu_smoke else {}))
+    device = "CPU (smoke: shrunk shape)" if config.cpu_smoke else torch.cuda.get_device_name(0)
+    environment = {"device": device, "torch": torch.__version__, "transformers": transformers.__version__,
+                   "python": platform.python_version(), "layers": config.layers or 62,
+                   "bitsandbytes": _version_of("bitsandbytes"), "dtype": str(settings.dtype)}
+    print(f"gpu_check --paper-shape: {device}; torch {torch.__version__}; transformers {transformers.__version__}; "
+          f"bitsandbytes {environment['bitsandbytes']}", flush=True)
+    rows, _ = run_paper_shape(settings)
+    print()
+    print(format_rows(rows))
+    if config.json:
+        write_json(Path(config.json), rows, environment)
+        print(f"\nwrote {config.json}")
+    missed = [row.name for row in rows if row.met is False]
+    print(f"\ngoals {'missed: ' + ', '.join(missed) if missed else 'all met'}")
+    return 0
+
+
+#: Sizes of ``--paper-shape --cpu-smoke``: seconds on one CPU core (7 layers: one full-attention layer after five
+#: sliding-window ones, and one more).
+PAPER_SHAPE_SMOKE_LAYERS = 7
+PAPER_SHAPE_SMOKE: dict[str, Any] = dict(prompt_tokens=8, decode_tokens=4, record_tokens=6, depths=(1, 2),
+                                         record_depths=(1, 2), batch_sizes=(1, 2), train_tokens=16, train_steps=1,
+                                         repeats=1, blend_variants=("eager",))
+
+
+def _version_of(package: str) -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version(package)
+    except PackageNotFoundError:
+        return "not installed"
+
+
 @cli_entry
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the checklist; returns the exit code (0: nothing failed, 1: a check failed)."""
@@ -424,6 +481,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     if not config.cpu_smoke and not torch.cuda.is_available():
         raise UsageError("CUDA is not available on this machine: run bench/gpu_check.py on a GPU machine, or pass "
                          "--cpu-smoke to exercise it on the CPU with a tiny model")
+    if config.paper_shape:
+        return run_paper_shape_table(config)
     where = "CPU smoke run with a tiny random Gemma 3" if config.cpu_smoke else \
         f"{torch.cuda.get_device_name(0)} x {torch.cuda.device_count()}, model {config.model}"
     print(f"gpu_check: {where}; torch {torch.__version__}; checks {', '.join(config.checks)}", flush=True)

@@ -97,6 +97,9 @@ class LayerCapture:
         self.sketch_k = config.resolved_sketch_k(hidden_size)
         self.hidden = _Entries()
         self.sketch = _Entries()
+        # This pass's sketched layers, [B, d] each: their top-k runs once per pass over all layers (one kernel
+        # instead of one per layer, which on a GPU costs more than the decoder step's own small kernels).
+        self._pending_sketch: list[tuple[int, torch.Tensor]] = []
 
     def attach(self, hooks: OwnedHooks) -> None:
         """Register one forward hook per layer in ``hooks``."""
@@ -113,12 +116,27 @@ class LayerCapture:
             if kind == "full":
                 self.hidden.add(self.state, index, value)
             else:
-                self.sketch.add(self.state, index, top_abs_indices(value, self.sketch_k))
+                self._pending_sketch.append((index, value))
 
         return hook
 
+    def finish_pass(self) -> None:
+        """The pass in ``state`` ended: turn its sketched layers into top-k index sets, all layers in one call."""
+        if not self._pending_sketch:
+            return
+        layers = [index for index, _ in self._pending_sketch]
+        values = [value for _, value in self._pending_sketch]
+        self._pending_sketch = []
+        if len({value.device for value in values}) > 1:  # layers spread over devices (a device map)
+            indices = [top_abs_indices(value, self.sketch_k) for value in values]
+        else:
+            indices = list(top_abs_indices(torch.stack(values), self.sketch_k).unbind(0))  # [L', B, k] -> L' x [B, k]
+        for index, top in zip(layers, indices):
+            self.sketch.add(self.state, index, top)
+
     def columns(self, question_ids: Sequence[str]) -> dict[str, dict[str, Any] | None]:
         """``{"hidden": columns with values [N, d], "sketch": columns with top_indices [N, k]}``."""
+        self.finish_pass()
         return {
             "hidden": rows_to_columns(self.hidden, self.state.active, question_ids, "values"),
             "sketch": rows_to_columns(self.sketch, self.state.active, question_ids, "top_indices"),

@@ -88,6 +88,7 @@ class Recorder:
 
     def on_pass_end(self, info: Any, logits: torch.Tensor | None) -> None:
         """Observer: a pass ended with ``logits`` [B, V] (or None when the LM head did not run)."""
+        self.layers.finish_pass()
         if self.logits is not None:
             self.logits.on_pass_end(logits)
         self.state.kind = None

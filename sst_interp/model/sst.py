@@ -95,6 +95,17 @@ class SSTModel(nn.Module):
         with torch.no_grad():
             return torch.stack([module.alpha() for module in self.state_modules().values()])
 
+    def compile_blend(self, enabled: bool = True) -> SSTModel:
+        """Run the blend (eq:blend) of inference passes as one ``torch.compile``-fused kernel per layer.
+
+        Eager, the blend is about five small kernels per layer and pass (casts, RMSNorm, lerp); on a GPU at batch 1
+        those launches cost more than their arithmetic. Passes that need gradients (training) always run eager.
+        The fused kernel may round differently from the eager one in the last float32 bit. Returns ``self``.
+        """
+        for module in self.state_modules().values():
+            module.compiled_blend = bool(enabled)
+        return self
+
     def state_dict_sst(self) -> dict[str, torch.Tensor]:
         """The SST parameters alone, keyed ``layers.{i}.theta`` / ``layers.{i}.state_norm_weight``."""
         out: dict[str, torch.Tensor] = {}

@@ -40,6 +40,7 @@ class StateStreamParams(nn.Module):
         self.theta = nn.Parameter(torch.full((hidden_size,), float(config.theta_init), dtype=torch.float32))
         self.state_norm_weight = nn.Parameter(torch.ones(hidden_size, dtype=torch.float32))
         self._alpha_cache: tuple[int, torch.device, torch.Tensor] | None = None
+        self.compiled_blend = False  # see SSTModel.compile_blend
 
     def _apply(self, fn, recurse: bool = True):  # noqa: ANN001 - torch's signature
         # Device moves apply; dtype casts do not: the state parameters are float32 by contract.
@@ -74,11 +75,7 @@ class StateStreamParams(nn.Module):
         Returns:
             [..., d] float32.
         """
-        normed = F.rms_norm(state.float(), self.state_norm_weight.shape, self.state_norm_weight, self.eps)
-        if self.state_scale == "hidden":
-            hidden32 = hidden.float()
-            normed = normed * (torch.linalg.vector_norm(hidden32, dim=-1, keepdim=True) * hidden32.shape[-1] ** -0.5)
-        return normed
+        return read_state(state, hidden, self.state_norm_weight, self.eps, self.state_scale == "hidden")
 
     def blend(self, hidden: torch.Tensor, state: torch.Tensor) -> torch.Tensor:
         """h~ = (1 - alpha) * h + alpha * S(C_prev), computed in float32 and cast back to ``hidden.dtype``.
@@ -87,9 +84,9 @@ class StateStreamParams(nn.Module):
             hidden: post-attention hidden state h, [B, T, d].
             state: C_prev broadcastable to [B, T, d].
         """
-        # lerp(h, S, a) = h + a * (S - h) = (1 - a) * h + a * S, as one fused operation.
-        mixed = torch.lerp(hidden.float(), self.read_state(state, hidden), self._inference_alpha())
-        return mixed.to(hidden.dtype)
+        kernel = _COMPILED_BLEND if self.compiled_blend and not torch.is_grad_enabled() else blend
+        return kernel(hidden, state, self.state_norm_weight, self._inference_alpha(), self.eps,
+                      self.state_scale == "hidden")
 
     def update(self, previous: torch.Tensor, output: torch.Tensor) -> torch.Tensor:
         """The new state C from C_prev [.., d] and the layer output o [.., d]; returned in ``output.dtype``."""
@@ -97,3 +94,40 @@ class StateStreamParams(nn.Module):
             return output
         alpha = self.alpha()
         return (alpha * previous.float() + (1.0 - alpha) * output.float()).to(output.dtype)
+
+
+def read_state(state: torch.Tensor, hidden: torch.Tensor, norm_weight: torch.Tensor, eps: float,
+               scale_by_hidden: bool) -> torch.Tensor:
+    """S(C) of :meth:`StateStreamParams.read_state`: [..., d] float32."""
+    normed = F.rms_norm(state.float(), norm_weight.shape, norm_weight, eps)
+    if scale_by_hidden:
+        hidden32 = hidden.float()
+        normed = normed * (torch.linalg.vector_norm(hidden32, dim=-1, keepdim=True) * hidden32.shape[-1] ** -0.5)
+    return normed
+
+
+def blend(hidden: torch.Tensor, state: torch.Tensor, norm_weight: torch.Tensor, alpha: torch.Tensor, eps: float,
+          scale_by_hidden: bool) -> torch.Tensor:
+    """eq:blend as a pure function: lerp(h, S(C), alpha) = (1 - alpha) * h + alpha * S(C), in float32, cast back
+    to ``hidden.dtype``. [B, T, d] -> [B, T, d]."""
+    return torch.lerp(hidden.float(), read_state(state, hidden, norm_weight, eps, scale_by_hidden),
+                      alpha).to(hidden.dtype)
+
+
+def _compile_blend():
+    # Compiled lazily: torch.compile wraps at once but builds its kernel (one fused kernel instead of about five
+    # per layer and pass) at the first call. dynamic=True: one kernel for every batch size and sequence length.
+    return torch.compile(blend, dynamic=True, fullgraph=True)
+
+
+class _LazyCompiledBlend:
+    def __init__(self) -> None:
+        self.compiled = None
+
+    def __call__(self, *args):
+        if self.compiled is None:
+            self.compiled = _compile_blend()
+        return self.compiled(*args)
+
+
+_COMPILED_BLEND = _LazyCompiledBlend()

@@ -91,3 +91,30 @@ def test_table_has_one_row_per_check():
     table = format_table([CheckResult("record", "ok", "12 tokens/s"), CheckResult("device-map", "FAIL", "x y")])
     assert table.splitlines() == ["check       status   result", "----------  -------  ------",
                                   "record      ok       12 tokens/s", "device-map  FAIL     x y"]
+
+
+@pytest.mark.slow
+def test_paper_shape_cpu_smoke_prints_the_table_and_writes_json(tmp_path):
+    out = tmp_path / "paper_shape.json"
+    done = _run("--paper-shape", "--cpu-smoke", "--json", str(out))
+    assert done.returncode == 0, done.stderr[-3000:]
+    import json
+
+    payload = json.loads(out.read_text())
+    names = [row["name"] for row in payload["rows"]]
+    assert names == ["build", "plain b1", "plain b2", "sst d1", "sst d2", "record d1", "record d2", "writer",
+                     "qlora 1-pass", "qlora 2-pass"]
+    rows = {row["name"]: row for row in payload["rows"]}
+    # The meta-device count of the full 27B configuration is part of the build row, even in the smoke run.
+    assert rows["build"]["numbers"]["full_parameters"] == 27_009_346_304
+    assert rows["sst d1"]["goal"] == "<= 1.05" and rows["sst d1"]["ratio"] > 0
+    assert rows["record d2"]["numbers"]["payload_bytes"] > rows["record d1"]["numbers"]["payload_bytes"] > 0
+    assert all(row["name"] in done.stdout for row in payload["rows"])
+    assert "goals " in done.stdout
+
+
+def test_paper_shape_flags_without_paper_shape_are_one_line_errors():
+    done = _run("--cpu-smoke", "--layers", "4")
+    assert done.returncode == 2
+    assert [line for line in done.stderr.splitlines() if line.strip()] == [
+        "error: --layers, --json and --profile belong to --paper-shape; add --paper-shape"]

@@ -1,0 +1,478 @@
+"""The paper's shape on one device, measured side by side: Gemma 3 27B's decoder with random bf16 weights.
+
+``python bench/gpu_check.py --paper-shape [--layers N] [--json PATH] [--profile]`` runs this (``--cpu-smoke`` runs
+the same code on the CPU with a shrunk configuration). No weights are downloaded: speed and memory depend on the
+shape, not on the values (:mod:`sst_interp.model.paper_shape`). One model is built and used for everything, so the
+comparisons share weights, allocator state and clocks:
+
+1. ``build``: the random backbone on the device (parameters, bytes, seconds).
+2. ``plain b1`` / ``plain b16``: Hugging Face greedy decoding (``model.generate``), tokens/s, decode steps only.
+3. ``sst dK``: :func:`sst_interp.model.generate` at depth K, batch 1, as a ratio to K plain steps. The plain steps
+   run on the same weights with the SST layers switched back to the backbone's class (:func:`plain_layers`),
+   interleaved with the SST runs. Goal at depth 1: at most 1.05. ``sst dK fused``: the same with the blend
+   compiled into one kernel per layer (:meth:`~sst_interp.model.SSTModel.compile_blend`).
+4. ``record dK``: ``record``'s capture (:class:`~sst_interp.hooks.Recorder`: 10 full positions, 512 sketch
+   positions, top-K 100 logits per iteration, bfloat16) with each batch submitted to a
+   :class:`~sst_interp.store.RunWriter`, against plain generation of the same tokens K times over (the passes it
+   makes). Goal: throughput at least 0.90 of plain, i.e. the ratio at most 1/0.9.
+5. ``writer``: the RunWriter's MB/s on batches shaped like this recording, against the MB/s the recording produced.
+6. ``qlora``: the backbone's decoder linears quantised to NF4 in place (bitsandbytes, double quantisation, bf16
+   compute, as ``train --quantize nf4`` loads it), LoRA r=64 on the paper's targets, gradient checkpointing: the
+   two-pass SST step against the one-pass step on the same weights and adapters at 512 tokens. Goal: at most 1.5.
+
+Every row carries the peak device memory of its phase.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import gc
+import json
+import shutil
+import statistics
+import tempfile
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from torch import nn
+
+GOAL_SST_DEPTH1 = 1.05
+GOAL_RECORD_THROUGHPUT = 0.90
+GOAL_TRAIN_RATIO = 1.5
+
+#: The CPU smoke run's shrunk shape: the 27B layer pattern and head layout scaled down (d = 64, 7 layers).
+SMOKE_SHAPE: dict[str, Any] = dict(hidden_size=64, intermediate_size=256, vocab_size=512, num_attention_heads=4,
+                                   num_key_value_heads=2, head_dim=16, query_pre_attn_scalar=16)
+
+
+@dataclass
+class ShapeRow:
+    """One measurement: ``ratio`` against its ``goal`` (``None``: informational), the phase's peak memory."""
+
+    name: str
+    result: str
+    ratio: float | None = None
+    goal: str = "-"
+    met: bool | None = None
+    peak_gib: float | None = None
+    numbers: dict[str, float] = field(default_factory=dict)
+
+    @property
+    def status(self) -> str:
+        return "-" if self.met is None else ("met" if self.met else "NOT met")
+
+
+@dataclass
+class ShapeSettings:
+    """What the paper-shape check runs (from :class:`bench.gpu_check.GpuCheckArgs`)."""
+
+    device: str
+    dtype: torch.dtype
+    layers: int | None
+    smoke: bool
+    prompt_tokens: int = 128
+    decode_tokens: int = 64
+    record_tokens: int = 128
+    depths: tuple[int, ...] = (1, 2, 3, 4)
+    record_depths: tuple[int, ...] = (1, 4)
+    batch_sizes: tuple[int, ...] = (1, 16)
+    train_tokens: int = 512
+    train_steps: int = 3
+    repeats: int = 2
+    profile: bool = False
+    blend_variants: tuple[str, ...] = ("eager", "fused")
+
+
+# ------------------------------------------------------------------------------------------------ helpers
+def synchronize(device: str) -> None:
+    """Wait for the device (CUDA work is asynchronous until synchronised)."""
+    if device.startswith("cuda"):
+        torch.cuda.synchronize()
+
+
+def timed(fn: Callable[[], Any], device: str) -> float:
+    """Seconds of ``fn()``, the device's queued work included."""
+    synchronize(device)
+    started = time.perf_counter()
+    fn()
+    synchronize(device)
+    return time.perf_counter() - started
+
+
+@contextlib.contextmanager
+def peak_memory(device: str) -> Iterator[dict[str, float]]:
+    """Yields a dict that holds ``gib``, the peak allocated device memory inside the block, when it exits."""
+    out: dict[str, float] = {}
+    if device.startswith("cuda"):
+        torch.cuda.reset_peak_memory_stats()
+    try:
+        yield out
+    finally:
+        out["gib"] = torch.cuda.max_memory_allocated() / 2**30 if device.startswith("cuda") else float("nan")
+
+
+def synthetic_prompts(batch: int, length: int, vocab_size: int, seed: int = 0) -> list[list[int]]:
+    """``batch`` prompts of ``length`` random token ids (ids 0-3 are special in Gemma's vocabulary and skipped)."""
+    generator = torch.Generator().manual_seed(seed)
+    return torch.randint(4, vocab_size, (batch, length), generator=generator).tolist()
+
+
+@contextlib.contextmanager
+def plain_layers(sst) -> Iterator[None]:
+    """Switch the SST's decoder layers back to the backbone's own class for the block: plain Hugging Face layers on
+    the same weights (the SST subclass is ``(SSTLayerMixin, Base)``, see ``sst_interp.model.layer``)."""
+    from sst_interp.model.layer import SSTLayerMixin
+
+    layers = list(sst.layers)
+    classes = [type(layer) for layer in layers]
+    try:
+        for layer, cls in zip(layers, classes):
+            bases = [base for base in cls.__bases__ if base is not SSTLayerMixin]
+            layer.__class__ = bases[0]
+        yield
+    finally:
+        for layer, cls in zip(layers, classes):
+            layer.__class__ = cls
+
+
+def free(device: str) -> None:
+    """Return cached blocks to the device before the next phase measures its peak."""
+    gc.collect()
+    if device.startswith("cuda"):
+        torch.cuda.empty_cache()
+
+
+# ------------------------------------------------------------------------------------------------ phases
+def build_backbone(settings: ShapeSettings):
+    """(backbone, config, row): the random backbone on the device; the row names its size and the full model's."""
+    from sst_interp.model.paper_shape import gemma3_27b_text_config, parameter_count, random_backbone
+
+    shape = SMOKE_SHAPE if settings.smoke else {}
+    config = gemma3_27b_text_config(settings.layers, **shape)
+    full = parameter_count(gemma3_27b_text_config())
+    with peak_memory(settings.device) as peak:
+        started = time.perf_counter()
+        backbone = random_backbone(config, settings.dtype, settings.device)
+        synchronize(settings.device)
+        seconds = time.perf_counter() - started
+    params = sum(p.numel() for p in backbone.parameters())
+    nbytes = sum(p.numel() * p.element_size() for p in backbone.parameters())
+    what = "Gemma 3 27B shape" if not shape else "shrunk 27B pattern (smoke)"
+    row = ShapeRow("build", f"{what}: L={config.num_hidden_layers}, d={config.hidden_size}, {params / 1e9:.2f} B "
+                            f"parameters ({nbytes / 1e9:.1f} GB {str(settings.dtype).split('.')[-1]}) in "
+                            f"{seconds:.1f} s; the full 27B config has {full / 1e9:.3f} B",
+                   peak_gib=peak["gib"], numbers={"parameters": params, "bytes": nbytes, "seconds": seconds,
+                                                  "full_parameters": full})
+    return backbone, config, row
+
+
+def plain_generate(backbone, prompts: list[list[int]], new_tokens: int) -> None:
+    """Hugging Face greedy decoding of exactly ``new_tokens`` tokens (no stopping) from equal-length prompts."""
+    ids = torch.tensor(prompts, device=backbone.device)
+    with torch.no_grad():
+        out = backbone.generate(ids, attention_mask=torch.ones_like(ids), do_sample=False, max_new_tokens=new_tokens,
+                                min_new_tokens=new_tokens, pad_token_id=0)
+    assert out.shape[1] == ids.shape[1] + new_tokens
+
+
+def sst_generate(sst, prompts: list[list[int]], depth: int, new_tokens: int, observer=None,
+                 logits_every_iteration: bool = False):
+    """:func:`sst_interp.model.generate` of exactly ``new_tokens`` tokens at ``depth`` (no EOS, no stop strings)."""
+    from sst_interp.model import GenerationConfig, generate
+
+    config = GenerationConfig(max_new_tokens=new_tokens, logits_every_iteration=logits_every_iteration)
+    result = generate(sst, prompts, depth, config, observer=observer)
+    assert all(len(tokens) == new_tokens for tokens in result.token_ids)
+    return result
+
+
+def per_token(total: Callable[[int], float], new_tokens: int) -> float:
+    """Seconds per decode step: (T(N tokens) - T(1 token)) / (N - 1), so the prompt pass is not spread over them."""
+    return (total(new_tokens) - total(1)) / (new_tokens - 1)
+
+
+def measure_plain(sst, settings: ShapeSettings, vocab: int) -> tuple[list[ShapeRow], dict[int, float]]:
+    """Plain HF decoding at each batch size: rows and {batch: s per decode step}."""
+    rows, step = [], {}
+    for batch in settings.batch_sizes:
+        prompts = synthetic_prompts(batch, settings.prompt_tokens, vocab, seed=batch)
+        with plain_layers(sst), peak_memory(settings.device) as peak:
+            plain_generate(sst.backbone, prompts, 2)  # warm-up
+            samples = [per_token(lambda n: timed(lambda: plain_generate(sst.backbone, prompts, n), settings.device),
+                                 settings.decode_tokens) for _ in range(settings.repeats)]
+        step[batch] = statistics.median(samples)
+        rows.append(ShapeRow(f"plain b{batch}", f"HF greedy: {batch / step[batch]:.1f} tokens/s ("
+                                                f"{1000 * step[batch]:.2f} ms per step, batch {batch})",
+                             peak_gib=peak["gib"], numbers={"s_per_step": step[batch],
+                                                            "tokens_per_s": batch / step[batch]}))
+    return rows, step
+
+
+def measure_sst(sst, settings: ShapeSettings, vocab: int) -> list[ShapeRow]:
+    """SST decoding at each depth (batch 1) against depth x plain steps, interleaved with plain runs; then again
+    with the blend compiled into one kernel per layer (:meth:`SSTModel.compile_blend`, rows ``sst dK fused``)."""
+    prompts = synthetic_prompts(1, settings.prompt_tokens, vocab, seed=1)
+
+    def plain_total(n: int) -> float:
+        with plain_layers(sst):
+            return timed(lambda: plain_generate(sst.backbone, prompts, n), settings.device)
+
+    rows = []
+    for variant in settings.blend_variants:
+        sst.compile_blend(variant == "fused")
+        plain, sst_steps = [], {depth: [] for depth in settings.depths}
+        with peak_memory(settings.device) as peak:
+            sst_generate(sst, prompts, 1, 2)  # warm-up (the fused variant compiles here)
+            for _ in range(settings.repeats):
+                plain.append(per_token(plain_total, settings.decode_tokens))
+                for depth in settings.depths:
+                    sst_steps[depth].append(per_token(
+                        lambda n: timed(lambda: sst_generate(sst, prompts, depth, n), settings.device),
+                        settings.decode_tokens))
+        plain_step = statistics.median(plain)
+        for depth in settings.depths:
+            step = statistics.median(sst_steps[depth])
+            ratio = step / (depth * plain_step)
+            goal = depth == 1
+            rows.append(ShapeRow(
+                f"sst d{depth}" + (" fused" if variant == "fused" else ""),
+                f"{1000 * step:.2f} ms/token vs {depth} x {1000 * plain_step:.2f} ms plain (batch 1, LM head after "
+                f"the last iteration, {variant} blend)",
+                ratio=ratio, goal=f"<= {GOAL_SST_DEPTH1}" if goal else "-",
+                met=ratio <= GOAL_SST_DEPTH1 if goal else None, peak_gib=peak["gib"],
+                numbers={"s_per_token": step, "plain_s_per_step": plain_step}))
+    sst.compile_blend(False)
+    return rows
+
+
+def _payload_bytes(columns: dict[str, dict[str, Any]]) -> int:
+    total = 0
+    for table in columns.values():
+        for value in table.values():
+            if isinstance(value, torch.Tensor):
+                total += value.numel() * value.element_size()
+            elif isinstance(value, np.ndarray) and value.dtype != object:
+                total += value.nbytes
+    return total
+
+
+def measure_record(sst, settings: ShapeSettings, vocab: int) -> list[ShapeRow]:
+    """``record``'s capture and writer at the paper's settings against plain generation of the same tokens."""
+    from bench.bench_record import bench_writer
+    from sst_interp.hooks import RecordConfig, Recorder
+    from sst_interp.store import RunWriter
+
+    prompts = synthetic_prompts(1, settings.prompt_tokens, vocab, seed=2)
+    capture = RecordConfig(full_positions=10, sketch_positions=512, top_k=100, dtype="bfloat16")
+    extra = {"hidden_size": sst.hidden_size, "num_layers": sst.num_layers, "dtype": "bfloat16"}
+    root = Path(tempfile.mkdtemp(prefix="paper_shape_record_"))
+    rows: list[ShapeRow] = []
+    counter = iter(range(10**6))
+    produced_mb_per_s = 0.0
+    try:
+        with RunWriter.create_or_resume(root / "run", {"bench": "paper-shape"}, extra) as writer:
+            def record(depth: int) -> int:
+                ids = [f"q{next(counter)}"]
+                with Recorder.for_model(sst, ids, capture) as recorder:
+                    sst_generate(sst, prompts, depth, settings.record_tokens, observer=recorder,
+                                 logits_every_iteration=True)
+                columns = recorder.columns()
+                writer.submit(depth, ids, **columns)
+                return _payload_bytes(columns)
+
+            def plain() -> None:
+                with plain_layers(sst):
+                    plain_generate(sst.backbone, prompts, settings.record_tokens)
+
+            record(1)
+            writer.flush()  # warm-up, written
+            for depth in settings.record_depths:
+                plain_s, record_s, payload = [], [], 0
+                with peak_memory(settings.device) as peak:
+                    for _ in range(settings.repeats):
+                        plain_s.append(timed(plain, settings.device))
+                        started = time.perf_counter()
+                        payload = record(depth)
+                        writer.flush()  # the write of this batch counts against recording
+                        record_s.append(time.perf_counter() - started)
+                plain_time, record_time = statistics.median(plain_s), statistics.median(record_s)
+                ratio = record_time / (depth * plain_time)
+                throughput = 1.0 / ratio
+                produced_mb_per_s = max(produced_mb_per_s, payload / 1e6 / record_time)
+                rows.append(ShapeRow(
+                    f"record d{depth}", f"{record_time:.2f} s for {settings.record_tokens} tokens vs {depth} x "
+                                        f"{plain_time:.2f} s plain; throughput {throughput:.2f} of plain; "
+                                        f"{payload / 1e6:.1f} MB captured",
+                    ratio=ratio, goal=f"<= {1 / GOAL_RECORD_THROUGHPUT:.3f} (>= {GOAL_RECORD_THROUGHPUT:.0%} "
+                                      f"throughput)", met=throughput >= GOAL_RECORD_THROUGHPUT,
+                    peak_gib=peak["gib"], numbers={"record_s": record_time, "plain_s": plain_time,
+                                                   "payload_bytes": payload}))
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+    writer_args = type("WriterArgs", (), dict(full_positions=10, depth=1, batch=1, writer_batches=4))()
+    rates = bench_writer(sst.hidden_size, sst.num_layers, writer_args)
+    rows.append(ShapeRow("writer", f"RunWriter {rates['bfloat16']:.0f} MB/s (bf16 hidden) vs at most "
+                                   f"{produced_mb_per_s:.1f} MB/s produced while recording: "
+                                   f"{rates['bfloat16'] / max(produced_mb_per_s, 1e-9):.0f}x headroom",
+                         ratio=produced_mb_per_s / rates["bfloat16"], goal="< 1 (the writer keeps up)",
+                         met=produced_mb_per_s < rates["bfloat16"],
+                         numbers={"writer_mb_per_s": rates["bfloat16"], "produced_mb_per_s": produced_mb_per_s}))
+    return rows
+
+
+def quantize_nf4_(backbone: nn.Module, compute_dtype: torch.dtype) -> int:
+    """Replace every ``nn.Linear`` of the decoder layers by a bitsandbytes NF4 ``Linear4bit`` in place, one at a
+    time (the bf16 weight is freed as its 4-bit copy is made). Embeddings and the LM head stay in ``compute_dtype``,
+    as transformers' 4-bit loading leaves them. Returns the number of layers quantised."""
+    import bitsandbytes as bnb
+
+    count = 0
+    for layer in backbone.get_decoder().layers:
+        for parent in list(layer.modules()):
+            for name, child in list(parent.named_children()):
+                if type(child) is not nn.Linear:
+                    continue
+                device = child.weight.device
+                quantized = bnb.nn.Linear4bit(child.in_features, child.out_features, bias=child.bias is not None,
+                                              compute_dtype=compute_dtype, compress_statistics=True,
+                                              quant_type="nf4", device="meta")
+                weight = bnb.nn.Params4bit(child.weight.data, requires_grad=False, compress_statistics=True,
+                                           quant_type="nf4", module=quantized)
+                quantized.weight = weight.to(device)  # quantises on the device
+                if child.bias is not None:
+                    quantized.bias = nn.Parameter(child.bias.data, requires_grad=False)
+                setattr(parent, name, quantized)
+                del child, weight
+                count += 1
+    return count
+
+
+def synthetic_batch(tokens: int, vocab: int):
+    """One training sequence of ``tokens`` random ids whose second half is labelled (a model turn)."""
+    from sst_interp.train.data import Batch
+
+    ids = torch.randint(4, vocab, (1, tokens), generator=torch.Generator().manual_seed(3))
+    labels = ids.clone()
+    labels[:, : tokens // 2] = -100
+    starts = torch.zeros_like(ids, dtype=torch.bool)
+    starts[:, 0] = True
+    return Batch(ids, labels, torch.arange(tokens)[None], starts, [(0,)], tokens - tokens // 2)
+
+
+def measure_training(backbone, settings: ShapeSettings, vocab: int) -> list[ShapeRow]:
+    """NF4 (QLoRA; plain LoRA under the smoke run) two-pass step against the one-pass step on the same model."""
+    from bench.bench_train import train_step
+    from sst_interp.train.config import TrainConfig
+    from sst_interp.train.modeling import TrainModel, build_train_model
+    from sst_interp.train.optim import build_optimizer
+
+    quantized = 0
+    with peak_memory(settings.device) as peak_quantize:
+        if not settings.smoke:
+            quantized = quantize_nf4_(backbone, settings.dtype)
+            free(settings.device)
+    weights_gib = torch.cuda.memory_allocated() / 2**30 if settings.device.startswith("cuda") else float("nan")
+    with tempfile.TemporaryDirectory(prefix="paper_shape_train_") as out:
+        config = TrainConfig(train_data="unused", out=out, device=settings.device.split(":")[0], quantize="none")
+        torch.manual_seed(0)
+        model = build_train_model(backbone, config)
+        baseline = TrainModel(model.backbone, model.peft_model, None)  # same weights and adapters, one pass
+        optimizer = build_optimizer(model.lora_parameters(), model.sst_parameters(), config)
+        batch = synthetic_batch(settings.train_tokens, vocab)
+        times: dict[str, list[float]] = {"sst": [], "one-pass": []}
+        peaks: dict[str, float] = {}
+        losses: dict[str, float] = {}
+        for name, which in (("sst", model), ("one-pass", baseline)):  # warm-up, with peaks
+            with peak_memory(settings.device) as peak:
+                losses[name], _ = train_step(which, optimizer, batch, config.ce_chunk_size)
+            peaks[name] = peak["gib"]
+        for _ in range(settings.train_steps):
+            for name, which in (("sst", model), ("one-pass", baseline)):
+                times[name].append(train_step(which, optimizer, batch, config.ce_chunk_size)[1])
+        del model, baseline, optimizer
+    sst_s, plain_s = statistics.median(times["sst"]), statistics.median(times["one-pass"])
+    ratio = sst_s / plain_s
+    kind = "LoRA (no NF4 on the CPU)" if settings.smoke else f"QLoRA NF4 ({quantized} linears, {weights_gib:.1f} GiB)"
+    return [
+        ShapeRow("qlora 1-pass", f"{kind}: one-pass step {plain_s:.3f} s at {settings.train_tokens} tokens "
+                                 f"(loss {losses['one-pass']:.2f})", peak_gib=peaks["one-pass"],
+                 numbers={"s_per_step": plain_s, "quantize_peak_gib": peak_quantize["gib"]}),
+        ShapeRow("qlora 2-pass", f"two-pass SST step {sst_s:.3f} s (loss {losses['sst']:.2f})", ratio=ratio,
+                 goal=f"<= {GOAL_TRAIN_RATIO}", met=ratio <= GOAL_TRAIN_RATIO, peak_gib=peaks["sst"],
+                 numbers={"s_per_step": sst_s}),
+    ]
+
+
+def profile_decode(sst, settings: ShapeSettings, vocab: int) -> str:
+    """torch.profiler over a short plain and SST (depth 1) generation: the top operators by device time, and how
+    often the host waited for the device."""
+    from torch.profiler import ProfilerActivity, profile
+
+    prompts = synthetic_prompts(1, settings.prompt_tokens, vocab, seed=4)
+    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if settings.device.startswith("cuda") else [])
+    sort = "self_cuda_time_total" if settings.device.startswith("cuda") else "self_cpu_time_total"
+    report = []
+    for name, run in (("plain", lambda: plain_generate(sst.backbone, prompts, 8)),
+                      ("sst d1", lambda: sst_generate(sst, prompts, 1, 8))):
+        context = plain_layers(sst) if name == "plain" else contextlib.nullcontext()
+        with context, profile(activities=activities) as prof:
+            run()
+            synchronize(settings.device)
+        averages = prof.key_averages()
+        syncs = sum(e.count for e in averages if "Synchronize" in e.key or e.key == "aten::item")
+        launches = sum(e.count for e in averages if e.key in ("cudaLaunchKernel", "cuLaunchKernel",
+                                                              "cudaLaunchKernelExC"))
+        report.append(f"--- profile {name} (8 tokens): {launches} kernel launches, {syncs} host syncs/items")
+        report.append(averages.table(sort_by=sort, row_limit=12, max_name_column_width=48))
+    return "\n".join(report)
+
+
+# ------------------------------------------------------------------------------------------------ driver
+def run_paper_shape(settings: ShapeSettings) -> tuple[list[ShapeRow], str]:
+    """Every phase on one model; returns (rows, profile text or '')."""
+    from sst_interp.model import SSTConfig, SSTModel
+
+    backbone, config, build_row = build_backbone(settings)
+    rows = [build_row]
+    vocab = config.vocab_size
+    sst = SSTModel.from_backbone(backbone, SSTConfig())  # the paper's SST: unit-scale state, direct update
+    for phase in (measure_plain, measure_sst, measure_record):
+        print(f"== paper-shape: {phase.__name__}", flush=True)
+        result = phase(sst, settings, vocab)
+        phase_rows = result[0] if isinstance(result, tuple) else result
+        for row in phase_rows:
+            ratio = f" [ratio {row.ratio:.3f}, {row.status}]" if row.ratio is not None else ""
+            print(f"   {row.name}: {row.result}{ratio}", flush=True)
+        rows.extend(phase_rows)
+        free(settings.device)
+    profile_text = profile_decode(sst, settings, vocab) if settings.profile else ""
+    if profile_text:
+        print(profile_text, flush=True)
+    print("== paper-shape: measure_training", flush=True)
+    del sst
+    free(settings.device)
+    rows.extend(measure_training(backbone, settings, vocab))
+    return rows, profile_text
+
+
+def format_rows(rows: list[ShapeRow]) -> str:
+    """The paper-shape table: measurement, ratio, goal, status, peak memory, result."""
+    lines = [f"{'measure':<13}  {'ratio':>7}  {'goal':<28}  {'status':<7}  {'peak GiB':>8}  result",
+             f"{'-' * 13}  {'-' * 7}  {'-' * 28}  {'-' * 7}  {'-' * 8}  {'-' * 6}"]
+    for row in rows:
+        ratio = f"{row.ratio:.3f}" if row.ratio is not None else "-"
+        peak = f"{row.peak_gib:.1f}" if row.peak_gib is not None and row.peak_gib == row.peak_gib else "-"
+        lines.append(f"{row.name:<13}  {ratio:>7}  {row.goal:<28}  {row.status:<7}  {peak:>8}  {row.result}")
+    return "\n".join(lines)
+
+
+def write_json(path: Path, rows: list[ShapeRow], environment: dict[str, Any]) -> None:
+    """The table as JSON: ``{"environment": {...}, "rows": [{name, result, ratio, goal, met, peak_gib, ...}]}``."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    payload = {"environment": environment, "rows": [asdict(row) | {"status": row.status} for row in rows]}
+    path.write_text(json.dumps(payload, indent=2) + "\n")
