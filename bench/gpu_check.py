@@ -454,7 +454,7 @@ def run_paper_shape_table(config: GpuCheckArgs) -> int:
         print(f"\nwrote {config.json}")
     missed = [row.name for row in rows if row.met is False]
     print(f"\ngoals {'missed: ' + ', '.join(missed) if missed else 'all met'}")
-    return 0
+    return 1 if any(row.result.startswith("FAILED") for row in rows) else 0
 
 
 #: Sizes of ``--paper-shape --cpu-smoke``: seconds on one CPU core (7 layers: one full-attention layer after five

@@ -32,6 +32,7 @@ import shutil
 import statistics
 import tempfile
 import time
+import traceback
 from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -434,30 +435,49 @@ def profile_decode(sst, settings: ShapeSettings, vocab: int) -> str:
 
 # ------------------------------------------------------------------------------------------------ driver
 def run_paper_shape(settings: ShapeSettings) -> tuple[list[ShapeRow], str]:
-    """Every phase on one model; returns (rows, profile text or '')."""
+    """Every phase on one model; returns (rows, profile text or ''). A phase that raises becomes a FAILED row (its
+    traceback on stderr) and the next phase still runs: one bug must not cost the rest of a GPU lease."""
     from sst_interp.model import SSTConfig, SSTModel
 
     backbone, config, build_row = build_backbone(settings)
     rows = [build_row]
     vocab = config.vocab_size
     sst = SSTModel.from_backbone(backbone, SSTConfig())  # the paper's SST: unit-scale state, direct update
-    for phase in (measure_plain, measure_sst, measure_record):
-        print(f"== paper-shape: {phase.__name__}", flush=True)
-        result = phase(sst, settings, vocab)
-        phase_rows = result[0] if isinstance(result, tuple) else result
-        for row in phase_rows:
-            ratio = f" [ratio {row.ratio:.3f}, {row.status}]" if row.ratio is not None else ""
-            print(f"   {row.name}: {row.result}{ratio}", flush=True)
-        rows.extend(phase_rows)
-        free(settings.device)
-    profile_text = profile_decode(sst, settings, vocab) if settings.profile else ""
-    if profile_text:
-        print(profile_text, flush=True)
-    print("== paper-shape: measure_training", flush=True)
+    profile_text = ""
+    phases: list[tuple[str, Callable[[], list[ShapeRow]]]] = [
+        ("plain", lambda: measure_plain(sst, settings, vocab)[0]),
+        ("sst", lambda: measure_sst(sst, settings, vocab)),
+        ("record", lambda: measure_record(sst, settings, vocab)),
+    ]
+    for name, phase in phases:
+        rows.extend(_run_phase(name, phase, settings))
+    if settings.profile:
+        try:
+            profile_text = profile_decode(sst, settings, vocab)
+            print(profile_text, flush=True)
+        except Exception:  # noqa: BLE001 - the profile is diagnostics; its failure is printed, the table goes on
+            traceback.print_exc()
     del sst
     free(settings.device)
-    rows.extend(measure_training(backbone, settings, vocab))
+    rows.extend(_run_phase("qlora", lambda: measure_training(backbone, settings, vocab), settings))
     return rows, profile_text
+
+
+def _run_phase(name: str, phase: Callable[[], list[ShapeRow]], settings: ShapeSettings) -> list[ShapeRow]:
+    print(f"== paper-shape: {name}", flush=True)
+    started = time.perf_counter()
+    try:
+        phase_rows = phase()
+    except Exception as err:  # noqa: BLE001 - reported as this phase's FAILED row with its traceback
+        traceback.print_exc()
+        phase_rows = [ShapeRow(name, f"FAILED: {type(err).__name__}: {' '.join(str(err).split())[:300]}",
+                               met=False)]
+    for row in phase_rows:
+        ratio = f" [ratio {row.ratio:.3f}, {row.status}]" if row.ratio is not None else ""
+        print(f"   {row.name}: {row.result}{ratio}", flush=True)
+    print(f"   ({time.perf_counter() - started:.1f} s)", flush=True)
+    free(settings.device)
+    return phase_rows
 
 
 def format_rows(rows: list[ShapeRow]) -> str:
