@@ -41,7 +41,7 @@ from sst_interp import __version__
 from sst_interp.errors import UsageError
 from sst_interp.store import manifest as mf
 from sst_interp.store import schema as sch
-from sst_interp.store import codecs, integrity, tables
+from sst_interp.store import codecs, integrity, stamp, tables
 from sst_interp.store.atomic import is_temp_name
 from sst_interp.store.errors import CorruptRunError
 from sst_interp.store.validate import check_shard, check_table_file
@@ -196,6 +196,7 @@ class RunWriter:
             if not new_rows:
                 return
             table = pa.concat_tables([old, pa.Table.from_pylist(new_rows, schema=sch.QUESTIONS_SCHEMA)])
+        table = stamp.stamped(table, self._manifest)
         with self._commit_lock, self._across_processes():
             written = self._guard_disk(lambda: tables.write_table_atomic(table, target), target)
             with self._state_lock:
@@ -296,6 +297,7 @@ class RunWriter:
             table, present = tables.build_shard_table(kind, columns, job.question_ids, layout)
             if table.num_rows == 0:
                 continue
+            table = stamp.stamped(table, layout)  # so a lost manifest can be rebuilt from the shards
             rel = f"{kind}/depth={job.depth}/part-{batch_id:06d}.parquet"
             codec = codecs.shard_codec(kind, layout.get("dtype"))
             final = self.path / rel
@@ -334,6 +336,7 @@ class RunWriter:
             old = integrity.read_table(target)
             groups = [handle.metadata.row_group(i).num_rows for i in range(handle.metadata.num_row_groups)] + groups
             rows = pa.concat_tables([old, rows], promote_options="permissive")
+        rows = stamp.stamped(rows, self._manifest)
         return self._guard_disk(lambda: tables.write_table_atomic(rows, target, row_groups=groups), target)
 
     def _commit_batch(self, job: _Job, batch_id: int, entry: dict[str, Any],
