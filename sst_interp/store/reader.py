@@ -20,6 +20,7 @@ from sst_interp.store import schema as sch
 from sst_interp.store import consistency, contract, discovery, integrity
 from sst_interp.store.discovery import QuestionIndex, ShardFile
 from sst_interp.store.errors import CorruptRunError
+from sst_interp.store.rebuild import has_run_files
 from sst_interp.store.validate import check_shard, check_table_file, read_footer
 
 
@@ -191,13 +192,15 @@ class Run:
         """
         path = Path(path)
         target = path / mf.MANIFEST_NAME
+        repair = f"python -m sst_interp.store repair {path} rebuilds it from the shards and tables"
         if not target.is_file():
+            if path.is_dir() and has_run_files(path):
+                raise CorruptRunError(f"{target} is missing; {repair}")
             raise UsageError(f"{path} is not a run directory (no {mf.MANIFEST_NAME}); pass the --out of a record run")
         try:
             raw = mf.read_manifest(path)
         except ValueError as err:
-            raise CorruptRunError(f"{target} is not valid JSON ({err}); the run cannot be read, "
-                                  "record it again into a new --out") from err
+            raise CorruptRunError(f"{target} is not valid JSON ({' '.join(str(err).split())}); {repair}") from err
         manifest = contract.check_manifest(target, raw)
         listed = mf.listed_shards(manifest)
         shards = []

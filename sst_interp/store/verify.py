@@ -19,6 +19,7 @@ from sst_interp.store import manifest as mf
 from sst_interp.store.consistency import Finding
 from sst_interp.store.discovery import ShardFile
 from sst_interp.store.errors import CorruptRunError
+from sst_interp.store.rebuild import has_run_files
 from sst_interp.store.validate import check_shard, read_footer
 
 
@@ -56,9 +57,13 @@ def verify_run(path: str | Path) -> VerifyReport:
     if not path.is_dir():
         raise UsageError(f"{path} is not a directory; pass a run directory (the --out of a record run)")
     target = path / mf.MANIFEST_NAME
-    if not target.is_file():
-        raise UsageError(f"{path} is not a run directory (no {mf.MANIFEST_NAME}); pass the --out of a record run")
     report = VerifyReport()
+    if not target.is_file():
+        if not has_run_files(path):
+            raise UsageError(f"{path} is not a run directory (no {mf.MANIFEST_NAME}); pass the --out of a record "
+                             "run")
+        report.damaged.append((mf.MANIFEST_NAME, "missing, while the run's shards and tables are there"))
+        return report
     manifest: dict[str, Any] | None
     try:
         manifest = contract.check_manifest(target, mf.read_manifest(path))
