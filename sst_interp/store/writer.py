@@ -138,12 +138,13 @@ class RunWriter:
         path.mkdir(parents=True, exist_ok=True)
         lock_handle = _acquire_lock(path)
         try:
-            rebuilt = _rebuild_if_lost(path)
+            rebuilt = guard_disk(lambda: _rebuild_if_lost(path), path, path / mf.MANIFEST_NAME)
             if (path / mf.MANIFEST_NAME).exists():
-                manifest, report = _resume(path, identity, manifest_extra)
+                manifest, report = guard_disk(lambda: _resume(path, identity, manifest_extra), path, path)
                 report.reconciled[:0] = rebuilt
             else:
-                manifest, report = _create(path, identity, manifest_extra)
+                manifest, report = guard_disk(lambda: _create(path, identity, manifest_extra), path,
+                                              path / mf.MANIFEST_NAME)
         except BaseException:
             lock_handle.close()
             raise
@@ -371,16 +372,21 @@ class RunWriter:
             self._manifest = new_manifest
 
     def _guard_disk(self, action: Any, target: Path) -> Any:
-        try:
-            return action()
-        except OSError as err:
-            if err.errno == errno.ENOSPC or "No space left" in str(err):
-                free = shutil.disk_usage(self.path).free
-                raise UsageError(
-                    f"disk full while writing {target} ({free / 1e6:.1f} MB free); free some space and rerun the "
-                    "same command to resume (completed questions are kept)"
-                ) from err
-            raise
+        return guard_disk(action, self.path, target)
+
+
+def guard_disk(action: Any, run_path: Path, target: Path) -> Any:
+    """Run ``action`` (which writes ``target``); a full disk becomes a one-line UsageError."""
+    try:
+        return action()
+    except OSError as err:
+        if err.errno == errno.ENOSPC or "No space left" in str(err):
+            free = shutil.disk_usage(run_path).free
+            raise UsageError(
+                f"disk full while writing {target} ({free / 1e6:.1f} MB free); free some space and rerun the "
+                "same command to resume (completed questions are kept)"
+            ) from err
+        raise
 
 
 # ---------------------------------------------------------------------------------------------- helpers
