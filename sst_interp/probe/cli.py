@@ -33,6 +33,7 @@ from sst_interp.probe.dataset import ProbeData, load_probe_data, load_probe_data
 from sst_interp.probe.loocv import DEFAULT_PERMUTATIONS
 from sst_interp.probe.model import ACTIVATIONS, DEFAULT_THRESHOLD, HaltingProbe, ProbeConfig
 from sst_interp.probe.train import TrainConfig
+from sst_interp.outputs import write_output
 
 
 @dataclass(frozen=True)
@@ -121,8 +122,8 @@ def build_parser() -> argparse.ArgumentParser:
 def _write(out: Path, tables: dict[str, pd.DataFrame], summary: dict[str, Any]) -> None:
     out.mkdir(parents=True, exist_ok=True)
     for name, table in tables.items():
-        table.to_csv(out / f"{name.replace(':', '_')}.csv", index=False)
-    (out / "summary.json").write_text(json.dumps(summary, indent=2, sort_keys=True, default=_plain) + "\n")
+        write_output(out / f"{name.replace(':', '_')}.csv", table.to_csv(index=False))
+    write_output(out / "summary.json", json.dumps(summary, indent=2, sort_keys=True, default=_plain) + "\n")
 
 
 def _plain(value: Any) -> Any:

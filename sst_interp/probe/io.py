@@ -16,17 +16,16 @@ other file is looked up next to it with the same stem).
 from __future__ import annotations
 
 import json
-import os
-import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import torch
-from safetensors.torch import load_file, save_file
+from safetensors.torch import load_file, save
 
 from sst_interp import __version__
 from sst_interp.errors import UsageError
+from sst_interp.outputs import write_output
 from sst_interp.probe.model import DEFAULT_THRESHOLD, HaltingProbe, ProbeConfig
 
 FORMAT = "sst_interp.halting_probe"
@@ -80,14 +79,8 @@ def save_probe(path: str | Path, probe: HaltingProbe, meta: ProbeMeta) -> Path:
         "package_version": __version__,
     }
     text = json.dumps(payload, indent=2, sort_keys=True, default=_json_default)
-    fd, tmp_w = tempfile.mkstemp(dir=weights.parent, suffix=".safetensors.tmp")
-    os.close(fd)
-    save_file(tensors, tmp_w, metadata={"format": FORMAT})
-    os.replace(tmp_w, weights)
-    fd, tmp_j = tempfile.mkstemp(dir=sidecar.parent, suffix=".json.tmp")
-    with os.fdopen(fd, "w") as fh:
-        fh.write(text + "\n")
-    os.replace(tmp_j, sidecar)
+    write_output(weights, save(tensors, metadata={"format": FORMAT}))
+    write_output(sidecar, text + "\n")
     return weights.parent
 
 

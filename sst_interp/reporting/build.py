@@ -29,6 +29,7 @@ from sst_interp.reporting.html import Outcome, write_page
 from sst_interp.reporting.registry import UNSUPPORTED, all_specs, plan
 from sst_interp.reporting.tables import write_table
 from sst_interp.store import CorruptRunError
+from sst_interp.outputs import OutputSpaceError
 
 
 @dataclass(frozen=True)
@@ -158,7 +159,7 @@ def produce(art: Artefact, ctx: ReportContext, cache: ResultCache, prints: Finge
         if isinstance(data, NotApplicable):
             return Outcome(art, "skipped", reason=data.reason, cached=cached, seconds=time.perf_counter() - start)
         files = _write(art, data, out, key, render_keys)
-    except CorruptRunError:
+    except (CorruptRunError, OutputSpaceError):  # the run or the disk: no other artefact can do better
         raise
     except Exception as err:  # noqa: BLE001 - listed on the page with its traceback, and the CLI exits 1
         return Outcome(art, "failed", reason=f"{type(err).__name__}: {err}", detail=traceback.format_exc(),

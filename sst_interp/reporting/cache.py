@@ -22,7 +22,7 @@ import hashlib
 import json
 import shutil
 from collections.abc import Iterable, Mapping
-from io import StringIO
+from io import BytesIO, StringIO
 from pathlib import Path
 from typing import Any
 
@@ -30,6 +30,7 @@ import pandas as pd
 import pyarrow as pa
 
 from sst_interp.analyses.results import NotApplicable
+from sst_interp.outputs import write_output
 from sst_interp.reporting.artefacts import ArtefactData
 
 FORMAT = 1
@@ -134,12 +135,17 @@ class ResultCache:
         if tmp.exists():
             shutil.rmtree(tmp)
         tmp.mkdir(parents=True)
-        if isinstance(data, NotApplicable):
-            meta: dict[str, Any] = {"format": FORMAT, "not_applicable": data.reason, "measurement": data.measurement}
-        else:
-            formats = {table: _write_table(frame, tmp / table) for table, frame in data.tables.items()}
-            meta = {"format": FORMAT, "tables": formats, "meta": data.meta}
-        (tmp / "meta.json").write_text(json.dumps(meta, indent=1, default=_plain))
+        try:
+            if isinstance(data, NotApplicable):
+                meta: dict[str, Any] = {"format": FORMAT, "not_applicable": data.reason,
+                                        "measurement": data.measurement}
+            else:
+                formats = {table: _write_table(frame, tmp / table) for table, frame in data.tables.items()}
+                meta = {"format": FORMAT, "tables": formats, "meta": data.meta}
+            write_output(tmp / "meta.json", json.dumps(meta, indent=1, default=_plain))
+        except BaseException:
+            shutil.rmtree(tmp, ignore_errors=True)  # no half-written entry left in the cache
+            raise
         if final.exists():
             shutil.rmtree(final)
         tmp.rename(final)
@@ -161,19 +167,20 @@ class ResultCache:
     def save_render_keys(self, keys: Mapping[str, str]) -> None:
         """Persist the render keys."""
         self.root.mkdir(parents=True, exist_ok=True)
-        self._render_path().write_text(json.dumps(dict(keys), indent=1, sort_keys=True))
+        write_output(self._render_path(), json.dumps(dict(keys), indent=1, sort_keys=True))
 
 
 def _write_table(frame: pd.DataFrame, stem: Path) -> str:
     frame = frame.copy()
     frame.attrs = {}
+    buffer = BytesIO()
     try:
-        frame.to_parquet(stem.with_suffix(".parquet"), index=False)
-        return "parquet"
-    except (pa.ArrowException, TypeError, ValueError):
-        stem.with_suffix(".parquet").unlink(missing_ok=True)
-        stem.with_suffix(".json").write_text(frame.reset_index(drop=True).to_json(orient="table", index=False))
+        frame.to_parquet(buffer, index=False)
+    except (pa.ArrowException, TypeError, ValueError):  # a column Parquet cannot hold: JSON keeps it
+        write_output(stem.with_suffix(".json"), frame.reset_index(drop=True).to_json(orient="table", index=False))
         return "json"
+    write_output(stem.with_suffix(".parquet"), buffer.getvalue())
+    return "parquet"
 
 
 def _read_table(path: Path, fmt: str) -> pd.DataFrame:

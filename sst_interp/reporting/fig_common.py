@@ -3,6 +3,7 @@ percentile-band drawing used by every layer profile."""
 
 from __future__ import annotations
 
+import io
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -12,6 +13,8 @@ from matplotlib.axes import Axes
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 from matplotlib.ticker import MaxNLocator
+
+from sst_interp.outputs import write_output
 
 PNG_DPI = 150
 PASS = "#2ca02c"
@@ -39,8 +42,10 @@ def save_figure(fig: Figure, out: Path, name: str) -> list[Path]:
     """Write ``<out>/<name>.png`` (150 dpi) and ``.pdf``; returns the paths."""
     out.mkdir(parents=True, exist_ok=True)
     png, pdf = out / f"{name}.png", out / f"{name}.pdf"
-    fig.savefig(png, dpi=PNG_DPI)
-    fig.savefig(pdf)
+    for target, options in ((png, {"dpi": PNG_DPI}), (pdf, {})):
+        buffer = io.BytesIO()  # drawn in memory, then written whole (no partial figure on a full disk)
+        fig.savefig(buffer, format=target.suffix[1:], **options)
+        write_output(target, buffer.getvalue())
     return [png, pdf]
 
 

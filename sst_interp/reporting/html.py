@@ -16,6 +16,7 @@ from typing import Any, Literal
 import jinja2
 
 from sst_interp import __version__
+from sst_interp.outputs import write_output
 from sst_interp.reporting.artefacts import FAMILIES, Artefact, ArtefactData
 from sst_interp.reporting.config import ReportInputs
 from sst_interp.reporting.tables import to_html
@@ -147,5 +148,5 @@ def write_page(outcomes: Sequence[Outcome], inputs: ReportInputs, unsupported: d
     """Write ``<out>/index.html``; returns its path."""
     out.mkdir(parents=True, exist_ok=True)
     path = out / "index.html"
-    path.write_text(render_page(outcomes, inputs, unsupported, out, only), encoding="utf-8")
+    write_output(path, render_page(outcomes, inputs, unsupported, out, only))
     return path

@@ -16,6 +16,8 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from sst_interp.outputs import write_output
+
 MISSING = "\u2014"
 _LATEX_SPECIAL = {"\\": r"\textbackslash{}", "&": r"\&", "%": r"\%", "$": r"\$", "#": r"\#", "_": r"\_",
                   "{": r"\{", "}": r"\}", "~": r"\textasciitilde{}", "^": r"\textasciicircum{}",
@@ -123,7 +125,7 @@ def write_table(frame: pd.DataFrame, out: Path, name: str, caption: str, label: 
     """Write ``<out>/<name>.md``, ``.csv`` and ``.tex``; returns the paths."""
     out.mkdir(parents=True, exist_ok=True)
     md, csv, tex = (out / f"{name}.{ext}" for ext in ("md", "csv", "tex"))
-    md.write_text(to_markdown(frame, caption, notes), encoding="utf-8")
-    frame.to_csv(csv, index=False)
-    tex.write_text(to_latex(frame, caption, label, notes), encoding="utf-8")
+    write_output(md, to_markdown(frame, caption, notes))
+    write_output(csv, frame.to_csv(index=False))
+    write_output(tex, to_latex(frame, caption, label, notes))
     return [md, csv, tex]

@@ -1,9 +1,11 @@
 """``python -m sst_interp.store``: maintenance commands for run directories.
 
-    python -m sst_interp.store verify runs/gsm8k     # page checksums + sha256 of every shard and table
+    python -m sst_interp.store verify runs/gsm8k     # bytes (page checksums, sha256) and consistency of every file
+    python -m sst_interp.store repair runs/gsm8k     # rebuild manifest.json from the shards and tables
 
-Exit codes: 0 all files intact; 1 verification found damaged files (listed on stdout, one a line);
-2 bad input (not a run directory).
+Exit codes: 0 all files intact and consistent (verify) or the manifest rebuilt (repair); 1 verification found
+damaged or inconsistent files (listed on stdout, one a line, each naming the file at fault); 2 bad input (not a
+run directory).
 """
 
 from __future__ import annotations
@@ -11,9 +13,13 @@ from __future__ import annotations
 import argparse
 import sys
 from collections.abc import Sequence
+from pathlib import Path
 
 from sst_interp.errors import cli_entry
-from sst_interp.store.verify import verify_run
+from sst_interp.store import manifest as mf
+from sst_interp.store.consistency import REPAIR_COMMAND
+from sst_interp.store.rebuild import rebuild_manifest
+from sst_interp.store.verify import VerifyReport, verify_run
 
 EXIT_DAMAGED = 1
 
@@ -21,8 +27,11 @@ EXIT_DAMAGED = 1
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m sst_interp.store", description=__doc__.split("\n\n")[0])
     commands = parser.add_subparsers(dest="command", required=True)
-    verify = commands.add_parser("verify", help="check every shard's page checksums and sha256, and the contract")
+    verify = commands.add_parser("verify", help="check every file's page checksums and sha256, the contract, and "
+                                                "that the manifest agrees with the shards and tables")
     verify.add_argument("run", help="a run directory (the --out of a record run)")
+    repair = commands.add_parser("repair", help="rebuild manifest.json from the shards' footers and the tables")
+    repair.add_argument("run", help="a run directory (the --out of a record run)")
     return parser
 
 
@@ -30,14 +39,12 @@ def _parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point; returns the exit code (UsageError: one ``error:`` line and exit 2, via cli_entry)."""
     args = _parser().parse_args(argv)
+    if args.command == "repair":
+        return _repair(args.run)
     report = verify_run(args.run)
-    mb = report.bytes / 1e6
     if not report.ok:
-        for rel, reason in report.damaged:
-            print(f"damaged: {rel}: {reason}")
-        print(f"error: {len(report.damaged)} of {len(report.checked)} files of {args.run} are damaged; rerun the "
-              "same record command to re-record their questions", file=sys.stderr)
-        return EXIT_DAMAGED
+        return _refuse(args.run, report)
+    mb = report.bytes / 1e6
     notes = []
     if report.unhashed:
         notes.append(f"{len(report.unhashed)} without a recorded sha256 (pages and footers checked only)")
@@ -45,5 +52,36 @@ def main(argv: Sequence[str] | None = None) -> int:
         notes.append(f"{len(report.strays)} not in the writer's index (left by an interrupted batch; resume "
                      "removes them)")
     detail = f"; {'; '.join(notes)}" if notes else ""
-    print(f"ok: {len(report.checked)} files ({mb:.1f} MB) of {args.run} verified{detail}")
+    print(f"ok: {len(report.checked)} files ({mb:.1f} MB) of {args.run} verified, consistent{detail}")
+    return 0
+
+
+def _refuse(run: str, report: VerifyReport) -> int:
+    """List every damaged and inconsistent file on stdout, and say on one stderr line what to do."""
+    for rel, reason in report.damaged:
+        print(f"damaged: {rel}: {reason}")
+    for finding in report.inconsistent:
+        print(f"inconsistent: {finding.file}: {finding.reason}")
+    parts = []
+    if report.damaged:
+        parts.append(f"{len(report.damaged)} of {len(report.checked)} files of {run} are damaged")
+    if report.inconsistent:
+        parts.append(f"{len(report.inconsistent)} inconsistencies in {run}")
+    faulty = {rel for rel, _ in report.damaged} | {f.file for f in report.inconsistent}
+    if mf.MANIFEST_NAME in faulty:
+        advice = f"{REPAIR_COMMAND} {run} rebuilds manifest.json from the shards and tables"
+    else:
+        advice = "rerun the same record command to re-record their questions"
+    print(f"error: {' and '.join(parts)}; {advice}", file=sys.stderr)
+    return EXIT_DAMAGED
+
+
+def _repair(run: str) -> int:
+    report = rebuild_manifest(run)
+    removed = f"; removed {len(report.removed)} shard file(s) it could not keep ({', '.join(report.removed[:3])}" \
+              f"{' ...' if len(report.removed) > 3 else ''}): rerun the same record command to record their " \
+              "questions again" if report.removed else ""
+    backup = f"; the previous manifest is in {Path(run) / report.backup}" if report.backup else ""
+    print(f"repaired: {Path(run) / mf.MANIFEST_NAME} rebuilt from the files: {report.question_depths} question-depths "
+          f"in {report.batches} batches{removed}{backup}")
     return 0

@@ -74,7 +74,7 @@ class QuestionIndex:
                 row_group = meta.row_group(group)
                 if row_group.num_rows == 0:
                     continue
-                only = _single_value(row_group.column(column).statistics)
+                only = single_value(row_group.column(column).statistics)
                 if only is not None:
                     index.places.setdefault(only, []).append((shard.rel, group))
                     index.pinned.add((shard.rel, group))
@@ -86,7 +86,7 @@ class QuestionIndex:
         return index
 
 
-def _single_value(stats: pq.Statistics | None) -> str | None:
+def single_value(stats: pq.Statistics | None) -> str | None:
     """The one value of a string column chunk whose statistics say min == max and no nulls, else None."""
     if stats is None or not stats.has_min_max or stats.null_count:
         return None

@@ -17,9 +17,10 @@ import pyarrow.parquet as pq
 from sst_interp.errors import UsageError
 from sst_interp.store import manifest as mf
 from sst_interp.store import schema as sch
-from sst_interp.store import contract, discovery, integrity
+from sst_interp.store import consistency, contract, discovery, integrity
 from sst_interp.store.discovery import QuestionIndex, ShardFile
 from sst_interp.store.errors import CorruptRunError
+from sst_interp.store.rebuild import has_run_files
 from sst_interp.store.validate import check_shard, check_table_file, read_footer
 
 
@@ -181,30 +182,41 @@ class Run:
 
         Checks the manifest's required fields; finds every shard under ``KIND/depth=D/`` and reads its footer,
         checking the contract columns and types; checks the tables' footers and columns; and, where the writer's
-        own index lists a shard, that the file is there with the listed size and row count. No data page is
-        read and no file is hashed here (that is ``python -m sst_interp.store verify``).
+        own index lists a shard, that the file is there with the listed size and row count. Then the footer part
+        of the consistency checks (:func:`sst_interp.store.consistency.footer_findings`): the manifest's layout,
+        depths and status agree with the shards, the tables a completed run needs are there, and no block is
+        recorded twice. No data page is read (but the coordinates of row groups whose footers overlap) and no
+        file is hashed here (that is ``python -m sst_interp.store verify``).
 
         Raises UsageError when ``path`` is not a run, CorruptRunError naming a damaged or off-contract file.
         """
         path = Path(path)
         target = path / mf.MANIFEST_NAME
+        repair = f"python -m sst_interp.store repair {path} rebuilds it from the shards and tables"
         if not target.is_file():
+            if path.is_dir() and has_run_files(path):
+                raise CorruptRunError(f"{target} is missing; {repair}")
             raise UsageError(f"{path} is not a run directory (no {mf.MANIFEST_NAME}); pass the --out of a record run")
         try:
             raw = mf.read_manifest(path)
         except ValueError as err:
-            raise CorruptRunError(f"{target} is not valid JSON ({err}); the run cannot be read, "
-                                  "record it again into a new --out") from err
+            raise CorruptRunError(f"{target} is not valid JSON ({' '.join(str(err).split())}); {repair}") from err
         manifest = contract.check_manifest(target, raw)
         listed = mf.listed_shards(manifest)
         shards = []
         for kind, depth, rel in discovery.shard_paths(path):
             entry = listed.pop(rel, None)
             meta = check_shard(path, entry) if entry is not None else read_footer(path / rel)
-            contract.check_shard_schema(path / rel, kind, meta.schema.to_arrow_schema(), manifest)
             shards.append(ShardFile(kind, depth, rel, meta))
         for rel in sorted(listed):
             check_shard(path, listed[rel])  # listed by the writer but not in the layout: names the missing file
+        # the manifest's layout against the footers first, so that a wrong manifest value is blamed on the
+        # manifest, not on every shard whose columns it then fails to describe
+        _raise_first(path, consistency.layout_findings(manifest, shards)[0])
+        for shard in shards:
+            contract.check_shard_schema(path / shard.rel, shard.kind, shard.metadata.schema.to_arrow_schema(),
+                                        manifest)
+        _raise_first(path, consistency.footer_findings(path, manifest, shards))
         for name in discovery.TABLE_NAMES:
             if (path / name).exists():
                 meta = check_table_file(path / name)
@@ -392,6 +404,14 @@ class Run:
     def to_json(self) -> str:
         """The manifest as JSON text."""
         return json.dumps(self.manifest, indent=1)
+
+
+def _raise_first(path: Path, findings: list[consistency.Finding]) -> None:
+    """A CorruptRunError with the first finding (one line), when there is any."""
+    if findings:
+        more = f" (and {len(findings) - 1} more; python -m sst_interp.store verify {path} lists them)" \
+            if len(findings) > 1 else ""
+        raise CorruptRunError(findings[0].message(path) + more)
 
 
 class _GroupReader:

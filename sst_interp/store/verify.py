@@ -1,5 +1,7 @@
 """Full verification of a run directory: every shard and table read page by page with CRC checks, hashed and
-compared with the sha256 the writer recorded, checked against the column contract and the writer's index.
+compared with the sha256 the writer recorded, checked against the column contract and the writer's index; then
+the run's consistency (:mod:`sst_interp.store.consistency`): the manifest agrees with the shards and tables, and
+every recorded block occurs once.
 
 Unlike :meth:`sst_interp.store.Run.open` (footers only) this reads every byte of the run, once to hash and once
 to decode: about the cost of reading the run twice from disk.
@@ -12,9 +14,12 @@ from pathlib import Path
 from typing import Any
 
 from sst_interp.errors import UsageError
-from sst_interp.store import contract, discovery, integrity
+from sst_interp.store import consistency, contract, discovery, integrity
 from sst_interp.store import manifest as mf
+from sst_interp.store.consistency import Finding
+from sst_interp.store.discovery import ShardFile
 from sst_interp.store.errors import CorruptRunError
+from sst_interp.store.rebuild import has_run_files
 from sst_interp.store.validate import check_shard, read_footer
 
 
@@ -28,6 +33,8 @@ class VerifyReport:
         unhashed: files with no sha256 in the manifest (written by another tool or before checksums): only their
             pages and footers could be checked.
         strays: shards the writer's index does not list (left by an interrupted batch; resume removes them).
+        inconsistent: what disagrees between files that are each intact (the manifest and the shards or tables,
+            or a block recorded twice), each naming the file at fault.
         bytes: total size of the checked files.
     """
 
@@ -35,12 +42,13 @@ class VerifyReport:
     damaged: list[tuple[str, str]] = field(default_factory=list)
     unhashed: list[str] = field(default_factory=list)
     strays: list[str] = field(default_factory=list)
+    inconsistent: list[Finding] = field(default_factory=list)
     bytes: int = 0
 
     @property
     def ok(self) -> bool:
-        """True when no file is damaged."""
-        return not self.damaged
+        """True when no file is damaged and the files agree."""
+        return not self.damaged and not self.inconsistent
 
 
 def verify_run(path: str | Path) -> VerifyReport:
@@ -49,9 +57,13 @@ def verify_run(path: str | Path) -> VerifyReport:
     if not path.is_dir():
         raise UsageError(f"{path} is not a directory; pass a run directory (the --out of a record run)")
     target = path / mf.MANIFEST_NAME
-    if not target.is_file():
-        raise UsageError(f"{path} is not a run directory (no {mf.MANIFEST_NAME}); pass the --out of a record run")
     report = VerifyReport()
+    if not target.is_file():
+        if not has_run_files(path):
+            raise UsageError(f"{path} is not a run directory (no {mf.MANIFEST_NAME}); pass the --out of a record "
+                             "run")
+        report.damaged.append((mf.MANIFEST_NAME, "missing, while the run's shards and tables are there"))
+        return report
     manifest: dict[str, Any] | None
     try:
         manifest = contract.check_manifest(target, mf.read_manifest(path))
@@ -62,12 +74,18 @@ def verify_run(path: str | Path) -> VerifyReport:
         manifest = None
     listed = mf.listed_shards(manifest or {})
     writer_run = manifest is not None and "batches" in manifest
-    for kind, _depth, rel in discovery.shard_paths(path):
+    found = list(discovery.shard_paths(path))
+    footers = {rel: meta for _kind, _depth, rel in found if (meta := _footer(path / rel)) is not None}
+    shards = [ShardFile(kind, depth, rel, footers[rel]) for kind, depth, rel in found if rel in footers]
+    layout = manifest
+    if manifest is not None:
+        report.inconsistent, layout = consistency.layout_findings(manifest, shards)
+    for kind, _depth, rel in found:
         entry = listed.pop(rel, None)
         if writer_run and entry is None:
             report.strays.append(rel)
-        _check(path, rel, report, entry, lambda meta, k=kind, r=rel: manifest is None or contract.check_shard_schema(
-            path / r, k, meta.schema.to_arrow_schema(), manifest))
+        _check(path, rel, report, entry, lambda meta, k=kind, r=rel: layout is None or contract.check_shard_schema(
+            path / r, k, meta.schema.to_arrow_schema(), layout))
     for rel in sorted(listed):
         report.damaged.append((rel, "listed in the manifest but missing"))
     tables = (manifest or {}).get("tables", {})
@@ -77,7 +95,23 @@ def verify_run(path: str | Path) -> VerifyReport:
                 path / n, meta.schema.to_arrow_schema(), contract.TABLE_COLUMNS[n]))
         elif name in tables:
             report.damaged.append((name, "recorded in the manifest but missing"))
+    if manifest is not None:
+        damaged = {rel for rel, _ in report.damaged}
+        intact = [s for s in shards if s.rel not in damaged]  # damage is reported once, as damage
+        report.inconsistent += consistency.status_findings(manifest, shards)
+        report.inconsistent += [f for f in consistency.table_presence_findings(path, manifest)
+                                if f.file not in tables]  # a recorded table that is gone is damage, listed above
+        report.inconsistent += consistency.duplicate_blocks(path, intact, full=True)
+        report.inconsistent += [f for f in consistency.table_findings(path, manifest) if f.file not in damaged]
     return report
+
+
+def _footer(target: Path) -> Any:
+    """A shard's footer, or None when it cannot be read (the file's own checks report it)."""
+    try:
+        return read_footer(target)
+    except CorruptRunError:
+        return None
 
 
 def _check(run_path: Path, rel: str, report: VerifyReport, recorded: dict[str, Any] | None, schema_check: Any) -> None:

@@ -41,9 +41,10 @@ from sst_interp import __version__
 from sst_interp.errors import UsageError
 from sst_interp.store import manifest as mf
 from sst_interp.store import schema as sch
-from sst_interp.store import codecs, integrity, tables
+from sst_interp.store import codecs, integrity, rebuild, stamp, tables
 from sst_interp.store.atomic import is_temp_name
 from sst_interp.store.errors import CorruptRunError
+from sst_interp.store.reconcile import reconcile
 from sst_interp.store.validate import check_shard, check_table_file
 
 LOCK_NAME = ".lock"
@@ -75,12 +76,15 @@ class ResumeReport:
             again.
         damaged: relative paths of files that failed verification (sha256 or page checksums); their batches are
             in ``redo`` (a damaged questions.parquet is removed and written again by ``write_questions``).
+        reconciled: what was changed to make the manifest agree with the files (:mod:`sst_interp.store.reconcile`),
+            including a manifest rebuilt from the files because it was missing or unreadable.
     """
 
     resumed: bool = False
     removed: list[str] = field(default_factory=list)
     redo: dict[int, list[str]] = field(default_factory=dict)
     damaged: list[str] = field(default_factory=list)
+    reconciled: list[str] = field(default_factory=list)
 
 
 class RunWriter:
@@ -134,10 +138,13 @@ class RunWriter:
         path.mkdir(parents=True, exist_ok=True)
         lock_handle = _acquire_lock(path)
         try:
+            rebuilt = guard_disk(lambda: _rebuild_if_lost(path), path, path / mf.MANIFEST_NAME)
             if (path / mf.MANIFEST_NAME).exists():
-                manifest, report = _resume(path, identity, manifest_extra)
+                manifest, report = guard_disk(lambda: _resume(path, identity, manifest_extra), path, path)
+                report.reconciled[:0] = rebuilt
             else:
-                manifest, report = _create(path, identity, manifest_extra)
+                manifest, report = guard_disk(lambda: _create(path, identity, manifest_extra), path,
+                                              path / mf.MANIFEST_NAME)
         except BaseException:
             lock_handle.close()
             raise
@@ -196,6 +203,7 @@ class RunWriter:
             if not new_rows:
                 return
             table = pa.concat_tables([old, pa.Table.from_pylist(new_rows, schema=sch.QUESTIONS_SCHEMA)])
+        table = stamp.stamped(table, self._manifest)
         with self._commit_lock, self._across_processes():
             written = self._guard_disk(lambda: tables.write_table_atomic(table, target), target)
             with self._state_lock:
@@ -296,6 +304,7 @@ class RunWriter:
             table, present = tables.build_shard_table(kind, columns, job.question_ids, layout)
             if table.num_rows == 0:
                 continue
+            table = stamp.stamped(table, layout)  # so a lost manifest can be rebuilt from the shards
             rel = f"{kind}/depth={job.depth}/part-{batch_id:06d}.parquet"
             codec = codecs.shard_codec(kind, layout.get("dtype"))
             final = self.path / rel
@@ -334,6 +343,7 @@ class RunWriter:
             old = integrity.read_table(target)
             groups = [handle.metadata.row_group(i).num_rows for i in range(handle.metadata.num_row_groups)] + groups
             rows = pa.concat_tables([old, rows], promote_options="permissive")
+        rows = stamp.stamped(rows, self._manifest)
         return self._guard_disk(lambda: tables.write_table_atomic(rows, target, row_groups=groups), target)
 
     def _commit_batch(self, job: _Job, batch_id: int, entry: dict[str, Any],
@@ -362,16 +372,21 @@ class RunWriter:
             self._manifest = new_manifest
 
     def _guard_disk(self, action: Any, target: Path) -> Any:
-        try:
-            return action()
-        except OSError as err:
-            if err.errno == errno.ENOSPC or "No space left" in str(err):
-                free = shutil.disk_usage(self.path).free
-                raise UsageError(
-                    f"disk full while writing {target} ({free / 1e6:.1f} MB free); free some space and rerun the "
-                    "same command to resume (completed questions are kept)"
-                ) from err
-            raise
+        return guard_disk(action, self.path, target)
+
+
+def guard_disk(action: Any, run_path: Path, target: Path) -> Any:
+    """Run ``action`` (which writes ``target``); a full disk becomes a one-line UsageError."""
+    try:
+        return action()
+    except OSError as err:
+        if err.errno == errno.ENOSPC or "No space left" in str(err):
+            free = shutil.disk_usage(run_path).free
+            raise UsageError(
+                f"disk full while writing {target} ({free / 1e6:.1f} MB free); free some space and rerun the "
+                "same command to resume (completed questions are kept)"
+            ) from err
+        raise
 
 
 # ---------------------------------------------------------------------------------------------- helpers
@@ -454,6 +469,8 @@ def check_out(path: str | Path, identity: dict[str, Any], manifest_extra: dict[s
         return False
     if not path.is_dir():
         raise UsageError(f"--out {path} is a file, not a run directory; pick another --out")
+    if _manifest_lost(path):
+        return True  # create_or_resume rebuilds it from the files, then checks the identity it finds
     if not (path / mf.MANIFEST_NAME).exists():
         for entry in path.iterdir():
             if entry.name not in (LOCK_NAME, COMMIT_LOCK_NAME) and not (entry.is_file() and is_temp_name(entry.name)):
@@ -464,9 +481,12 @@ def check_out(path: str | Path, identity: dict[str, Any], manifest_extra: dict[s
     return True
 
 
-def _validated_manifest(path: Path, identity: dict[str, Any], extra: dict[str, Any]) -> dict[str, Any]:
+def _validated_manifest(path: Path, identity: dict[str, Any], extra: dict[str, Any],
+                        manifest: dict[str, Any] | None = None) -> dict[str, Any]:
+    """The manifest at ``path`` (or ``manifest``, already read) checked against this command's identity and the
+    layout keys of ``extra``; UsageError naming what differs."""
     try:
-        manifest = mf.read_manifest(path)
+        manifest = mf.read_manifest(path) if manifest is None else manifest
     except ValueError as err:
         raise CorruptRunError(f"{path / mf.MANIFEST_NAME} is not valid JSON ({err}); this run cannot be resumed, "
                               "pick another --out") from err
@@ -484,18 +504,44 @@ def _validated_manifest(path: Path, identity: dict[str, Any], extra: dict[str, A
     return manifest
 
 
+def _manifest_lost(path: Path) -> bool:
+    """True when ``path`` holds run files whose manifest.json is missing or not valid JSON."""
+    target = path / mf.MANIFEST_NAME
+    if target.exists():
+        try:
+            mf.read_manifest(path)
+            return False
+        except ValueError:
+            pass  # not valid JSON: lost
+    return rebuild.has_run_files(path)
+
+
+def _rebuild_if_lost(path: Path) -> list[str]:
+    """Rebuild a missing or unreadable manifest from the run's files (the caller holds the run's lock)."""
+    if not _manifest_lost(path):
+        return []
+    done = rebuild.rebuild_files(path)
+    return [f"manifest.json rebuilt from the files ({done.question_depths} question-depths)"]
+
+
 def _resume(path: Path, identity: dict[str, Any], extra: dict[str, Any]) -> tuple[dict[str, Any], ResumeReport]:
-    manifest = _validated_manifest(path, identity, extra)
+    manifest = _validated_manifest(path, identity, {})
     on_disk = mf.normalise(manifest)
     report = ResumeReport(resumed=True)
+    # the files decide where the manifest disagrees with them (an edited or damaged manifest), before the
+    # layout is compared with this command's and before anything is recorded
+    report.reconciled = reconcile(path, manifest, report.redo, report.removed)
+    _validated_manifest(path, identity, extra, manifest)
     _drop_missing_batches(path, manifest, report)
     _check_questions(path, manifest, report)
     _filter_generations(path, manifest, report)
     _remove_strays(path, manifest, report)
     updated = mf.normalise(manifest)
+    recorded = {int(d) for d, ids in updated.get("status", {}).items() if ids}
     for key, value in mf.normalise(extra).items():
         if key == "depths":
-            updated["depths"] = sorted(set(updated.get("depths", [])) | {int(d) for d in value})
+            # a listed depth nothing recorded and this command does not ask for is dropped (an edited manifest)
+            updated["depths"] = sorted(recorded | {int(d) for d in value})
         elif key not in RESERVED_KEYS:
             updated[key] = value
     if updated != on_disk or report.redo:
@@ -597,8 +643,14 @@ def _filter_generations(path: Path, manifest: dict[str, Any], report: ResumeRepo
     for name, table in loaded.items():
         if table is None:
             continue
-        pairs = zip(table.column("question_id").to_pylist(), table.column("depth").to_pylist())
-        keep = [(q, int(d)) in done for q, d in pairs]
+        # a row repeating an earlier one's key (a question recorded twice before reconcile dropped the copy)
+        # goes; the earlier row belongs to the batch that was kept
+        keys = [c for c in ("question_id", "depth", "turn") if c in table.schema.names]
+        seen: set[tuple[Any, ...]] = set()
+        keep = []
+        for row in zip(*(table.column(c).to_pylist() for c in keys)):
+            keep.append((row[0], int(row[1])) in done and row not in seen)
+            seen.add(row)
         if not all(keep) or name in rewrite:
             kept = table.filter(pa.array(keep, type=pa.bool_()))
             written = tables.write_table_atomic(kept, path / name, row_groups=_batch_row_groups(kept, manifest))

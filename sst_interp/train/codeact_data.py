@@ -38,6 +38,7 @@ from sst_interp.codeact.format import ActionFormat
 from sst_interp.codeact.prompts import SYSTEM_TEXTS
 from sst_interp.data.answers import numbers_equal
 from sst_interp.errors import UsageError, cli_entry
+from sst_interp.outputs import write_output
 
 ANNOTATION = re.compile(r"<<([^<>=]+)=([^<>]*)>>")
 FINAL = re.compile(r"####\s*(.+?)\s*$")
@@ -166,10 +167,9 @@ def split(traces: list[Trace], val_fraction: float, seed: int) -> tuple[list[Tra
 
 def write_jsonl(traces: Sequence[Trace], path: Path, fmt: ActionFormat) -> None:
     """One ``{"text": ..., "gsm8k_row": ...}`` object per line (the ``text`` field is what ``train`` reads)."""
-    with path.open("w", encoding="utf-8", newline="\n") as handle:
-        for trace in traces:
-            handle.write(json.dumps({"text": trace.text(fmt), "gsm8k_row": trace.index}, ensure_ascii=False,
-                                    sort_keys=True) + "\n")
+    lines = [json.dumps({"text": trace.text(fmt), "gsm8k_row": trace.index}, ensure_ascii=False, sort_keys=True)
+             + "\n" for trace in traces]
+    write_output(path, "".join(lines))  # whole or not at all: no partial file on a full disk
 
 
 def read_gsm8k(path: Path) -> list[dict]:
@@ -220,7 +220,7 @@ def main(argv: Sequence[str] | None = None) -> dict:
     stats = {"rows": len(rows), "kept": counts.pop("kept", 0), "train": len(train), "validation": len(val),
              "dropped": dict(sorted(counts.items())), "val_fraction": args.val_fraction, "seed": args.seed,
              "source": str(args.gsm8k)}
-    (args.out / "stats.json").write_text(json.dumps(stats, indent=2, sort_keys=True) + "\n")
+    write_output(args.out / "stats.json", json.dumps(stats, indent=2, sort_keys=True) + "\n")
     print(f"{stats['kept']} of {len(rows)} GSM8K rows kept ({len(train)} train, {len(val)} validation); dropped: "
           + (", ".join(f"{reason} {n}" for reason, n in stats["dropped"].items()) or "none"))
     print(f"wrote {args.out}/train.jsonl, validation.jsonl, stats.json")
