@@ -56,7 +56,7 @@ if str(ROOT) not in sys.path:
 from sst_interp.cli_args import add_config_flags, arg, config_parser, given_fields  # noqa: E402
 from sst_interp.errors import UsageError, cli_entry  # noqa: E402
 
-CHECKS: tuple[str, ...] = ("precision", "qlora", "record", "episodes", "device-map")
+CHECKS: tuple[str, ...] = ("precision", "qlora", "record", "episodes", "codeact", "device-map")
 OK, FAIL, SKIPPED = "ok", "FAIL", "skipped"
 DESIGN_RECORD_RATIO = 1.05
 
@@ -84,6 +84,13 @@ class GpuCheckArgs:
     max_record_ratio: float = arg(1.5, help="record fails when record / generate exceeds this")
     sandbox: str = arg("bwrap", choices=("bwrap", "subprocess"), help="how the episodes' code runs")
     episode_train_steps: int = arg(400, help="training steps of the scripted episode model (on the CPU)")
+    data: str | None = arg(None, help="GSM8K folder (holding test.jsonl) for the codeact check (default: "
+                                      "$SST_INTERP_DATA_DIR/gsm8k; the check is skipped without one)")
+    codeact_questions: int = arg(16, help="GSM8K questions of the codeact check")
+    codeact_depths: list[int] = arg(default_factory=lambda: [1, 2], help="depths of the codeact check")
+    codeact_max_new_tokens: int = arg(128, help="tokens per model turn in the codeact check (the README's setting)")
+    cpu_reference: str | None = arg(None, help="a CPU float32 run of the codeact check's command to compare with "
+                                               "(default: recorded on this machine's CPU first)")
     paper_shape: bool = arg(False, help="instead of the checks: Gemma 3 27B's shape with random bf16 weights "
                                         "(bench/paper_shape_check.py): plain HF vs SST decoding, recording, writer, "
                                         "QLoRA two-pass vs one-pass, peak memory; one table")
@@ -97,7 +104,7 @@ class GpuCheckArgs:
         if unknown or not self.checks:
             raise UsageError(f"--checks {','.join(self.checks)}: use some of {', '.join(CHECKS)}")
         for name in ("questions", "max_new_tokens", "batch_size", "train_steps", "train_tokens", "ratio_depth",
-                     "repeats", "episode_train_steps"):
+                     "repeats", "episode_train_steps", "codeact_questions", "codeact_max_new_tokens"):
             if getattr(self, name) < 1:
                 raise UsageError(f"--{name.replace('_', '-')} must be at least 1, got {getattr(self, name)}")
         if not self.depths or min(self.depths) < 1:
@@ -117,7 +124,11 @@ class GpuCheckArgs:
 #: ratio threshold (tiny batches on a shared CPU time noise, not recording).
 SMOKE: dict[str, Any] = dict(questions=3, depths=[1, 2], max_new_tokens=5, batch_size=3, min_agreement=0.0,
                              train_steps=2, train_tokens=48, repeats=1, max_record_ratio=float("inf"),
-                             episode_train_steps=5)
+                             episode_train_steps=5, codeact_questions=2, codeact_depths=[1],
+                             codeact_max_new_tokens=12)
+#: Tokens of the codeact check's float32 device run that may differ from the CPU run: 1%. Float32 matrix products
+#: add in a different order on a GPU (logits differ by about 1e-5), which flips a greedy choice only at a near-tie.
+FLOAT32_MIN_AGREEMENT = 0.99
 
 
 @dataclass
@@ -326,6 +337,96 @@ def check_episodes(config: GpuCheckArgs) -> CheckResult:
     return CheckResult("episodes", OK if all(r.tokens_equal for r in f32) else FAIL, result, details)
 
 
+def check_codeact(config: GpuCheckArgs) -> CheckResult:
+    """CodeACT episodes of ``demo-codeact`` on GSM8K recorded on the device (float32 and bfloat16) against the CPU.
+
+    The run is ``python -m sst_interp.record --protocol codeact`` with the README's settings. Float32 must agree with
+    the CPU on at least :data:`FLOAT32_MIN_AGREEMENT` of the tokens (near-ties aside, identical); bfloat16 on at
+    least ``--min-agreement`` (the same bound as the precision check), with its accuracy shown beside the CPU's.
+    """
+    import os
+
+    from sst_interp.sandbox import SandboxConfig, check_backend
+
+    data = config.data or (str(Path(os.environ["SST_INTERP_DATA_DIR"]) / "gsm8k")
+                           if os.environ.get("SST_INTERP_DATA_DIR") else None)
+    if data is None or not (Path(data) / "test.jsonl").is_file():
+        return CheckResult("codeact", SKIPPED, "no GSM8K test.jsonl: pass --data PATH/gsm8k")
+    try:
+        check_backend(SandboxConfig(backend=config.sandbox))
+    except UsageError as err:
+        return CheckResult("codeact", SKIPPED, f"{err} (or pass --sandbox subprocess)")
+    with tempfile.TemporaryDirectory(prefix="gpu_check_codeact_") as root:
+        reference = Path(config.cpu_reference) if config.cpu_reference else _record_codeact(
+            config, data, "cpu", "float32", Path(root) / "cpu")
+        rows, details = [], []
+        for dtype in ("float32", "bfloat16"):
+            run = _record_codeact(config, data, config.device, dtype, Path(root) / dtype)
+            comparison = compare_generations(reference, run)
+            rows.append((dtype, comparison))
+            details += [f"{dtype} depth {depth}: {line}" for depth, line in comparison["lines"].items()]
+    f32, bf16 = rows[0][1], rows[1][1]
+    ok = f32["agreement"] >= FLOAT32_MIN_AGREEMENT and bf16["agreement"] >= config.min_agreement
+    result = (f"{config.codeact_questions} GSM8K episodes x depths {config.codeact_depths}, sandbox {config.sandbox}: "
+              f"token agreement with the CPU float32 {f32['agreement']:.3f} (min {FLOAT32_MIN_AGREEMENT}), "
+              f"bfloat16 {bf16['agreement']:.3f} (min {config.min_agreement}); identical episodes float32 "
+              f"{f32['identical']}/{f32['episodes']}, bfloat16 {bf16['identical']}/{bf16['episodes']}")
+    return CheckResult("codeact", OK if ok else FAIL, result, details)
+
+
+def _record_codeact(config: GpuCheckArgs, data: str, device: str, dtype: str, out: Path) -> Path:
+    from sst_interp.record.cli import main as record_main
+
+    record_main(["--protocol", "codeact", "--questions", "gsm8k", "--data", data,
+                 "--limit", str(config.codeact_questions), "--depths", ",".join(map(str, config.codeact_depths)),
+                 "--max-new-tokens", str(config.codeact_max_new_tokens), "--max-turns", "3", "--batch-size", "16",
+                 "--sketch-positions", "64", "--device", device, "--dtype", dtype, "--sandbox", config.sandbox,
+                 "--out", str(out)])
+    free_memory()
+    return out
+
+
+def compare_generations(reference: Path, other: Path) -> dict[str, Any]:
+    """Turn-by-turn tokens of two runs of the same questions and depths (``generations.parquet``).
+
+    Returns ``agreement`` (tokens equal at the same turn and position / positions of the longer turn, over every
+    turn of either run), ``identical`` and ``episodes`` (question-depths whose every turn is equal), and ``lines``:
+    per depth, the agreement, identical episodes and accuracy of both runs.
+    """
+    import pandas as pd
+
+    def turns(run: Path) -> dict[tuple[str, int, int], list[int]]:
+        frame = pd.read_parquet(run / "generations.parquet", columns=["question_id", "depth", "turn", "token_ids"])
+        return {(q, int(d), int(t)): list(ids) for q, d, t, ids in frame.itertuples(index=False)}
+
+    def accuracy(run: Path) -> dict[int, tuple[int, int]]:
+        frame = pd.read_parquet(run / "generations.parquet", columns=["question_id", "depth", "turn", "correct"])
+        last = frame.sort_values("turn").groupby(["question_id", "depth"]).tail(1)
+        return {int(d): (int(g["correct"].sum()), len(g)) for d, g in last.groupby("depth")}
+
+    ref, oth = turns(reference), turns(other)
+    keys = sorted(set(ref) | set(oth))
+    per_depth: dict[int, list[tuple[int, int]]] = {}
+    episodes: dict[tuple[str, int], bool] = {}
+    for key in keys:
+        a, b = ref.get(key, []), oth.get(key, [])
+        matched = sum(x == y for x, y in zip(a, b))
+        per_depth.setdefault(key[1], []).append((matched, max(len(a), len(b))))
+        episodes[key[:2]] = episodes.get(key[:2], True) and a == b
+    acc_ref, acc_oth = accuracy(reference), accuracy(other)
+    lines = {}
+    for depth, pairs in sorted(per_depth.items()):
+        total = sum(n for _, n in pairs)
+        same = [ok for (_, d), ok in episodes.items() if d == depth]
+        lines[depth] = (f"token agreement {sum(m for m, _ in pairs) / total if total else 1.0:.3f}; identical "
+                        f"episodes {sum(same)}/{len(same)}; accuracy CPU {acc_ref[depth][0]}/{acc_ref[depth][1]}, "
+                        f"this run {acc_oth[depth][0]}/{acc_oth[depth][1]}")
+    total = sum(n for pairs in per_depth.values() for _, n in pairs)
+    matched = sum(m for pairs in per_depth.values() for m, _ in pairs)
+    return {"agreement": matched / total if total else 1.0, "identical": sum(episodes.values()),
+            "episodes": len(episodes), "lines": lines}
+
+
 def check_device_map(config: GpuCheckArgs) -> CheckResult:
     """The model spread over several devices generates and records exactly what it does on one."""
     if not config.cpu_smoke and torch.cuda.device_count() < 2:
@@ -392,7 +493,7 @@ def _recorded_answers(config: GpuCheckArgs, loaded) -> dict[int, tuple[list[list
 
 CHECK_FUNCTIONS: dict[str, Callable[[GpuCheckArgs], CheckResult]] = {
     "precision": check_precision, "qlora": check_qlora, "record": check_record, "episodes": check_episodes,
-    "device-map": check_device_map,
+    "codeact": check_codeact, "device-map": check_device_map,
 }
 
 

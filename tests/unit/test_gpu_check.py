@@ -15,6 +15,7 @@ from bench.gpu_check import CheckResult, format_table, main, token_agreement
 
 ROOT = Path(__file__).resolve().parents[2]
 SCRIPT = ROOT / "bench" / "gpu_check.py"
+GSM8K = ROOT.parent / "shared" / "data" / "gsm8k"
 
 
 def _run(*flags: str) -> subprocess.CompletedProcess:
@@ -38,16 +39,20 @@ def _table(stdout: str) -> dict[str, tuple[str, str]]:
 
 @pytest.mark.slow
 def test_cpu_smoke_runs_every_check_and_passes():
-    done = _run("--cpu-smoke", "--sandbox", "subprocess")
+    done = _run("--cpu-smoke", "--sandbox", "subprocess", "--data", str(GSM8K))
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     rows = _table(done.stdout)
-    assert list(rows) == ["precision", "qlora", "record", "episodes", "device-map"]
+    assert list(rows) == ["precision", "qlora", "record", "episodes", "codeact", "device-map"]
     assert {name: status for name, (status, _) in rows.items()} == {
-        "precision": "ok", "qlora": "skipped", "record": "ok", "episodes": "ok", "device-map": "ok"}
+        "precision": "ok", "qlora": "skipped", "record": "ok", "episodes": "ok", "codeact": "ok", "device-map": "ok"}
     assert "bf16/fp32 token agreement d1 " in rows["precision"][1] and " d2 " in rows["precision"][1]
     assert rows["qlora"][1].startswith("4-bit skipped: bitsandbytes NF4 needs CUDA; plain LoRA instead: loss ")
     assert "tokens/s recorded; record/generate " in rows["record"][1]
     assert "float32 2/2 depths" in rows["episodes"][1]
+    # CPU against CPU: the demo-codeact episodes are identical, token for token.
+    assert rows["codeact"][1].startswith("2 GSM8K episodes x depths [1], sandbox subprocess: token agreement with "
+                                         "the CPU float32 1.000 (min 0.99)")
+    assert "identical episodes float32 2/2" in rows["codeact"][1]
     assert "layers on cpu, disk: tokens equal True, max |hidden diff| 0.0e+00" == rows["device-map"][1]
     for depth in (1, 2):  # the per-depth agreement lines, printed as the check runs
         assert f"   depth {depth}: token agreement " in done.stdout
@@ -118,3 +123,26 @@ def test_paper_shape_flags_without_paper_shape_are_one_line_errors():
     assert done.returncode == 2
     assert [line for line in done.stderr.splitlines() if line.strip()] == [
         "error: --layers, --json and --profile belong to --paper-shape; add --paper-shape"]
+
+
+def test_compare_generations_counts_tokens_episodes_and_accuracy(tmp_path):
+    import pandas as pd
+
+    from bench.gpu_check import compare_generations
+
+    def run(name: str, rows: list[tuple[str, int, int, list[int], bool]]):
+        folder = tmp_path / name
+        folder.mkdir()
+        pd.DataFrame(rows, columns=["question_id", "depth", "turn", "token_ids", "correct"]).to_parquet(
+            folder / "generations.parquet")
+        return folder
+
+    reference = run("cpu", [("a", 1, 0, [1, 2, 3, 4], False), ("a", 1, 1, [5, 6], True),
+                            ("b", 1, 0, [7, 8], False)])
+    other = run("gpu", [("a", 1, 0, [1, 2, 9, 4], False), ("a", 1, 1, [5, 6], True),
+                        ("b", 1, 0, [7, 8], False), ("b", 1, 1, [1], True)])
+    result = compare_generations(reference, other)
+    # matched tokens 3 + 2 + 2 + 0 over the longer turns 4 + 2 + 2 + 1
+    assert result["agreement"] == 7 / 9
+    assert (result["identical"], result["episodes"]) == (0, 2)
+    assert result["lines"][1].endswith("identical episodes 0/2; accuracy CPU 1/2, this run 2/2")
