@@ -91,7 +91,9 @@ install() {
     exit 2
   }
   python3 -m pip install --no-index --find-links "$dir" "${wheel}[cuda]"
-  python3 -c 'import bitsandbytes, sst_interp.hooks, sst_interp.analyses; print("sst-interp installed offline")'
+  # From outside the checkout: its sst_interp/ folder would shadow the installed package (hooks/ and analyses/ are
+  # mapped into it only by the install).
+  (cd / && python3 -c 'import bitsandbytes, sst_interp.hooks, sst_interp.analyses; print("sst-interp installed offline")')
 }
 
 [ $# -ge 2 ] || usage
