@@ -4,17 +4,19 @@
 
     from sst_interp import analyses
     a = analyses.open("runs/demo")                 # a path or a Run; baseline= optional (a path or a Run)
-    a.available()                                   # what this run supports, and why not the rest
+    a.available()                                   # what this run supports, and why not the rest (cheap)
     a.gmm_threshold                                 # the run's low-overlap threshold (app:gmm)
-    a.staged_breakdown()                            # tab:staged_breakdown as a DataFrame
-    a.argmax_concentration()                        # tab:argmax_concentration
+    a.staged_breakdown()                            # tab:staged_breakdown as tidy data (one row per stage)
+    a.data("tab:argmax_concentration")              # the same by paper label
+    a.table("tab:argmax_concentration")             # the paper's layout, as the report writes it
+    a.notes("tab:argmax_concentration")             # provenance: the threshold and where it came from
 
-The expensive shared steps (punctuated equilibrium and its GMM threshold, regime labels at that threshold, the
-per-iteration logit comparison records, convergence monitoring) are computed at most once per object. Every
-measurement method is named after the paper label it reproduces and returns a tidy DataFrame (the table the report
-writes); a measurement the run cannot support raises :class:`NotAvailable` with the reason. The report builds its
-artefacts from these same objects (:class:`sst_interp.reporting.context.ReportContext`), so no step of the chain
-run -> threshold -> labels -> records lives only in the report.
+Each measurement is declared once, in :mod:`sst_interp.analyses.registry`; the methods here are generated from
+those entries. The expensive shared steps (punctuated equilibrium and its GMM threshold, regime labels at that
+threshold, the per-iteration logit comparison records, convergence monitoring) and every measurement are computed
+at most once per object. A measurement the run cannot support raises :class:`NotAvailable` with the reason. The
+report builds its artefacts from these same objects (:class:`sst_interp.reporting.context.ReportContext`), so no
+step of the chain run -> threshold -> labels -> records lives only in the report.
 """
 
 from __future__ import annotations
@@ -25,12 +27,11 @@ from typing import Any
 
 import pandas as pd
 
-from sst_interp.analyses import convergent, episodes, evaluation, repetition
 from sst_interp.analyses import logit_dynamics as ld
 from sst_interp.analyses.basin_profiles import punctuated_equilibrium
 from sst_interp.analyses.basins import GMMFit
 from sst_interp.analyses.convergence import convergence_monitoring
-from sst_interp.analyses.precision import precision_proof
+from sst_interp.analyses.registry import MEASUREMENTS, Measurement, lookup
 from sst_interp.analyses.results import NotApplicable
 from sst_interp.errors import UsageError
 from sst_interp.outcomes import correctness_matrix
@@ -50,12 +51,6 @@ def as_run(source: str | Path | Run) -> Run:
     raise UsageError(f"expected a run directory path or a Run, got {type(source).__name__}")
 
 
-def _frame(result: Any) -> pd.DataFrame:
-    if isinstance(result, NotApplicable):
-        raise NotAvailable(f"{result.measurement}: {result.reason}" if result.measurement else result.reason)
-    return result.table() if hasattr(result, "table") else result
-
-
 class RunAnalysis:
     """The paper's measurements of one run, with the shared steps computed once.
 
@@ -65,15 +60,18 @@ class RunAnalysis:
             tab:overthinking and tab:repetition; optional.
         baseline_depth: the baseline's depth (default: its only, or shallowest, depth).
         name: the benchmark name used in multi-benchmark tables (default: the manifest's ``questions``).
+        alpha: the run's checkpoint blend coefficients [L, d] (or a function returning them, called when first
+            needed), for tab:precision_proof's analytic bound; optional.
     """
 
     def __init__(self, run: str | Path | Run, baseline: str | Path | Run | None = None,
-                 baseline_depth: int | None = None, name: str | None = None) -> None:
+                 baseline_depth: int | None = None, name: str | None = None, alpha: Any = None) -> None:
         self.run = as_run(run)
         self.baseline = as_run(baseline) if baseline is not None else None
         self.baseline_depth = baseline_depth if baseline_depth is not None or self.baseline is None else min(
             self.baseline.depths)
         self.name = name or str(self.run.manifest.get("questions") or self.run.path.name)
+        self.alpha = alpha
         self._memo: dict[str, Any] = {}
 
     def _once(self, key: str, build: Callable[[], Any]) -> Any:
@@ -120,139 +118,101 @@ class RunAnalysis:
         """:func:`~sst_interp.analyses.convergence.convergence_monitoring` (a NotApplicable when unsupported)."""
         return self._once("convergence", lambda: convergence_monitoring(self.run))
 
-    def _iterations(self, label: str) -> None:
-        if max(self.run.depths, default=0) < 2:
-            raise NotAvailable(f"{label}: run has depths {self.run.depths}; comparing iterations needs a depth >= 2")
-
-    def _pe_part(self, attr: str) -> pd.DataFrame:
-        pe = self.punctuated
-        return _frame(pe if isinstance(pe, NotApplicable) else getattr(pe, attr))
-
-    # ------------------------------------------------------------------------------------ evaluation
+    # ------------------------------------------------------------------------------------ measurements
     def correctness(self) -> pd.DataFrame:
         """[questions, depths] bool: each question's episode verdict at each flat depth."""
         return correctness_matrix(self.run)
 
-    def staged_breakdown(self) -> pd.DataFrame:
-        """tab:staged_breakdown."""
-        return _frame(evaluation.staged_breakdown({self.name: self.run}))
+    def checkpoint_alpha(self) -> Any:
+        """The blend coefficients given as ``alpha`` (a callable is called once), or None."""
+        if callable(self.alpha):
+            self.alpha = self.alpha()
+        return self.alpha
 
-    def main_results(self) -> pd.DataFrame:
-        """tab:main_results (needs ``baseline``)."""
-        if self.baseline is None:
-            raise NotAvailable("tab:main_results compares the SST with its matched baseline: pass baseline=")
-        return _frame(evaluation.main_results({self.name: (self.run, self.baseline)},
-                                              baseline_depth=self.baseline_depth))
+    def attempt(self, key: str) -> Any:
+        """The analysis result of a measurement, or a NotApplicable saying why this run cannot support it (an unmet
+        requirement, or what the analysis found); never raises for an unsupported run."""
+        measurement = lookup(key)
+        unmet = measurement.unmet(self)
+        if unmet is not None:
+            return NotApplicable(unmet, measurement.key)
+        return self._once(f"measurement:{measurement.name}", lambda: measurement.compute(self))
 
-    def overthinking(self) -> pd.DataFrame:
-        """tab:overthinking (with the baseline's reference row when a baseline is given)."""
-        return _frame(evaluation.overthinking(self.run, self.baseline, self.baseline_depth))
+    def result(self, key: str) -> Any:
+        """The analysis result of a measurement (a paper label, a method name or an artefact name), computed once.
 
-    def repetition(self) -> pd.DataFrame:
-        """tab:repetition: flat shallowest / staged / flat deepest (and the baseline), per model turn, averaged."""
-        gens = self.run.generations()
-        depths = sorted(self.run.depths)
-        configs: dict[str, pd.DataFrame] = {}
-        if self.baseline is not None:
-            configs[f"Baseline iter={self.baseline_depth}"] = repetition.select_depth(self.baseline.generations(),
-                                                                                      self.baseline_depth)
-        configs[f"SST flat iter={depths[0]}"] = repetition.select_depth(gens, depths[0])
-        if len(depths) >= 2:
-            configs["SST staged"] = repetition.select_staged(gens)
-            configs[f"SST flat iter={depths[-1]}"] = repetition.select_depth(gens, depths[-1])
-        return _frame(repetition.repetition(configs, reference=next(iter(configs))))
+        Raises:
+            NotAvailable: a requirement is unmet, or the analysis found the run cannot support it (the reason).
+        """
+        result = self.attempt(key)
+        if isinstance(result, NotApplicable):
+            raise NotAvailable(f"{lookup(key).key}: {result.reason}")
+        return result
 
-    def convergent_reasoning(self) -> pd.DataFrame:
-        """tab:convergent_reasoning."""
-        return _frame(convergent.convergent_reasoning(self.run))
+    def data(self, key: str) -> pd.DataFrame:
+        """A measurement as tidy data: one row per observation, typed columns, units in the names (each entry's
+        ``columns`` in :mod:`sst_interp.analyses.registry` documents them)."""
+        return lookup(key).tidy(self.result(key))
 
-    def episode_conduct(self) -> pd.DataFrame:
-        """CodeACT runs: per depth, the fractions of episodes that act in their first turn, finish, are correct."""
-        return _frame(episodes.episode_conduct(self.run))
+    def table(self, key: str) -> pd.DataFrame:
+        """A measurement in the paper's layout (what the report writes)."""
+        return lookup(key).present(self.result(key))[0]
 
-    # ------------------------------------------------------------------------------------ basins
-    def causal_ordering(self) -> pd.DataFrame:
-        """tab:causal_ordering."""
-        return self._pe_part("causal")
-
-    def pos0_divergence(self) -> pd.DataFrame:
-        """tab:pos0_divergence."""
-        return self._pe_part("pos0_divergence")
-
-    def basin_summary(self) -> pd.DataFrame:
-        """Low-overlap positions per question, per-position rates and gaps (sec:punctuated_equilibrium)."""
-        return self._pe_part("summary")
-
-    # ------------------------------------------------------------------------------------ logit dynamics
-    def _from_records(self, label: str, build: Callable[[Any], Any]) -> pd.DataFrame:
-        self._iterations(label)
-        return _frame(build(self.logit_records()))
-
-    def argmax_concentration(self) -> pd.DataFrame:
-        """tab:argmax_concentration."""
-        return self._from_records("tab:argmax_concentration", ld.argmax_concentration)
-
-    def decision_boundary(self) -> pd.DataFrame:
-        """tab:decision_boundary."""
-        return self._from_records("tab:decision_boundary", ld.decision_boundary)
-
-    def gap_distributions(self) -> pd.DataFrame:
-        """tab:gap_distributions."""
-        return self._from_records("tab:gap_distributions", ld.gap_distributions)
-
-    def reorg_argmax(self, regime: str = "low") -> pd.DataFrame:
-        """tab:reorg_lo_argmax (``regime="low"``) or tab:reorg_st_argmax (``"stable"``)."""
-        return self._from_records(f"tab:reorg_{regime}_argmax", lambda r: ld.reorg_argmax(r, _regime(regime)))
-
-    def reorg_all(self, regime: str = "low") -> pd.DataFrame:
-        """tab:reorg_lo_all (``regime="low"``) or tab:reorg_st_all (``"stable"``)."""
-        return self._from_records(f"tab:reorg_{regime}_all", lambda r: ld.reorg_all(r, _regime(regime)))
-
-    def later_iter_computation(self) -> pd.DataFrame:
-        """tab:later_iter_computation."""
-        return self._from_records("tab:later_iter_computation", ld.later_iter_computation)
-
-    def basin_shift_activity(self) -> pd.DataFrame:
-        """tab:basin_shift_activity."""
-        self._iterations("tab:basin_shift_activity")
-        return _frame(ld.basin_shift_activity(self.regime_labels()))
-
-    # ------------------------------------------------------------------------------------ precision, monitoring
-    def precision_proof(self, alpha: Any = None) -> pd.DataFrame:
-        """tab:precision_proof at the basin-shift positions (``alpha``: the checkpoint's [L, d] coefficients for the
-        analytic bound, optional)."""
-        self._iterations("tab:precision_proof")
-        return _frame(precision_proof(self.run, self.regime_labels(), alpha=alpha))
-
-    def convergence_monitoring(self) -> pd.DataFrame:
-        """The statistics behind fig:convergence_monitoring."""
-        return _frame(self.convergence())
-
-    # ------------------------------------------------------------------------------------ what is supported
-    MEASUREMENTS = ("staged_breakdown", "main_results", "overthinking", "repetition", "convergent_reasoning",
-                    "episode_conduct",
-                    "causal_ordering", "pos0_divergence", "basin_summary", "argmax_concentration",
-                    "decision_boundary", "gap_distributions", "reorg_argmax", "reorg_all", "later_iter_computation",
-                    "basin_shift_activity", "precision_proof", "convergence_monitoring")
+    def notes(self, key: str) -> list[str]:
+        """The provenance notes of a measurement on this run (where its threshold came from, what it left out,
+        the counts behind it), as the report prints them under the table."""
+        measurement, result = lookup(key), self.result(key)
+        return [*measurement.notes(self, result), *measurement.present(result)[1]]
 
     def available(self) -> pd.DataFrame:
-        """One row per measurement method: ``measurement``, ``available`` (bool), ``reason`` ("" when available).
+        """What this run supports: ``label``, ``measurement``, ``available``, ``reason`` per registry entry.
 
-        It computes each measurement (cached shared steps make this about the cost of the slowest one)."""
+        Only the declared requirements are checked (from the manifest), so this costs no computation and never
+        raises. A measurement listed as available can still find, when computed, that the run lacks what it looks
+        for (no low-overlap position, say); :meth:`result` then raises :class:`NotAvailable` with the reason.
+        """
         rows = []
-        for name in self.MEASUREMENTS:
-            try:
-                getattr(self, name)()
-                rows.append((name, True, ""))
-            except NotAvailable as why:
-                rows.append((name, False, str(why)))
-        return pd.DataFrame(rows, columns=["measurement", "available", "reason"])
+        for measurement in MEASUREMENTS:
+            reason = measurement.unmet(self)
+            rows.append((measurement.key, measurement.name, reason is None, reason or ""))
+        return pd.DataFrame(rows, columns=["label", "measurement", "available", "reason"])
+
+    @staticmethod
+    def measurements() -> pd.DataFrame:
+        """The registry: ``label``, ``measurement``, ``title``, ``requires`` and the tidy ``columns`` of each."""
+        return pd.DataFrame([(m.key, m.name, m.title, ", ".join(m.requires), ", ".join(m.columns))
+                             for m in MEASUREMENTS], columns=["label", "measurement", "title", "requires", "columns"])
+
+    # Backwards-compatible names for the two measurements that take a regime.
+    def reorg_argmax(self, regime: str = "low") -> pd.DataFrame:
+        """tab:reorg_lo_argmax (``regime="low"``) or tab:reorg_st_argmax (``"stable"``), tidy."""
+        return self.data(f"reorg_{_regime(regime)}_argmax")
+
+    def reorg_all(self, regime: str = "low") -> pd.DataFrame:
+        """tab:reorg_lo_all (``regime="low"``) or tab:reorg_st_all (``"stable"``), tidy."""
+        return self.data(f"reorg_{_regime(regime)}_all")
+
+
+def _measurement_method(measurement: Measurement) -> Callable[[RunAnalysis], pd.DataFrame]:
+    def method(self: RunAnalysis) -> pd.DataFrame:
+        return self.data(measurement.name)
+
+    method.__name__ = measurement.name
+    label = f"{measurement.label}: " if measurement.label else ""
+    method.__doc__ = (f"{label}{measurement.title} Tidy data (:meth:`RunAnalysis.data`); columns: "
+                      f"{', '.join(measurement.columns)}.")
+    return method
+
+
+for _measurement in MEASUREMENTS:
+    if not hasattr(RunAnalysis, _measurement.name):
+        setattr(RunAnalysis, _measurement.name, _measurement_method(_measurement))
 
 
 def _regime(name: str) -> str:
     if name not in ("low", "stable"):
         raise UsageError(f"regime must be 'low' or 'stable', got {name!r}")
-    return ld.LOW if name == "low" else ld.STABLE
+    return "lo" if name == "low" else "st"
 
 
 def open_run(run: str | Path | Run, baseline: str | Path | Run | None = None, **options: Any) -> RunAnalysis:

@@ -115,8 +115,12 @@ class ReportContext:
 
         def build() -> RunAnalysis:
             depth = min(base.run.depths) if base is not None and base.run.depths else None
+            def alpha() -> Any:  # read from the run's checkpoint only when tab:precision_proof needs it
+                matrix = self.alpha_for_run(item.name)
+                return matrix.alpha if matrix is not None else None
+
             return RunAnalysis(item.run, base.run if base is not None else None, baseline_depth=depth,
-                               name=item.benchmark)
+                               name=item.benchmark, alpha=alpha)
 
         return self.memo(("analysis", item.name), build)
 

@@ -11,8 +11,9 @@ import pandas as pd
 
 from sst_interp.analyses.results import NotApplicable
 from sst_interp.reporting import fig_basins
-from sst_interp.reporting.artefacts import ArtefactData, ArtefactSpec, table_data
+from sst_interp.reporting.artefacts import ArtefactData, ArtefactSpec
 from sst_interp.reporting.context import ReportContext
+from sst_interp.reporting.measured import measured_spec
 
 FAMILY = "Basin shifts (punctuated equilibrium)"
 
@@ -119,55 +120,6 @@ def long_range(ctx: ReportContext, target: str | None) -> ArtefactData | NotAppl
                   f"{max(positions) if positions else 0})"]})
 
 
-def gmm(ctx: ReportContext, target: str | None) -> ArtefactData | NotApplicable:
-    """The 2-component GMM on the iter-1 vs iter-N overlaps (app:gmm)."""
-    fit = _part(ctx, target, "gmm")
-    if isinstance(fit, NotApplicable):
-        return fit
-    frame = fit.table().copy()
-    frame.attrs = {}  # threshold and n are in the notes below
-    return ArtefactData({"main": frame}, {"notes": [
-        f"crossover threshold: {fit.threshold:.4f}", f"overlap values fitted: {fit.n}",
-        f"comparison: {_comparison(ctx, target)}", f"EM converged: {fit.converged}"]})
-
-
-def gmm_robustness(ctx: ReportContext, target: str | None) -> ArtefactData | NotApplicable:
-    """Crossover thresholds of 2-5 component fits (app:gmm, robustness)."""
-    rob = _part(ctx, target, "robustness")
-    if isinstance(rob, NotApplicable):
-        return rob
-    return table_data(rob, [f"largest threshold shift from the 2-component fit: {rob.max_shift:.4f}"])
-
-
-def basin_summary(ctx: ReportContext, target: str | None) -> ArtefactData | NotApplicable:
-    """Low-overlap positions per question, per-position rates, gaps and their CV."""
-    return table_data(_part(ctx, target, "summary"))
-
-
-def position_rates(ctx: ReportContext, target: str | None) -> ArtefactData | NotApplicable:
-    """Per-position low-overlap rates."""
-    summary = _part(ctx, target, "summary")
-    if isinstance(summary, NotApplicable):
-        return summary
-    return ArtefactData({"main": summary.position_table()}, {"notes": [f"threshold {summary.threshold:.4f}, "
-                                                                       f"rule '{summary.rule}'"]})
-
-
-def pos0_universality(ctx: ReportContext, target: str | None) -> ArtefactData | NotApplicable:
-    """Position-0 overlap between iterations 1 and 2 (universal basin shift)."""
-    return table_data(_part(ctx, target, "pos0"))
-
-
-def causal(ctx: ReportContext, target: str | None) -> ArtefactData | NotApplicable:
-    """tab:causal_ordering."""
-    return table_data(_part(ctx, target, "causal"))
-
-
-def pos0_divergence(ctx: ReportContext, target: str | None) -> ArtefactData | NotApplicable:
-    """tab:pos0_divergence."""
-    return table_data(_part(ctx, target, "pos0_divergence"))
-
-
 SPECS: list[ArtefactSpec] = [
     ArtefactSpec("fig_overlap_heatmap", "figure", "fig:overlap_heatmap", FAMILY,
                  "Top-k overlap between the shallowest and deepest runs across layers and generated positions for "
@@ -187,26 +139,22 @@ SPECS: list[ArtefactSpec] = [
     ArtefactSpec("fig_layer_profile_512pos", "figure", "fig:layer_profile_512pos", FAMILY,
                  "Layer profile over every low-overlap position of the long range (full window plus top-k "
                  "sketches).", "run", ("run",), long_range, fig_basins.draw_profiles),
-    ArtefactSpec("tab_gmm", "table", "", FAMILY,
-                 "Two-component Gaussian mixture on the iter-1 vs iter-N overlaps: stable and low-overlap "
-                 "components and their crossover threshold (app:gmm).", "run", ("run",), gmm),
-    ArtefactSpec("tab_gmm_robustness", "table", "", FAMILY,
-                 "Crossover threshold of 2- to 5-component mixtures (app:gmm robustness).", "run", ("run",),
-                 gmm_robustness),
-    ArtefactSpec("tab_basin_summary", "table", "", FAMILY,
-                 "Low-overlap positions per question, per-position rates, gaps between consecutive low-overlap "
-                 "positions and their coefficient of variation (sec:punctuated_equilibrium).", "run", ("run",),
-                 basin_summary),
-    ArtefactSpec("tab_basin_position_rates", "table", "", FAMILY,
-                 "Fraction of questions with a low-overlap (basin-shift) position at each window position.",
-                 "run", ("run",), position_rates),
-    ArtefactSpec("tab_pos0_universality", "table", "", FAMILY,
-                 "Position 0, iteration 1 vs 2: mean and std over questions of the layer-mean overlap and how many "
-                 "questions are low-overlap there.", "run", ("run",), pos0_universality),
-    ArtefactSpec("tab_causal_ordering", "table", "tab:causal_ordering", "Logit dynamics",
-                 "Order of the first low-overlap position and the first argmax divergence between depths, per "
-                 "question.", "run", ("run",), causal),
-    ArtefactSpec("tab_pos0_divergence", "table", "tab:pos0_divergence", "Logit dynamics",
-                 "Downstream outcome of the questions with a basin shift at position 0: diverge at 0, inside the "
-                 "window, or beyond it.", "run", ("run",), pos0_divergence),
+    measured_spec("gmm", FAMILY,
+                  "Two-component Gaussian mixture on the iter-1 vs iter-N overlaps: stable and low-overlap "
+                  "components and their crossover threshold (app:gmm)."),
+    measured_spec("gmm_robustness", FAMILY, "Crossover threshold of 2- to 5-component mixtures (app:gmm robustness)."),
+    measured_spec("basin_summary", FAMILY,
+                  "Low-overlap positions per question, per-position rates, gaps between consecutive low-overlap "
+                  "positions and their coefficient of variation (sec:punctuated_equilibrium)."),
+    measured_spec("basin_position_rates", FAMILY,
+                  "Fraction of questions with a low-overlap (basin-shift) position at each window position."),
+    measured_spec("pos0_universality", FAMILY,
+                  "Position 0, iteration 1 vs 2: mean and std over questions of the layer-mean overlap and how many "
+                  "questions are low-overlap there."),
+    measured_spec("tab:causal_ordering", "Logit dynamics",
+                  "Order of the first low-overlap position and the first argmax divergence between depths, per "
+                  "question."),
+    measured_spec("tab:pos0_divergence", "Logit dynamics",
+                  "Downstream outcome of the questions with a basin shift at position 0: diverge at 0, inside the "
+                  "window, or beyond it."),
 ]

@@ -5,12 +5,13 @@ from __future__ import annotations
 
 import pandas as pd
 
-from sst_interp.analyses import convergent, episodes, evaluation
+from sst_interp.analyses import episodes, evaluation
 from sst_interp.analyses.api import NotAvailable
 from sst_interp.analyses.results import NotApplicable
 from sst_interp.reporting import fig_evaluation
-from sst_interp.reporting.artefacts import ArtefactData, ArtefactSpec, table_data
+from sst_interp.reporting.artefacts import ArtefactData, ArtefactSpec
 from sst_interp.reporting.context import ReportContext
+from sst_interp.reporting.measured import measured_spec
 
 FAMILY = "Evaluation"
 
@@ -20,14 +21,14 @@ def _baseline_depth(base: object) -> int:
 
 
 def main_results(ctx: ReportContext, target: str | None) -> ArtefactData | NotApplicable:
-    """tab:main_results for every run with a matched baseline (one row per benchmark)."""
+    """tab:main_results for every run with a matched baseline (one row per benchmark): the registry entry of each
+    run, stacked."""
     frames, notes = [], []
     for item in ctx.inputs.runs:
         base = ctx.inputs.baselines.get(item.name)
         if base is None:
             continue
-        result = evaluation.main_results({item.benchmark: (item.run, base.run)},
-                                         baseline_depth=_baseline_depth(base))
+        result = ctx.analysis(item.name).attempt("tab:main_results")
         if isinstance(result, NotApplicable):
             notes.append(f"{item.benchmark}: {result.reason}")
             continue
@@ -43,22 +44,14 @@ def main_results(ctx: ReportContext, target: str | None) -> ArtefactData | NotAp
 
 
 def staged_breakdown(ctx: ReportContext, target: str | None) -> ArtefactData | NotApplicable:
-    """tab:staged_breakdown over every multi-depth run."""
-    runs = {item.benchmark: item.run for item in ctx.inputs.runs if len(item.run.depths) >= 2}
-    if not runs:
+    """tab:staged_breakdown over every multi-depth run: the registry entry of each run, stacked."""
+    frames = [ctx.analysis(item.name).table("tab:staged_breakdown") for item in ctx.inputs.runs
+              if len(item.run.depths) >= 2]
+    if not frames:
         depths = ", ".join(f"{i.name}: {i.run.depths}" for i in ctx.inputs.runs)
         return NotApplicable(f"every run has a single depth ({depths}); staged compute needs two or more",
                              "tab:staged_breakdown")
-    return table_data(evaluation.staged_breakdown(runs))
-
-
-def overthinking(ctx: ReportContext, target: str | None) -> ArtefactData | NotApplicable:
-    """tab:overthinking of one run (with its matched baseline as a reference row when there is one)."""
-    item, base = ctx.run_input(target), ctx.baseline(target)
-    result = evaluation.overthinking(item.run, base.run if base else None,
-                                     _baseline_depth(base) if base else None)
-    notes = [] if base else ["no --baseline run given: the matched-baseline reference row is omitted"]
-    return table_data(result, notes)
+    return ArtefactData({"main": pd.concat(frames, ignore_index=True)}, {"notes": []})
 
 
 def sankey(ctx: ReportContext, target: str | None) -> ArtefactData | NotApplicable:
@@ -75,7 +68,7 @@ def repetition(ctx: ReportContext, target: str | None) -> ArtefactData | NotAppl
     frames, notes = [], []
     for item in ctx.inputs.runs:
         try:
-            frame = ctx.analysis(item.name).repetition()
+            frame = ctx.analysis(item.name).table("tab:repetition")
         except NotAvailable as why:
             notes.append(f"{item.benchmark}: {why}")
             continue
@@ -88,11 +81,6 @@ def repetition(ctx: ReportContext, target: str | None) -> ArtefactData | NotAppl
     if not ctx.inputs.baselines:
         notes.append("no --baseline run given: baseline rows are omitted")
     return ArtefactData({"main": pd.concat(frames, ignore_index=True)}, {"notes": notes})
-
-
-def convergent_reasoning(ctx: ReportContext, target: str | None) -> ArtefactData | NotApplicable:
-    """tab:convergent_reasoning of one run."""
-    return table_data(convergent.convergent_reasoning(ctx.run_input(target).run))
 
 
 def episode_conduct(ctx: ReportContext, target: str | None) -> ArtefactData | NotApplicable:
@@ -118,10 +106,9 @@ SPECS: list[ArtefactSpec] = [
     ArtefactSpec("tab_staged_breakdown", "table", "tab:staged_breakdown", FAMILY,
                  "Staged compute capacity: fraction of questions solved at some depth up to each stage, per "
                  "benchmark.", "report", ("runs",), staged_breakdown),
-    ArtefactSpec("tab_overthinking", "table", "tab:overthinking", FAMILY,
-                 "Overthinking regression: accuracy of staged compute and of each flat depth, each paired with the "
-                 "shallowest depth (regressions, recoveries, McNemar tests).", "run", ("run", "baseline"),
-                 overthinking),
+    measured_spec("tab:overthinking", FAMILY,
+                  "Overthinking regression: accuracy of staged compute and of each flat depth, each paired with the "
+                  "shallowest depth (regressions, recoveries, McNemar tests).", ("run", "baseline")),
     ArtefactSpec("fig_overthinking_sankey", "figure", "fig:overthinking_sankey", FAMILY,
                  "Per-question pass/fail flows between consecutive flat depths: ribbons pass->pass, pass->fail "
                  "(regression), fail->pass (recovery), fail->fail; accuracy above each column.", "run", ("run",),
@@ -133,7 +120,7 @@ SPECS: list[ArtefactSpec] = [
                  "CodeACT episode conduct per depth: fractions of episodes whose first model turn is a well-formed "
                  "<execute> block, that end with finish_session, and that are correct (app:dataset_format).",
                  "run", ("run", "baseline"), episode_conduct),
-    ArtefactSpec("tab_convergent_reasoning", "table", "tab:convergent_reasoning", "Logit dynamics",
-                 "Convergent reasoning: questions correct at every depth with pairwise distinct text traces, "
-                 "against the chance of independent random answers.", "run", ("run",), convergent_reasoning),
+    measured_spec("tab:convergent_reasoning", "Logit dynamics",
+                  "Convergent reasoning: questions correct at every depth with pairwise distinct text traces, "
+                  "against the chance of independent random answers."),
 ]

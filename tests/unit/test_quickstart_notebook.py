@@ -71,7 +71,7 @@ def test_quickstart_notebook_runs_and_shows_the_runs_tables(small_run, tmp_path)
     staged_text = _output_text(code[2])
     for column in staged.columns:
         assert str(column) in staged_text
-    assert str(int(staged["N"].iloc[0])) in staged_text
+    assert str(int(staged["n_questions"].iloc[0])) in staged_text
     basins_text = _output_text(code[3])
     for column in a.basin_summary().columns[:3]:
         assert str(column) in basins_text

@@ -197,7 +197,7 @@ def test_single_depth_run_lists_its_skips(tmp_path):
     assert "single depth" in reasons["tab_staged_breakdown"]
     assert "single depth" in reasons["tab_overthinking"]
     assert "single depth" in reasons["fig_overlap_heatmap"]
-    assert "need a depth >= 2" in reasons["tab_argmax_concentration"]
+    assert "needs a depth >= 2" in reasons["tab_argmax_concentration"]
     assert "i_max >= 2" in reasons["tab_halting_probe"]
     assert "no --baseline" in reasons["tab_main_results"]
     assert "names no SST checkpoint" in reasons["fig_alpha_quantile_ribbon"]

@@ -1,0 +1,403 @@
+"""The measurement registry: each measurement of one run declared once.
+
+An entry says which paper table it reproduces (``label``), what a run must have for it (``requires``: declarative,
+checked from the manifest without computing anything), how to compute it from a
+:class:`~sst_interp.analyses.api.RunAnalysis` (``compute``, which reuses the analysis' shared steps), how to turn
+the result into tidy data (``tidy``, documented by ``columns``), which provenance notes go with it (``notes``) and
+the paper's layout (``presentation``). Everything else is generated from these entries:
+
+- the :class:`~sst_interp.analyses.api.RunAnalysis` method of each entry (tidy data), ``table()``, ``data()``,
+  ``result()``, ``notes()`` and ``available()``;
+- the report's run-level tables (:mod:`sst_interp.reporting.measured`), which write ``presentation`` and
+  ``notes`` of the same entry.
+
+To add a measurement: write its analysis function in this package, then one :class:`Measurement` below.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import pandas as pd
+
+from sst_interp.analyses import tidy
+from sst_interp.analyses.results import NotApplicable
+
+# The functions below take the RunAnalysis of sst_interp.analyses.api (annotated Any: api imports this module).
+
+
+# ------------------------------------------------------------------------------------------------ requirements
+def _iterations(a: Any) -> str | None:
+    if max(a.run.depths, default=0) < 2:
+        return f"run has depths {a.run.depths}; comparing iterations needs a depth >= 2"
+    return None
+
+
+def _depths(a: Any) -> str | None:
+    if len(a.run.depths) < 2:
+        return f"run has a single depth ({', '.join(map(str, a.run.depths))}); staged compute needs two or more"
+    return None
+
+
+def _baseline(a: Any) -> str | None:
+    if a.baseline is None:
+        return "compares the SST with its matched baseline: pass baseline="
+    return None
+
+
+def _codeact(a: Any) -> str | None:
+    protocol = a.run.manifest.get("protocol", "completion")
+    if protocol != "codeact":
+        return f"the run was recorded with --protocol {protocol}; this needs codeact episodes"
+    return None
+
+
+#: Declarative requirements: name -> check (the reason it is unmet, or None). Each reads the manifest only.
+REQUIREMENTS: dict[str, Callable[[Any], str | None]] = {
+    "iterations": _iterations,
+    "depths": _depths,
+    "baseline": _baseline,
+    "codeact": _codeact,
+}
+
+
+# ------------------------------------------------------------------------------------------------ the entry
+def _no_notes(analysis: Any, result: Any) -> list[str]:
+    return []
+
+
+def _paper_table(result: Any) -> pd.DataFrame:
+    return result.table()
+
+
+@dataclass(frozen=True)
+class Measurement:
+    """One measurement of one run.
+
+    Args:
+        name: the RunAnalysis method and the report artefact (``tab_<name>``) it backs.
+        label: the paper label it reproduces (``tab:overthinking``), or "" for a table of this project's own.
+        title: one line saying what it measures.
+        requires: names in :data:`REQUIREMENTS`; all must hold for the measurement to be available.
+        compute: RunAnalysis -> an AnalysisResult (or a NotApplicable saying why this run cannot support it).
+        tidy: result -> long-form DataFrame, one row per observation.
+        columns: the tidy frame's columns -> what each holds (units in the name).
+        notes: (analysis, result) -> provenance notes (where a threshold came from, what was left out).
+        presentation: result -> the paper's layout (what the report writes).
+        extra_tables: result -> further named tables the report writes beside the main one.
+    """
+
+    name: str
+    label: str
+    title: str
+    requires: tuple[str, ...]
+    compute: Callable[[Any], Any]
+    tidy: Callable[[Any], pd.DataFrame]
+    columns: Mapping[str, str]
+    notes: Callable[[Any, Any], list[str]] = _no_notes
+    presentation: Callable[[Any], pd.DataFrame] = _paper_table
+    extra_tables: Callable[[Any], dict[str, pd.DataFrame]] = field(default=lambda result: {})
+
+    @property
+    def key(self) -> str:
+        """The paper label, or ``tab_<name>`` for a table of this project's own."""
+        return self.label or f"tab_{self.name}"
+
+    def present(self, result: Any) -> tuple[pd.DataFrame, list[str]]:
+        """(the paper layout, notes the analysis left in its ``attrs``): the frame is a copy without attrs."""
+        frame = self.presentation(result).copy()
+        found = [f"{str(key).replace('_', ' ')}: {value}" for key, value in frame.attrs.items()]
+        frame.attrs = {}
+        return frame, found
+
+    def unmet(self, analysis: Any) -> str | None:
+        """The first unmet requirement's reason, or None (nothing is computed)."""
+        for requirement in self.requires:
+            reason = REQUIREMENTS[requirement](analysis)
+            if reason is not None:
+                return reason
+        return None
+
+
+# ------------------------------------------------------------------------------------------------ columns
+QUANTITY_DOC = {"quantity": "snake_case key of the paper table's row", "quantity_text": "the row's text",
+                "statistic": "value, ci_low or ci_high (95% bounds of the quantity with the same key)",
+                "unit": "percent, nats or empty", "value": "the number (float64)"}
+
+
+def _grouped(group_name: str, what: str) -> dict[str, str]:
+    return {group_name: what, **QUANTITY_DOC}
+
+
+def _quantities(key: str, groups: tuple[str, ...] = ("value",), group_name: str | None = None):
+    return lambda result: tidy.quantities(_paper_table(result), key, groups, group_name)
+
+
+# ------------------------------------------------------------------------------------------------ computations
+def _pe_part(attr: str) -> Callable[[Any], Any]:
+    def compute(a: Any) -> Any:
+        pe = a.punctuated
+        return pe if isinstance(pe, NotApplicable) else getattr(pe, attr)
+
+    return compute
+
+
+def _records(build: Callable[[Any], Any]) -> Callable[[Any], Any]:
+    return lambda a: build(a.logit_records())
+
+
+def _threshold_note(a: Any, result: Any) -> list[str]:
+    threshold, origin = a.threshold
+    return [f"regimes at overlap threshold {threshold:.4f} ({origin})"]
+
+
+def _records_note(a: Any, result: Any) -> list[str]:
+    threshold, origin = a.threshold
+    records = a.logit_records()
+    return [f"regimes at overlap threshold {threshold:.4f} ({origin}); window {records.max_positions} positions, "
+            f"top-{records.top_n} comparisons"]
+
+
+def _lazy(module: str, name: str) -> Callable[..., Any]:
+    """A function of an analysis module, imported when first called (the registry itself stays light)."""
+    def call(*args: Any, **kwargs: Any) -> Any:
+        from importlib import import_module
+
+        return getattr(import_module(f"sst_interp.analyses.{module}"), name)(*args, **kwargs)
+
+    return call
+
+
+def _overthinking(a: Any) -> Any:
+    return _lazy("evaluation", "overthinking")(a.run, a.baseline, a.baseline_depth)
+
+
+def _overthinking_notes(a: Any, result: Any) -> list[str]:
+    return [] if a.baseline is not None else ["no --baseline run given: the matched-baseline reference row is "
+                                              "omitted"]
+
+
+def _precision(a: Any) -> Any:
+    return _lazy("precision", "precision_proof")(a.run, a.regime_labels(), alpha=a.checkpoint_alpha())
+
+
+def _precision_notes(a: Any, result: Any) -> list[str]:
+    threshold, origin = a.threshold
+    notes = [f"dtype {result.dtype}: machine epsilon {result.eps:.3g}",
+             f"iterations {result.transition[0]} -> {result.transition[1]} of the depth-{result.depth} run at "
+             f"{result.positions} {'basin-shift' if result.restricted else 'recorded'} positions (threshold "
+             f"{threshold:.4f}, {origin})",
+             "p: one-sided exact binomial test of the fraction above 1x against 0.5; ci_low: its one-sided 95% bound"]
+    if result.bound is not None:
+        b = result.bound
+        notes.append(f"analytic bound: alpha in [{b.minimum:.4g}, {b.maximum:.4g}], minimum = "
+                     f"{b.minimum / b.eps:.3g} eps; {b.below.get(3.0, 0)} of {b.n} coefficients <= 3 eps")
+    else:
+        notes.append("analytic alpha bound omitted: no checkpoint for this run")
+    return notes
+
+
+def _gmm_table(result: Any) -> pd.DataFrame:
+    frame = result.table().copy()
+    frame.attrs = {}  # the threshold and n go in the notes
+    return frame
+
+
+def _gmm_notes(a: Any, result: Any) -> list[str]:
+    pe = a.punctuated
+    return [f"crossover threshold: {result.threshold:.4f}", f"overlap values fitted: {result.n}",
+            f"comparison: {getattr(pe.overlap, 'comparison', '')}", f"EM converged: {result.converged}"]
+
+
+def _reorg(kind: str, regime: str) -> Callable[[Any], Any]:
+    def compute(a: Any) -> Any:
+        from sst_interp.analyses import logit_dynamics as ld
+
+        return getattr(ld, f"reorg_{kind}")(a.logit_records(), ld.LOW if regime == "low" else ld.STABLE)
+
+    return compute
+
+
+def _repetition(a: Any) -> Any:
+    from sst_interp.analyses import repetition
+
+    gens = a.run.generations()
+    depths = sorted(a.run.depths)
+    configs: dict[str, pd.DataFrame] = {}
+    if a.baseline is not None:
+        configs[f"Baseline iter={a.baseline_depth}"] = repetition.select_depth(a.baseline.generations(),
+                                                                               a.baseline_depth)
+    configs[f"SST flat iter={depths[0]}"] = repetition.select_depth(gens, depths[0])
+    if len(depths) >= 2:
+        configs["SST staged"] = repetition.select_staged(gens)
+        configs[f"SST flat iter={depths[-1]}"] = repetition.select_depth(gens, depths[-1])
+    return repetition.repetition(configs, reference=next(iter(configs)))
+
+
+class _Frame:
+    """A plain DataFrame result (episode conduct returns one) behind the AnalysisResult interface."""
+
+    def __init__(self, frame: pd.DataFrame) -> None:
+        self.frame = frame
+
+    def table(self) -> pd.DataFrame:
+        return self.frame
+
+
+def _episode_conduct(a: Any) -> Any:
+    result = _lazy("episodes", "episode_conduct")(a.run)
+    return result if isinstance(result, NotApplicable) else _Frame(result)
+
+
+REGIME = ("low_overlap", "stable")
+WITHIN_CROSS = ("within", "cross")
+
+#: Every measurement, in the report's order.
+MEASUREMENTS: tuple[Measurement, ...] = (
+    # ---- evaluation (sec:evaluation)
+    Measurement("staged_breakdown", "tab:staged_breakdown", "Staged compute capacity: questions solved at some "
+                "depth up to each stage.", ("depths",),
+                lambda a: _lazy("evaluation", "staged_breakdown")({a.name: a.run}),
+                lambda r: tidy.stages(r.table()),
+                {"benchmark": "the run's benchmark", "n_questions": "questions", "stage": "the deepest depth "
+                 "allowed", "cumulative_accuracy_pct": "questions solved at some depth <= stage, percent"}),
+    Measurement("main_results", "tab:main_results", "Matched baseline vs SST at staged compute.", ("baseline",),
+                lambda a: _lazy("evaluation", "main_results")({a.name: (a.run, a.baseline)},
+                                                              baseline_depth=a.baseline_depth),
+                lambda r: tidy.renamed(r.table(), {"N": "n_questions", "baseline": "baseline_accuracy_pct",
+                                                   "sst": "sst_accuracy_pct", "error_correction":
+                                                   "error_correction_pct"}),
+                {"benchmark": "benchmark", "n_questions": "questions", "baseline_accuracy_pct": "baseline accuracy",
+                 "sst_accuracy_pct": "SST accuracy", "sst_condition": "which SST condition", "delta_pp":
+                 "difference in percentage points", "error_correction_pct": "(SST - baseline) / (100 - baseline)",
+                 "sst_only": "questions only the SST solves", "baseline_only": "questions only the baseline solves",
+                 "mcnemar_exact_p": "exact McNemar p"}),
+    Measurement("overthinking", "tab:overthinking", "Staged compute and each flat depth against the shallowest "
+                "depth: regressions, recoveries, McNemar tests.", (), _overthinking,
+                lambda r: tidy.renamed(r.table(), {"accuracy": "accuracy_pct"}),
+                {"condition": "staged compute, flat depth d or the baseline", "compared_with": "the reference",
+                 "accuracy_pct": "accuracy", "delta_pp": "accuracy minus the reference's, points",
+                 "regressions": "questions right in the reference, wrong here", "recoveries": "the reverse",
+                 "mcnemar_chi2_cc": "McNemar chi2, continuity corrected", "mcnemar_p_cc": "its p",
+                 "mcnemar_chi2": "McNemar chi2", "mcnemar_p": "its p", "mcnemar_exact_p": "exact McNemar p"},
+                notes=_overthinking_notes),
+    Measurement("repetition", "tab:repetition", "Sentence-level repetition and loops per configuration.", (),
+                _repetition,
+                lambda r: tidy.renamed(r.table(), {"N": "n_turns", "sentence_repetition":
+                                                   "sentence_repetition_pct"}),
+                {"configuration": "baseline, SST flat or staged", "n_turns": "model turns",
+                 "sentence_repetition_pct": "turns with a repeated sentence", "loops": "turns in a loop",
+                 "mann_whitney_p": "against the first configuration"}),
+    Measurement("convergent_reasoning", "tab:convergent_reasoning", "Questions correct at every depth with "
+                "distinct text traces, against chance.", ("depths",),
+                lambda a: _lazy("convergent", "convergent_reasoning")(a.run), _quantities("quantity"),
+                QUANTITY_DOC),
+    Measurement("episode_conduct", "", "CodeACT episode conduct per depth.", ("codeact",), _episode_conduct,
+                lambda r: tidy.renamed(r.table(), {}),
+                {"depth": "depth", "episodes": "episodes", "first_turn_action": "fraction whose first turn is a "
+                 "well-formed <execute> block", "finished": "fraction ending with finish_session", "accuracy":
+                 "fraction correct", "mean_model_turns": "model turns per episode"}),
+    # ---- basin shifts (sec:punctuated_equilibrium, app:gmm)
+    Measurement("gmm", "", "Two-component Gaussian mixture on the overlaps and its crossover threshold (app:gmm).",
+                ("iterations",), _pe_part("gmm"), lambda r: tidy.renamed(_gmm_table(r), {}),
+                {"component": "Stable or Low-overlap", "mean": "mean overlap", "std": "standard deviation",
+                 "weight": "mixture weight"}, notes=_gmm_notes, presentation=_gmm_table),
+    Measurement("gmm_robustness", "", "Crossover thresholds of 2- to 5-component mixtures (app:gmm).",
+                ("iterations",), _pe_part("robustness"), lambda r: tidy.renamed(r.table(), {}),
+                {"components": "mixture components", "threshold": "crossover", "shift": "from the 2-component "
+                 "threshold", "stable_mean": "stable component mean", "stable_std": "its std",
+                 "stable_weight": "its weight"},
+                notes=lambda a, r: [f"largest threshold shift from the 2-component fit: {r.max_shift:.4f}"]),
+    Measurement("basin_summary", "", "Low-overlap positions per question, per-position rates, gaps "
+                "(sec:punctuated_equilibrium).", ("iterations",), _pe_part("summary"), _quantities("metric"),
+                QUANTITY_DOC),
+    Measurement("basin_position_rates", "", "Fraction of questions low-overlap at each window position.",
+                ("iterations",), _pe_part("summary"), lambda r: tidy.renamed(r.position_table(), {}),
+                {"position": "generated position", "n_questions": "questions", "n_low": "low-overlap there",
+                 "rate": "fraction"},
+                notes=lambda a, r: [f"threshold {r.threshold:.4f}, rule '{r.rule}'"],
+                presentation=lambda r: r.position_table()),
+    Measurement("pos0_universality", "", "Position 0, iteration 1 vs 2: the universal basin shift.",
+                ("iterations",), _pe_part("pos0"), lambda r: tidy.renamed(r.table(), {}),
+                {"comparison": "what is compared", "n_questions": "questions", "n_low": "low-overlap",
+                 "mean_overlap": "mean layer-mean overlap", "std_overlap": "its std"}),
+    Measurement("causal_ordering", "tab:causal_ordering", "First low-overlap position vs first argmax "
+                "divergence.", ("iterations",), _pe_part("causal"),
+                lambda r: tidy.categories(r.table(), "group", {"n": "n_questions", "percent": "percent"}),
+                {"category": "ordering key", "category_text": "the paper's row", "n_questions": "questions",
+                 "percent": "percent of questions"}),
+    Measurement("pos0_divergence", "tab:pos0_divergence", "Outcome of the questions with a basin shift at "
+                "position 0.", ("iterations",), _pe_part("pos0_divergence"),
+                lambda r: tidy.categories(r.table(), "outcome", {"n": "n_questions", "percent": "percent"}),
+                {"category": "outcome key", "category_text": "the paper's row", "n_questions": "questions",
+                 "percent": "percent of questions"}),
+    # ---- logit dynamics (sec:logit_dynamics, app:logit_tables)
+    Measurement("argmax_concentration", "tab:argmax_concentration", "Argmax change rates at low-overlap vs "
+                "stable positions.", ("iterations",), _records(_lazy("logit_dynamics", "argmax_concentration")),
+                _quantities("quantity", (*REGIME, "total"), "regime"), _grouped("regime", "low_overlap, stable "
+                                                                                 "or total"),
+                notes=_records_note),
+    Measurement("decision_boundary", "tab:decision_boundary", "Exact ties vs strict overrides among argmax "
+                "changes.", ("iterations",), _records(_lazy("logit_dynamics", "decision_boundary")),
+                _quantities("quantity"), QUANTITY_DOC, notes=_records_note),
+    Measurement("gap_distributions", "tab:gap_distributions", "Top-1 minus top-2 gap at argmax changes by "
+                "regime.", ("iterations",), _records(_lazy("logit_dynamics", "gap_distributions")),
+                _quantities("quantity", REGIME, "regime"), _grouped("regime", "low_overlap or stable"),
+                notes=_records_note),
+    Measurement("reorg_lo_argmax", "tab:reorg_lo_argmax", "Posterior reorganisation at low-overlap argmax "
+                "changes.", ("iterations",), _reorg("argmax", "low"),
+                _quantities("quantity", WITHIN_CROSS, "comparison"), _grouped("comparison", "within or cross run"),
+                notes=_records_note),
+    Measurement("reorg_st_argmax", "tab:reorg_st_argmax", "Posterior reorganisation at stable argmax changes.",
+                ("iterations",), _reorg("argmax", "stable"), _quantities("quantity", WITHIN_CROSS, "comparison"),
+                _grouped("comparison", "within or cross run"), notes=_records_note),
+    Measurement("reorg_lo_all", "tab:reorg_lo_all", "Top-n replacement at every low-overlap position.",
+                ("iterations",), _reorg("all", "low"), _quantities("quantity", WITHIN_CROSS, "comparison"),
+                _grouped("comparison", "within or cross run"), notes=_records_note),
+    Measurement("reorg_st_all", "tab:reorg_st_all", "Top-n replacement at every stable position.",
+                ("iterations",), _reorg("all", "stable"), _quantities("quantity", WITHIN_CROSS, "comparison"),
+                _grouped("comparison", "within or cross run"), notes=_records_note),
+    Measurement("basin_shift_activity", "tab:basin_shift_activity", "Basin shifts across consecutive iteration "
+                "transitions of the deepest run.", ("iterations",),
+                lambda a: _lazy("logit_dynamics", "basin_shift_activity")(a.regime_labels()),
+                lambda r: tidy.categories(r.table(), "activity", {"count": "n_positions", "percent": "percent",
+                                                                  "ci_low": "ci_low_pct", "ci_high": "ci_high_pct"}),
+                {"category": "activity key", "category_text": "the paper's row", "n_positions": "positions",
+                 "percent": "percent", "ci_low_pct": "95% bound", "ci_high_pct": "95% bound"},
+                notes=_threshold_note),
+    Measurement("later_iter_computation", "tab:later_iter_computation", "Later-iteration computation by "
+                "regime.", ("iterations",), _records(_lazy("logit_dynamics", "later_iter_computation")),
+                _quantities("quantity", ("basin_shift", "stable"), "regime"),
+                _grouped("regime", "basin_shift or stable"), notes=_records_note),
+    # ---- precision and convergence monitoring (app:precision_proof, fig:convergence_monitoring)
+    Measurement("precision_proof", "tab:precision_proof", "Iteration 1 -> 2 change against the dtype's rounding "
+                "error, per layer.", ("iterations",), _precision,
+                lambda r: tidy.renamed(r.table(), {"n": "n_values", "frac_above_1": "fraction_above_1"}),
+                {"layer": "decoder layer (or all)", "n_values": "ratios", "median": "median ratio", "p25": "25th "
+                 "percentile", "p75": "75th", "p95": "95th", "fraction_above_1": "fraction above 1x", "p":
+                 "one-sided exact binomial p", "ci_low": "one-sided 95% bound"},
+                notes=_precision_notes, extra_tables=lambda r: {"layers": r.full_table()}),
+    Measurement("convergence_monitoring", "", "Tests behind fig:convergence_monitoring: L2 of the state does not "
+                "tell when to stop.", ("iterations",), lambda a: a.convergence(), _quantities("metric"),
+                QUANTITY_DOC,
+                notes=lambda a, r: [f"L2 deltas at layer {r.layer}; one value per (question, decision) in the "
+                                    "tests"]),
+)
+
+BY_KEY: dict[str, Measurement] = {}
+for _entry in MEASUREMENTS:
+    for _key in {_entry.name, _entry.key, f"tab_{_entry.name}"}:
+        if _key in BY_KEY:
+            raise ValueError(f"measurement key {_key!r} declared twice")
+        BY_KEY[_key] = _entry
+
+
+def lookup(key: str) -> Measurement:
+    """The measurement named by a paper label (``tab:overthinking``), a method name or an artefact name."""
+    from sst_interp.errors import UsageError
+
+    if key not in BY_KEY:
+        raise UsageError(f"unknown measurement {key!r}; known: {', '.join(m.key for m in MEASUREMENTS)}")
+    return BY_KEY[key]

@@ -1,0 +1,39 @@
+"""Report tables that are registry measurements: the report writes an entry's paper layout and notes.
+
+:func:`measured_spec` turns an entry of :mod:`sst_interp.analyses.registry` into an
+:class:`~sst_interp.reporting.artefacts.ArtefactSpec`: the measurement is computed by the run's
+:class:`~sst_interp.analyses.RunAnalysis` (the one a notebook gets from ``analyses.open``), so the report and the
+API cannot disagree. The spec adds only what belongs to the page: its section and caption.
+"""
+
+from __future__ import annotations
+
+from sst_interp.analyses.registry import lookup
+from sst_interp.analyses.results import NotApplicable
+from sst_interp.reporting.artefacts import ArtefactData, ArtefactSpec
+from sst_interp.reporting.context import ReportContext
+
+
+def measured_data(ctx: ReportContext, target: str | None, key: str) -> ArtefactData | NotApplicable:
+    """The artefact data of measurement ``key`` on run ``target``: the paper layout as ``main``, the entry's extra
+    tables beside it, its provenance notes."""
+    measurement = lookup(key)
+    analysis = ctx.analysis(target)
+    result = analysis.attempt(key)
+    if isinstance(result, NotApplicable):
+        return result
+    frame, found = measurement.present(result)
+    tables = {"main": frame, **measurement.extra_tables(result)}
+    return ArtefactData(tables, {"notes": [*measurement.notes(analysis, result), *found]})
+
+
+def measured_spec(key: str, family: str, caption: str, inputs: tuple[str, ...] = ("run",)) -> ArtefactSpec:
+    """A run-scoped table artefact ``tab_<name>`` backed by the registry entry ``key``."""
+    measurement = lookup(key)
+
+    def compute(ctx: ReportContext, target: str | None) -> ArtefactData | NotApplicable:
+        return measured_data(ctx, target, key)
+
+    compute.__doc__ = f"{measurement.key}: {measurement.title}"
+    return ArtefactSpec(f"tab_{measurement.name}", "table", measurement.label, family, caption, "run", inputs,
+                        compute)

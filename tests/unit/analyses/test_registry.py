@@ -1,0 +1,101 @@
+"""The measurement registry: one entry per measurement, the API generated from it, tidy frames with documented
+columns, a cheap available(), and the report's tables written from the same entries."""
+
+from __future__ import annotations
+
+import pandas as pd
+import pytest
+
+from sst_interp import analyses
+from sst_interp.analyses import tidy
+from sst_interp.analyses.registry import MEASUREMENTS, REQUIREMENTS, lookup
+from sst_interp.errors import UsageError
+from sst_interp.reporting.registry import all_specs
+from tests.unit.reporting.builders import CORRECT, write_baseline_run, write_sst_run
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory):
+    root = tmp_path_factory.mktemp("registry")
+    write_sst_run(root / "sst")
+    write_baseline_run(root / "base")
+    write_sst_run(root / "flat", depths=(1,))
+    return root
+
+
+def test_every_entry_is_declared_once_and_backs_one_report_table():
+    names = [m.name for m in MEASUREMENTS]
+    assert len(names) == len(set(names))
+    assert all(set(m.requires) <= set(REQUIREMENTS) for m in MEASUREMENTS)
+    specs = {spec.name: spec for spec in all_specs()}
+    report_only = {"tab_episode_conduct"}  # the report's table adds the baseline's rows beside the SST's
+    for measurement in MEASUREMENTS:
+        spec = specs[f"tab_{measurement.name}"]
+        assert spec.label == measurement.label
+        if spec.name not in report_only and spec.scope == "run":
+            assert spec.compute.__module__ == "sst_interp.reporting.measured", spec.name
+    assert lookup("tab:overthinking") is lookup("overthinking") is lookup("tab_overthinking")
+    with pytest.raises(UsageError, match="unknown measurement 'tab:nope'"):
+        lookup("tab:nope")
+
+
+def test_available_checks_declared_requirements_only_and_never_raises(runs):
+    a = analyses.open(runs / "flat")
+    support = a.available().set_index("measurement")
+    assert a._memo == {}  # nothing was computed to answer
+    assert list(support.columns) == ["label", "available", "reason"]
+    assert not support.loc["argmax_concentration", "available"]
+    assert "needs a depth >= 2" in support.loc["argmax_concentration", "reason"]
+    assert not support.loc["main_results", "available"] and "baseline" in support.loc["main_results", "reason"]
+    assert not support.loc["episode_conduct", "available"]
+    with pytest.raises(analyses.NotAvailable, match="tab:argmax_concentration: run has depths"):
+        a.argmax_concentration()
+
+
+def test_every_tidy_frame_has_its_documented_columns(runs):
+    a = analyses.open(runs / "sst", baseline=runs / "base")
+    for measurement in MEASUREMENTS:
+        if not a.available().set_index("measurement").loc[measurement.name, "available"]:
+            continue
+        frame = a.data(measurement.key)
+        assert list(frame.columns) == list(measurement.columns), measurement.name
+        assert len(frame) > 0
+        assert not any(frame[c].dtype == object for c in frame.columns), measurement.name
+        pd.testing.assert_frame_equal(getattr(a, measurement.name)(), frame)
+
+
+def test_tidy_staged_breakdown_holds_the_planted_capacity(runs):
+    staged = analyses.open(runs / "sst").staged_breakdown()
+    assert list(staged["stage"]) == [1, 2, 3, 4]
+    solved = [CORRECT[:, :stage].any(axis=1).mean() * 100 for stage in (1, 2, 3, 4)]
+    assert staged["cumulative_accuracy_pct"].tolist() == pytest.approx(solved)
+    assert set(staged["n_questions"]) == {len(CORRECT)}
+
+
+def test_tidy_quantities_fold_units_and_bounds_and_keep_every_number(runs):
+    a = analyses.open(runs / "sst")
+    paper, tidy_frame = a.table("tab:argmax_concentration"), a.data("tab:argmax_concentration")
+    assert len(tidy_frame) == len(paper) * 3  # low_overlap, stable, total
+    row = tidy_frame[(tidy_frame.regime == "stable") & (tidy_frame.quantity == "argmax_change_rate")]
+    assert set(row["statistic"]) == {"value", "ci_low", "ci_high"} and set(row["unit"]) == {"percent"}
+    expected = paper.set_index("quantity").loc["argmax change rate CI low (%)", "stable"]
+    assert float(row.loc[row.statistic == "ci_low", "value"].iloc[0]) == expected
+    assert tidy.parse_quantity("top-1 log-prob shift mean at non-changes (nats)") == (
+        "top_1_log_prob_shift_mean_at_non_changes", "value", "nats")
+    assert tidy.parse_quantity("exact tie rate CI high (%)") == ("exact_tie_rate", "ci_high", "percent")
+
+
+def test_report_tables_equal_the_api_paper_layout_and_notes(runs, tmp_path):
+    from sst_interp.reporting import ReportConfig, build_report
+
+    config = ReportConfig(runs=(runs / "sst",), baselines=(runs / "base",), out=tmp_path / "out", progress=False)
+    result = build_report(config)
+    a = analyses.open(runs / "sst", baseline=runs / "base")
+    for key in ("tab:overthinking", "tab:gap_distributions", "tab_gmm", "tab:precision_proof"):
+        name = f"tab_{lookup(key).name}"
+        written = pd.read_csv(tmp_path / "out" / f"{name}.csv")
+        expected = a.table(key).reset_index(drop=True)
+        pd.testing.assert_frame_equal(written, expected, check_dtype=False, rtol=1e-12, atol=0)
+        outcome = next(o for o in result.outcomes if o.artefact.name == name)
+        assert outcome.status == "ok"
+    assert any("overlap threshold" in note for note in a.notes("tab:gap_distributions"))
