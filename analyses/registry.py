@@ -87,6 +87,8 @@ class Measurement:
         notes: (analysis, result) -> provenance notes (where a threshold came from, what was left out).
         presentation: result -> the paper's layout (what the report writes).
         extra_tables: result -> further named tables the report writes beside the main one.
+        kind: ``table``, or ``figure`` (the result is :class:`~sst_interp.analyses.figure_data.FigureData`: named
+            frames and the numbers the figure annotates; ``tidy`` gives its main frame).
     """
 
     name: str
@@ -99,6 +101,13 @@ class Measurement:
     notes: Callable[[Any, Any], list[str]] = _no_notes
     presentation: Callable[[Any], pd.DataFrame] = _paper_table
     extra_tables: Callable[[Any], dict[str, pd.DataFrame]] = field(default=lambda result: {})
+    kind: str = "table"
+
+    @property
+    def artefact(self) -> str:
+        """The report artefact it backs: the label with ``:`` -> ``_`` (``fig_overlap_heatmap``), or
+        ``tab_<name>`` for a table of this project's own."""
+        return self.label.replace(":", "_", 1) if self.label else f"tab_{self.name}"
 
     @property
     def key(self) -> str:
@@ -251,6 +260,23 @@ def _episode_conduct(a: Any) -> Any:
     return result if isinstance(result, NotApplicable) else _Frame(result)
 
 
+def _figure_main(result: Any) -> pd.DataFrame:
+    return tidy.renamed(result.table(), {})
+
+
+def _profile_traces(result: Any) -> pd.DataFrame:
+    """Every panel's traces in one frame, the panel named in ``panel``."""
+    frames = [frame.assign(panel=name.removeprefix("traces_")) for name, frame in result.tables.items()
+              if name.startswith("traces_")]
+    long = pd.concat(frames, ignore_index=True)
+    return tidy.renamed(long[["panel", "trace", "question_id", "position", "layer", "overlap"]], {})
+
+
+HEATMAP_DOC = {"layer": "decoder layer", "position": "generated position", "overlap": "top-k overlap"}
+PROFILE_DOC = {"panel": "position0, late, p<k> or long", "trace": "trace index within the panel",
+               "question_id": "question", "position": "generated position", "layer": "decoder layer",
+               "overlap": "top-k overlap"}
+
 REGIME = ("low_overlap", "stable")
 WITHIN_CROSS = ("within", "cross")
 
@@ -384,11 +410,36 @@ MEASUREMENTS: tuple[Measurement, ...] = (
                 QUANTITY_DOC,
                 notes=lambda a, r: [f"L2 deltas at layer {r.layer}; one value per (question, decision) in the "
                                     "tests"]),
+    # ---- the data behind the run-level figures (analyses/figure_data.py)
+    Measurement("overthinking_sankey", "fig:overthinking_sankey", "Pass/fail flows between consecutive flat "
+                "depths.", ("depths",), _lazy("figure_data", "sankey"), lambda r: tidy.renamed(r.table(), {}),
+                {"from_depth": "depth", "to_depth": "next depth", "from_state": "pass or fail",
+                 "to_state": "pass or fail", "count": "questions"}, kind="figure"),
+    Measurement("overlap_heatmap", "fig:overlap_heatmap", "Top-k overlap across layers and positions for a "
+                "representative question.", ("iterations",), _lazy("figure_data", "heatmap"), _figure_main,
+                HEATMAP_DOC, kind="figure"),
+    Measurement("overlap_heatmap_zoom", "fig:overlap_heatmap_zoom", "The overlap of a second question over the "
+                "full-state window.", ("iterations",), lambda a: _lazy("figure_data", "heatmap")(a, zoom=True),
+                _figure_main, HEATMAP_DOC, kind="figure"),
+    Measurement("layer_profile", "fig:layer_profile", "Layer profile of top-k overlap at low-overlap positions: "
+                "position 0 and late positions.", ("iterations",), _lazy("figure_data", "layer_profile"),
+                _profile_traces, PROFILE_DOC, kind="figure"),
+    Measurement("layer_profile_per_position", "fig:layer_profile_per_position", "Layer profile at low-overlap "
+                "positions, per window position.", ("iterations",), _lazy("figure_data", "per_position"),
+                _profile_traces, PROFILE_DOC, kind="figure"),
+    Measurement("layer_profile_512pos", "fig:layer_profile_512pos", "Layer profile over every low-overlap "
+                "position of the long range.", ("iterations",), _lazy("figure_data", "long_range"),
+                _profile_traces, PROFILE_DOC, kind="figure"),
+    Measurement("convergence_figure", "fig:convergence_monitoring", "L2 delta between successive iterations "
+                "by correct depth.", ("iterations",), _lazy("figure_data", "convergence"), _figure_main,
+                {"question_id": "question", "position": "generated position", "transition": "iteration i -> i+1",
+                 "delta": "L2 change of the state", "correct_depth": "the depth the question is first right at"},
+                kind="figure"),
 )
 
 BY_KEY: dict[str, Measurement] = {}
 for _entry in MEASUREMENTS:
-    for _key in {_entry.name, _entry.key, f"tab_{_entry.name}"}:
+    for _key in {_entry.name, _entry.key, _entry.artefact}:
         if _key in BY_KEY:
             raise ValueError(f"measurement key {_key!r} declared twice")
         BY_KEY[_key] = _entry

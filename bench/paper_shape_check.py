@@ -457,7 +457,7 @@ def run_paper_shape(settings: ShapeSettings) -> tuple[list[ShapeRow], str]:
             print(profile_text, flush=True)
         except Exception:  # noqa: BLE001 - the profile is diagnostics; its failure is printed, the table goes on
             traceback.print_exc()
-    del sst
+    sst = None  # the SST wrapper goes; training converts the same backbone again
     free(settings.device)
     rows.extend(_run_phase("qlora", lambda: measure_training(backbone, settings, vocab), settings))
     return rows, profile_text

@@ -8,6 +8,9 @@ API cannot disagree. The spec adds only what belongs to the page: its section an
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import Any
+
 from sst_interp.analyses.registry import lookup
 from sst_interp.analyses.results import NotApplicable
 from sst_interp.reporting.artefacts import ArtefactData, ArtefactSpec
@@ -35,5 +38,22 @@ def measured_spec(key: str, family: str, caption: str, inputs: tuple[str, ...] =
         return measured_data(ctx, target, key)
 
     compute.__doc__ = f"{measurement.key}: {measurement.title}"
-    return ArtefactSpec(f"tab_{measurement.name}", "table", measurement.label, family, caption, "run", inputs,
+    return ArtefactSpec(measurement.artefact, "table", measurement.label, family, caption, "run", inputs,
                         compute)
+
+
+def measured_figure_spec(key: str, family: str, caption: str, draw: Callable[[ArtefactData], Any],
+                         inputs: tuple[str, ...] = ("run",)) -> ArtefactSpec:
+    """A run-scoped figure artefact backed by the registry entry ``key`` (its FigureData's frames and numbers),
+    drawn by ``draw``."""
+    measurement = lookup(key)
+
+    def compute(ctx: ReportContext, target: str | None) -> ArtefactData | NotApplicable:
+        result = ctx.analysis(target).attempt(key)
+        if isinstance(result, NotApplicable):
+            return result
+        return ArtefactData(dict(result.tables), dict(result.meta))
+
+    compute.__doc__ = f"{measurement.key}: {measurement.title}"
+    return ArtefactSpec(measurement.artefact, "figure", measurement.label, family, caption, "run", inputs, compute,
+                        draw)

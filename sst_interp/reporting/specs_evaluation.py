@@ -5,13 +5,13 @@ from __future__ import annotations
 
 import pandas as pd
 
-from sst_interp.analyses import episodes, evaluation
+from sst_interp.analyses import episodes
 from sst_interp.analyses.api import NotAvailable
 from sst_interp.analyses.results import NotApplicable
 from sst_interp.reporting import fig_evaluation
 from sst_interp.reporting.artefacts import ArtefactData, ArtefactSpec
 from sst_interp.reporting.context import ReportContext
-from sst_interp.reporting.measured import measured_spec
+from sst_interp.reporting.measured import measured_figure_spec, measured_spec
 
 FAMILY = "Evaluation"
 
@@ -52,14 +52,6 @@ def staged_breakdown(ctx: ReportContext, target: str | None) -> ArtefactData | N
         return NotApplicable(f"every run has a single depth ({depths}); staged compute needs two or more",
                              "tab:staged_breakdown")
     return ArtefactData({"main": pd.concat(frames, ignore_index=True)}, {"notes": []})
-
-
-def sankey(ctx: ReportContext, target: str | None) -> ArtefactData | NotApplicable:
-    """fig:overthinking_sankey data: pass/fail columns and the four flows of each transition."""
-    result = evaluation.overthinking_sankey(ctx.run_input(target).run)
-    if isinstance(result, NotApplicable):
-        return result
-    return ArtefactData({"flows": result.table(), "columns": result.columns_table()}, {"n": result.n})
 
 
 def repetition(ctx: ReportContext, target: str | None) -> ArtefactData | NotApplicable:
@@ -109,10 +101,10 @@ SPECS: list[ArtefactSpec] = [
     measured_spec("tab:overthinking", FAMILY,
                   "Overthinking regression: accuracy of staged compute and of each flat depth, each paired with the "
                   "shallowest depth (regressions, recoveries, McNemar tests).", ("run", "baseline")),
-    ArtefactSpec("fig_overthinking_sankey", "figure", "fig:overthinking_sankey", FAMILY,
-                 "Per-question pass/fail flows between consecutive flat depths: ribbons pass->pass, pass->fail "
-                 "(regression), fail->pass (recovery), fail->fail; accuracy above each column.", "run", ("run",),
-                 sankey, fig_evaluation.draw_sankey),
+    measured_figure_spec("fig:overthinking_sankey", FAMILY,
+                         "Per-question pass/fail flows between consecutive flat depths: ribbons pass->pass, "
+                         "pass->fail (regression), fail->pass (recovery), fail->fail; accuracy above each column.",
+                         fig_evaluation.draw_sankey),
     ArtefactSpec("tab_repetition", "table", "tab:repetition", FAMILY,
                  "Sentence-level repetition (sentences of >= 20 characters occurring more than once per turn) and "
                  "loops, per benchmark and configuration.", "report", ("runs", "baseline"), repetition),

@@ -30,11 +30,15 @@ def test_every_entry_is_declared_once_and_backs_one_report_table():
     specs = {spec.name: spec for spec in all_specs()}
     report_only = {"tab_episode_conduct"}  # the report's table adds the baseline's rows beside the SST's
     for measurement in MEASUREMENTS:
-        spec = specs[f"tab_{measurement.name}"]
-        assert spec.label == measurement.label
+        spec = specs[measurement.artefact]
+        assert spec.label == measurement.label and spec.kind == measurement.kind
         if spec.name not in report_only and spec.scope == "run":
             assert spec.compute.__module__ == "sst_interp.reporting.measured", spec.name
     assert lookup("tab:overthinking") is lookup("overthinking") is lookup("tab_overthinking")
+    assert lookup("fig:overlap_heatmap").kind == "figure"
+    # every run-scoped artefact of the report (the probe's aside) is a registry entry
+    run_scoped = {spec.name for spec in all_specs() if spec.scope == "run" and spec.family != "Halting probe"}
+    assert run_scoped <= {m.artefact for m in MEASUREMENTS}
     with pytest.raises(UsageError, match="unknown measurement 'tab:nope'"):
         lookup("tab:nope")
 

@@ -196,7 +196,7 @@ def test_single_depth_run_lists_its_skips(tmp_path):
     reasons = {o.artefact.name: o.reason for o in result.outcomes if o.status == "skipped"}
     assert "single depth" in reasons["tab_staged_breakdown"]
     assert "single depth" in reasons["tab_overthinking"]
-    assert "single depth" in reasons["fig_overlap_heatmap"]
+    assert "needs a depth >= 2" in reasons["fig_overlap_heatmap"]
     assert "needs a depth >= 2" in reasons["tab_argmax_concentration"]
     assert "i_max >= 2" in reasons["tab_halting_probe"]
     assert "no --baseline" in reasons["tab_main_results"]
