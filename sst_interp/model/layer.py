@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import types
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Any, Literal
 
 import torch
 from torch import nn
@@ -39,6 +39,9 @@ class StateStreamContext:
         carry: per-layer carried states for ``carry`` mode, each [B, d]; updated in place by each pass.
         capture: when set, each layer stores what it produced here (``capture_kind`` chooses what).
         capture_kind: ``"output"`` stores o [B, T, d]; ``"state"`` stores the updated state C [B, T, d].
+        intervention: while an intervention is active (:class:`sst_interp.interventions.Intervener`), the object
+            whose ``state_in``/``alpha``/``blended``/``layer_out`` methods may change those streams and whose
+            ``freeze`` may keep the carried state; passes without a state stream never call it.
     """
 
     mode: StateMode = "off"
@@ -46,6 +49,7 @@ class StateStreamContext:
     carry: dict[int, torch.Tensor] = field(default_factory=dict)
     capture: dict[int, torch.Tensor] | None = None
     capture_kind: Literal["output", "state"] = "output"
+    intervention: Any = None  # an active sst_interp.interventions.Intervener (None: the clean model)
 
 
 class SSTLayerMixin:
@@ -70,21 +74,37 @@ class SSTLayerMixin:
             # States come from the caller, who may hold them elsewhere; under a device map this layer's inputs were
             # moved to its device by accelerate's hook, but the state is not an input (a no-op on one device).
             previous = ctx.given[index].to(h.device)
-            h_tilde = params.blend(h, previous)
+            h_tilde = _blend(params, h, previous, ctx.intervention, index)
         else:
             if h.shape[1] != 1:
                 raise ValueError(f"carry mode runs one position per call, got {h.shape[1]} positions")
             previous = ctx.carry[index].unsqueeze(1).to(h.device)
-            h_tilde = params.blend(h, previous)
+            h_tilde = _blend(params, h, previous, ctx.intervention, index)
         output = adapter.ffn_half(self, h_tilde)
+        intervention = ctx.intervention if previous is not None else None
+        if intervention is not None:
+            output = intervention.layer_out(index, output)
         if ctx.mode == "carry" and params is not None:
-            ctx.carry[index] = params.update(previous, output).squeeze(1)
+            if intervention is not None and intervention.freeze(index):
+                ctx.carry[index] = previous.squeeze(1)  # the next pass reads the state this pass read
+            else:
+                ctx.carry[index] = params.update(previous, output).squeeze(1)
         if ctx.capture is not None:
             if ctx.capture_kind == "state" and params is not None and previous is not None:
                 ctx.capture[index] = params.update(previous, output)
             else:
                 ctx.capture[index] = output
         return output
+
+
+def _blend(params: StateStreamParams, h: torch.Tensor, previous: torch.Tensor, intervention: Any,
+           index: int) -> torch.Tensor:
+    """eq:blend; under an intervention, the same arithmetic in steps, each stream offered to it."""
+    if intervention is None:
+        return params.blend(h, previous)
+    state = intervention.state_in(index, params.read_state(previous, h))
+    mixed = torch.lerp(h.float(), state, intervention.alpha(index, params.blend_alpha())).to(h.dtype)
+    return intervention.blended(index, mixed)
 
 
 _CLASS_CACHE: dict[type, type] = {}

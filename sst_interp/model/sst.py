@@ -154,6 +154,7 @@ class SSTModel(nn.Module):
             yield captured
         finally:
             ctx.mode, ctx.given, ctx.carry, ctx.capture, ctx.capture_kind = "off", {}, {}, None, "output"
+            # ctx.intervention is owned by the Intervener's context manager, not by the state mode
 
     def zero_states(self, batch_size: int) -> dict[int, torch.Tensor]:
         """A zero carried state for every stateful layer: {l: [B, d]} in the backbone's dtype, on layer l's device."""

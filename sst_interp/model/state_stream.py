@@ -54,6 +54,10 @@ class StateStreamParams(nn.Module):
         """Blend coefficients alpha_l: [d] float32, each in [a_min, a_max]."""
         return alpha_from_theta(self.theta, self.a_min, self.a_max)
 
+    def blend_alpha(self) -> torch.Tensor:
+        """The alpha the blend uses now: [d] float32 (cached between optimiser steps when no gradient is needed)."""
+        return self._inference_alpha()
+
     def _inference_alpha(self) -> torch.Tensor:
         # Generation calls the blend once per layer and pass; without autograd, alpha only changes when theta does
         # (its version counter moves on every in-place update, e.g. an optimizer step or a checkpoint load).

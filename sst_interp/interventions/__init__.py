@@ -1,0 +1,12 @@
+"""Interventions on the state stream: change a stream at chosen (turn, position, iteration, layer) sites while a
+model generates or records, and compare with the clean run.
+
+- :mod:`~sst_interp.interventions.spec`: sites, operations and specs (JSON/YAML);
+- :mod:`~sst_interp.interventions.apply`: :func:`intervene` and the :class:`Intervener` that carries a spec out.
+"""
+
+from sst_interp.interventions.apply import Intervener, intervene
+from sst_interp.interventions.spec import OPERATIONS, STREAMS, Intervention, InterventionSpec, Operation, Site
+
+__all__ = ["OPERATIONS", "STREAMS", "Intervener", "Intervention", "InterventionSpec", "Operation", "Site",
+           "intervene"]

@@ -1,0 +1,216 @@
+"""Applying an :class:`~sst_interp.interventions.spec.InterventionSpec` during generation.
+
+Usage::
+
+    with intervene(sst, spec, question_ids=ids) as intervener:
+        result = generate(sst, prompts, depth, config, observer=intervener)
+    # with a recorder as well: observer=ObserverGroup(intervener, recorder)
+
+The :class:`Intervener` is a generation observer (it learns each pass's turn, position and iteration from
+``on_pass_start``) and, while the ``with`` block lasts, the hook object of the model's state-stream context
+(:class:`~sst_interp.model.layer.StateStreamContext`), which every SST layer offers its streams to. Passes that emit
+no token (prompt passes, two-pass pass 1) and layers without a state stream are never changed. In a pass that
+covers several columns (the two-pass prefill's pass 2 is generated position 0, iteration 1), only the last column,
+the one whose coordinates the pass carries, is changed. With an empty spec the model computes exactly what it
+computes without one.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from sst_interp.errors import UsageError
+from sst_interp.interventions.spec import Intervention, InterventionSpec, Operation
+
+
+class Intervener:
+    """The observer and layer hook that carries out a spec (see the module docstring).
+
+    Args:
+        sst: the model (its layer count and hidden size validate the spec).
+        spec: what to change.
+        question_ids: the question of each batch row, needed by ``patch`` operations.
+    """
+
+    def __init__(self, sst: Any, spec: InterventionSpec, question_ids: Sequence[str] | None = None) -> None:
+        self.sst = sst
+        self.spec = spec
+        self.question_ids = None if question_ids is None else [str(q) for q in question_ids]
+        self._coords: tuple[int, int, int] | None = None  # (turn, position, iteration) of the pass in progress
+        self._active: torch.Tensor | None = None
+        self._depth = 0
+        self._directions: dict[int, torch.Tensor] = {}
+        self._patches = {id(i): _PatchSource(i.operation) for i in spec.interventions if i.operation.kind == "patch"}
+        self._validate()
+
+    # ------------------------------------------------------------------------------------------ set-up
+    def _validate(self) -> None:
+        layers, d = self.sst.num_layers, self.sst.hidden_size
+        for number, item in enumerate(self.spec.interventions, 1):
+            bad = [layer for layer in (item.site.layers or ()) if layer >= layers]
+            if bad:
+                raise UsageError(f"intervention {number}: layers {bad} do not exist in a model with {layers} layers "
+                                 f"(0-{layers - 1})")
+            if item.operation.kind == "add":
+                direction = _direction(item.operation)
+                if direction.shape != (d,):
+                    raise UsageError(f"intervention {number}: the direction has shape {tuple(direction.shape)}; "
+                                     f"this model's states have d = {d}")
+                self._directions[id(item)] = direction
+            if item.operation.kind == "patch" and self.question_ids is None:
+                raise UsageError(f"intervention {number}: 'patch' reads states per question: pass question_ids")
+
+    # ------------------------------------------------------------------------------------------ observer
+    def on_pass_start(self, info: Any) -> None:
+        """Observer: note the pass's coordinates (None for passes that emit no token)."""
+        self._coords = None if info.position is None else (int(info.turn), int(info.position), int(info.iteration))
+        self._active = info.active
+        self._depth = int(info.depth)
+
+    def on_pass_end(self, info: Any, logits: torch.Tensor | None) -> None:
+        """Observer: the pass is over."""
+        self._coords = None
+
+    def on_token(self, position: int, token_ids: torch.Tensor, active: torch.Tensor) -> None:
+        """Observer: nothing to do."""
+
+    # ------------------------------------------------------------------------------------------ layer hooks
+    def _matching(self, stream: str, layer: int) -> list[Intervention]:
+        if self._coords is None:
+            return []
+        turn, position, iteration = self._coords
+        return [item for item in self.spec.interventions
+                if item.site.stream == stream and item.site.matches(turn, position, iteration, layer)]
+
+    def _apply(self, stream: str, layer: int, value: torch.Tensor) -> torch.Tensor:
+        items = [item for item in self._matching(stream, layer) if item.operation.kind != "freeze"]
+        if not items:
+            return value
+        last = value[:, -1:, :]
+        for item in items:
+            last = self._operate(item, layer, last)
+        if value.shape[1] == 1:
+            return last
+        return torch.cat([value[:, :-1, :], last], dim=1)
+
+    def _operate(self, item: Intervention, layer: int, value: torch.Tensor) -> torch.Tensor:
+        kind = item.operation.kind
+        if kind == "zero":
+            return torch.zeros_like(value)
+        if kind == "add":
+            wide = torch.promote_types(value.dtype, torch.float32)  # bf16 adds in float32 and rounds once
+            direction = self._directions[id(item)].to(device=value.device, dtype=wide)
+            return (value.to(wide) + item.operation.scale * direction).to(value.dtype)
+        if kind == "patch":
+            assert self._coords is not None and self.question_ids is not None
+            turn, position, iteration = self._coords
+            patched = self._patches[id(item)].values(self.question_ids, self._depth, turn, position, iteration,
+                                                     layer, self._active)
+            rows = self._active.to(value.device)[:, None, None]
+            return torch.where(rows, patched.to(device=value.device, dtype=value.dtype)[:, None, :], value)
+        raise AssertionError(f"operation {kind} has no tensor form")
+
+    def state_in(self, layer: int, value: torch.Tensor) -> torch.Tensor:
+        """S(C_prev) [B, T, d] float32 as the blend will read it."""
+        return self._apply("state_in", layer, value)
+
+    def alpha(self, layer: int, value: torch.Tensor) -> torch.Tensor:
+        """alpha_l [d] float32 of this pass."""
+        for item in self._matching("alpha", layer):
+            value = torch.full_like(value, float(item.operation.value))
+        return value
+
+    def blended(self, layer: int, value: torch.Tensor) -> torch.Tensor:
+        """h~ [B, T, d] after the blend."""
+        return self._apply("blended", layer, value)
+
+    def layer_out(self, layer: int, value: torch.Tensor) -> torch.Tensor:
+        """The layer's output o [B, T, d] (also the next pass's state)."""
+        return self._apply("layer_out", layer, value)
+
+    def freeze(self, layer: int) -> bool:
+        """Whether this pass leaves the carried state as it was."""
+        return any(i.operation.kind == "freeze" for i in self._matching("layer_out", layer))
+
+
+@contextmanager
+def intervene(sst: Any, spec: InterventionSpec, question_ids: Sequence[str] | None = None) -> Iterator[Intervener]:
+    """Install an :class:`Intervener` on ``sst`` for the block (removed on exit, also on error); pass it to
+    ``generate`` as the observer (or inside an :class:`~sst_interp.model.observers.ObserverGroup`)."""
+    context = sst.context
+    if context.intervention is not None:
+        raise UsageError("an intervention is already active on this model; nest specs by joining their lists")
+    intervener = Intervener(sst, spec, question_ids)
+    context.intervention = intervener
+    try:
+        yield intervener
+    finally:
+        context.intervention = None
+
+
+def _direction(operation: Operation) -> torch.Tensor:
+    if operation.direction is not None:
+        return torch.tensor(operation.direction, dtype=torch.float32)
+    path = Path(str(operation.direction_file))
+    if not path.is_file():
+        raise UsageError(f"direction file not found: {path}; pass a .npy file holding a [d] vector")
+    try:
+        array = np.load(path, allow_pickle=False)
+    except ValueError as err:
+        raise UsageError(f"{path}: not a .npy array ({err})") from err
+    return torch.from_numpy(np.asarray(array, dtype=np.float32))
+
+
+class _PatchSource:
+    """States recorded in a run directory, read one question (and turn) at a time, kept while in use."""
+
+    def __init__(self, operation: Operation) -> None:
+        from sst_interp.store import Run
+
+        self.run = Run.open(str(operation.run))
+        self.depth = operation.depth
+        self._cache: dict[tuple[str, int, int], Any] = {}
+
+    def _block(self, question_id: str, depth: int, turn: int) -> Any:
+        key = (question_id, depth, turn)
+        if key not in self._cache:
+            if depth not in self.run.depths:
+                raise UsageError(f"patch: {self.run.path} has no depth {depth} (it holds {self.run.depths})")
+            blocks = list(self.run.hidden(depth, question_ids=[question_id], turn=turn))
+            if not blocks:
+                raise UsageError(f"patch: {self.run.path} has no hidden states of question {question_id!r}, turn "
+                                 f"{turn}, at depth {depth}")
+            if len(self._cache) > 64:  # one batch's questions at a time; older ones are done
+                self._cache.clear()
+            self._cache[key] = blocks[0]
+        return self._cache[key]
+
+    def values(self, question_ids: Sequence[str], generated_depth: int, turn: int, position: int, iteration: int,
+               layer: int, active: torch.Tensor | None) -> torch.Tensor:
+        """[B, d] float32: each active row's recorded state at (turn, position, iteration, layer)."""
+        depth = self.depth or generated_depth
+        rows = []
+        for row, question_id in enumerate(question_ids):
+            if active is not None and not bool(active[row]):
+                rows.append(None)
+                continue
+            block = self._block(question_id, depth, turn)
+            where = (np.flatnonzero(block.positions == position), np.flatnonzero(block.iterations == iteration),
+                     np.flatnonzero(block.layers == layer))
+            if any(len(w) == 0 for w in where):
+                raise UsageError(f"patch: {self.run.path} recorded no hidden state of question {question_id!r} at "
+                                 f"turn {turn}, position {position}, iteration {iteration}, layer {layer} (depth "
+                                 f"{depth}; full positions are 0-{int(block.positions.max())})")
+            value = block.values[where[0][0], where[1][0], where[2][0]]
+            if np.isnan(value).any():
+                raise UsageError(f"patch: the state of question {question_id!r} at position {position}, iteration "
+                                 f"{iteration}, layer {layer} was not recorded in {self.run.path}")
+            rows.append(torch.from_numpy(np.ascontiguousarray(value)))
+        d = next(r.shape[0] for r in rows if r is not None) if any(r is not None for r in rows) else 0
+        return torch.stack([r if r is not None else torch.zeros(d) for r in rows])

@@ -1,0 +1,181 @@
+"""Intervention specs: where (a site) and what (an operation), as dataclasses that round-trip through JSON/YAML.
+
+A site is addressed like a recording (DESIGN section 13): (turn, position, iteration, layer, stream). Each
+coordinate is a tuple of values or ``None`` for all of them; positions count per turn, as in the recordings
+(position 0 is the pass that chooses the first generated token). The streams of one SST layer (paper eq:blend,
+eq:state_update):
+
+- ``state_in``: S(C_prev), the state as the blend reads it (float32);
+- ``alpha``: the layer's blend coefficient alpha_l [d] (float32);
+- ``blended``: h~ = (1 - alpha) h + alpha S(C_prev), the hidden state after the blend, before the FFN;
+- ``layer_out``: the layer's output o, which is also the state C the next pass reads (update ``direct``).
+
+Operations:
+
+- ``zero``: the stream's value becomes 0;
+- ``add``: value + ``scale`` * ``direction`` (a d-vector, given inline or as a ``.npy`` file);
+- ``set_alpha``: alpha becomes ``value`` (``alpha`` stream only);
+- ``freeze``: the carried state is not updated (``layer_out`` only): the next pass reads the state this pass read,
+  while the layer's output to the next layer is unchanged;
+- ``patch``: ``layer_out`` becomes the value recorded in ``run`` (a run directory) at the same question, turn,
+  position, iteration and layer, at depth ``depth`` (default: the depth being generated).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from sst_interp.errors import UsageError
+
+STREAMS: tuple[str, ...] = ("state_in", "alpha", "blended", "layer_out")
+OPERATIONS: tuple[str, ...] = ("zero", "add", "set_alpha", "freeze", "patch")
+_STREAMS_OF: dict[str, tuple[str, ...]] = {
+    "zero": ("state_in", "blended", "layer_out"), "add": ("state_in", "blended", "layer_out"),
+    "set_alpha": ("alpha",), "freeze": ("layer_out",), "patch": ("layer_out",),
+}
+
+
+def _coords(values: Any, name: str) -> tuple[int, ...] | None:
+    if values is None or values == "all":
+        return None
+    if isinstance(values, int):
+        values = [values]
+    try:
+        out = tuple(sorted({int(v) for v in values}))
+    except (TypeError, ValueError) as err:
+        raise UsageError(f"intervention site {name}: expected integers or 'all', got {values!r}") from err
+    if not out:
+        raise UsageError(f"intervention site {name}: an empty list selects nothing; use 'all' or list values")
+    return out
+
+
+@dataclass(frozen=True)
+class Site:
+    """Where an operation applies: a stream and (turn, position, iteration, layer) sets, ``None`` meaning all."""
+
+    stream: str
+    layers: tuple[int, ...] | None = None
+    positions: tuple[int, ...] | None = None
+    iterations: tuple[int, ...] | None = None
+    turns: tuple[int, ...] | None = None
+
+    def __post_init__(self) -> None:
+        if self.stream not in STREAMS:
+            raise UsageError(f"unknown intervention stream {self.stream!r}; use one of {', '.join(STREAMS)}")
+        for name in ("layers", "positions", "iterations", "turns"):
+            object.__setattr__(self, name, _coords(getattr(self, name), name))
+        if self.iterations is not None and min(self.iterations) < 1:
+            raise UsageError(f"intervention site iterations are 1-based, got {list(self.iterations)}")
+        for name in ("layers", "positions", "turns"):
+            values = getattr(self, name)
+            if values is not None and min(values) < 0:
+                raise UsageError(f"intervention site {name} must be >= 0, got {list(values)}")
+
+    def matches(self, turn: int, position: int, iteration: int, layer: int) -> bool:
+        """Whether the coordinates of one layer's pass fall inside the site."""
+        return all(allowed is None or value in allowed for allowed, value in (
+            (self.turns, turn), (self.positions, position), (self.iterations, iteration), (self.layers, layer)))
+
+
+@dataclass(frozen=True)
+class Operation:
+    """What happens at a site (see the module docstring for each kind)."""
+
+    kind: str
+    scale: float = 1.0
+    direction: tuple[float, ...] | None = None
+    direction_file: str | None = None
+    value: float | None = None
+    run: str | None = None
+    depth: int | None = None
+
+    def __post_init__(self) -> None:
+        if self.kind not in OPERATIONS:
+            raise UsageError(f"unknown intervention operation {self.kind!r}; use one of {', '.join(OPERATIONS)}")
+        if self.kind == "add" and (self.direction is None) == (self.direction_file is None):
+            raise UsageError("an 'add' intervention needs exactly one of direction (a list of d numbers) and "
+                             "direction_file (a .npy file)")
+        if self.direction is not None:
+            object.__setattr__(self, "direction", tuple(float(x) for x in self.direction))
+        if self.kind == "set_alpha" and self.value is None:
+            raise UsageError("a 'set_alpha' intervention needs value (the blend coefficient, e.g. 0)")
+        if self.kind == "patch" and not self.run:
+            raise UsageError("a 'patch' intervention needs run (the run directory to read the states from)")
+
+
+@dataclass(frozen=True)
+class Intervention:
+    """One operation at one site."""
+
+    site: Site
+    operation: Operation
+
+    def __post_init__(self) -> None:
+        allowed = _STREAMS_OF[self.operation.kind]
+        if self.site.stream not in allowed:
+            raise UsageError(f"operation {self.operation.kind!r} applies to the stream(s) {', '.join(allowed)}, "
+                             f"not {self.site.stream!r}")
+
+
+@dataclass(frozen=True)
+class InterventionSpec:
+    """An ordered list of interventions; later ones see the result of earlier ones at the same site."""
+
+    interventions: tuple[Intervention, ...] = field(default_factory=tuple)
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready: ``{"interventions": [{"site": {...}, "operation": {...}}, ...]}``."""
+        return {"interventions": [{"site": _clean(asdict(i.site)), "operation": _clean(asdict(i.operation))}
+                                  for i in self.interventions]}
+
+    def to_json(self) -> str:
+        """The spec as JSON text (stable key order, for the run identity)."""
+        return json.dumps(self.to_dict(), sort_keys=True)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> InterventionSpec:
+        """Inverse of :meth:`to_dict`; unknown keys are errors, so a typo never passes silently."""
+        if not isinstance(data, dict) or set(data) != {"interventions"}:
+            raise UsageError("an intervention spec is a mapping with one key, 'interventions' (a list)")
+        items = data["interventions"]
+        if not isinstance(items, list):
+            raise UsageError("'interventions' must be a list of {site: ..., operation: ...}")
+        out = []
+        for number, item in enumerate(items, 1):
+            if not isinstance(item, dict) or set(item) != {"site", "operation"}:
+                raise UsageError(f"intervention {number}: needs exactly the keys 'site' and 'operation'")
+            out.append(Intervention(_build(Site, item["site"], number), _build(Operation, item["operation"], number)))
+        return cls(tuple(out))
+
+    @classmethod
+    def from_file(cls, path: str | Path) -> InterventionSpec:
+        """Read a spec from a ``.json`` or ``.yaml``/``.yml`` file."""
+        path = Path(path)
+        if not path.is_file():
+            raise UsageError(f"intervention spec not found: {path}; pass a .json or .yaml file")
+        import yaml
+
+        text = path.read_text()
+        try:
+            data = yaml.safe_load(text) if path.suffix in (".yaml", ".yml") else json.loads(text)
+        except (ValueError, yaml.YAMLError) as err:
+            raise UsageError(f"{path}: not a valid spec file: {' '.join(str(err).split())}") from err
+        return cls.from_dict(data)
+
+
+def _build(kind: type, data: Any, number: int) -> Any:
+    if not isinstance(data, dict):
+        raise UsageError(f"intervention {number}: {kind.__name__.lower()} must be a mapping")
+    known = set(kind.__dataclass_fields__)
+    unknown = set(data) - known
+    if unknown:
+        raise UsageError(f"intervention {number}: unknown {kind.__name__.lower()} keys {sorted(unknown)}; known: "
+                         f"{sorted(known)}")
+    return kind(**data)
+
+
+def _clean(values: dict[str, Any]) -> dict[str, Any]:
+    return {k: (list(v) if isinstance(v, tuple) else v) for k, v in values.items() if v is not None}
