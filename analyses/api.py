@@ -183,6 +183,17 @@ class RunAnalysis:
         return pd.DataFrame([(m.key, m.name, m.title, ", ".join(m.requires), ", ".join(m.columns))
                              for m in MEASUREMENTS], columns=["label", "measurement", "title", "requires", "columns"])
 
+    def intervention_effect(self, clean: str | Path | Run) -> pd.DataFrame:
+        """This run (intervened) against the ``clean`` run of the same questions, per depth: accuracies, staged
+        capacities, flips with McNemar's exact p, the clean first token's log-prob change at position 0
+        (:mod:`sst_interp.analyses.intervention_effect`)."""
+        from sst_interp.analyses.intervention_effect import intervention_effect
+
+        result = intervention_effect(as_run(clean), self.run)
+        if isinstance(result, NotApplicable):
+            raise NotAvailable(result.reason)
+        return result.table()
+
     # Backwards-compatible names for the two measurements that take a regime.
     def reorg_argmax(self, regime: str = "low") -> pd.DataFrame:
         """tab:reorg_lo_argmax (``regime="low"``) or tab:reorg_st_argmax (``"stable"``), tidy."""
