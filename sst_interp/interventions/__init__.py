@@ -5,8 +5,8 @@ model generates or records, and compare with the clean run.
 - :mod:`~sst_interp.interventions.apply`: :func:`intervene` and the :class:`Intervener` that carries a spec out.
 """
 
-from sst_interp.interventions.apply import Intervener, intervene
+from sst_interp.interventions.apply import Intervener, check_spec, intervene, patch_runs
 from sst_interp.interventions.spec import OPERATIONS, STREAMS, Intervention, InterventionSpec, Operation, Site
 
 __all__ = ["OPERATIONS", "STREAMS", "Intervener", "Intervention", "InterventionSpec", "Operation", "Site",
-           "intervene"]
+           "check_spec", "intervene", "patch_runs"]

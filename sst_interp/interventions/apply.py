@@ -51,18 +51,10 @@ class Intervener:
 
     # ------------------------------------------------------------------------------------------ set-up
     def _validate(self) -> None:
-        layers, d = self.sst.num_layers, self.sst.hidden_size
+        check_spec(self.spec, self.sst.num_layers, self.sst.hidden_size)
         for number, item in enumerate(self.spec.interventions, 1):
-            bad = [layer for layer in (item.site.layers or ()) if layer >= layers]
-            if bad:
-                raise UsageError(f"intervention {number}: layers {bad} do not exist in a model with {layers} layers "
-                                 f"(0-{layers - 1})")
             if item.operation.kind == "add":
-                direction = _direction(item.operation)
-                if direction.shape != (d,):
-                    raise UsageError(f"intervention {number}: the direction has shape {tuple(direction.shape)}; "
-                                     f"this model's states have d = {d}")
-                self._directions[id(item)] = direction
+                self._directions[id(item)] = _direction(item.operation)
             if item.operation.kind == "patch" and self.question_ids is None:
                 raise UsageError(f"intervention {number}: 'patch' reads states per question: pass question_ids")
 
@@ -137,6 +129,46 @@ class Intervener:
     def freeze(self, layer: int) -> bool:
         """Whether this pass leaves the carried state as it was."""
         return any(i.operation.kind == "freeze" for i in self._matching("layer_out", layer))
+
+
+def check_spec(spec: InterventionSpec, num_layers: int, hidden_size: int) -> None:
+    """Refuse (UsageError, one line) a spec this model cannot take: layers it lacks, a direction of another size, a
+    patch run that is missing, of another hidden size, or without the depth asked for. Reads no weights."""
+    for number, item in enumerate(spec.interventions, 1):
+        bad = [layer for layer in (item.site.layers or ()) if layer >= num_layers]
+        if bad:
+            raise UsageError(f"intervention {number}: layers {bad} do not exist in a model with {num_layers} layers "
+                             f"(0-{num_layers - 1})")
+        if item.operation.kind == "add":
+            direction = _direction(item.operation)
+            if tuple(direction.shape) != (hidden_size,):
+                raise UsageError(f"intervention {number}: the direction has shape {tuple(direction.shape)}; this "
+                                 f"model's states have d = {hidden_size}")
+        if item.operation.kind == "patch":
+            from sst_interp.store import Run
+
+            run = Run.open(str(item.operation.run))
+            if run.hidden_size != hidden_size:
+                raise UsageError(f"intervention {number}: {run.path} holds states of d = {run.hidden_size}; this "
+                                 f"model's are d = {hidden_size}")
+            if item.operation.depth is not None and item.operation.depth not in run.depths:
+                raise UsageError(f"intervention {number}: patch: {run.path} has no depth {item.operation.depth} "
+                                 f"(it holds {run.depths})")
+
+
+def patch_runs(spec: InterventionSpec) -> dict[str, str]:
+    """{run directory: sha256 of its manifest} of every run a spec patches from (part of a run's identity)."""
+    import hashlib
+
+    out = {}
+    for item in spec.interventions:
+        if item.operation.kind == "patch":
+            folder = Path(str(item.operation.run)).resolve()
+            manifest = folder / "manifest.json"
+            if not manifest.is_file():
+                raise UsageError(f"patch run {folder} has no manifest.json; pass a run directory written by record")
+            out[str(folder)] = hashlib.sha256(manifest.read_bytes()).hexdigest()
+    return out
 
 
 @contextmanager

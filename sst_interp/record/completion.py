@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 from sst_interp.record.options import RecordArgs
@@ -19,6 +21,21 @@ def batch_generation_config(sst: Any, tokenizer: Any, args: RecordArgs, stops: t
                             pad_token_id=pad, logits_every_iteration=True)
 
 
+@contextmanager
+def intervened(sst: Any, args: RecordArgs, question_ids: list[str], recorder: Any) -> Iterator[Any]:
+    """The observer a batch generates with: the recorder alone, or with ``--intervention`` an Intervener that
+    changes the streams first and the recorder that records what the intervened model computed."""
+    spec = args.intervention_spec()
+    if spec is None:
+        yield recorder
+        return
+    from sst_interp.interventions import intervene
+    from sst_interp.model.observers import ObserverGroup
+
+    with intervene(sst, spec, question_ids) as intervener:
+        yield ObserverGroup(intervener, recorder)
+
+
 def record_batch(sst: Any, tokenizer: Any, batch: list[Any], depth: Any, args: RecordArgs,
                  config: Any) -> tuple[list[dict[str, Any]], dict[str, Any]]:
     """Generate one batch under a depth policy (``FixedDepth(k)`` or a probe policy) with the recorder attached;
@@ -30,8 +47,8 @@ def record_batch(sst: Any, tokenizer: Any, batch: list[Any], depth: Any, args: R
     prompts = [list(tokenizer(q.prompt).input_ids) for q in batch]
     gen_config = batch_generation_config(sst, tokenizer, args, stop_strings(batch[0].source))
     ids = [q.question_id for q in batch]
-    with Recorder.for_model(sst, ids, config) as recorder:
-        result = generate(sst, prompts, depth, gen_config, observer=recorder,
+    with Recorder.for_model(sst, ids, config) as recorder, intervened(sst, args, ids, recorder) as observer:
+        result = generate(sst, prompts, depth, gen_config, observer=observer,
                           decode_fn=lambda tokens: tokenizer.decode(tokens, skip_special_tokens=True))
     rows = []
     for row, question in enumerate(batch):

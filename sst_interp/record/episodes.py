@@ -23,14 +23,14 @@ def record_episode_batch(sst: Any, tokenizer: Any, batch: list[Any], depth: Any,
     from sst_interp.codeact.episode import run_episodes
     from sst_interp.codeact.grading import grade_episode
     from sst_interp.hooks import Recorder
-    from sst_interp.record.completion import batch_generation_config
+    from sst_interp.record.completion import batch_generation_config, intervened
     from sst_interp.record.identity import episode_config
 
     gen_config = batch_generation_config(sst, tokenizer, args)
     ids = [q.question_id for q in batch]
-    with Recorder.for_model(sst, ids, config) as recorder:
+    with Recorder.for_model(sst, ids, config) as recorder, intervened(sst, args, ids, recorder) as observer:
         result = run_episodes(sst, tokenizer, [q.prompt for q in batch], depth, gen_config, episode_config(args),
-                              sandbox, observer=recorder)
+                              sandbox, observer=observer)
     generation_rows, episode_rows = [], []
     for question, episode in zip(batch, result.episodes):
         verdict = grade_episode(question, episode, sandbox)

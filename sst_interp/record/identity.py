@@ -84,6 +84,12 @@ def run_identity(args: RecordArgs, model_identity: dict[str, Any], data_sha256: 
     if args.codeact:
         identity.update(protocol="codeact", episode=episode_config(args).to_dict(), sandbox=args.sandbox,
                         sandbox_timeout=args.sandbox_timeout)
+    spec = args.intervention_spec()
+    if spec is not None:
+        from sst_interp.interventions import patch_runs
+
+        identity["intervention"] = spec.to_dict()
+        identity["intervention_runs"] = patch_runs(spec)
     probe = args.probe_path()
     if probe is not None:
         identity["depth_policy"] = f"probe:{probe.resolve()}"
@@ -175,4 +181,7 @@ def manifest_extra(args: RecordArgs, sst: Any, tokenizer: Any, config: Any, dept
     if args.codeact:
         extra["episode"] = episode_config(args).to_dict()
         extra["sandbox"] = {"backend": args.sandbox, "timeout_s": args.sandbox_timeout}
+    spec = args.intervention_spec()
+    if spec is not None:
+        extra["intervention"] = spec.to_dict()
     return extra

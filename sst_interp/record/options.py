@@ -80,6 +80,10 @@ class RecordArgs:
     sandbox_timeout: float = arg(10.0, help="wall-clock seconds one code block may run")
     allow_low_disk: bool = arg(False, help="record even when the disk estimate exceeds the free space (by default "
                                            "such a run is refused before anything is written)")
+    intervention: str | None = arg(None, metavar="SPEC.yaml",
+                                   help="record with an intervention applied (a JSON or YAML spec of "
+                                        "sst_interp.interventions: sites and operations); the spec and the runs it "
+                                        "patches from are part of the run identity")
     action_tokens: str | None = arg(None, metavar="<execute>=ID,</execute>=ID",
                                     help="codeact: reserved token ids of the action tokens (default: the "
                                          "checkpoint's training configuration, else Gemma 3's 262140/262141)")
@@ -87,6 +91,14 @@ class RecordArgs:
     @property
     def codeact(self) -> bool:
         return self.protocol == "codeact"
+
+    def intervention_spec(self) -> Any:
+        """The parsed ``--intervention`` spec (an InterventionSpec), or None; a bad file is a UsageError."""
+        if self.intervention is None:
+            return None
+        from sst_interp.interventions import InterventionSpec
+
+        return InterventionSpec.from_file(self.intervention)
 
     def probe_path(self) -> Path | None:
         """The probe folder of ``--depth-policy probe:PATH`` (None for ``fixed``)."""
@@ -155,6 +167,7 @@ class RecordArgs:
         from sst_interp.model.loading import parse_depths
 
         depths = parse_depths(self.depths)
+        self.intervention_spec()  # a bad spec is refused before anything loads
         if self.max_new_tokens is None:
             self.max_new_tokens = default_max_new_tokens(self.questions)
         for name in ("max_new_tokens", "batch_size", "top_k", "max_turns", "tool_output_chars"):

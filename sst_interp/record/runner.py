@@ -123,12 +123,21 @@ def record_questions(sst: Any, tokenizer: Any, questions: list[Any], args: Recor
     depths = args.validate()
     if args.prompt_mode is None:
         args.prompt_mode = "two_pass"
+    spec = args.intervention_spec()
+    if spec is not None:
+        from sst_interp.interventions import check_spec
+
+        check_spec(spec, sst.num_layers, sst.hidden_size)  # before the run directory is created
     out = Path(out)
     if identity is None:
         identity = {"model": getattr(sst.backbone.config, "_name_or_path", type(sst.backbone).__name__),
                     "sst": sst.config.to_dict(), "questions": args.questions,
                     "data_sha256": questions_sha256(questions_to_frame(questions)), "protocol": args.protocol,
                     "max_new_tokens": args.max_new_tokens, "prompt_mode": args.prompt_mode}
+        if spec is not None:
+            from sst_interp.interventions import patch_runs
+
+            identity.update(intervention=spec.to_dict(), intervention_runs=patch_runs(spec))
     config = RecordConfig(full_positions=args.full_positions, sketch_positions=args.sketch_positions,
                           sketch_k=args.sketch_k, top_k=args.top_k, dtype=args.dtype, gates=args.gates)
     extra = manifest_extra(args, sst, tokenizer, config, depths, demo)
