@@ -11,6 +11,8 @@ from sst_interp.paper import A_MAX, A_MIN, THETA_INIT, alpha_init
 UpdateRule = Literal["direct", "ema_linked"]
 StateScale = Literal["unit", "hidden"]
 PromptMode = Literal["two_pass", "sequential", "none"]
+#: The prompt modes by name (the values of :data:`PromptMode`).
+PROMPT_MODES: tuple[str, ...] = ("two_pass", "sequential", "none")
 
 
 @dataclass

@@ -26,11 +26,9 @@ import torch
 from transformers import DynamicCache
 
 from sst_interp.errors import UsageError
-from sst_interp.model.config import PromptMode
+from sst_interp.model.config import PROMPT_MODES, PromptMode
 from sst_interp.model.scan import shift_states
 from sst_interp.model.sst import SSTModel
-
-PROMPT_MODES: tuple[str, ...] = ("two_pass", "sequential", "none")
 
 
 # ------------------------------------------------------------------------------------------------ depth policies

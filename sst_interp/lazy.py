@@ -1,0 +1,38 @@
+"""Lazy package exports: a package names its public objects without importing the modules that define them.
+
+``python -m sst_interp.record --help`` and ``from sst_interp import analyses`` must not load torch, transformers or
+scikit-learn before something needs them. A package ``__init__`` therefore lists where each public name lives and
+imports that module on first access (PEP 562 module ``__getattr__``)::
+
+    __getattr__, __dir__ = lazy_exports(__name__, {"SSTModel": "sst_interp.model.sst", ...})
+
+The package keeps the same imports under ``if TYPE_CHECKING:`` for type checkers and for the import-graph test.
+"""
+
+from __future__ import annotations
+
+import importlib
+import sys
+from collections.abc import Callable, Mapping
+from typing import Any
+
+
+def lazy_exports(package: str, exports: Mapping[str, str]) -> tuple[Callable[[str], Any], Callable[[], list[str]]]:
+    """``(__getattr__, __dir__)`` for ``package`` whose public ``name`` is defined in module ``exports[name]``.
+
+    A name is imported from its module on first access and then cached in the package's namespace, so later
+    accesses cost a dict lookup. Unknown names raise AttributeError, as for any module.
+    """
+
+    def __getattr__(name: str) -> Any:
+        module = exports.get(name)
+        if module is None:
+            raise AttributeError(f"module {package!r} has no attribute {name!r}")
+        value = getattr(importlib.import_module(module), name)
+        setattr(sys.modules[package], name, value)
+        return value
+
+    def __dir__() -> list[str]:
+        return sorted(set(vars(sys.modules[package])) | set(exports))
+
+    return __getattr__, __dir__
