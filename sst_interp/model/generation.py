@@ -263,7 +263,7 @@ class GenerationSession:
                 input_ids=input_ids,
                 attention_mask=self.mask if attention_mask is None else attention_mask,
                 position_ids=position_ids,
-                past_key_values=self.cache if use_cache else None,
+                cache=self.cache if use_cache else None,
                 use_cache=use_cache,
             )
         logits = self.sst.lm_logits(hidden[:, -1:])[:, -1] if want_logits else None
