@@ -1,6 +1,6 @@
 """The :class:`Question` record every source produces, and its questions.parquet table.
 
-The table columns are fixed by DESIGN.md section 5:
+The table columns are fixed by docs/format.md:
 ``question_id`` str, ``source`` str, ``prompt`` str, ``reference`` str,
 ``choices`` list<str> (empty if none), ``metadata`` str (JSON).
 """

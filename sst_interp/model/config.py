@@ -1,4 +1,4 @@
-"""SST configuration (paper Sec. 2.1, eq:alpha; DESIGN section 3)."""
+"""SST configuration (paper Sec. 2.1, eq:alpha)."""
 
 from __future__ import annotations
 
@@ -28,7 +28,7 @@ class SSTConfig:
             (tab:ema_variant_ablation).
         state_scale: ``"unit"`` reads the state as RMSNorm(C) (the paper's S); ``"hidden"`` multiplies it by the
             per-position RMS of the post-attention hidden state so state and hidden state have the same scale
-            (an untrained unit-scale SST on Gemma 3 is nearly inert; see DESIGN section 3).
+            (an untrained unit-scale SST on Gemma 3 is nearly inert; see the README's Concepts, ``state_scale``).
         layers: decoder layers that carry a state stream; ``None`` means all (the paper).
         state_norm_eps: epsilon of the state RMSNorm.
     """

@@ -1,4 +1,4 @@
-"""Generation with iterative refinement (paper sec:inference_iteration; DESIGN section 3).
+"""Generation with iterative refinement (paper sec:inference_iteration).
 
 At depth k the forward pass that emits a token is repeated k times at the same position. The state stream carries
 between passes; the current position's KV entries are overwritten each time (earlier positions never change); the
@@ -222,7 +222,7 @@ class GenerationSession:
         observer: receives every pass.
         decode_fn: token ids -> text, for stop strings.
         carry_across_turns: the first token of an appended segment reads the state the previous turn ended
-            with (``True``) or a zero state, as at the start of a prompt (``False``, DESIGN section 3's default).
+            with (``True``) or a zero state, as at the start of a prompt (``False``, the default).
     """
 
     def __init__(self, sst: SSTModel, prompts: list[list[int]], policy: DepthPolicy, config: GenerationConfig,

@@ -1,4 +1,4 @@
-"""The run directory (DESIGN section 5): Parquet schemas, the background RunWriter and the streaming Run reader.
+"""The run directory (docs/format.md): Parquet schemas, the background RunWriter and the streaming Run reader.
 
 ```
 run = Run.open(path)                       # validates the manifest fields + every shard's footer and columns

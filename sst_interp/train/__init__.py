@@ -1,4 +1,4 @@
-"""Two-pass SST training and the matched baseline (paper Sec. 3, app:training; DESIGN section 4).
+"""Two-pass SST training and the matched baseline (paper Sec. 3, app:training).
 
 Main entry points::
 
