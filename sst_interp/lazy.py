@@ -12,6 +12,7 @@ The package keeps the same imports under ``if TYPE_CHECKING:`` for type checkers
 from __future__ import annotations
 
 import importlib
+import importlib.util
 import sys
 from collections.abc import Callable, Mapping
 from typing import Any
@@ -21,14 +22,19 @@ def lazy_exports(package: str, exports: Mapping[str, str]) -> tuple[Callable[[st
     """``(__getattr__, __dir__)`` for ``package`` whose public ``name`` is defined in module ``exports[name]``.
 
     A name is imported from its module on first access and then cached in the package's namespace, so later
-    accesses cost a dict lookup. Unknown names raise AttributeError, as for any module.
+    accesses cost a dict lookup. A submodule is imported on first access too (``analyses.basins`` works after
+    ``from sst_interp import analyses``, as when the package imported its modules eagerly). Other names raise
+    AttributeError, as for any module.
     """
 
     def __getattr__(name: str) -> Any:
         module = exports.get(name)
-        if module is None:
+        if module is not None:
+            value = getattr(importlib.import_module(module), name)
+        elif not name.startswith("_") and importlib.util.find_spec(f"{package}.{name}") is not None:
+            value = importlib.import_module(f"{package}.{name}")
+        else:
             raise AttributeError(f"module {package!r} has no attribute {name!r}")
-        value = getattr(importlib.import_module(module), name)
         setattr(sys.modules[package], name, value)
         return value
 

@@ -84,6 +84,15 @@ def test_every_lazily_exported_name_resolves(package):
     assert set(module.__all__) <= set(dir(module))
 
 
+def test_submodules_are_reachable_as_attributes_as_before():
+    out = subprocess.run([sys.executable, "-c", "from sst_interp import analyses, model; import sys; "
+                          "print(analyses.basins.fit_gmm.__name__, model.sst.SSTModel.__name__, 'torch' in sys.modules)"],
+                         capture_output=True, text=True, cwd=ROOT, check=True)
+    assert out.stdout.split() == ["fit_gmm", "SSTModel", "True"]
+    with pytest.raises(AttributeError):
+        importlib.import_module("sst_interp.analyses").no_such_thing  # noqa: B018
+
+
 def test_the_package_uses_transformers_current_names():
     """transformers 5.2x renamed the decoder's ``past_key_values=`` to ``cache=`` (the old one goes in 5.40) and
     ``is_gradient_checkpointing`` to ``is_activation_checkpointing``; only :func:`sst_interp.model.sst.cache_keyword`
