@@ -31,7 +31,7 @@ def lazy_exports(package: str, exports: Mapping[str, str]) -> tuple[Callable[[st
         module = exports.get(name)
         if module is not None:
             value = getattr(importlib.import_module(module), name)
-        elif not name.startswith("_") and importlib.util.find_spec(f"{package}.{name}") is not None:
+        elif _is_submodule(package, name):
             value = importlib.import_module(f"{package}.{name}")
         else:
             raise AttributeError(f"module {package!r} has no attribute {name!r}")
@@ -42,3 +42,13 @@ def lazy_exports(package: str, exports: Mapping[str, str]) -> tuple[Callable[[st
         return sorted(set(vars(sys.modules[package])) | set(exports))
 
     return __getattr__, __dir__
+
+
+def _is_submodule(package: str, name: str) -> bool:
+    """True when ``package.name`` is a module that can be imported (public, undotted names only)."""
+    if name.startswith("_") or not name.isidentifier():
+        return False
+    try:
+        return importlib.util.find_spec(f"{package}.{name}") is not None
+    except (ImportError, ValueError):
+        return False
