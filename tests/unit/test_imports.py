@@ -12,6 +12,7 @@ Each check runs in a fresh interpreter (a subprocess), since this test process h
 from __future__ import annotations
 
 import importlib
+import inspect
 import re
 import resource
 import subprocess
@@ -105,3 +106,25 @@ def test_the_package_uses_transformers_current_names():
                 if re.search(r"\bpast_key_values\s*=(?!=)", code) or re.search(r"\.is_gradient_checkpointing\b", code):
                     offenders.append(f"{path.relative_to(ROOT)}:{number}: {line.strip()}")
     assert not offenders, "\n".join(offenders)
+
+
+def test_the_kv_cache_goes_in_under_the_keyword_the_decoder_takes():
+    """transformers >= the rename takes ``cache=``; the releases before it (5.17 on the GPU image) take
+    ``past_key_values=``. The keyword is read from the decoder's signature."""
+    from torch import nn
+
+    from sst_interp.model.sst import cache_keyword
+
+    class Renamed(nn.Module):
+        def forward(self, input_ids=None, cache=None, use_cache=None, **kwargs):
+            return cache
+
+    class Before(nn.Module):
+        def forward(self, input_ids=None, past_key_values=None, use_cache=None, **kwargs):
+            return past_key_values
+
+    assert cache_keyword(Renamed()) == "cache" and cache_keyword(Before()) == "past_key_values"
+    from transformers.models.gemma3.modeling_gemma3 import Gemma3TextModel
+
+    expected = "cache" if "cache" in inspect.signature(Gemma3TextModel.forward).parameters else "past_key_values"
+    assert cache_keyword(Gemma3TextModel.__new__(Gemma3TextModel)) == expected
