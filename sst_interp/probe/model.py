@@ -26,11 +26,10 @@ import torch
 from torch import nn
 
 from sst_interp.errors import UsageError
-from sst_interp.probe.defaults import ACTIVATION_NAMES, DEFAULT_THRESHOLD
+from sst_interp.probe.defaults import DEFAULT_THRESHOLD
 
 
 ACTIVATIONS: dict[str, type[nn.Module]] = {"silu": nn.SiLU, "gelu": nn.GELU, "relu": nn.ReLU}
-assert sorted(ACTIVATIONS) == list(ACTIVATION_NAMES)
 
 
 @dataclass(frozen=True)

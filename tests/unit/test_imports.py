@@ -128,3 +128,10 @@ def test_the_kv_cache_goes_in_under_the_keyword_the_decoder_takes():
 
     expected = "cache" if "cache" in inspect.signature(Gemma3TextModel.forward).parameters else "past_key_values"
     assert cache_keyword(Gemma3TextModel.__new__(Gemma3TextModel)) == expected
+
+
+def test_the_probe_flags_offer_exactly_the_probe_activations():
+    from sst_interp.probe.defaults import ACTIVATION_NAMES
+    from sst_interp.probe.model import ACTIVATIONS
+
+    assert list(ACTIVATION_NAMES) == sorted(ACTIVATIONS)
