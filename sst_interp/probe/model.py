@@ -26,7 +26,7 @@ import torch
 from torch import nn
 
 from sst_interp.errors import UsageError
-from sst_interp.probe.defaults import DEFAULT_THRESHOLD
+from sst_interp.probe.defaults import DEFAULT_THRESHOLD  # noqa: F401 - re-exported: the probe's halting threshold
 
 
 ACTIVATIONS: dict[str, type[nn.Module]] = {"silu": nn.SiLU, "gelu": nn.GELU, "relu": nn.ReLU}
