@@ -11,8 +11,25 @@ The modules (``basins``, ``basin_profiles``, ``divergence``, ``logit_dynamics``,
 ``convergent``, ``convergence``, ``precision``, ``alpha``, ``stats``) hold the functions the methods call.
 """
 
-from sst_interp.analyses.api import NotAvailable, RunAnalysis, open_run
+from __future__ import annotations
 
-open = open_run  # noqa: A001 - ``analyses.open(run)`` reads as the notebook entry point the design names
+from typing import TYPE_CHECKING, Any
+
+from sst_interp.lazy import lazy_exports
+
+if TYPE_CHECKING:
+    from sst_interp.analyses.api import NotAvailable, RunAnalysis, open_run
+
+#: Importing the package loads nothing heavy; torch and scikit-learn load when a measurement needs them.
+__getattr__, __dir__ = lazy_exports(__name__, {"NotAvailable": "sst_interp.analyses.api",
+                                               "RunAnalysis": "sst_interp.analyses.api",
+                                               "open_run": "sst_interp.analyses.api"})
+
+
+def open(run: Any, **kwargs: Any) -> RunAnalysis:  # noqa: A001 - ``analyses.open(run)``: the notebook entry point
+    """``analyses.open(path_or_run, baseline=None, ...)``: :func:`sst_interp.analyses.api.open_run`."""
+    from sst_interp.analyses.api import open_run
+
+    return open_run(run, **kwargs)
 
 __all__ = ["NotAvailable", "RunAnalysis", "open", "open_run"]

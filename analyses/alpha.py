@@ -16,7 +16,6 @@ from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
-from sklearn.decomposition import PCA
 
 from sst_interp.analyses.layers import paper_layer
 from sst_interp.analyses.results import AnalysisResult, NotApplicable
@@ -104,6 +103,8 @@ def alpha_pca(alpha: np.ndarray, n_components: int = 3, init: float | None = Non
         return NotApplicable("every layer has the same alpha vector; there is no layer-to-layer variance",
                              AlphaPCA.label)
     k = min(n_components, arr.shape[0] - 1, arr.shape[1])
+    from sklearn.decomposition import PCA
+
     pca = PCA(n_components=k, svd_solver="full")
     coords = pca.fit_transform(dev)
     dist = np.linalg.norm(coords[:, None, :] - coords[None, :, :], axis=-1)

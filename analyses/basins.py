@@ -20,16 +20,18 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 import numpy as np
 import pandas as pd
 from scipy import optimize, stats
-from sklearn.mixture import GaussianMixture
 
 from sst_interp.analyses.results import AnalysisResult, NotApplicable
 from sst_interp.analyses.overlap import OverlapResult
 from sst_interp.errors import UsageError
+
+if TYPE_CHECKING:  # scikit-learn is imported by the fit, not by importing the module
+    from sklearn.mixture import GaussianMixture
 
 Rule = Literal["any", "mean", "median"]
 GMM_SEED = 42
@@ -104,6 +106,8 @@ def fit_gmm(overlaps: np.ndarray, n_components: int = 2, random_state: int = GMM
                              f"{n_components}-component mixture (no separate low-overlap regime)", "app:gmm")
     if max_samples is not None and values.size > max_samples:
         values = np.random.default_rng(random_state).choice(values, size=max_samples, replace=False)
+    from sklearn.mixture import GaussianMixture
+
     gmm = GaussianMixture(n_components=n_components, random_state=random_state, max_iter=max_iter)
     gmm.fit(values.reshape(-1, 1))
     order = np.argsort(-gmm.means_.ravel())

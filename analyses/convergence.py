@@ -26,7 +26,6 @@ from typing import TYPE_CHECKING
 import numpy as np
 import pandas as pd
 from scipy import stats
-from sklearn.metrics import roc_auc_score
 
 from sst_interp.analyses import hidden_pass
 from sst_interp.analyses.hidden_pass import l2_deltas
@@ -158,6 +157,8 @@ def convergence_from_arrays(deltas: np.ndarray, depths: Sequence[int], correct: 
         res = stats.mannwhitneyu(imp, deg, alternative="two-sided")
         mw_p, mw_u = float(res.pvalue), float(res.statistic)
         sel = labels != "same"
+        from sklearn.metrics import roc_auc_score
+
         auroc = float(roc_auc_score((labels[sel] == "degrades").astype(int), cur_values[sel]))
     kr = []
     per_question = np.nanmean(deltas, axis=1)  # [Q, T]

@@ -1,6 +1,6 @@
 """Accuracy tables of sec:evaluation: main results, staged breakdown, overthinking (McNemar), Sankey flows.
 
-Inputs are generations tables (DESIGN section 5 columns: ``question_id``, ``depth``, ``turn``,
+Inputs are generations tables (docs/format.md columns: ``question_id``, ``depth``, ``turn``,
 ``correct``, ...) or :class:`~sst_interp.store.Run` objects (their ``episodes()`` are read). Sentence repetition
 and loops (tab:repetition) are in :mod:`sst_interp.analyses.repetition`.
 

@@ -22,11 +22,10 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pandas as pd
-import torch
 
 from sst_interp.analyses import stats
 from sst_interp.analyses.layers import paper_layer
@@ -34,21 +33,27 @@ from sst_interp.analyses.results import AnalysisResult, NotApplicable
 from sst_interp.analyses.logit_dynamics.regimes import check_labels
 from sst_interp.errors import UsageError
 
+if TYPE_CHECKING:  # torch is imported by the functions that compute in a dtype, not by importing the module
+    import torch
+
 PAPER_TABLE_LAYERS = (0, 15, 30, 45, 61)
-_TORCH_DTYPES = {"bfloat16": torch.bfloat16, "float32": torch.float32, "float16": torch.float16,
-                 "float64": torch.float64}
+_DTYPE_NAMES = ("bfloat16", "float32", "float16", "float64")
 
 
 def _torch_dtype(dtype: str | torch.dtype) -> torch.dtype:
+    import torch
+
     if isinstance(dtype, torch.dtype):
         return dtype
-    if dtype not in _TORCH_DTYPES:
-        raise UsageError(f"unknown dtype {dtype!r}; use one of {', '.join(_TORCH_DTYPES)}")
-    return _TORCH_DTYPES[dtype]
+    if dtype not in _DTYPE_NAMES:
+        raise UsageError(f"unknown dtype {dtype!r}; use one of {', '.join(_DTYPE_NAMES)}")
+    return getattr(torch, dtype)
 
 
 def machine_epsilon(dtype: str | torch.dtype) -> float:
     """Gap between 1.0 and the next representable value of ``dtype`` (``torch.nextafter``; bf16 -> 2^-7)."""
+    import torch
+
     dt = _torch_dtype(dtype)
     one = torch.tensor(1.0, dtype=dt)
     return float(torch.nextafter(one, torch.tensor(2.0, dtype=dt)) - one)
@@ -56,6 +61,8 @@ def machine_epsilon(dtype: str | torch.dtype) -> float:
 
 def rounding_check(dtype: str | torch.dtype) -> tuple[float, float]:
     """``(1 + eps, 1 + eps/2)`` evaluated in ``dtype``: the first exceeds 1, the second rounds back to 1."""
+    import torch
+
     dt = _torch_dtype(dtype)
     eps = machine_epsilon(dt)
     one = torch.tensor(1.0, dtype=dt)

@@ -1,6 +1,6 @@
 """Sentence repetition and loops (paper tab:repetition, sec:output_stability).
 
-Inputs are generations tables (DESIGN section 5 columns plus ``text``) or :class:`~sst_interp.store.Run` objects
+Inputs are generations tables (docs/format.md columns plus ``text``) or :class:`~sst_interp.store.Run` objects
 (their ``generations()`` is read), one per configuration: a flat depth (:func:`select_depth`), what staged compute
 would deploy (:func:`select_staged`), or a matched baseline's generations.
 

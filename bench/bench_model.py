@@ -8,7 +8,7 @@ alike; the medians are compared. Printed per dtype:
 - ``plain``: ms per generated token of ``model.generate`` (greedy, KV cache) on an unconverted copy of the backbone;
 - ``head``: ms of one LM-head call on one position (the only extra an SST may add per iteration when recording);
 - ``sst k``: ms per generated token of :func:`sst_interp.model.generate` at depth k (LM head after the last
-  iteration only), and the ratio ``sst k / (k * plain)`` (DESIGN section 9 target: <= 1.10).
+  iteration only), and the ratio ``sst k / (k * plain)`` (the project's target: <= 1.10).
 
 Per-token figures are decode steps only: ``(T(N tokens) - T(1 token)) / (N - 1)``, so the prompt pass is not
 spread over the tokens. The prompt pass is reported on its own: the default ``two_pass`` prefill runs the prompt

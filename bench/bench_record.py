@@ -7,7 +7,7 @@ Printed:
 - ``generate``: s per batch of :func:`sst_interp.model.generate` at depth k with the LM head after every iteration
   (the same generation ``record`` runs), no observer;
 - ``generate, head last only``: the same with the LM head after the last iteration only; the ratio
-  ``head every iteration / head last`` is the LM-head extra, reported separately (DESIGN section 9);
+  ``head every iteration / head last`` is the LM-head extra, reported separately (the project's performance targets);
 - ``record``: the same generation with the :class:`~sst_interp.hooks.Recorder` attached and each batch submitted
   to one :class:`~sst_interp.store.RunWriter`, as ``record`` does (hooks, device copies, sketches, logit
   summaries; the writer thread encodes and writes while the next batch generates, and the wait for the last

@@ -1,4 +1,4 @@
-"""Two-pass SST training step vs a plain one-pass LoRA step, measured side by side in one run (DESIGN section 9).
+"""Two-pass SST training step vs a plain one-pass LoRA step, measured side by side in one run.
 
 Run: ``python bench/bench_train.py [--model default|tiny|PATH] [--tokens 256] [--repeats 3] [--threads N]``
 
@@ -8,7 +8,7 @@ r=64, alpha=64, dropout 0.05 on attention, MLP and lm_head), gradient checkpoint
 tokens whose second half is labelled (a model turn). One step = forward (SST: pass 1 without blend, shift, pass 2
 with blend; baseline: one pass), chunked cross-entropy, backward, gradient clipping, AdamW step. Steps alternate
 (SST, baseline, SST, ...) so load drift hits both alike; the ratio of the medians is printed with both medians.
-Target (DESIGN section 9): at most 2.2.
+The project's target: at most 2.2.
 
 On a shared CPU machine pass ``--threads 1``: oversubscribed intra-op threads make timings erratic.
 """

@@ -17,7 +17,7 @@ Checks, each one row of the summary table printed at the end:
    run directory, read back with :class:`sst_interp.store.Run`: generated tokens per second of recording; then
    the recording ratio (record / generate of the same backbone, side by side) from
    :func:`bench_record.bench_recording`. Fails when the run is incomplete or the ratio exceeds
-   ``--max-record-ratio`` (DESIGN section 9 targets 1.05; the line says whether that is met).
+   ``--max-record-ratio`` (the project's target is 1.05; the line says whether that is met).
 4. ``episodes``: the tests' scripted CodeACT episodes on the GPU in float32 and bfloat16 against the CPU
    (:func:`gpu_episode_check.compare_with_cpu`). Fails when float32 tokens differ from the CPU's.
 5. ``device-map``: with 2 or more GPUs, ``--device-map auto`` spreads the layers over them; generation and
@@ -305,7 +305,7 @@ def check_record(config: GpuCheckArgs) -> CheckResult:
     details = [f"recorded {len(generations)} answers ({tokens} tokens) at depths {config.depths} in {seconds:.2f} s; "
                f"hidden {values.shape} {values.dtype}",
                f"depth {config.ratio_depth}: generate {timing['generate']:.3f} s/batch, record "
-               f"{timing['record_amortised']:.3f} s/batch, record/generate {ratio:.3f} (DESIGN target "
+               f"{timing['record_amortised']:.3f} s/batch, record/generate {ratio:.3f} (target "
                f"{DESIGN_RECORD_RATIO}: {'met' if ratio <= DESIGN_RECORD_RATIO else 'not met'})"]
     status = OK if complete and ratio <= config.max_record_ratio else FAIL
     result = (f"{tokens / seconds:.1f} tokens/s recorded; record/generate {ratio:.3f} at depth {config.ratio_depth} "

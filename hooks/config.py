@@ -18,7 +18,7 @@ def default_sketch_k(hidden_size: int) -> int:
 
 @dataclass(frozen=True)
 class RecordConfig:
-    """What to record during generation (DESIGN section 5).
+    """What to record during generation (docs/format.md).
 
     Args:
         full_positions: generated positions 0..full_positions-1 of each turn are recorded in full at every layer

@@ -14,17 +14,8 @@ from dataclasses import dataclass
 
 from sst_interp.cli_args import add_config_flags, arg, config_from_namespace, config_parser
 from sst_interp.errors import UsageError, cli_entry
-from sst_interp.model.generation import GenerationConfig, PROMPT_MODES, generate
+from sst_interp.model.config import PROMPT_MODES
 from sst_interp.checkpoints import resolve_checkpoint
-from sst_interp.model.placement import parse_device_map, parse_max_memory
-from sst_interp.model.loading import (
-    DEMO_PRESET_NOTE,
-    ModelSpec,
-    build_sst,
-    eos_token_ids,
-    parse_depths,
-    resolve_prompt_mode,
-)
 
 
 @dataclass(frozen=True)
@@ -62,6 +53,12 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> None:
     """Print the completion of ``--prompt`` at each of ``--depths``."""
     args = config_from_namespace(GenerateArgs, build_parser().parse_args(argv))
+    # The model stack (torch, transformers) is imported after parsing, so --help and bad flags answer at once.
+    from sst_interp.model.generation import GenerationConfig, generate
+    from sst_interp.model.loading import (DEMO_PRESET_NOTE, ModelSpec, build_sst, eos_token_ids, parse_depths,
+                                          resolve_prompt_mode)
+    from sst_interp.model.placement import parse_device_map, parse_max_memory
+
     depths = parse_depths(args.depths)
     if args.max_new_tokens < 1:
         raise UsageError("--max-new-tokens must be at least 1")

@@ -53,7 +53,7 @@ def outcome_rows(source: Any) -> pd.DataFrame:
         raise UsageError(f"expected a generations DataFrame or a Run, got {type(source).__name__}")
     missing = [c for c in CORRECTNESS_COLUMNS if c not in rows.columns]
     if missing:
-        raise UsageError(f"generations table lacks columns {missing}; it must follow DESIGN section 5")
+        raise UsageError(f"generations table lacks columns {missing}; it must have the columns docs/format.md lists")
     if rows["correct"].isna().any():
         raise UsageError("generations table has ungraded rows (correct is null); grade the run first")
     return rows

@@ -62,10 +62,10 @@ def _named(path: Path | None) -> Path | None:
 @cli_entry
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of ``python -m sst_interp.report`` and ``sst-report``."""
-    # Imported here so that ``--help`` and bad flags answer without loading the analysis stack.
+    args = config_from_namespace(ReportArgs, build_parser().parse_args(argv))
+    # Imported after parsing, so that ``--help`` and bad flags answer without loading the analysis stack.
     from sst_interp.reporting import ReportConfig, build_report
 
-    args = config_from_namespace(ReportArgs, build_parser().parse_args(argv))
     ensure_writable_folder(args.out)
     config = ReportConfig(
         runs=tuple(args.run), baselines=tuple(args.baseline), probe=args.probe,

@@ -1,4 +1,4 @@
-"""The CodeACT episode loop: a batch of episodes advanced turn by turn on one KV cache (DESIGN section 5, Episodes).
+"""The CodeACT episode loop: a batch of episodes advanced turn by turn on one KV cache (docs/format.md).
 
 For each model turn: every episode still running generates until ``</execute>``, ``<end_of_turn>``, EOS or the
 per-turn token limit (:meth:`~sst_interp.model.generation.GenerationSession.run_turn`); the code of each finished
@@ -49,7 +49,7 @@ class EpisodeConfig:
         max_context_tokens: most tokens in an episode's context (prompt, every turn and tool response); a turn that
             would not fit with its full ``max_new_tokens`` ends the episode with ``token_budget``.
         carry_across_turns: whether a tool-response segment starts from the state the model turn before it ended
-            with (``True``) or from a zero state like a prompt (``False``, DESIGN section 3's default).
+            with (``True``) or from a zero state like a prompt (``False``, the default).
         tool_output_chars: most characters of tool output (stdout, then stderr) put into the conversation; longer
             output is cut and marked ``... [truncated N chars]``.
         fmt: the conversation format and action token ids.

@@ -9,7 +9,7 @@ One episode, as the model sees it (Gemma 3 chat markers; ``{...}`` are filled)::
 (wrapped here; the real string has no line breaks but the ``\n`` shown.) Every prompt segment ends with the model-turn
 opening ``<start_of_turn>model\n`` followed by the ``\n`` that the training traces put before ``<execute>``: the
 tokenizer merges the two newlines into one token, and a prompt that ends after a single newline is a different token
-sequence from everything the model was trained on (shared/notes/codeact-feasibility.md: with ``model\n`` the trained
+sequence from everything the model was trained on (in the project's feasibility check, with ``model\n`` the trained
 checkpoint skipped ``<execute>`` on 12 of 12 questions, with ``model\n\n`` it emitted it).
 
 The action tokens are not in the Gemma 3 vocabulary as text: they are cut out before tokenisation and replaced by

@@ -1,6 +1,6 @@
 """The :class:`Question` record every source produces, and its questions.parquet table.
 
-The table columns are fixed by DESIGN.md section 5:
+The table columns are fixed by docs/format.md:
 ``question_id`` str, ``source`` str, ``prompt`` str, ``reference`` str,
 ``choices`` list<str> (empty if none), ``metadata`` str (JSON).
 """
@@ -10,12 +10,13 @@ from __future__ import annotations
 import json
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any
-
-import pandas as pd
+from typing import TYPE_CHECKING, Any
 
 from sst_interp.errors import UsageError
 from sst_interp.store.schema import QUESTIONS_SCHEMA
+
+if TYPE_CHECKING:  # pandas is imported by the conversion that builds a frame
+    import pandas as pd
 
 # The questions.parquet schema is part of the run-directory contract, which the store defines.
 QUESTION_COLUMNS: tuple[str, ...] = tuple(QUESTIONS_SCHEMA.names)
@@ -49,6 +50,8 @@ def questions_to_frame(questions: Sequence[Question]) -> pd.DataFrame:
 
     ``metadata`` is serialised as a JSON string (keys sorted, so equal questions give equal bytes).
     """
+    import pandas as pd
+
     rows = {
         "question_id": [q.question_id for q in questions],
         "source": [q.source for q in questions],

@@ -1,6 +1,6 @@
 """Architecture adapters: where a family keeps its decoder layers and how one layer splits in two halves.
 
-Each adapter is declarative (DESIGN section 3, STYLE item 1): the submodule names a layer must have, and the two
+Each adapter is declarative: the submodule names a layer must have, and the two
 halves of the layer around the blend point (post-attention, pre-FFN; paper eq:post_attn and eq:ffn):
 
 Gemma 3 (sandwich norms)::

@@ -92,9 +92,14 @@ def quiet_tied_adapter_warning() -> Iterator[None]:
     Training applies the head's LoRA update to the tied input embedding as well
     (:func:`sst_interp.train.modeling.tie_head_adapter_to_embeddings`), so the trained function is exactly the
     merged one, tied weight and all: the warning's concern does not apply to these checkpoints.
+
+    Every call into peft goes through here, so this also silences the one deprecation peft itself triggers:
+    ``PeftModel.__init__`` reads ``model.is_gradient_checkpointing``, which transformers renamed to
+    ``is_activation_checkpointing`` (a FutureWarning from peft's line, not ours; this package uses the new name).
     """
     with warnings.catch_warnings():
         warnings.filterwarnings("ignore", message=".*tie_word_embeddings.*")
+        warnings.filterwarnings("ignore", message="`is_gradient_checkpointing` is deprecated", category=FutureWarning)
         yield
 
 

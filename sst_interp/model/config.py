@@ -1,4 +1,4 @@
-"""SST configuration (paper Sec. 2.1, eq:alpha; DESIGN section 3)."""
+"""SST configuration (paper Sec. 2.1, eq:alpha)."""
 
 from __future__ import annotations
 
@@ -11,6 +11,8 @@ from sst_interp.paper import A_MAX, A_MIN, THETA_INIT, alpha_init
 UpdateRule = Literal["direct", "ema_linked"]
 StateScale = Literal["unit", "hidden"]
 PromptMode = Literal["two_pass", "sequential", "none"]
+#: The prompt modes by name (the values of :data:`PromptMode`).
+PROMPT_MODES: tuple[str, ...] = ("two_pass", "sequential", "none")
 
 
 @dataclass
@@ -26,7 +28,7 @@ class SSTConfig:
             (tab:ema_variant_ablation).
         state_scale: ``"unit"`` reads the state as RMSNorm(C) (the paper's S); ``"hidden"`` multiplies it by the
             per-position RMS of the post-attention hidden state so state and hidden state have the same scale
-            (an untrained unit-scale SST on Gemma 3 is nearly inert; see DESIGN section 3).
+            (an untrained unit-scale SST on Gemma 3 is nearly inert; see the README's Concepts, ``state_scale``).
         layers: decoder layers that carry a state stream; ``None`` means all (the paper).
         state_norm_eps: epsilon of the state RMSNorm.
     """

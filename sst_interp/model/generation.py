@@ -1,4 +1,4 @@
-"""Generation with iterative refinement (paper sec:inference_iteration; DESIGN section 3).
+"""Generation with iterative refinement (paper sec:inference_iteration).
 
 At depth k the forward pass that emits a token is repeated k times at the same position. The state stream carries
 between passes; the current position's KV entries are overwritten each time (earlier positions never change); the
@@ -26,11 +26,9 @@ import torch
 from transformers import DynamicCache
 
 from sst_interp.errors import UsageError
-from sst_interp.model.config import PromptMode
+from sst_interp.model.config import PROMPT_MODES, PromptMode
 from sst_interp.model.scan import shift_states
 from sst_interp.model.sst import SSTModel
-
-PROMPT_MODES: tuple[str, ...] = ("two_pass", "sequential", "none")
 
 
 # ------------------------------------------------------------------------------------------------ depth policies
@@ -224,7 +222,7 @@ class GenerationSession:
         observer: receives every pass.
         decode_fn: token ids -> text, for stop strings.
         carry_across_turns: the first token of an appended segment reads the state the previous turn ended
-            with (``True``) or a zero state, as at the start of a prompt (``False``, DESIGN section 3's default).
+            with (``True``) or a zero state, as at the start of a prompt (``False``, the default).
     """
 
     def __init__(self, sst: SSTModel, prompts: list[list[int]], policy: DepthPolicy, config: GenerationConfig,
@@ -265,7 +263,7 @@ class GenerationSession:
                 input_ids=input_ids,
                 attention_mask=self.mask if attention_mask is None else attention_mask,
                 position_ids=position_ids,
-                past_key_values=self.cache if use_cache else None,
+                cache=self.cache if use_cache else None,
                 use_cache=use_cache,
             )
         logits = self.sst.lm_logits(hidden[:, -1:])[:, -1] if want_logits else None

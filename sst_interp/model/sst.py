@@ -7,8 +7,10 @@ a ``sst_state`` submodule holding ``theta`` and ``state_norm_weight`` (L x d eac
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Iterator
 from contextlib import contextmanager
+from typing import Any
 
 import torch
 from torch import nn
@@ -164,9 +166,14 @@ class SSTModel(nn.Module):
         }
 
     # ----------------------------------------------------------------------------------------------- forward
-    def decoder_forward(self, **kwargs) -> torch.Tensor:
-        """Run the decoder stack (embeddings, layers, final norm) and return the last hidden state [B, T, d]."""
-        return self.backbone.get_decoder()(**kwargs).last_hidden_state
+    def decoder_forward(self, cache: Any = None, **kwargs) -> torch.Tensor:
+        """Run the decoder stack (embeddings, layers, final norm) and return the last hidden state [B, T, d].
+
+        ``cache`` is the KV cache (a transformers ``Cache``, or None), passed under the keyword the installed
+        transformers takes (:func:`cache_keyword`).
+        """
+        decoder = self.backbone.get_decoder()
+        return decoder(**{cache_keyword(decoder): cache}, **kwargs).last_hidden_state
 
     def lm_logits(self, hidden: torch.Tensor) -> torch.Tensor:
         """The LM head on final-norm hidden states [B, T, d] -> logits [B, T, V], at least float32 precision.
@@ -235,3 +242,17 @@ class SSTModel(nn.Module):
             return self.decoder_forward(
                 input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids, use_cache=False
             )
+
+
+def cache_keyword(decoder: nn.Module) -> str:
+    """The keyword ``decoder.forward`` takes its KV cache under: ``cache`` in current transformers (which warns
+    that ``past_key_values`` will be removed in 5.40), ``past_key_values`` in releases before the rename (5.17).
+    Read from the signature once per class."""
+    kind = type(decoder)
+    if kind not in _CACHE_KEYWORDS:
+        params = inspect.signature(decoder.forward).parameters
+        _CACHE_KEYWORDS[kind] = "cache" if "cache" in params else "past_key_values"
+    return _CACHE_KEYWORDS[kind]
+
+
+_CACHE_KEYWORDS: dict[type, str] = {}

@@ -19,13 +19,40 @@ Modules, one concern each:
 * :mod:`~sst_interp.probe.cli` -- ``python -m sst_interp.probe {train,evaluate,sweep,loocv,ablate}``.
 """
 
-from sst_interp.probe.dataset import ProbeData, load_probe_data, load_probe_data_layers
-from sst_interp.probe.evaluate import evaluate_probe, simulate_halting
-from sst_interp.probe.io import ProbeMeta, load_probe, save_probe
-from sst_interp.probe.labels import HaltLabels, labels_from_generations, make_labels
-from sst_interp.probe.model import DEFAULT_THRESHOLD, HaltingProbe, ProbeConfig
-from sst_interp.probe.policy import ProbeDepth
-from sst_interp.probe.train import TrainConfig, train_probe
+from typing import TYPE_CHECKING
+
+from sst_interp.lazy import lazy_exports
+
+if TYPE_CHECKING:
+    from sst_interp.probe.dataset import ProbeData, load_probe_data, load_probe_data_layers
+    from sst_interp.probe.evaluate import evaluate_probe, simulate_halting
+    from sst_interp.probe.io import ProbeMeta, load_probe, save_probe
+    from sst_interp.probe.labels import HaltLabels, labels_from_generations, make_labels
+    from sst_interp.probe.model import DEFAULT_THRESHOLD, HaltingProbe, ProbeConfig
+    from sst_interp.probe.policy import ProbeDepth
+    from sst_interp.probe.train import TrainConfig, train_probe
+
+#: Where each public name lives; imported on first use so that importing the package stays light.
+_EXPORTS = {
+    "ProbeData": "sst_interp.probe.dataset",
+    "load_probe_data": "sst_interp.probe.dataset",
+    "load_probe_data_layers": "sst_interp.probe.dataset",
+    "evaluate_probe": "sst_interp.probe.evaluate",
+    "simulate_halting": "sst_interp.probe.evaluate",
+    "ProbeMeta": "sst_interp.probe.io",
+    "load_probe": "sst_interp.probe.io",
+    "save_probe": "sst_interp.probe.io",
+    "HaltLabels": "sst_interp.probe.labels",
+    "labels_from_generations": "sst_interp.probe.labels",
+    "make_labels": "sst_interp.probe.labels",
+    "DEFAULT_THRESHOLD": "sst_interp.probe.model",
+    "HaltingProbe": "sst_interp.probe.model",
+    "ProbeConfig": "sst_interp.probe.model",
+    "ProbeDepth": "sst_interp.probe.policy",
+    "TrainConfig": "sst_interp.probe.train",
+    "train_probe": "sst_interp.probe.train",
+}
+__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)
 
 __all__ = [
     "DEFAULT_THRESHOLD",

@@ -23,17 +23,18 @@ import sys
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any
-
-import pandas as pd
+from typing import TYPE_CHECKING, Any
 
 from sst_interp.cli_args import add_config_flags, arg, config_from_namespace, config_parser
 from sst_interp.errors import UsageError, cli_entry
-from sst_interp.probe.dataset import ProbeData, load_probe_data, load_probe_data_layers
-from sst_interp.probe.loocv import DEFAULT_PERMUTATIONS
-from sst_interp.probe.model import ACTIVATIONS, DEFAULT_THRESHOLD, HaltingProbe, ProbeConfig
-from sst_interp.probe.train import TrainConfig
+from sst_interp.probe.defaults import ACTIVATION_NAMES, DEFAULT_PERMUTATIONS, DEFAULT_THRESHOLD
 from sst_interp.outputs import write_output
+
+if TYPE_CHECKING:  # the probe itself (torch) is imported by each command, after the flags are parsed
+    import pandas as pd
+
+    from sst_interp.probe.dataset import ProbeData
+    from sst_interp.probe.model import HaltingProbe
 
 
 @dataclass(frozen=True)
@@ -46,7 +47,7 @@ class CliConfig:
     out: Path | None = arg(None, help="output folder (default: <run>/probe/layer<L>, <run>/probe/sweep for sweep)")
     # None until main() resolves it: the default width depends on the subcommand.
     hidden: int | None = arg(None, help="probe bottleneck width (default 10; 64 for sweep and ablate)")
-    activation: str = arg("silu", choices=sorted(ACTIVATIONS), help="probe activation")
+    activation: str = arg("silu", choices=ACTIVATION_NAMES, help="probe activation")
     threshold: float = arg(DEFAULT_THRESHOLD, help="halt when the probe's logit is above this")
     epochs: int = arg(60, help="training epochs")
     seed: int = arg(42, help="training seed")
@@ -148,8 +149,9 @@ def _default_out(cfg: CliConfig, layer: int | str) -> Path:
 
 def _probe_for(cfg: CliConfig, data: ProbeData, hidden: int) -> tuple[HaltingProbe, dict[str, Any]]:
     """Load ``--probe`` or train a fresh one on ``data``."""
+    from sst_interp.probe.model import ProbeConfig
     from sst_interp.probe.io import load_probe
-    from sst_interp.probe.train import train_probe
+    from sst_interp.probe.train import TrainConfig, train_probe
 
     if cfg.probe is not None:
         probe, meta = load_probe(cfg.probe)
@@ -191,6 +193,7 @@ def _evaluation_tables(probe: HaltingProbe, data: ProbeData, threshold: float) -
 
 def cmd_train(cfg: CliConfig, evaluate_only: bool = False) -> int:
     """``train`` and ``evaluate``."""
+    from sst_interp.probe.dataset import load_probe_data
     from sst_interp.probe.io import ProbeMeta, save_probe
 
     run = _open_run(cfg.run)
@@ -219,6 +222,9 @@ def _check_permutations(permutations: int) -> None:
 
 def cmd_sweep(cfg: CliConfig, options: SweepOptions) -> int:
     """``sweep``."""
+    from sst_interp.probe.dataset import load_probe_data_layers
+    from sst_interp.probe.model import ProbeConfig
+    from sst_interp.probe.train import TrainConfig
     from sst_interp.probe.sweeps import layer_sweep, select_heldout_layer, select_layer, sweep_layers
 
     _check_permutations(options.permutations)
@@ -240,6 +246,9 @@ def cmd_sweep(cfg: CliConfig, options: SweepOptions) -> int:
 
 def cmd_loocv(cfg: CliConfig, options: LoocvOptions) -> int:
     """``loocv``."""
+    from sst_interp.probe.dataset import load_probe_data
+    from sst_interp.probe.model import ProbeConfig
+    from sst_interp.probe.train import TrainConfig
     from sst_interp.probe.loocv import cover_bound, loocv
 
     run = _open_run(cfg.run)
@@ -261,6 +270,8 @@ def cmd_loocv(cfg: CliConfig, options: LoocvOptions) -> int:
 
 def cmd_ablate(cfg: CliConfig, options: AblateOptions) -> int:
     """``ablate``."""
+    from sst_interp.probe.dataset import load_probe_data
+    from sst_interp.probe.train import TrainConfig
     from sst_interp.probe.ablation import neuron_analysis
     from sst_interp.probe.evaluate import evaluate_probe
     from sst_interp.probe.features import feature_grid, greedy_prune, topk_sweep, train_linear_on

@@ -10,8 +10,8 @@ recurrence", and the labels come from the flat-depth generations. Here:
   depth-``d`` generation is the turn the model produces when run at depth ``d``, which is what
   happens under the halting policy once it has chosen ``d`` (the depth then holds);
 * the **evaluation state** of question ``q`` at iteration ``d`` is position 0 of the first turn
-  of the flat depth-``d`` generation after iteration ``d``. Prefill is depth-independent
-  (DESIGN section 3), so this is exactly the state a depth-``i_max`` generation has at
+  of the flat depth-``d`` generation after iteration ``d``. Prefill is depth-independent,
+  so this is exactly the state a depth-``i_max`` generation has at
   iteration ``d`` of position 0, i.e. what :class:`~sst_interp.probe.policy.ProbeDepth` sees
   at generation time; reading it from the depth-``d`` shard keeps training and evaluation on
   the same recorded values. For the first turn the training timestep at depth ``d`` and the

@@ -1,4 +1,4 @@
-"""MUST HALT / SAFE labels from a run's flat-depth results (``app:halting_training``, DESIGN section 7).
+"""MUST HALT / SAFE labels from a run's flat-depth results (``app:halting_training``).
 
 Definitions, exactly as the paper states them:
 
@@ -52,7 +52,7 @@ def question_correctness(generations: pd.DataFrame, question_ids: list[str] | No
     is a UsageError, since a halting label needs every flat depth.
 
     Args:
-        generations: rows with ``question_id``, ``depth``, ``turn``, ``correct`` (DESIGN section 5).
+        generations: rows with ``question_id``, ``depth``, ``turn``, ``correct`` (docs/format.md).
         question_ids: questions to keep, in this order (default: order of first appearance).
 
     Returns:
@@ -154,7 +154,7 @@ def make_labels(correct: pd.DataFrame, turns: pd.DataFrame) -> HaltLabels:
 
 
 def labels_from_generations(generations: pd.DataFrame, question_ids: list[str] | None = None) -> HaltLabels:
-    """:func:`make_labels` straight from a generations table (DESIGN section 5 columns)."""
+    """:func:`make_labels` straight from a generations table (docs/format.md columns)."""
     correct = question_correctness(generations, question_ids)
     keep = generations[generations["question_id"].isin(correct.index)]
     return make_labels(correct, keep[["question_id", "depth", "turn"]])

@@ -47,6 +47,7 @@ from sst_interp.analyses.results import AnalysisResult
 from sst_interp.analyses.stats import binomial_test, wilson_interval
 from sst_interp.errors import UsageError
 from sst_interp.probe.dataset import ProbeData
+from sst_interp.probe.defaults import DEFAULT_PERMUTATIONS
 from sst_interp.probe.evaluate import evaluate_probe
 from sst_interp.probe.model import DEFAULT_THRESHOLD, ProbeConfig
 from sst_interp.probe.permutation import permutation_p_value, permute_labels
@@ -54,8 +55,6 @@ from sst_interp.probe.train import TrainConfig, train_probe
 
 Criterion = Literal["outcome", "detection"]
 
-#: Label permutations of the calibrated LOOCV test when none is given (smallest p = 1/101 < 0.01).
-DEFAULT_PERMUTATIONS = 100
 
 
 @dataclass(frozen=True)

@@ -26,9 +26,8 @@ import torch
 from torch import nn
 
 from sst_interp.errors import UsageError
+from sst_interp.probe.defaults import DEFAULT_THRESHOLD  # noqa: F401 - re-exported: the probe's halting threshold
 
-#: Halt when the output logit exceeds log(0.3 / 0.7), i.e. P(halt) > 0.3 (``app:halting_eval``).
-DEFAULT_THRESHOLD = math.log(0.3 / 0.7)
 
 ACTIVATIONS: dict[str, type[nn.Module]] = {"silu": nn.SiLU, "gelu": nn.GELU, "relu": nn.ReLU}
 

@@ -1,4 +1,4 @@
-"""The halting probe as a generation-time depth policy (``app:halting_eval``, DESIGN section 3).
+"""The halting probe as a generation-time depth policy (``app:halting_eval``).
 
 ``ProbeDepth`` implements :class:`sst_interp.model.generation.DepthPolicy`: at generated
 position 0 of a generation call, after each iteration, generation hands it the probe layer's

@@ -15,10 +15,23 @@ Modules: :mod:`~sst_interp.record.options` (the options), :mod:`~sst_interp.reco
 under torchrun), :mod:`~sst_interp.record.summary`.
 """
 
+from typing import TYPE_CHECKING
+
+from sst_interp.lazy import lazy_exports
 from sst_interp.record.cli import build_parser, main, parse_args
 from sst_interp.record.options import DEFAULT_DEPTHS, PROTOCOLS, RecordArgs
-from sst_interp.record.runner import record, record_questions
-from sst_interp.record.summary import print_summary, staged_capacity
+
+if TYPE_CHECKING:
+    from sst_interp.record.runner import record, record_questions
+    from sst_interp.record.summary import print_summary, staged_capacity
+
+#: The recording itself (torch, transformers) is imported on first use, so ``--help`` answers at once.
+__getattr__, __dir__ = lazy_exports(__name__, {
+    "record": "sst_interp.record.runner",
+    "record_questions": "sst_interp.record.runner",
+    "print_summary": "sst_interp.record.summary",
+    "staged_capacity": "sst_interp.record.summary",
+})
 
 __all__ = [
     "DEFAULT_DEPTHS",

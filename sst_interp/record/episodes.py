@@ -1,6 +1,6 @@
 """The codeact protocol: one batch of multi-turn CodeACT episodes, recorded inline per model turn and graded.
 
-Rows written per batch (DESIGN section 5): ``generations`` gets one row per model turn (``turn`` 0, 1, ...) with
+Rows written per batch (docs/format.md): ``generations`` gets one row per model turn (``turn`` 0, 1, ...) with
 ``code``, ``tool_output`` and ``tool_status``; every turn row repeats its episode's verdict (``extracted_answer``,
 ``correct``, ``grader``), which belongs to the episode; ``episodes`` gets one row per episode. Hidden, logits,
 sketch and gate rows carry the model turn in ``turn`` and restart ``position`` at 0 in every turn.

@@ -9,7 +9,7 @@ from typing import Any
 from sst_interp.checkpoints import DEFAULT_CODEACT_CHECKPOINT, resolve_checkpoint
 from sst_interp.cli_args import arg
 from sst_interp.errors import UsageError
-from sst_interp.model.generation import PROMPT_MODES
+from sst_interp.model.config import PROMPT_MODES
 
 DEFAULT_DEPTHS = "1,2,3,4"
 PROTOCOLS = ("completion", "codeact")
@@ -71,8 +71,7 @@ class RecordArgs:
     max_turns: int = arg(5, help="codeact: most model turns per episode")
     max_context_tokens: int = arg(4096, help="codeact: most tokens in an episode's context")
     carry_state_across_turns: bool = arg(False, help="codeact: a tool-response turn starts from the state the model "
-                                                     "turn before it ended with (default: from a zero state, DESIGN "
-                                                     "section 3)")
+                                                     "turn before it ended with (default: from a zero state)")
     tool_output_chars: int = arg(2000, help="codeact: most characters of tool output returned to the model")
     sandbox: str = arg("bwrap", choices=SANDBOXES,
                        help="how model code runs (codeact, humaneval): bwrap (bubblewrap isolation, default) | "

@@ -22,11 +22,31 @@ Typical use::
     result.names("skipped")
 """
 
-from sst_interp.reporting.artefacts import ArtefactData, ArtefactSpec
-from sst_interp.reporting.build import ReportResult, build_report
-from sst_interp.reporting.config import ReportConfig, ReportInputs, resolve_inputs
-from sst_interp.reporting.html import Outcome
-from sst_interp.reporting.registry import UNSUPPORTED, all_specs
+from typing import TYPE_CHECKING
+
+from sst_interp.lazy import lazy_exports
+
+if TYPE_CHECKING:
+    from sst_interp.reporting.artefacts import ArtefactData, ArtefactSpec
+    from sst_interp.reporting.build import ReportResult, build_report
+    from sst_interp.reporting.config import ReportConfig, ReportInputs, resolve_inputs
+    from sst_interp.reporting.html import Outcome
+    from sst_interp.reporting.registry import UNSUPPORTED, all_specs
+
+#: Where each public name lives; imported on first use so that importing the package stays light.
+_EXPORTS = {
+    "ArtefactData": "sst_interp.reporting.artefacts",
+    "ArtefactSpec": "sst_interp.reporting.artefacts",
+    "ReportResult": "sst_interp.reporting.build",
+    "build_report": "sst_interp.reporting.build",
+    "ReportConfig": "sst_interp.reporting.config",
+    "ReportInputs": "sst_interp.reporting.config",
+    "resolve_inputs": "sst_interp.reporting.config",
+    "Outcome": "sst_interp.reporting.html",
+    "UNSUPPORTED": "sst_interp.reporting.registry",
+    "all_specs": "sst_interp.reporting.registry",
+}
+__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)
 
 __all__ = [
     "UNSUPPORTED",

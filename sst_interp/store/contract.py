@@ -1,4 +1,4 @@
-"""The data contract of DESIGN section 5, as checks: required manifest fields, and contract columns per file.
+"""The data contract of docs/format.md, as checks: required manifest fields, and contract columns per file.
 
 A run written by any tool to this contract is readable from these fields and the Parquet schemas alone; anything
 else in the manifest (batch index, checksums) is the writer's own. Every check raises a one-line error naming the
@@ -59,7 +59,7 @@ REQUIRED_FIELDS = tuple(_FIELDS)
 
 
 def check_manifest(target: Path, manifest: Any) -> dict[str, Any]:
-    """Check the required manifest fields (DESIGN section 5) of ``target``; returns the manifest with the
+    """Check the required manifest fields (docs/format.md) of ``target``; returns the manifest with the
     legacy defaults filled in. Raises UsageError naming the first missing or mistyped field."""
     if not isinstance(manifest, dict):
         raise UsageError(f"{target} is not a JSON object; it is not a run manifest")
@@ -73,7 +73,7 @@ def check_manifest(target: Path, manifest: Any) -> dict[str, Any]:
     for name, (valid, expected) in _FIELDS.items():
         if name not in filled:
             raise UsageError(f"{target} lacks the required field {name!r} ({expected}); it is not a complete run "
-                             "manifest (see DESIGN section 5)")
+                             "manifest (see docs/format.md)")
         if not valid(filled[name]):
             raise UsageError(f"{target} field {name!r} must be {expected}, got {filled[name]!r}")
     return filled
@@ -186,11 +186,11 @@ def check_columns(target: Path, schema: pa.Schema, columns: list[Column]) -> Non
         index = schema.get_field_index(column.name)
         if index < 0:
             raise CorruptRunError(f"{target} lacks the contract column {column.name!r} ({column.expected}); it "
-                                  "was not written to the run format (DESIGN section 5)")
+                                  "was not written to the run format (docs/format.md)")
         found = schema.field(index).type
         if not column.valid(found):
             raise CorruptRunError(f"{target} column {column.name!r} is {found}, the contract says "
-                                  f"{column.expected} (DESIGN section 5)")
+                                  f"{column.expected} (docs/format.md)")
 
 
 def check_shard_schema(target: Path, kind: str, schema: pa.Schema, layout: Mapping[str, Any]) -> None:

@@ -2,7 +2,7 @@
 question's rows in them from the Parquet footers.
 
 Nothing here depends on the writer's private manifest index: a run written by another tool to the contract of
-DESIGN section 5 is found the same way. Rows of one question may sit in one or several row groups of one or
+docs/format.md is found the same way. Rows of one question may sit in one or several row groups of one or
 several files; the writer puts each question in a row group of its own, which lets a question be read without
 reading its neighbours, but any grouping reads correctly.
 """

@@ -13,7 +13,7 @@ Layout of the manifest (JSON object):
   without reading the whole shard.
 - ``tables``: ``{"questions.parquet" | "generations.parquet" | "episodes.parquet": {"bytes": int, "sha256": hex}}``.
 
-``batches`` and ``tables`` are the writer's own (a cache for resume and for ``verify``): DESIGN section 5 makes
+``batches`` and ``tables`` are the writer's own (a cache for resume and for ``verify``): docs/format.md makes
 only ``schema_version``, ``depths``, ``num_layers``, ``hidden_size``, ``dtype``, ``top_k``, ``full_positions``,
 ``protocol``, ``prompt_mode`` and ``status`` a reader's to rely on (see :mod:`sst_interp.store.contract`).
 """

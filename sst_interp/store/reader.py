@@ -157,7 +157,7 @@ class GateBlock:
 class Run:
     """A recorded run directory; open with :meth:`Run.open`.
 
-    The run is read from the contract of DESIGN section 5 alone: the required manifest fields, the tables, and
+    The run is read from the contract of docs/format.md alone: the required manifest fields, the tables, and
     the shards found in the directory layout. Every page read is CRC-checked (when the file carries checksums,
     as the writer's files do), so damaged values raise a CorruptRunError naming the file instead of being
     returned.
@@ -225,7 +225,7 @@ class Run:
 
     # ------------------------------------------------------------------------------------------ tables
     def questions(self) -> pd.DataFrame:
-        """questions.parquet as a DataFrame (empty with the DESIGN columns when absent)."""
+        """questions.parquet as a DataFrame (empty with the contract columns when absent)."""
         target = self.path / "questions.parquet"
         if not target.exists():
             return sch.QUESTIONS_SCHEMA.empty_table().to_pandas()

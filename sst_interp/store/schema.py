@@ -1,4 +1,4 @@
-"""Parquet schemas of a run directory (DESIGN section 5), defined once, and the value encodings.
+"""Parquet schemas of a run directory (docs/format.md), defined once, and the value encodings.
 
 Column names and types are the data contract: add columns freely, never rename these.
 
@@ -57,7 +57,7 @@ GENERATIONS_SCHEMA = pa.schema(
     ]
 )
 
-#: One row per (question_id, depth) CodeACT episode (DESIGN section 5); ``stop_reason`` is one of
+#: One row per (question_id, depth) CodeACT episode (docs/format.md); ``stop_reason`` is one of
 #: ``finish_session|no_code|max_turns|token_budget``.
 EPISODES_SCHEMA = pa.schema(
     [

@@ -165,7 +165,7 @@ def write_table_atomic(table: pa.Table, final: Path, compression: str = "zstd",
 
 
 def _contract_table(frame: pd.DataFrame, schema: pa.Schema) -> pa.Table:
-    """The DESIGN columns of ``frame`` in ``schema``'s order and types, then its extra columns."""
+    """The contract columns of ``frame`` in ``schema``'s order and types, then its extra columns."""
     base = pa.Table.from_pandas(frame[[f.name for f in schema]], schema=schema, preserve_index=False)
     for name in [c for c in frame.columns if c not in schema.names]:
         base = base.append_column(name, pa.array(frame[name].tolist()))
@@ -173,7 +173,7 @@ def _contract_table(frame: pd.DataFrame, schema: pa.Schema) -> pa.Table:
 
 
 def episodes_table(rows: Any, depth: int, question_ids: Sequence[str]) -> pa.Table:
-    """Episode rows (one per question of the batch) -> a table with the DESIGN columns first, extras after."""
+    """Episode rows (one per question of the batch) -> a table with the contract columns first, extras after."""
     frame = rows.copy() if isinstance(rows, pd.DataFrame) else pd.DataFrame(rows)
     missing = [f.name for f in sch.EPISODES_SCHEMA if f.name not in frame.columns]
     if missing:
@@ -187,10 +187,10 @@ def episodes_table(rows: Any, depth: int, question_ids: Sequence[str]) -> pa.Tab
 
 
 def generations_table(rows: Any, depth: int, question_ids: Sequence[str]) -> pa.Table:
-    """Generations rows (DataFrame, list of dicts, or dict of columns) -> a table with the DESIGN columns first.
+    """Generations rows (DataFrame, list of dicts, or dict of columns) -> a table with the contract columns first.
 
     Missing ``depth`` is filled with the batch depth, ``turn`` with 0, ``depth_policy`` with "fixed" and
-    ``chosen_depth`` with the depth. Extra columns are kept after the DESIGN ones.
+    ``chosen_depth`` with the depth. Extra columns are kept after the contract ones.
     """
     frame = rows.copy() if isinstance(rows, pd.DataFrame) else pd.DataFrame(rows)
     defaults = {"depth": depth, "turn": 0, "depth_policy": "fixed", "chosen_depth": depth}

@@ -179,7 +179,7 @@ class RunWriter:
             return set(self._manifest["status"].get(str(int(depth)), []))
 
     def write_questions(self, frame: pd.DataFrame) -> None:
-        """Write ``questions.parquet`` (DESIGN columns). On resume new questions are appended; a question id
+        """Write ``questions.parquet`` (contract columns). On resume new questions are appended; a question id
         already present with different content is a UsageError (the data changed under the same run)."""
         missing = [f.name for f in sch.QUESTIONS_SCHEMA if f.name not in frame.columns]
         if missing:
@@ -428,7 +428,7 @@ def _base_manifest(identity: dict[str, Any], manifest_extra: dict[str, Any]) -> 
     manifest.update(manifest_extra)
     manifest.setdefault("depths", [])
     manifest["depths"] = sorted({int(d) for d in manifest["depths"]})
-    manifest.setdefault("protocol", "completion")  # a required field of DESIGN section 5; episodes set codeact
+    manifest.setdefault("protocol", "completion")  # a required field of docs/format.md; episodes set codeact
     manifest["status"] = {}
     manifest["batches"] = {}
     manifest["tables"] = {}

@@ -33,9 +33,9 @@ What is planted (all recorded exactly in :class:`PlantedTruth`):
   ``recover`` (wrong, then right from a deeper depth on), ``regress`` (right, then wrong: overthinking),
   ``fragile`` (right at exactly one deeper depth), ``random``; or an explicit ``correct`` matrix.
 - **Halting feature**: at position 0 and ``halting_layer``, dimensions ``halting_dims`` hold ``+halting_strength``
-  after iteration d when depth d is MUST HALT (passes at staged depth <= d and fails at flat depth d+1, DESIGN
-  section 7) and ``-halting_strength`` otherwise (SAFE; also every non-recoverable question). No feature when
-  ``halting_dims == ()``.
+  after iteration d when depth d is MUST HALT (passes at staged depth <= d and fails at flat depth d+1,
+  ``app:halting_training``) and ``-halting_strength`` otherwise (SAFE; also every non-recoverable question). No
+  feature when ``halting_dims == ()``.
 - **L2 deltas that do not predict correctness** (convergence): iteration i >= 2 moves every state by a noise step
   of scale ``l2_noise * l2_decay**(i-2)`` (so deltas shrink with iterations, the same for every difficulty group),
   independent of correctness; ``l2_signal > 0`` multiplies the step into iteration i by ``1 + l2_signal`` when the

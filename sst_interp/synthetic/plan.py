@@ -89,7 +89,7 @@ class QuestionPlan:
         flip_basin: [P_full, I] bool, the flip at (position, iteration) happened in the basin-shift phase.
         gaps: [P_full] float64, iteration-1 top-1 minus top-2 logprob gap (multiple of 1/16).
         replaced: [P_full, I] int16, iteration-1 top-n tokens (n = min(100, K)) pushed out of the top-n.
-        halt: [I] bool, MUST HALT label of iteration (= depth) d per DESIGN section 7.
+        halt: [I] bool, MUST HALT label of iteration (= depth) d (``app:halting_training``).
         noise_scale: [I] float64, scale of the iteration's noise in the hidden states (L2 delta plant).
     """
 

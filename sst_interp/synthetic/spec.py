@@ -28,7 +28,7 @@ class SyntheticSpec:
         num_layers: decoder layers.
         hidden_size: d.
         vocab_size: token ids are drawn from [0, vocab_size).
-        top_k: K, logit top-K per row (default 128, as DESIGN).
+        top_k: K, logit top-K per row (default 128, as ``record``).
         sketch_k: k of the sketches and of the basin plant; None -> round(d * 1024 / 5376).
         dtype: "float32" or "bfloat16" (logical dtype of the hidden values).
         seed: seed of every draw.

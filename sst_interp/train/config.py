@@ -1,4 +1,4 @@
-"""Training configuration (paper app:training_setup, tab:hyperparameters; DESIGN section 4).
+"""Training configuration (paper app:training_setup, tab:hyperparameters).
 
 Every default is the paper's value from ``tab:hyperparameters`` unless its line says otherwise. Every field is a CLI
 flag of ``python -m sst_interp.train`` (``--lr-sst`` sets ``lr_sst``, and so on).
@@ -227,7 +227,7 @@ def demo_config(out: str = "runs/train-demo", **overrides: Any) -> TrainConfig:
     1e-3 instead of 1e-4 so that 16 steps move the adapter visibly; validation every 4 steps; gradient checkpointing
     off (the model fits in memory); one torch thread (on a shared 2-core machine more threads stall each other and
     ran 5x slower; pass ``--threads N`` on a machine of your own); ``state_scale="hidden"`` (an untrained unit-scale
-    SST on Gemma 3 270M is nearly inert, DESIGN section 3); and no action-token mapping (the demo text has no
+    SST on Gemma 3 270M is nearly inert; see the README's Concepts); and no action-token mapping (the demo text has no
     ``<execute>`` tokens). The SST learning rate (1e-2), AdamW settings, clipping, LoRA dropout and targets are the
     paper's.
     """

@@ -5,11 +5,13 @@ from __future__ import annotations
 
 import json
 import os
+import sys
 from pathlib import Path
 
 import duckdb
 import nbformat
 import numpy as np
+import pandas as pd
 import pytest
 import torch
 from nbclient import NotebookClient
@@ -114,3 +116,17 @@ def test_analyses_open_accepts_paths_and_runs_and_says_what_is_missing(small_run
         by_path.main_results()
     # the shared steps are computed once
     assert by_path.regime_labels() is by_path.regime_labels()
+
+
+def test_the_shard_cell_works_without_duckdb(small_run, monkeypatch):
+    """On a plain install (no ``notebook`` extra) the DuckDB cell falls back to pyarrow and shows the same table."""
+    cell = next(c for c in nbformat.read(NOTEBOOK, as_version=4).cells if "read_parquet" in c.source)
+    with_duckdb: dict = {"RUN": str(small_run)}
+    exec(cell.source, with_duckdb)  # noqa: S102 - the notebook's own cell
+    monkeypatch.setitem(sys.modules, "duckdb", None)  # import duckdb now raises ImportError
+    without: dict = {"RUN": str(small_run)}
+    exec(cell.source, without)  # noqa: S102
+    assert without["duckdb"] is None and with_duckdb["duckdb"] is not None
+    expected = with_duckdb["per_depth"].astype({"depth": "int64", "rows": "int64", "questions": "int64"})
+    got = without["per_depth"].astype({"depth": "int64", "rows": "int64", "questions": "int64"})
+    pd.testing.assert_frame_equal(got, expected, check_dtype=False)

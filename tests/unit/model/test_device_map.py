@@ -136,7 +136,7 @@ def test_record_cli_with_device_map_records_the_same_run(folder, tmp_path):
 
 
 def test_generate_cli_with_device_map_prints_the_same_completions(folder, capsys, monkeypatch):
-    import sst_interp.generate as generate_cli
+    import sst_interp.model.loading as loading  # generate imports build_sst from here after parsing its flags
 
     placements = []
 
@@ -145,7 +145,7 @@ def test_generate_cli_with_device_map_prints_the_same_completions(folder, capsys
         placements.append(placement_summary(sst.backbone))
         return sst, tokenizer
 
-    monkeypatch.setattr(generate_cli, "build_sst", spying_build_sst)
+    monkeypatch.setattr(loading, "build_sst", spying_build_sst)
     argv = ["--prompt", "12 + 7 =", "--model", str(folder), "--state-scale", "hidden", "--depths", "1,3",
             "--max-new-tokens", "5"]
 

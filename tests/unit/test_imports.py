@@ -1,0 +1,137 @@
+"""Import cost and deprecated names.
+
+- ``from sst_interp import analyses`` (and every measurement module behind ``analyses.open``) loads neither torch
+  nor scikit-learn; a measurement that needs them imports them when it runs.
+- Every command answers ``--help`` in under 0.5 s of CPU: its flags are parsed before the model, the analyses or
+  the probe are imported.
+- The package uses transformers' current names.
+
+Each check runs in a fresh interpreter (a subprocess), since this test process has long imported everything.
+"""
+
+from __future__ import annotations
+
+import importlib
+import inspect
+import re
+import resource
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+HELP_CPU_LIMIT_S = 0.5
+HEAVY = ("torch", "sklearn", "transformers")
+COMMANDS = [
+    ["sst_interp.record"], ["sst_interp.report"], ["sst_interp.generate"], ["sst_interp.train"],
+    ["sst_interp.train.codeact_data"], ["sst_interp.probe"], ["sst_interp.store"],
+    *(["sst_interp.probe", sub] for sub in ("train", "evaluate", "sweep", "loocv", "ablate")),
+    *(["sst_interp.store", sub] for sub in ("verify", "repair")),
+]
+
+
+def _loaded_after(code: str) -> dict[str, bool]:
+    """Which of :data:`HEAVY` a fresh interpreter has loaded after running ``code``."""
+    probe = f"{code}\nimport sys\nprint(','.join(m for m in {HEAVY!r} if m in sys.modules))"
+    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, cwd=ROOT, check=True)
+    loaded = set(filter(None, out.stdout.strip().split(",")))
+    return {name: name in loaded for name in HEAVY}
+
+
+@pytest.mark.parametrize("code", [
+    "from sst_interp import analyses",
+    "import sst_interp.analyses.api",  # every module a RunAnalysis method calls
+    "from sst_interp import analyses; analyses.RunAnalysis, analyses.NotAvailable",
+    "import sst_interp.reporting.registry",  # every artefact spec
+])
+def test_the_analyses_import_neither_torch_nor_scikit_learn(code):
+    loaded = _loaded_after(code)
+    assert not loaded["torch"] and not loaded["sklearn"], f"{code!r} loaded {loaded}"
+
+
+def test_a_measurement_that_needs_torch_still_gets_it():
+    out = subprocess.run([sys.executable, "-c", "from sst_interp.analyses.precision import machine_epsilon; "
+                          "print(machine_epsilon('bfloat16'))"], capture_output=True, text=True, cwd=ROOT, check=True)
+    assert float(out.stdout) == 2.0 ** -7
+
+
+def _help_cpu_seconds(command: list[str]) -> tuple[float, subprocess.CompletedProcess]:
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    done = subprocess.run([sys.executable, "-m", *command, "--help"], capture_output=True, text=True, cwd=ROOT)
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime), done
+
+
+@pytest.mark.parametrize("command", COMMANDS, ids=" ".join)
+def test_help_answers_in_under_half_a_second_of_cpu(command):
+    # The best of two runs: CPU time is steadier than wall time, but a cold file cache still costs the first one.
+    seconds = []
+    for _ in range(2):
+        cpu, done = _help_cpu_seconds(command)
+        assert done.returncode == 0, done.stderr
+        assert done.stdout.startswith("usage:"), done.stdout[:200]
+        seconds.append(cpu)
+    assert min(seconds) < HELP_CPU_LIMIT_S, f"python -m {' '.join(command)} --help took {min(seconds):.2f} s of CPU"
+
+
+@pytest.mark.parametrize("package", ["sst_interp.model", "sst_interp.train", "sst_interp.probe", "sst_interp.record",
+                                     "sst_interp.reporting", "sst_interp.store", "sst_interp.analyses"])
+def test_every_lazily_exported_name_resolves(package):
+    module = importlib.import_module(package)
+    for name in module.__all__:
+        assert getattr(module, name) is not None, f"{package}.{name}"
+    assert set(module.__all__) <= set(dir(module))
+
+
+def test_submodules_are_reachable_as_attributes_as_before():
+    out = subprocess.run([sys.executable, "-c", "from sst_interp import analyses, model; import sys; "
+                          "print(analyses.basins.fit_gmm.__name__, model.sst.SSTModel.__name__, 'torch' in sys.modules)"],
+                         capture_output=True, text=True, cwd=ROOT, check=True)
+    assert out.stdout.split() == ["fit_gmm", "SSTModel", "True"]
+    with pytest.raises(AttributeError):
+        importlib.import_module("sst_interp.analyses").no_such_thing  # noqa: B018
+
+
+def test_the_package_uses_transformers_current_names():
+    """transformers 5.2x renamed the decoder's ``past_key_values=`` to ``cache=`` (the old one goes in 5.40) and
+    ``is_gradient_checkpointing`` to ``is_activation_checkpointing``; only :func:`sst_interp.model.sst.cache_keyword`
+    may name the old keyword, for releases before the rename."""
+    offenders = []
+    for folder in ("sst_interp", "hooks", "analyses"):
+        for path in sorted((ROOT / folder).rglob("*.py")):
+            for number, line in enumerate(path.read_text().splitlines(), 1):
+                code = re.sub(r"``[^`]*``", "", line.split("#", 1)[0])  # not comments or docstring names
+                if re.search(r"\bpast_key_values\s*=(?!=)", code) or re.search(r"\.is_gradient_checkpointing\b", code):
+                    offenders.append(f"{path.relative_to(ROOT)}:{number}: {line.strip()}")
+    assert not offenders, "\n".join(offenders)
+
+
+def test_the_kv_cache_goes_in_under_the_keyword_the_decoder_takes():
+    """transformers >= the rename takes ``cache=``; the releases before it (5.17 on the GPU image) take
+    ``past_key_values=``. The keyword is read from the decoder's signature."""
+    from torch import nn
+
+    from sst_interp.model.sst import cache_keyword
+
+    class Renamed(nn.Module):
+        def forward(self, input_ids=None, cache=None, use_cache=None, **kwargs):
+            return cache
+
+    class Before(nn.Module):
+        def forward(self, input_ids=None, past_key_values=None, use_cache=None, **kwargs):
+            return past_key_values
+
+    assert cache_keyword(Renamed()) == "cache" and cache_keyword(Before()) == "past_key_values"
+    from transformers.models.gemma3.modeling_gemma3 import Gemma3TextModel
+
+    expected = "cache" if "cache" in inspect.signature(Gemma3TextModel.forward).parameters else "past_key_values"
+    assert cache_keyword(Gemma3TextModel.__new__(Gemma3TextModel)) == expected
+
+
+def test_the_probe_flags_offer_exactly_the_probe_activations():
+    from sst_interp.probe.defaults import ACTIVATION_NAMES
+    from sst_interp.probe.model import ACTIVATIONS
+
+    assert list(ACTIVATION_NAMES) == sorted(ACTIVATIONS)
