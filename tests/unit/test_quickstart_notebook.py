@@ -80,6 +80,9 @@ def test_quickstart_notebook_runs_and_shows_the_runs_tables(small_run, tmp_path)
     assert f"GMM threshold: {a.gmm_threshold:.4f}" in _output_text(code[4])
     assert "baseline" in _output_text(code[5])  # main_results says it needs a baseline
     assert figure.is_file() and figure.stat().st_size > 1000
+    # figures are drawn inline: the staged-capacity plot is an image in the notebook itself
+    assert any("image/png" in output.get("data", {}) for output in code[2].get("outputs", []))
+    assert "fig:layer_profile" in _output_text(code[8])  # the registry listing
     duck = _output_text(code[7])
     run = Run.open(small_run)
     for depth in run.depths:
