@@ -40,3 +40,10 @@ def main(argv: Sequence[str] | None = None) -> dict[int, float]:
     except KeyboardInterrupt:
         print("interrupted: completed batches are saved; rerun the same command to resume", file=sys.stderr)
         raise SystemExit(130) from None
+
+
+def console() -> int:
+    """The ``sst-record`` console script: :func:`main`, exiting 0 on success (``main`` returns the accuracies, which
+    a console script would turn into exit status 1)."""
+    main()
+    return 0
