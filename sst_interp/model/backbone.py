@@ -148,18 +148,45 @@ def load_backbone(
         loaded = AutoModelForCausalLM.from_pretrained(model, **kwargs)
         tokenizer = AutoTokenizer.from_pretrained(model)
     else:
-        try:
-            loaded = AutoModelForCausalLM.from_pretrained(model, **kwargs)
-            tokenizer = AutoTokenizer.from_pretrained(model)
-        except OSError as err:
-            raise UsageError(
-                f"could not load model {model!r} (not a local folder or .gguf file, and the hub is unreachable or "
-                f"has no such repo); pass a local path or 'default'"
-            ) from err
+        loaded, tokenizer = _load_from_hub(model, kwargs)
     if device_map is None:
         loaded.to(device)
     loaded.eval()
     return loaded, tokenizer
+
+
+def _load_from_hub(model: str, kwargs: dict[str, Any]) -> tuple[PreTrainedModel, PreTrainedTokenizerBase]:
+    """Load hub id ``model``; offline (HF_HUB_OFFLINE, or the hub's host not resolving within a few seconds) only
+    from the local hub cache, so a machine without network gets its one-line error in seconds instead of after
+    huggingface_hub's minute of retries."""
+    from sst_interp.data.files import hub_unreachable_reason
+
+    offline = hub_unreachable_reason()
+    if offline is not None and not _in_hub_cache(model):
+        raise UsageError(f"could not load model {model!r}: it is not a local folder or .gguf file, the Hugging Face "
+                         f"hub cannot be reached ({offline}) and the local hub cache does not hold it; pass a local "
+                         "path or 'default'")
+    try:
+        loaded = AutoModelForCausalLM.from_pretrained(model, local_files_only=offline is not None, **kwargs)
+        tokenizer = AutoTokenizer.from_pretrained(model, local_files_only=offline is not None)
+    except OSError as err:
+        if offline is not None:
+            raise UsageError(f"could not load model {model!r}: it is not a local folder or .gguf file, the Hugging "
+                             f"Face hub cannot be reached ({offline}) and the local hub cache does not hold it; pass "
+                             "a local path or 'default'") from err
+        raise UsageError(f"could not load model {model!r} (not a local folder or .gguf file, and the hub has no "
+                         "such repo or refused it); pass a local path or 'default'") from err
+    return loaded, tokenizer
+
+
+def _in_hub_cache(model: str) -> bool:
+    """Whether the local hub cache holds hub id ``model``'s config.json (then it loads without network)."""
+    from huggingface_hub import try_to_load_from_cache
+
+    try:
+        return isinstance(try_to_load_from_cache(model, "config.json"), str)
+    except ValueError:  # not a valid repo id: nothing of it can be cached
+        return False
 
 
 def backbone_identity(model: str) -> str:

@@ -120,9 +120,12 @@ def record_questions(sst: Any, tokenizer: Any, questions: list[Any], args: Recor
     from sst_interp.record.summary import print_summary
     from sst_interp.store import RunWriter, estimate_remaining
 
+    from sst_interp.record.preflight import check_against_model
+
     depths = args.validate()
     if args.prompt_mode is None:
         args.prompt_mode = "two_pass"
+    check_against_model(args, sst, tokenizer, questions)  # before the run directory is created or resumed
     out = Path(out)
     if identity is None:
         identity = {"model": getattr(sst.backbone.config, "_name_or_path", type(sst.backbone).__name__),
