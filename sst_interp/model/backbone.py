@@ -179,6 +179,50 @@ def _load_from_hub(model: str, kwargs: dict[str, Any]) -> tuple[PreTrainedModel,
     return loaded, tokenizer
 
 
+def check_model_source(model: str) -> None:
+    """The cheap part of :func:`load_backbone`'s checks, for a command to run before it prints or writes
+    anything: a missing ``.gguf`` file, a folder without config.json, a path that does not exist, or a hub id that
+    cannot be had (offline and not in the local hub cache) is a UsageError."""
+    if model == DEFAULT_MODEL:
+        return
+    path = Path(model).expanduser()
+    if model.endswith(".gguf"):
+        if not path.is_file():
+            raise UsageError(f"GGUF file not found: {model}; pass an existing .gguf path")
+    elif path.exists():
+        if not (path / "config.json").is_file():
+            raise UsageError(f"{model} is not a Hugging Face model folder (no config.json)")
+    elif model.startswith((".", "/", "~")) or model.count("/") != 1:
+        # a hub id is exactly "owner/name"; anything else that does not exist is a mistyped path
+        raise UsageError(f"could not load model {model!r}: no such file or folder, and not a hub id (owner/name); "
+                         "pass a local path, a hub id or 'default'")
+    else:
+        from sst_interp.data.files import hub_unreachable_reason
+
+        offline = hub_unreachable_reason()
+        if offline is not None and not _in_hub_cache(model):
+            raise UsageError(f"could not load model {model!r}: it is not a local folder or .gguf file, the Hugging "
+                             f"Face hub cannot be reached ({offline}) and the local hub cache does not hold it; "
+                             "pass a local path or 'default'")
+
+
+def local_vocab_size(model: str) -> int | None:
+    """The vocabulary size in the config.json of the default backbone or a local model folder, read without loading
+    any weight; None for anything else (a .gguf file, a hub id)."""
+    from transformers import AutoConfig
+
+    if model == DEFAULT_MODEL:
+        folder = ensure_default_backbone()
+    elif Path(model).is_dir() and (Path(model) / "config.json").is_file():
+        folder = Path(model)
+    else:
+        return None
+    config = AutoConfig.from_pretrained(folder)
+    text = config.get_text_config() if hasattr(config, "get_text_config") else config
+    vocab = getattr(text, "vocab_size", None)
+    return int(vocab) if vocab else None
+
+
 def _in_hub_cache(model: str) -> bool:
     """Whether the local hub cache holds hub id ``model``'s config.json (then it loads without network)."""
     from huggingface_hub import try_to_load_from_cache
