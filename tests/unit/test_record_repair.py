@@ -25,9 +25,15 @@ pytestmark = pytest.mark.usefixtures("one_thread")
 QUESTIONS, BATCH, DEPTHS = 4, 2, (1, 2)
 
 
-def _argv(model: Path, out: Path) -> list[str]:
+#: CodeACT episodes on the tiny model: action ids inside its vocabulary, code run without bubblewrap.
+CODEACT = ["--protocol", "codeact", "--sandbox", "subprocess", "--action-tokens", "<execute>=100,</execute>=101",
+           "--max-context-tokens", "400"]
+
+
+def _argv(model: Path, out: Path, protocol: str = "completion") -> list[str]:
     return FAST + ["--model", str(model), "--out", str(out), "--depths", ",".join(map(str, DEPTHS)),
-                   "--limit", str(QUESTIONS), "--batch-size", str(BATCH), "--demo-preset"]
+                   "--limit", str(QUESTIONS), "--batch-size", str(BATCH), "--demo-preset"] + \
+        (CODEACT if protocol == "codeact" else [])
 
 
 def _first(run: Path, kind: str) -> Path:
@@ -51,13 +57,17 @@ DAMAGE: dict[str, tuple[Callable[[Path], None], int]] = {
     "generations-truncated": (lambda r: _truncate(r / "generations.parquet"), QUESTIONS * len(DEPTHS)),
     "generations-deleted": (lambda r: (r / "generations.parquet").unlink(), QUESTIONS * len(DEPTHS)),
     "questions-flipped": (lambda r: flip_page(r / "questions.parquet", "prompt"), 0),
+    # CodeACT runs: the episodes table, the source of truth for correctness, repaired the same way
+    "codeact-episodes-flipped": (lambda r: flip_page(r / "episodes.parquet", "final_answer"), BATCH),
+    "codeact-episodes-truncated": (lambda r: _truncate(r / "episodes.parquet"), QUESTIONS * len(DEPTHS)),
+    "codeact-hidden-shard-truncated": (lambda r: _truncate(_first(r, "hidden")), BATCH),
 }
 
 
-def _record(model: Path, out: Path) -> str:
+def _record(model: Path, out: Path, protocol: str) -> str:
     stdout = io.StringIO()
     with contextlib.redirect_stdout(stdout):
-        main(_argv(model, out))
+        main(_argv(model, out, protocol))
     return stdout.getvalue()
 
 
@@ -67,6 +77,8 @@ def _content(path: Path) -> dict[str, object]:
     content: dict[str, object] = {
         "generations": run.generations().sort_values(["depth", "question_id", "turn"]).reset_index(drop=True),
         "questions": run.questions().sort_values("question_id").reset_index(drop=True),
+        "episodes": run.episodes().sort_values(["depth", "question_id"]).reset_index(drop=True)
+        if (path / "episodes.parquet").exists() else None,
     }
     for depth in DEPTHS:
         content[f"hidden{depth}"] = {b.question_id: b.values for b in run.hidden(depth)}
@@ -85,6 +97,8 @@ def _assert_equal(a: object, b: object) -> None:
         assert isinstance(b, tuple) and len(a) == len(b)
         for x, y in zip(a, b):
             _assert_equal(x, y)
+    elif a is None:
+        assert b is None
     elif isinstance(a, np.ndarray):
         assert a.dtype == b.dtype and a.shape == b.shape and a.tobytes() == b.tobytes()  # bit for bit, NaN too
     else:
@@ -92,24 +106,35 @@ def _assert_equal(a: object, b: object) -> None:
 
 
 @pytest.fixture(scope="module")
-def pristine(tmp_path_factory) -> tuple[Path, Path]:
-    root = tmp_path_factory.mktemp("repair")
-    model = save_tiny_model(root / "model")
-    run = root / "pristine"
-    _record(model, run)
-    return model, run
+def model(tmp_path_factory) -> Path:
+    return save_tiny_model(tmp_path_factory.mktemp("repair") / "model")
+
+
+@pytest.fixture(scope="module")
+def pristine(model, tmp_path_factory) -> Callable[[str], Path]:
+    """One undamaged run per protocol, recorded once (CodeACT's only when a row asks for it)."""
+    runs: dict[str, Path] = {}
+
+    def get(protocol: str) -> Path:
+        if protocol not in runs:
+            runs[protocol] = tmp_path_factory.mktemp(f"pristine-{protocol}") / "run"
+            _record(model, runs[protocol], protocol)
+        return runs[protocol]
+
+    return get
 
 
 @pytest.mark.parametrize("damage", list(DAMAGE))
-def test_rerun_repairs_exactly_the_damaged_batches(pristine, tmp_path, damage):
-    model, original = pristine
+def test_rerun_repairs_exactly_the_damaged_batches(model, pristine, tmp_path, damage):
+    protocol = "codeact" if damage.startswith("codeact-") else "completion"
+    original = pristine(protocol)
     run = tmp_path / "run"
     shutil.copytree(original, run)
     harm, again = DAMAGE[damage]
     harm(run)
     assert not verify_run(run).ok  # the damage is one verify reports
 
-    said = _record(model, run)  # the same command again: exit 0, no SystemExit
+    said = _record(model, run, protocol)  # the same command again: exit 0, no SystemExit
 
     match = re.search(r"resume: (\d+) question-depth\(s\)", said)
     assert (int(match.group(1)) if match else 0) == again, said
