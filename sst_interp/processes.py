@@ -8,6 +8,8 @@ rank then raises. :mod:`sst_interp.record.ranks` and :mod:`sst_interp.train.dist
 from __future__ import annotations
 
 import os
+import socket
+import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, TypeVar
@@ -140,13 +142,33 @@ def join_process_group(backend: str, rank: int, world_size: int, timeout: Any) -
         port = int(port_text)
     except ValueError:
         raise UsageError(f"MASTER_PORT={port_text!r} is not a port number; launch with torchrun") from None
+    deadline = time.monotonic() + seconds
+
+    def refuse(reason: str) -> UsageError:
+        return UsageError(f"rank {rank} of {world_size} could not form the process group at MASTER_ADDR={address} "
+                          f"MASTER_PORT={port} within {seconds:g} s ({reason}); start every process (torchrun "
+                          f"does), check MASTER_ADDR and MASTER_PORT, or wait longer with "
+                          f"{JOIN_TIMEOUT_VARIABLE}=SECONDS")
+
+    if rank != 0 and not _wait_for_listener(address, port, deadline):
+        # checked here, in Python: torch's own client retries log several lines per attempt on stderr
+        raise refuse("nothing answers there")
     try:
         # rank 0 serves the store and waits for every other rank to connect; the others connect to it
-        store = dist.TCPStore(address, port, world_size, rank == 0, timeout=datetime.timedelta(seconds=seconds),
-                              wait_for_workers=True)
+        remaining = datetime.timedelta(seconds=max(deadline - time.monotonic(), 1.0))
+        store = dist.TCPStore(address, port, world_size, rank == 0, timeout=remaining, wait_for_workers=True)
     except dist.DistError as err:
-        raise UsageError(f"rank {rank} of {world_size} could not form the process group at MASTER_ADDR={address} "
-                         f"MASTER_PORT={port} within {seconds:g} s ({' '.join(str(err).split())[:160]}); start "
-                         f"every process (torchrun does), check MASTER_ADDR and MASTER_PORT, or wait longer with "
-                         f"{JOIN_TIMEOUT_VARIABLE}=SECONDS") from None
+        raise refuse(" ".join(str(err).split())[:160]) from None
     dist.init_process_group(backend, store=store, rank=rank, world_size=world_size, timeout=timeout)
+
+
+def _wait_for_listener(address: str, port: int, deadline: float) -> bool:
+    """Whether a TCP connection to ``address:port`` succeeds before ``deadline`` (time.monotonic), retrying."""
+    while True:
+        try:
+            with socket.create_connection((address, port), timeout=1.0):
+                return True
+        except OSError:
+            if time.monotonic() >= deadline:
+                return False
+            time.sleep(0.2)
