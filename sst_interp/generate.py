@@ -73,13 +73,13 @@ def main(argv: list[str] | None = None) -> None:
     device = args.device if device_map is not None else check_device(args.device)  # unused under a device map
     spec = ModelSpec(args.model, resolve_checkpoint(args.checkpoint), args.state_scale, args.dtype, device,
                      device_map=device_map, max_memory=parse_max_memory(args.max_memory))
-    if spec.is_demo_preset:
-        print(f"[{DEMO_PRESET_NOTE}]")
     sst, tokenizer = build_sst(spec)
     prompt = codecs.decode(args.prompt, "unicode_escape") if "\\" in args.prompt else args.prompt
     prompt_ids = tokenizer(prompt).input_ids
     check_weights_placed(sst.backbone)
     ModelLimits.of(sst).check_new_tokens(args.max_new_tokens, len(prompt_ids))  # before any generation
+    if spec.is_demo_preset:  # once the input is checked: a refused command prints its error line only
+        print(f"[{DEMO_PRESET_NOTE}]")
     config = GenerationConfig(
         max_new_tokens=args.max_new_tokens,
         prompt_mode=resolve_prompt_mode(args.prompt_mode, spec.is_demo_preset),

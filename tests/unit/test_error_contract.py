@@ -109,6 +109,8 @@ CASES = [
          "outside the model's vocabulary of 128"),
     Case("top-k-wider-than-vocabulary", "record", (*REC, "--top-k", "10000000", "--out", "{out}"),
          "wider than the model's vocabulary of 128"),
+    Case("top-k-wider-than-vocabulary-demo-preset", "record",
+         (*REC, "--demo-preset", "--top-k", "10000000", "--out", "{out}"), "wider than"),  # no preset note first
     Case("gsm8k-oversized-line", "record", (*REC, "--questions", "gsm8k", "--data", "{data}/big.jsonl",
                                             "--out", "{out}"), "line 2 is 2.0 MiB"),
     Case("math500-duplicate-unique-id", "record", (*REC, "--questions", "math500", "--data", "{data}/dup.jsonl",
