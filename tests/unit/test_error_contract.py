@@ -43,6 +43,7 @@ SYNTHETIC = dict(halting_dims=(5, 17, 30), halting_strength=3.0, n_questions=40,
                  full_positions=1, top_k=8, vocab_size=256, batch_questions=40, extra_tokens=2, seed=1)
 #: Recording flags of every record row: the tiny model (vocabulary 128, hidden size 32, context 512), 2 questions.
 REC = (*FAST, "--model", "{model}", "--depths", "1", "--limit", "2")
+LAUNCHER_VARIABLES = ("WORLD_SIZE", "RANK", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT", "SST_INTERP_JOIN_TIMEOUT")
 #: A tqdm progress bar (transformers shows one while it loads weights): progress, not a message, so not counted.
 PROGRESS = re.compile(r"\d+%\|.*\|")
 #: CodeACT on the tiny model: action ids inside its vocabulary, code run without bubblewrap.
@@ -176,6 +177,13 @@ CASES = [
     Case("record-rank-1-master-never-answers", "record", (*REC, "--out", "{out}"), "nothing answers there",
          env={"WORLD_SIZE": "2", "RANK": "1", "LOCAL_RANK": "1", "MASTER_ADDR": "127.0.0.1",
               "MASTER_PORT": "{port}", "SST_INTERP_JOIN_TIMEOUT": "2"}, seconds=30),
+    Case("record-join-timeout-not-a-number", "record", (*REC, "--out", "{out}"), "SST_INTERP_JOIN_TIMEOUT='soon'",
+         env={"WORLD_SIZE": "2", "RANK": "0", "LOCAL_RANK": "0", "MASTER_ADDR": "127.0.0.1",
+              "MASTER_PORT": "{port}", "SST_INTERP_JOIN_TIMEOUT": "soon"}),
+    Case("record-rank-outside-world", "record", (*REC, "--out", "{out}"), "do not describe a process group",
+         env={"WORLD_SIZE": "2", "RANK": "3"}),
+    Case("record-world-size-without-master-addr", "record", (*REC, "--out", "{out}"), "MASTER_ADDR is unset",
+         env={"WORLD_SIZE": "2", "RANK": "0", "LOCAL_RANK": "0"}),
     Case("generate-max-new-tokens-beyond-context", "generate",
          ("--model", "{model}", "--prompt", "hi", "--max-new-tokens", "10000000"), "the maximum after a prompt",
          seconds=30),
@@ -302,6 +310,9 @@ def test_bad_input_is_one_line_and_exit_2(case, files, tmp_path, capfd, caplog, 
     protected = [files["run"], files["syn"], files["data"], files["model"]]
     before = {str(p): _hashes(p) for p in protected}
     capfd.readouterr()
+    for name in LAUNCHER_VARIABLES:  # none inherited from the shell that runs the tests
+        if name not in env:
+            monkeypatch.delenv(name, raising=False)
     started = time.monotonic()
     if case.subprocess:
         result = subprocess.run([sys.executable, "-m", f"sst_interp.{case.command}", *argv], capture_output=True,
