@@ -5,7 +5,8 @@ and leaves every run directory it was pointed at byte for byte as it was.
 ``CASES`` is the table: each row names the command, its arguments (placeholders such as ``{model}`` and ``{run}``
 are filled from the fixtures below) and a phrase the error line must contain. New flags add a row. Commands run
 in-process through their ``main(argv)`` (stderr is captured at the file descriptor, so transformers' and torch's own
-output counts too, and a warning logged through ``logging``, which pytest diverts from stderr, fails the row); a row
+output counts too, and a warning logged through ``logging`` or ``warnings``, which pytest diverts from stderr, fails
+the row); a row
 with ``subprocess=True`` runs ``python -m`` for what only a real process shows.
 
 The rows marked ``# issue 20`` are the cases issue 20 listed as failing (a traceback, a silent exit 0, more than
@@ -23,6 +24,7 @@ import shutil
 import subprocess
 import sys
 import time
+import warnings
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -326,10 +328,15 @@ def test_bad_input_is_one_line_and_exit_2(case, files, tmp_path, capfd, caplog, 
 
             monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", True)
         monkeypatch.chdir(tmp_path)  # a command that falls back to a default --out writes here, not in the repo
-        with pytest.raises(SystemExit) as exit_info:
+        with pytest.raises(SystemExit) as exit_info, warnings.catch_warnings(record=True) as warned:
+            # what a real process shows: Python's default filters (pytest would take the warnings away)
+            warnings.resetwarnings()
+            for hidden in (DeprecationWarning, PendingDeprecationWarning, ImportWarning, ResourceWarning):
+                warnings.simplefilter("ignore", hidden)
             _command(case.command)(argv)
         code = exit_info.value.code
         stdout, stderr = capfd.readouterr()
+        assert not warned, [f"{w.category.__name__}: {w.message}" for w in warned]
     elapsed = time.monotonic() - started
     lines = [line for line in stderr.splitlines() if line.strip() and not PROGRESS.search(line)]
     assert code == 2, (code, stderr[-2000:])
