@@ -34,6 +34,7 @@ from sst_interp.train.config import RESUMABLE_FIELDS, TrainConfig
 from sst_interp.train.data import (
     Batch,
     DataOrder,
+    check_rows,
     data_format_from_config,
     pack_examples,
     read_jsonl,
@@ -182,6 +183,9 @@ class Trainer:
         fmt = data_format_from_config(config)
         train_rows = read_jsonl(config.train_data)  # fail on bad data before loading a model
         val_rows = read_jsonl(config.val_data) if config.val_data else None
+        check_rows(train_rows, fmt, str(config.train_data))
+        if val_rows is not None:
+            check_rows(val_rows, fmt, str(config.val_data))
         self.meta = self._run_meta()
         self._check_out_folder(write=False)  # a mismatched run folder is refused before the model loads
         if on_validated is not None:

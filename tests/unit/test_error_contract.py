@@ -152,6 +152,11 @@ CASES = [
     Case("train-missing-data", "train", (*TRAIN[:2], "--train-data", "{data}/none.jsonl", *TRAIN[4:]), "not found"),
     Case("train-malformed-data", "train", (*TRAIN[:2], "--train-data", "{data}/not_json.jsonl", *TRAIN[4:]),
          "line 1"),
+    Case("train-null-prompt", "train", (*TRAIN[:2], "--train-data", "{data}/train_null.jsonl", *TRAIN[4:]),
+         "line 2: a row needs a string field"),
+    Case("train-chat-row-without-model-turn", "train",
+         (*TRAIN[:2], "--train-data", "{data}/train_ok.jsonl", "--val-data", "{data}/train_no_turn.jsonl",
+          *TRAIN[4:]), "line 1: no model-turn tokens"),
     Case("train-bad-state-scale", "train", (*TRAIN, "--state-scale", "bogus"), "state_scale"),
     Case("train-fsdp-in-one-process", "train", (*TRAIN, "--fsdp"), "--fsdp"),
     Case("train-demo-fsdp-writes-no-data", "train", ("--demo", "--fsdp", "--out", "{out}"), "--fsdp"),
@@ -254,6 +259,9 @@ def files(tmp_path_factory) -> dict[str, Path]:
     (data / "empty.jsonl").write_text("")
     (data / "not_json.jsonl").write_text("not json\n")
     (data / "train_ok.jsonl").write_text(json.dumps({"prompt": "1 + 1 =", "completion": " 2"}) + "\n")
+    (data / "train_null.jsonl").write_text(json.dumps({"prompt": "1 + 1 =", "completion": " 2"}) + "\n"
+                                           + json.dumps({"prompt": None, "completion": " 2"}) + "\n")
+    (data / "train_no_turn.jsonl").write_text(json.dumps({"text": "<start_of_turn>user\nhi<end_of_turn>\n"}) + "\n")
     syn = root / "syn"
     write_synthetic_run(syn / "pristine", SyntheticSpec(**SYNTHETIC))
     for name, damage in (("no-generations", lambda r: (r / "generations.parquet").unlink()),
