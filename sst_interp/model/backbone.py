@@ -11,6 +11,7 @@ It is the *base* model, not the instruction-tuned one: it has no chat template.
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import tempfile
 from pathlib import Path
@@ -163,30 +164,26 @@ def _load_from_hub(model: str, kwargs: dict[str, Any]) -> tuple[PreTrainedModel,
     """Load hub id ``model``; offline (HF_HUB_OFFLINE, or the hub's host not resolving within a few seconds) only
     from the local hub cache, so a machine without network gets its one-line error in seconds instead of after
     huggingface_hub's minute of retries."""
-    from sst_interp.data.files import hub_unreachable_reason
-
-    offline = hub_unreachable_reason()
-    if offline is not None and not _in_hub_cache(model):
-        raise UsageError(f"could not load model {model!r}: it is not a local folder or .gguf file, the Hugging Face "
-                         f"hub cannot be reached ({offline}) and the local hub cache does not hold it; pass a local "
-                         "path or 'default'")
+    offline = _offline_reason(model)
     try:
         loaded = AutoModelForCausalLM.from_pretrained(model, local_files_only=offline is not None, **kwargs)
         tokenizer = AutoTokenizer.from_pretrained(model, local_files_only=offline is not None)
     except OSError as err:
         if offline is not None:
-            raise UsageError(f"could not load model {model!r}: it is not a local folder or .gguf file, the Hugging "
-                             f"Face hub cannot be reached ({offline}) and the local hub cache does not hold it; pass "
-                             "a local path or 'default'") from err
+            raise _unreachable(model, offline) from err
         raise UsageError(f"could not load model {model!r} (not a local folder or .gguf file, and the hub has no "
                          "such repo or refused it); pass a local path or 'default'") from err
     return loaded, tokenizer
 
 
+#: What a hub id looks like (``owner/name``, or a legacy ``name``); anything else that does not exist is a path.
+_HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*(/[\w.-]+)?$")
+
+
 def check_model_source(model: str) -> None:
     """The cheap part of :func:`load_backbone`'s checks, for a command to run before it prints or writes
     anything: a missing ``.gguf`` file, a folder without config.json, a path that does not exist, or a hub id that
-    cannot be had (offline and not in the local hub cache) is a UsageError."""
+    cannot be had (the hub unreachable and the id not in the local hub cache) is a UsageError."""
     if model == DEFAULT_MODEL:
         return
     path = Path(model).expanduser()
@@ -196,18 +193,28 @@ def check_model_source(model: str) -> None:
     elif path.exists():
         if not (path / "config.json").is_file():
             raise UsageError(f"{model} is not a Hugging Face model folder (no config.json)")
-    elif model.startswith((".", "/", "~")) or model.count("/") != 1:
-        # a hub id is exactly "owner/name"; anything else that does not exist is a mistyped path
+    elif not _HUB_ID.match(model):
         raise UsageError(f"could not load model {model!r}: no such file or folder, and not a hub id (owner/name); "
                          "pass a local path, a hub id or 'default'")
     else:
-        from sst_interp.data.files import hub_unreachable_reason
+        _offline_reason(model)
 
-        offline = hub_unreachable_reason()
-        if offline is not None and not _in_hub_cache(model):
-            raise UsageError(f"could not load model {model!r}: it is not a local folder or .gguf file, the Hugging "
-                             f"Face hub cannot be reached ({offline}) and the local hub cache does not hold it; "
-                             "pass a local path or 'default'")
+
+def _offline_reason(model: str) -> str | None:
+    """Why the hub cannot be reached (None when it may be); UsageError when it cannot and hub id ``model`` is not
+    in the local hub cache either."""
+    from sst_interp.data.files import hub_unreachable_reason
+
+    offline = hub_unreachable_reason()
+    if offline is not None and not _in_hub_cache(model):
+        raise _unreachable(model, offline)
+    return offline
+
+
+def _unreachable(model: str, reason: str) -> UsageError:
+    return UsageError(f"could not load model {model!r}: it is not a local folder or .gguf file, the Hugging Face hub "
+                      f"cannot be reached ({reason}) and the local hub cache does not hold it; pass a local path or "
+                      "'default'")
 
 
 def local_vocab_size(model: str) -> int | None:
