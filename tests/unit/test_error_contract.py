@@ -205,6 +205,10 @@ CASES = [
          "questions.parquet"),
     Case("report-flipped-questions", "report", ("--run", "{syn}/flipped-questions", "--out", "{out}"),
          "questions.parquet"),
+    Case("report-truncated-generations", "report", ("--run", "{syn}/truncated-generations", "--out", "{out}"),
+         "generations.parquet"),
+    Case("report-truncated-questions", "report", ("--run", "{syn}/truncated-questions", "--out", "{out}"),
+         "questions.parquet"),
     Case("probe-without-generations", "probe", ("train", "--run", "{syn}/no-generations", "--out", "{out}"),
          "generations.parquet"),
     Case("probe-flipped-questions", "probe", ("train", "--run", "{syn}/flipped-questions", "--out", "{out}"),
@@ -266,7 +270,9 @@ def files(tmp_path_factory) -> dict[str, Path]:
     write_synthetic_run(syn / "pristine", SyntheticSpec(**SYNTHETIC))
     for name, damage in (("no-generations", lambda r: (r / "generations.parquet").unlink()),
                          ("no-questions", lambda r: (r / "questions.parquet").unlink()),
-                         ("flipped-questions", lambda r: flip_page(r / "questions.parquet", "prompt"))):
+                         ("flipped-questions", lambda r: flip_page(r / "questions.parquet", "prompt")),
+                         ("truncated-generations", lambda r: _truncate(r / "generations.parquet")),
+                         ("truncated-questions", lambda r: _truncate(r / "questions.parquet"))):
         shutil.copytree(syn / "pristine", syn / name)
         damage(syn / name)
     return {"model": model, "run": run, "data": data, "syn": syn}
@@ -287,6 +293,11 @@ def read_only_folder(tmp_path_factory) -> Path:
         subprocess.run(["umount", str(folder)], check=True)
     else:
         folder.chmod(0o755)
+
+
+def _truncate(target: Path) -> None:
+    data = target.read_bytes()
+    target.write_bytes(data[: len(data) // 2])
 
 
 def _free_port() -> int:

@@ -57,6 +57,7 @@ DAMAGE: dict[str, tuple[Callable[[Path], None], int]] = {
     "generations-truncated": (lambda r: _truncate(r / "generations.parquet"), QUESTIONS * len(DEPTHS)),
     "generations-deleted": (lambda r: (r / "generations.parquet").unlink(), QUESTIONS * len(DEPTHS)),
     "questions-flipped": (lambda r: flip_page(r / "questions.parquet", "prompt"), 0),
+    "questions-deleted": (lambda r: (r / "questions.parquet").unlink(), 0),
     # CodeACT runs: the episodes table, the source of truth for correctness, repaired the same way
     "codeact-episodes-flipped": (lambda r: flip_page(r / "episodes.parquet", "final_answer"), BATCH),
     "codeact-episodes-truncated": (lambda r: _truncate(r / "episodes.parquet"), QUESTIONS * len(DEPTHS)),
