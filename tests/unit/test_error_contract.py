@@ -15,6 +15,7 @@ one line, or a hang); the others are a representative set of inputs that already
 
 from __future__ import annotations
 
+import csv
 import hashlib
 import json
 import logging
@@ -40,6 +41,7 @@ pytestmark = pytest.mark.usefixtures("one_thread")
 REPO = Path(__file__).resolve().parents[2]
 GSM8K = REPO / "tests/data/gsm8k_tiny.jsonl"
 MATH500 = REPO / "tests/data/math500_tiny.jsonl"
+GPQA = REPO / "tests/data/gpqa_tiny.csv"
 #: A small synthetic run for report and probe (the shape of test_store_integrity_cli's).
 SYNTHETIC = dict(halting_dims=(5, 17, 30), halting_strength=3.0, n_questions=40, num_layers=4, hidden_size=48,
                  full_positions=1, top_k=8, vocab_size=256, batch_questions=40, extra_tokens=2, seed=1)
@@ -120,6 +122,10 @@ CASES = [
                                                    "--out", "{out}"), "repeats unique_id"),
     Case("math500-level-not-integer", "record", (*REC, "--questions", "math500", "--data", "{data}/hard.jsonl",
                                                  "--out", "{out}"), "row 1: 'level' must be an integer"),
+    Case("gpqa-duplicate-record-id", "record", (*REC, "--questions", "gpqa", "--data", "{data}/gpqa_dup.csv",
+                                                "--out", "{out}"), "repeats Record ID"),
+    Case("gpqa-blank-option", "record", (*REC, "--questions", "gpqa", "--data", "{data}/gpqa_blank.csv",
+                                         "--out", "{out}"), "row 2 has no value for ['Incorrect Answer 2']"),
     Case("demo-n-0", "record", (*REC, "--source-option", "n=0", "--out", "{out}"), "holds no questions"),
     Case("codeact-data-read-only-out", "codeact_data",
          ("--gsm8k", str(GSM8K), "--out", "{ro}/traces", "--sandbox", "subprocess"), "cannot write into"),
@@ -261,6 +267,16 @@ def files(tmp_path_factory) -> dict[str, Path]:
     (data / "hard.jsonl").write_text("".join(json.dumps(dict(r, level="hard") if i == 0 else r) + "\n"
                                              for i, r in enumerate(problems)))
     (data / "empty.jsonl").write_text("")
+    with GPQA.open(newline="", encoding="utf-8") as handle:
+        reader = csv.DictReader(handle)
+        columns, gpqa = reader.fieldnames, list(reader)
+    for name, edited in (("gpqa_dup.csv", gpqa + gpqa[:1]),
+                         ("gpqa_blank.csv", [dict(r, **{"Incorrect Answer 2": ""}) if i == 1 else r
+                                             for i, r in enumerate(gpqa)])):
+        with (data / name).open("w", newline="", encoding="utf-8") as handle:
+            writer = csv.DictWriter(handle, columns)
+            writer.writeheader()
+            writer.writerows(edited)
     (data / "not_json.jsonl").write_text("not json\n")
     (data / "train_ok.jsonl").write_text(json.dumps({"prompt": "1 + 1 =", "completion": " 2"}) + "\n")
     (data / "train_null.jsonl").write_text(json.dumps({"prompt": "1 + 1 =", "completion": " 2"}) + "\n"
