@@ -26,7 +26,7 @@ import subprocess
 import sys
 import time
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -295,7 +295,7 @@ def files(tmp_path_factory) -> dict[str, Path]:
 
 
 @pytest.fixture(scope="module")
-def read_only_folder(tmp_path_factory) -> Path:
+def read_only_folder(tmp_path_factory) -> Iterator[Path]:
     """A folder nothing can be written into: a read-only tmpfs where the tests may mount one, else mode 0o555."""
     folder = tmp_path_factory.mktemp("read-only")
     mounted = shutil.which("mount") is not None and subprocess.run(
