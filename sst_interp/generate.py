@@ -54,7 +54,9 @@ def main(argv: list[str] | None = None) -> None:
     """Print the completion of ``--prompt`` at each of ``--depths``."""
     args = config_from_namespace(GenerateArgs, build_parser().parse_args(argv))
     # The model stack (torch, transformers) is imported after parsing, so --help and bad flags answer at once.
+    from sst_interp.model.devices import check_device
     from sst_interp.model.generation import GenerationConfig, generate
+    from sst_interp.model.limits import ModelLimits, check_weights_placed
     from sst_interp.model.loading import (DEMO_PRESET_NOTE, ModelSpec, build_sst, eos_token_ids, parse_depths,
                                           resolve_prompt_mode)
     from sst_interp.model.placement import parse_device_map, parse_max_memory
@@ -64,13 +66,17 @@ def main(argv: list[str] | None = None) -> None:
         raise UsageError("--max-new-tokens must be at least 1")
     if not args.prompt.strip():
         raise UsageError("--prompt is empty; give the text to continue, e.g. --prompt '7 + 5 ='")
-    spec = ModelSpec(args.model, resolve_checkpoint(args.checkpoint), args.state_scale, args.dtype, args.device,
-                     device_map=parse_device_map(args.device_map), max_memory=parse_max_memory(args.max_memory))
-    if spec.is_demo_preset:
-        print(f"[{DEMO_PRESET_NOTE}]")
+    device_map = parse_device_map(args.device_map)
+    device = args.device if device_map is not None else check_device(args.device)  # unused under a device map
+    spec = ModelSpec(args.model, resolve_checkpoint(args.checkpoint), args.state_scale, args.dtype, device,
+                     device_map=device_map, max_memory=parse_max_memory(args.max_memory))
     sst, tokenizer = build_sst(spec)
     prompt = codecs.decode(args.prompt, "unicode_escape") if "\\" in args.prompt else args.prompt
     prompt_ids = tokenizer(prompt).input_ids
+    check_weights_placed(sst.backbone)
+    ModelLimits.of(sst).check_new_tokens(args.max_new_tokens, len(prompt_ids))  # before any generation
+    if spec.is_demo_preset:  # once the input is checked: a refused command prints its error line only
+        print(f"[{DEMO_PRESET_NOTE}]")
     config = GenerationConfig(
         max_new_tokens=args.max_new_tokens,
         prompt_mode=resolve_prompt_mode(args.prompt_mode, spec.is_demo_preset),

@@ -8,9 +8,11 @@ rank then raises. :mod:`sst_interp.record.ranks` and :mod:`sst_interp.train.dist
 from __future__ import annotations
 
 import os
+import socket
+import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import TypeVar
+from typing import Any, TypeVar
 
 from sst_interp.errors import UsageError
 
@@ -94,3 +96,79 @@ def ranks_from_environment(environ: Mapping[str, str] | None = None) -> Ranks:
     if world < 1 or not 0 <= rank < world or local < 0:
         raise UsageError(f"RANK={rank} and WORLD_SIZE={world} do not describe a process group; launch with torchrun")
     return Ranks(rank, world, local)
+
+
+#: Seconds a process waits for the others to join its group (``SST_INTERP_JOIN_TIMEOUT`` overrides it). Joining
+#: is bounded on its own, apart from the long timeout of the later barriers: a peer that never starts (a wrong
+#: ``MASTER_ADDR``, a missing node) is then a clear error within a minute instead of a wait without end.
+DEFAULT_JOIN_TIMEOUT_S = 60.0
+JOIN_TIMEOUT_VARIABLE = "SST_INTERP_JOIN_TIMEOUT"
+
+
+def join_timeout(environ: Mapping[str, str] | None = None) -> float:
+    """Seconds to wait for the process group to form (``SST_INTERP_JOIN_TIMEOUT``, default 60); a bad value is
+    a :class:`UsageError`."""
+    env = os.environ if environ is None else environ
+    text = env.get(JOIN_TIMEOUT_VARIABLE)
+    if text is None:
+        return DEFAULT_JOIN_TIMEOUT_S
+    try:
+        seconds = float(text)
+    except ValueError:
+        seconds = -1.0
+    if not seconds > 0:
+        raise UsageError(f"{JOIN_TIMEOUT_VARIABLE}={text!r} must be a positive number of seconds")
+    return seconds
+
+
+def join_process_group(backend: str, rank: int, world_size: int, timeout: Any) -> None:
+    """Join the process group of ``rank`` of ``world_size`` through ``MASTER_ADDR``/``MASTER_PORT``.
+
+    The rendezvous waits at most :func:`join_timeout` seconds for every process; ``timeout`` (a timedelta) is the
+    group's own timeout for its later collectives. A missing variable, or peers that do not all arrive in time, is a
+    :class:`UsageError` naming ``MASTER_ADDR`` and ``MASTER_PORT``.
+    """
+    import datetime
+
+    import torch.distributed as dist
+
+    for name in ("MASTER_ADDR", "MASTER_PORT"):
+        if name not in os.environ:
+            raise UsageError(f"WORLD_SIZE={world_size} but {name} is unset; launch with torchrun, or set "
+                             "MASTER_ADDR and MASTER_PORT as torchrun does")
+    seconds = join_timeout()
+    address, port_text = os.environ["MASTER_ADDR"], os.environ["MASTER_PORT"]
+    try:
+        port = int(port_text)
+    except ValueError:
+        raise UsageError(f"MASTER_PORT={port_text!r} is not a port number; launch with torchrun") from None
+    deadline = time.monotonic() + seconds
+
+    def refuse(reason: str) -> UsageError:
+        return UsageError(f"rank {rank} of {world_size} could not form the process group at MASTER_ADDR={address} "
+                          f"MASTER_PORT={port} within {seconds:g} s ({reason}); start every process (torchrun "
+                          f"does), check MASTER_ADDR and MASTER_PORT, or wait longer with "
+                          f"{JOIN_TIMEOUT_VARIABLE}=SECONDS")
+
+    if rank != 0 and not _wait_for_listener(address, port, deadline):
+        # checked here, in Python: torch's own client retries log several lines per attempt on stderr
+        raise refuse("nothing answers there")
+    try:
+        # rank 0 serves the store and waits for every other rank to connect; the others connect to it
+        remaining = datetime.timedelta(seconds=max(deadline - time.monotonic(), 1.0))
+        store = dist.TCPStore(address, port, world_size, rank == 0, timeout=remaining, wait_for_workers=True)
+    except dist.DistError as err:
+        raise refuse(" ".join(str(err).split())[:160]) from None
+    dist.init_process_group(backend, store=store, rank=rank, world_size=world_size, timeout=timeout)
+
+
+def _wait_for_listener(address: str, port: int, deadline: float) -> bool:
+    """Whether a TCP connection to ``address:port`` succeeds before ``deadline`` (time.monotonic), retrying."""
+    while True:
+        try:
+            with socket.create_connection((address, port), timeout=1.0):
+                return True
+        except OSError:
+            if time.monotonic() >= deadline:
+                return False
+            time.sleep(0.2)

@@ -143,44 +143,90 @@ def _download(source: str, hub: HubFile, expected: str) -> Path:
         ) from err
 
 
-def read_records(path: Path, expected: str, required: tuple[str, ...]) -> list[dict[str, Any]]:
-    """Rows of a ``.jsonl``, ``.jsonl.gz`` or ``.parquet`` file as dicts, each holding ``required`` keys.
+#: The longest line a JSON-lines data file may hold. Real rows are a few KB (GSM8K < 2 KB, a HumanEval task
+#: < 10 KB); a line of many MB is a damaged or wrong file, and tokenising it would exhaust memory later.
+MAX_LINE_BYTES = 1 << 20
 
-    Raises UsageError naming the file (and line) and the expected format when it cannot be read.
+
+def read_records(path: Path, expected: str, required: tuple[str, ...],
+                 unique: str | None = None) -> list[dict[str, Any]]:
+    """Rows of a ``.jsonl``, ``.jsonl.gz`` or ``.parquet`` file as dicts, validated row by row.
+
+    Every row must hold the ``required`` keys with a value that is neither null nor an empty string; with
+    ``unique``, that key's values must differ between rows. A JSON line longer than :data:`MAX_LINE_BYTES` is
+    refused with its size before it is parsed.
+
+    Raises UsageError naming the file, the row (line) number and the expected format when it cannot be read.
     """
     name = path.name.lower()
     try:
         if name.endswith(".parquet"):
             records = pq.read_table(path).to_pylist()
         elif name.endswith(".gz"):
-            with gzip.open(path, "rt", encoding="utf-8") as handle:
-                records = _parse_jsonl(handle.read(), path, expected)
+            with gzip.open(path, "rb") as handle:
+                records = _parse_jsonl(handle, path, expected)
         else:
-            records = _parse_jsonl(path.read_text(encoding="utf-8"), path, expected)
+            with path.open("rb") as handle:
+                records = _parse_jsonl(handle, path, expected)
     except UsageError:
         raise
     except (OSError, UnicodeDecodeError, EOFError, ValueError) as err:
         raise UsageError(f"cannot read {path} ({type(err).__name__}: {err}); expected {expected}") from err
+    seen: dict[Any, int] = {}
     for index, record in enumerate(records):
+        row = index + 1
         missing = [key for key in required if key not in record]
         if missing:
-            raise UsageError(f"{path}: row {index + 1} lacks keys {missing}; expected {expected}")
+            raise UsageError(f"{path}: row {row} lacks keys {missing}; expected {expected}")
+        for key in required:
+            value = record[key]
+            if value is None or (isinstance(value, str) and not value.strip()):
+                what = "null" if value is None else "empty"
+                raise UsageError(f"{path}: row {row}: {key!r} is {what}; expected {expected}")
+        if unique is not None:
+            key_value = record[unique]
+            if key_value in seen:
+                raise UsageError(f"{path}: row {row} repeats {unique} {key_value!r} of row {seen[key_value]}; "
+                                 f"every {unique} must be unique")
+            seen[key_value] = row
     if not records:
         raise UsageError(f"{path} holds no rows; expected {expected}")
     return records
 
 
-def _parse_jsonl(text: str, path: Path, expected: str) -> list[dict[str, Any]]:
-    """Parse JSON Lines text; blank lines are skipped, anything else must be a JSON object."""
+def _parse_jsonl(handle: Any, path: Path, expected: str) -> list[dict[str, Any]]:
+    """Parse JSON Lines from a binary file ``handle``, one line at a time; blank lines are skipped, anything else
+    must be a JSON object of at most :data:`MAX_LINE_BYTES`."""
     records = []
-    for number, line in enumerate(text.splitlines(), start=1):
-        if not line.strip():
+    number = 0
+    while True:
+        # readline with a limit never holds more than one line's worth beyond it, however long the line is
+        line = handle.readline(MAX_LINE_BYTES + 1)
+        if not line:
+            break
+        number += 1
+        if len(line) > MAX_LINE_BYTES and not line.endswith(b"\n"):
+            size = len(line) + _rest_of_line(handle)
+            raise UsageError(f"{path}: line {number} is {size / 2**20:.1f} MiB, longer than the "
+                             f"{MAX_LINE_BYTES // 2**20} MiB a row may be; expected {expected}")
+        text = line.decode("utf-8")
+        if not text.strip():
             continue
         try:
-            record = json.loads(line)
+            record = json.loads(text)
         except json.JSONDecodeError as err:
             raise UsageError(f"{path}: line {number} is not JSON ({err.msg}); expected {expected}") from err
         if not isinstance(record, dict):
             raise UsageError(f"{path}: line {number} is not a JSON object; expected {expected}")
         records.append(record)
     return records
+
+
+def _rest_of_line(handle: Any) -> int:
+    """Bytes up to and including the next newline of ``handle`` (read in chunks, for the size in a message)."""
+    total = 0
+    while True:
+        chunk = handle.readline(1 << 20)
+        total += len(chunk)
+        if not chunk or chunk.endswith(b"\n"):
+            return total

@@ -90,6 +90,17 @@ def _parse_csv(text: str, origin: Path) -> list[dict[str, str]]:
     rows = list(reader)
     if not rows:
         raise UsageError(f"{origin} holds no rows; expected {GPQA_FORMAT}")
+    seen: dict[str, int] = {}
+    for number, row in enumerate(rows, start=1):
+        # a short row reads None for its missing columns; a blank field would make an empty question or option
+        blank = [c for c in REQUIRED_COLUMNS if not (row.get(c) or "").strip()]
+        if blank:
+            raise UsageError(f"{origin}: row {number} has no value for {blank}; expected {GPQA_FORMAT}")
+        record_id = row["Record ID"].strip()
+        if record_id in seen:
+            raise UsageError(f"{origin}: row {number} repeats Record ID {record_id!r} of row {seen[record_id]}; "
+                             "every Record ID must be unique")
+        seen[record_id] = number
     return rows
 
 

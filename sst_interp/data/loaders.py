@@ -80,7 +80,8 @@ def load_math500(path: PathLike = None) -> list[Question]:
     """MATH-500 questions (500 rows); metadata keeps subject, level (int 1-5) and the reference solution."""
     file = math500_file(path)
     required = ("problem", "solution", "answer", "subject", "level", "unique_id")
-    records = read_records(file, MATH500_FORMAT, required)
+    records = read_records(file, MATH500_FORMAT, required, unique="unique_id")
+    levels = [_level(record["level"], file, row) for row, record in enumerate(records, start=1)]
     return [
         Question(
             question_id=str(record["unique_id"]),
@@ -90,12 +91,20 @@ def load_math500(path: PathLike = None) -> list[Question]:
             choices=[],
             metadata={
                 "subject": str(record["subject"]),
-                "level": int(record["level"]),
+                "level": level,
                 "solution": str(record["solution"]),
             },
         )
-        for record in records
+        for record, level in zip(records, levels)
     ]
+
+
+def _level(value: object, file: Path, row: int) -> int:
+    """A MATH-500 ``level`` as an int (an int, or a string of digits); anything else is a UsageError."""
+    if isinstance(value, bool) or not (isinstance(value, int) or (isinstance(value, str) and value.strip().isdigit())):
+        raise UsageError(f"{file}: row {row}: 'level' must be an integer (1-5), got {value!r}; expected "
+                         f"{MATH500_FORMAT}")
+    return int(value)
 
 
 def humaneval_check_code(test: str, entry_point: str) -> str:
@@ -114,7 +123,7 @@ def load_humaneval(path: PathLike = None) -> list[Question]:
     """HumanEval tasks (164 rows); metadata keeps ``entry_point``, ``test`` and ``canonical_solution``."""
     file = humaneval_file(path)
     required = ("task_id", "prompt", "entry_point", "canonical_solution", "test")
-    records = read_records(file, HUMANEVAL_FORMAT, required)
+    records = read_records(file, HUMANEVAL_FORMAT, required, unique="task_id")
     return [
         Question(
             question_id=str(record["task_id"]),

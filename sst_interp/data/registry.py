@@ -72,6 +72,10 @@ def load_questions(
     if unknown:
         raise UsageError(f"question set {name!r} has no options {unknown}; it accepts {accepted or 'none'}")
     questions = loader(data_path, **options)
+    if not questions:
+        shown = ", ".join(f"{key}={value}" for key, value in options.items())
+        raise UsageError(f"question set {name!r}{f' with {shown}' if shown else ''} holds no questions; "
+                         "give options that select at least one")
     return select_questions(questions, limit=limit, ids=ids)
 
 

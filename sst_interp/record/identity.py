@@ -21,12 +21,10 @@ def questions_sha256(frame: Any) -> str:
 
 
 def resolve_device(name: str) -> str:
-    """``auto`` -> ``cuda`` when available, else ``cpu``; other names pass through."""
-    if name != "auto":
-        return name
-    import torch
+    """``auto`` -> ``cuda`` when available, else ``cpu``; a device this machine lacks is a UsageError."""
+    from sst_interp.model.devices import check_device
 
-    return "cuda" if torch.cuda.is_available() else "cpu"
+    return check_device(name)
 
 
 def model_spec(args: RecordArgs) -> tuple[Any, bool]:

@@ -14,6 +14,8 @@ from sst_interp.model.config import PROMPT_MODES
 DEFAULT_DEPTHS = "1,2,3,4"
 PROTOCOLS = ("completion", "codeact")
 SANDBOXES = ("bwrap", "subprocess")
+#: Fields that mean something only for CodeACT episodes (--sandbox also serves HumanEval grading, so it is not here).
+CODEACT_ONLY = ("max_turns", "max_context_tokens", "carry_state_across_turns", "tool_output_chars", "action_tokens")
 
 
 @dataclass
@@ -129,6 +131,9 @@ class RecordArgs:
             pairs[text] = int(value)
         if set(pairs) != {"<execute>", "</execute>"}:
             raise UsageError("--action-tokens must give ids for exactly <execute> and </execute>")
+        if pairs["<execute>"] == pairs["</execute>"]:
+            raise UsageError(f"--action-tokens {self.action_tokens!r}: <execute> and </execute> need two different "
+                             "ids (the close token ends a code block)")
         return tuple(sorted(pairs.items(), key=lambda kv: kv[0] != "<execute>"))
 
     def id_list(self) -> list[str] | None:
@@ -195,10 +200,25 @@ class RecordArgs:
         if self.codeact and self.max_context_tokens <= self.max_new_tokens:
             raise UsageError(f"--max-context-tokens ({self.max_context_tokens}) must exceed --max-new-tokens "
                              f"({self.max_new_tokens}) so that a first turn fits")
+        self._check_protocol_flags()
         self.action_token_ids()
         self.probe_path()
-        self.placement()
+        if self.placement()[0] is None:  # --device is not used under --device-map auto
+            from sst_interp.model.devices import check_device
+
+            check_device(self.device)
         return depths
+
+    def _check_protocol_flags(self) -> None:
+        """Refuse CodeACT-only flags given a value under the completion protocol, where they would do nothing."""
+        if self.codeact:
+            return
+        given = [f"--{name.replace('_', '-')}" for name in CODEACT_ONLY
+                 if getattr(self, name) != RecordArgs.__dataclass_fields__[name].default]
+        if given:
+            raise UsageError(f"{', '.join(given)} {'apply' if len(given) > 1 else 'applies'} only to --protocol "
+                             f"codeact (multi-turn episodes); drop "
+                             f"{'them' if len(given) > 1 else 'it'} or add --protocol codeact")
 
     def placement(self) -> tuple[str | None, dict[int | str, str] | None]:
         """(device map, max memory) of --device-map / --max-memory; bad values are a UsageError."""

@@ -13,13 +13,11 @@ group is always gloo, whatever device the model runs on: no NCCL set-up is neede
 from __future__ import annotations
 
 import datetime
-import os
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any, TypeVar
 
-from sst_interp.errors import UsageError
-from sst_interp.processes import Ranks, ranks_from_environment
+from sst_interp.processes import Ranks, join_process_group, ranks_from_environment
 
 __all__ = ["Ranks", "batch_cost", "batches_of_work", "process_group", "rank_device", "ranks_from_environment",
            "share_of_work"]
@@ -39,11 +37,7 @@ def process_group(ranks: Ranks) -> Iterator[Ranks]:
         return
     import torch.distributed as dist
 
-    for name in ("MASTER_ADDR", "MASTER_PORT"):
-        if name not in os.environ:
-            raise UsageError(f"WORLD_SIZE={ranks.world_size} but {name} is unset; launch with torchrun, or set "
-                             "MASTER_ADDR and MASTER_PORT as torchrun does")
-    dist.init_process_group("gloo", rank=ranks.rank, world_size=ranks.world_size, timeout=BARRIER_TIMEOUT)
+    join_process_group("gloo", ranks.rank, ranks.world_size, BARRIER_TIMEOUT)
     try:
         yield ranks
     finally:

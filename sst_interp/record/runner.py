@@ -32,6 +32,7 @@ def record(args: RecordArgs) -> dict[int, float]:
     from sst_interp.data.question import select_questions
     from sst_interp.model.loading import DEMO_PRESET_NOTE, build_sst, resolve_prompt_mode
     from sst_interp.record.identity import model_spec, questions_sha256, run_identity, sandbox_config
+    from sst_interp.record.preflight import check_against_model
     from sst_interp.store import check_out
 
     args.validate()
@@ -39,9 +40,11 @@ def record(args: RecordArgs) -> dict[int, float]:
     if ranks.distributed and args.device_map != "none":
         raise UsageError("--device-map spreads one model over several devices, torchrun runs one model per "
                          "process: use one or the other")
+    # notes are printed once every input is checked: a refused command prints its error line only
+    notes = []
     if args.use_default_codeact_checkpoint():
-        ranks.say(f"[--protocol codeact without --checkpoint or --model: the shipped CodeACT demo SST "
-                  f"({args.checkpoint}); pass --checkpoint to use another]")
+        notes.append(f"[--protocol codeact without --checkpoint or --model: the shipped CodeACT demo SST "
+                     f"({args.checkpoint}); pass --checkpoint to use another]")
     if args.codeact:
         from sst_interp.sandbox import check_backend
 
@@ -62,8 +65,11 @@ def record(args: RecordArgs) -> dict[int, float]:
         # refuse a wrong --out before spending time on the model
         ranks.run_on_main(lambda: (check_out(out, identity), ensure_writable_folder(out)))
         if demo:
-            ranks.say(f"[{DEMO_PRESET_NOTE}]")
+            notes.append(f"[{DEMO_PRESET_NOTE}]")
         sst, tokenizer = build_sst(spec)
+        check_against_model(args, sst, tokenizer, selected)
+        for note in notes:
+            ranks.say(note)
         return record_questions(sst, tokenizer, selected, args, out, identity, demo=demo, ranks=ranks)
 
 
@@ -120,9 +126,12 @@ def record_questions(sst: Any, tokenizer: Any, questions: list[Any], args: Recor
     from sst_interp.record.summary import print_summary
     from sst_interp.store import RunWriter, estimate_remaining
 
+    from sst_interp.record.preflight import check_against_model
+
     depths = args.validate()
     if args.prompt_mode is None:
         args.prompt_mode = "two_pass"
+    check_against_model(args, sst, tokenizer, questions)  # before the run directory is created or resumed
     spec = args.intervention_spec()
     if spec is not None:
         from sst_interp.interventions import check_spec

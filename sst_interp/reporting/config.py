@@ -180,7 +180,7 @@ def _benchmark(run: Run, name: str) -> str:
 def _open_runs(paths: list[Path]) -> list[RunInput]:
     out = []
     for name, path in zip(_unique_names(paths), paths):
-        run = Run.open(path)
+        run = Run.open(path).check_tables()  # a damaged table is refused before any artefact is written
         out.append(RunInput(name, path, run, _benchmark(run, name)))
     return out
 
@@ -270,7 +270,8 @@ def resolve_inputs(config: ReportConfig) -> ReportInputs:
     if not run_paths:
         raise UsageError("every run given is also a --baseline; pass the SST run with --run")
     runs = _open_runs(run_paths)
-    baselines = [RunInput(n, p, Run.open(p), n) for n, p in zip(_unique_names(base_paths), base_paths)]
+    baselines = [RunInput(n, p, Run.open(p).check_tables(), n)
+                 for n, p in zip(_unique_names(base_paths), base_paths)]
     if config.probe is not None and not Path(config.probe).exists():
         raise UsageError(f"--probe {config.probe} does not exist; pass a probe folder saved by "
                          "`python -m sst_interp.probe train`")

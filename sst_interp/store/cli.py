@@ -15,6 +15,7 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
+from sst_interp.cli_args import config_parser
 from sst_interp.errors import cli_entry
 from sst_interp.store import manifest as mf
 from sst_interp.store.consistency import REPAIR_COMMAND
@@ -25,7 +26,8 @@ EXIT_DAMAGED = 1
 
 
 def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="python -m sst_interp.store", description=__doc__.split("\n\n")[0])
+    # the project's one CLI mechanism: a bad or missing argument is one error: line with a --help pointer
+    parser = config_parser("python -m sst_interp.store", __doc__.split("\n\n")[0])
     commands = parser.add_subparsers(dest="command", required=True)
     verify = commands.add_parser("verify", help="check every file's page checksums and sha256, the contract, and "
                                                 "that the manifest agrees with the shards and tables")

@@ -223,6 +223,15 @@ class Run:
                 contract.check_columns(path / name, meta.schema.to_arrow_schema(), contract.TABLE_COLUMNS[name])
         return cls(path, manifest, shards)
 
+    def check_tables(self) -> Run:
+        """Read every page of the run's tables (questions, generations, episodes) with their CRC checks, so that a
+        command reading them refuses a damaged table before it writes anything (the tables are small; shards are
+        checked as they are read). Returns the run; CorruptRunError names a damaged table."""
+        for name in discovery.TABLE_NAMES:
+            if (self.path / name).exists():
+                integrity.scan_pages(self.path / name)
+        return self
+
     # ------------------------------------------------------------------------------------------ tables
     def questions(self) -> pd.DataFrame:
         """questions.parquet as a DataFrame (empty with the contract columns when absent)."""

@@ -11,7 +11,7 @@ import pyarrow.parquet as pq
 
 from sst_interp.store.errors import CorruptRunError
 
-_ADVICE = "delete it and rerun the same record command to resume (its questions are recorded again)"
+_ADVICE = "rerun the same record command: it records this file's questions again"
 
 
 def read_footer(target: Path) -> pq.FileMetaData:
@@ -49,5 +49,5 @@ def check_table_file(target: Path) -> pq.FileMetaData:
     try:
         return pq.read_metadata(target)
     except (OSError, pa.ArrowException) as err:
-        raise CorruptRunError(f"{target} has an unreadable Parquet footer ({err}); delete it and rerun the same "
-                              "record command") from err
+        raise CorruptRunError(f"{target} has an unreadable Parquet footer ({err}); rerun the same record command: it "
+                              "records this table's questions again") from err

@@ -550,21 +550,30 @@ def _resume(path: Path, identity: dict[str, Any], extra: dict[str, Any]) -> tupl
 
 
 def _drop_missing_batches(path: Path, manifest: dict[str, Any], report: ResumeReport) -> None:
-    """Batches with a missing shard (deleted by the user after a CorruptRunError) or a shard whose content fails
-    verification (sha256, or page checksums where no sha256 is recorded) are dropped and redone; a shard
-    present but structurally damaged (size, footer, row count) is a CorruptRunError naming it."""
+    """Batches with a missing shard (deleted by the user after a CorruptRunError), a shard structurally damaged
+    (truncated: size, footer or row count off) or a shard whose content fails verification (sha256, or page
+    checksums where no sha256 is recorded) are dropped and redone: rerunning the command repairs every damage
+    ``verify`` reports."""
     for depth, batches in manifest.get("batches", {}).items():
         for batch in list(batches):
             missing = [s for s in batch["shards"].values() if not (path / s["file"]).exists()]
             if missing:
                 _drop_batch(path, manifest, depth, batch, report)
                 continue
-            for shard in batch["shards"].values():
-                check_shard(path, shard)
-            damaged = [s["file"] for s in batch["shards"].values() if not _content_intact(path / s["file"], s)]
+            damaged = [s["file"] for s in batch["shards"].values()
+                       if not _structure_intact(path, s) or not _content_intact(path / s["file"], s)]
             if damaged:
                 report.damaged.extend(damaged)
                 _drop_batch(path, manifest, depth, batch, report)
+
+
+def _structure_intact(path: Path, shard: dict[str, Any]) -> bool:
+    """True when the shard's size, footer and row count are what the manifest lists (:func:`check_shard`)."""
+    try:
+        check_shard(path, shard)
+    except CorruptRunError:
+        return False  # the caller re-records what this file held
+    return True
 
 
 def _content_intact(target: Path, recorded: dict[str, Any] | None) -> bool:
@@ -624,8 +633,13 @@ def _filter_generations(path: Path, manifest: dict[str, Any], report: ResumeRepo
     for name, flag in ((GENERATIONS_NAME, "generations"), (EPISODES_NAME, "episodes")):
         target = path / name
         table = None
+        if target.exists() and not _footer_readable(target):
+            # a truncated table has lost its footer, and with it every row: it goes, and every batch whose rows
+            # it held is recorded again (below, as for a deleted table)
+            target.unlink()
+            report.damaged.append(name)
+            _record_table(manifest, name, None)
         if target.exists():
-            check_table_file(target)
             table, bad_groups = integrity.readable_row_groups(target)
             recorded = manifest.get("tables", {}).get(name)
             sha_bad = recorded is not None and integrity.sha256_file(target) != recorded["sha256"]
@@ -655,6 +669,14 @@ def _filter_generations(path: Path, manifest: dict[str, Any], report: ResumeRepo
             kept = table.filter(pa.array(keep, type=pa.bool_()))
             written = tables.write_table_atomic(kept, path / name, row_groups=_batch_row_groups(kept, manifest))
             _record_table(manifest, name, written)
+
+
+def _footer_readable(target: Path) -> bool:
+    try:
+        check_table_file(target)
+    except CorruptRunError:
+        return False
+    return True
 
 
 def _batch_row_groups(table: pa.Table, manifest: dict[str, Any]) -> list[int]:

@@ -81,14 +81,14 @@ def config_from_args(args: argparse.Namespace) -> TrainConfig:
     if args.demo:
         if given.get("baseline"):
             given.setdefault("out", "runs/train-demo-baseline")
-        config = demo_config(**given)
-        if config.train_data is None:
-            from sst_interp.train.demo_data import write_demo_data
-
-            train, val = write_demo_data(Path(config.out) / "data")
-            config.train_data, config.val_data = str(train), str(val)
-        return config
+        # the demo's procedural data is written into OUT/data by main, once every input has been checked
+        return demo_config(**given)
     return TrainConfig(**given)
+
+
+def needs_demo_data(args: argparse.Namespace, config: TrainConfig) -> bool:
+    """Whether ``--demo`` without ``--train-data`` will write the procedural demo data into ``OUT/data``."""
+    return bool(args.demo) and config.train_data is None
 
 
 @cli_entry
@@ -101,9 +101,17 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     from sst_interp.train import distributed
 
+    from sst_interp.train.preflight import check_launch
+
+    dp = distributed.from_environment()
+    check_launch(config, dp)  # every cheap check before the banner, and before anything is written
+    if needs_demo_data(args, config):
+        from sst_interp.train.demo_data import write_demo_data
+
+        train, val = write_demo_data(Path(config.out) / "data")
+        config.train_data, config.val_data = str(train), str(val)
     if config.threads is not None:
         torch.set_num_threads(config.threads)
-    dp = distributed.from_environment()
     warning = distributed.single_process_accelerate_warning()
     if warning is not None:
         print(warning, file=sys.stderr)
@@ -126,15 +134,20 @@ def _train(config: TrainConfig, dp: DataParallel) -> int:
     from sst_interp.train.loop import Trainer
 
     say = functools.partial(distributed.say, dp)
-    what = "baseline (one pass, no SST)" if config.baseline else f"SST (two-pass, state_scale={config.state_scale})"
-    say(f"training the {what} on {config.model}; preset {config.preset}; writing {config.out}")
-    if dp.enabled:
-        say(f"data-parallel over {dp.world_size} processes: {config.grad_accum} micro-batches of "
-            f"{config.micro_batch_size} per process per step, {config.grad_accum * dp.world_size} in all")
-    if config.preset == "demo":
-        say("demo preset: LoRA rank 8, LoRA lr 1e-3, 16 steps of 2 packed 96-token sequences, one thread, "
-            "state_scale=hidden (not the paper's settings; see sst_interp.train.config.demo_config)")
-    trainer = Trainer(config)
+
+    def banner() -> None:
+        # printed by the trainer once the data and --out are checked: an input error is the only line printed
+        what = "baseline (one pass, no SST)" if config.baseline else \
+            f"SST (two-pass, state_scale={config.state_scale})"
+        say(f"training the {what} on {config.model}; preset {config.preset}; writing {config.out}")
+        if dp.enabled:
+            say(f"data-parallel over {dp.world_size} processes: {config.grad_accum} micro-batches of "
+                f"{config.micro_batch_size} per process per step, {config.grad_accum * dp.world_size} in all")
+        if config.preset == "demo":
+            say("demo preset: LoRA rank 8, LoRA lr 1e-3, 16 steps of 2 packed 96-token sequences, one thread, "
+                "state_scale=hidden (not the paper's settings; see sst_interp.train.config.demo_config)")
+
+    trainer = Trainer(config, on_validated=banner)
     if trainer.sharding is not None:
         say(trainer.sharding)
     if trainer.resumed:

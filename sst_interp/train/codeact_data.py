@@ -34,11 +34,13 @@ from pathlib import Path
 
 import numpy as np
 
+from sst_interp.cli_args import add_config_flags, arg, config_from_namespace, config_parser
 from sst_interp.codeact.format import ActionFormat
 from sst_interp.codeact.prompts import SYSTEM_TEXTS
 from sst_interp.data.answers import numbers_equal
 from sst_interp.errors import UsageError, cli_entry
 from sst_interp.outputs import write_output
+from sst_interp.paths import ensure_writable_folder
 
 ANNOTATION = re.compile(r"<<([^<>=]+)=([^<>]*)>>")
 FINAL = re.compile(r"####\s*(.+?)\s*$")
@@ -190,27 +192,48 @@ def read_gsm8k(path: Path) -> list[dict]:
     return rows
 
 
+@dataclass(frozen=True)
+class CodeactDataArgs:
+    """The options of ``python -m sst_interp.train.codeact_data`` (one flag per field)."""
+
+    gsm8k: Path = arg(help="GSM8K train.jsonl")
+    out: Path = arg(help="folder for train.jsonl, validation.jsonl, stats.json")
+    val_fraction: float = arg(0.1, help="share of kept traces for validation")
+    seed: int = arg(0, help="seed of the validation split")
+    limit: int | None = arg(None, help="use only the first N GSM8K rows (default: all)")
+    sandbox: str = arg("bwrap", choices=("bwrap", "subprocess"),
+                       help="how the traces' code runs: bwrap (isolated) | subprocess (a plain child process)")
+
+    def validate(self) -> None:
+        """Check every option before anything is read or written (UsageError)."""
+        if not 0.0 <= self.val_fraction < 1.0:
+            raise UsageError(f"--val-fraction must be in [0, 1), got {self.val_fraction}")
+        if self.limit is not None and self.limit < 1:
+            raise UsageError(f"--limit must be at least 1, got {self.limit}")
+        if self.out.exists() and not self.out.is_dir():
+            raise UsageError(f"--out {self.out} is a file; pass a folder")
+        ensure_writable_folder(self.out)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The argument parser; every flag maps to a :class:`CodeactDataArgs` field."""
+    parser = config_parser("python -m sst_interp.train.codeact_data", "CodeACT training traces from GSM8K solutions")
+    add_config_flags(parser, CodeactDataArgs)
+    return parser
+
+
 @cli_entry
 def main(argv: Sequence[str] | None = None) -> dict:
     """``python -m sst_interp.train.codeact_data``; returns the stats written to ``stats.json``."""
     from sst_interp.sandbox import SandboxConfig, check_backend
 
-    parser = argparse.ArgumentParser(prog="python -m sst_interp.train.codeact_data",
-                                     description="CodeACT training traces from GSM8K solutions")
-    parser.add_argument("--gsm8k", required=True, type=Path, help="GSM8K train.jsonl")
-    parser.add_argument("--out", required=True, type=Path, help="folder for train.jsonl, validation.jsonl, stats.json")
-    parser.add_argument("--val-fraction", type=float, default=0.1, help="share of kept traces for validation (0.1)")
-    parser.add_argument("--seed", type=int, default=0, help="seed of the validation split (0)")
-    parser.add_argument("--limit", type=int, default=None, help="use only the first N GSM8K rows")
-    parser.add_argument("--sandbox", default="bwrap", choices=("bwrap", "subprocess"))
-    args = parser.parse_args(argv)
-    if not 0.0 <= args.val_fraction < 1.0:
-        raise UsageError(f"--val-fraction must be in [0, 1), got {args.val_fraction}")
-    if args.out.exists() and not args.out.is_dir():
-        raise UsageError(f"--out {args.out} is a file; pass a folder")
+    args = config_from_namespace(CodeactDataArgs, build_parser().parse_args(argv))
+    args.validate()
     sandbox = SandboxConfig(backend=args.sandbox)
     check_backend(sandbox)
     rows = read_gsm8k(args.gsm8k)[: args.limit]
+    if not rows:
+        raise UsageError(f"--gsm8k {args.gsm8k} holds no rows; pass GSM8K's train.jsonl")
     traces, counts = build_traces(rows, sandbox)
     train, val = split(traces, args.val_fraction, args.seed)
     args.out.mkdir(parents=True, exist_ok=True)

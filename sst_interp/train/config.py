@@ -142,6 +142,10 @@ class TrainConfig:
             if not token or int(token_id) < 0:
                 raise UsageError(f"bad action token mapping {token!r} -> {token_id}; use TOKEN=ID with ID >= 0")
         self.action_tokens = {str(k): int(v) for k, v in self.action_tokens.items()}
+        if len(set(self.action_tokens.values())) != len(self.action_tokens):
+            raise UsageError(f"--action-tokens {self.action_tokens}: each action token needs its own id")
+        if self.state_scale not in ("unit", "hidden"):
+            raise UsageError(f"unknown state_scale {self.state_scale!r}; use 'unit' or 'hidden'")
         self.lora_targets = [str(t) for t in self.lora_targets]
         if self.threads is not None and self.threads < 1:
             raise UsageError(f"threads must be at least 1, got {self.threads}")

@@ -183,6 +183,27 @@ def model_turn_spans(text: str, fmt: DataFormat) -> list[tuple[int, int]]:
         cursor = end
 
 
+def check_rows(rows: list[dict[str, Any]], fmt: DataFormat, source: str = "data") -> None:
+    """Check every row's shape without a tokenizer, so that ``train`` refuses a bad row before it loads a model or
+    writes anything: a string ``text`` field holding a model turn with content, or string ``prompt`` and
+    ``completion`` fields with a non-empty completion. A UsageError names the line (what :func:`tokenize_row`
+    would say later)."""
+    for index, row in enumerate(rows):
+        line = row.get("_line", index + 1)
+        text = row.get(fmt.text_field)
+        if isinstance(text, str):
+            if not any(text[start:end].strip() for start, end in model_turn_spans(text, fmt)):
+                raise UsageError(f"{source}, line {line}: no model-turn tokens; a chat row needs a "
+                                 f"{fmt.model_turn_start!r} turn with content")
+        elif isinstance(row.get("prompt"), str) and isinstance(row.get("completion"), str):
+            if not row["completion"]:
+                raise UsageError(f"{source}, line {line}: no model-turn tokens; a prompt/completion row needs a "
+                                 "non-empty completion")
+        else:
+            raise UsageError(f"{source}, line {line}: a row needs a string field {fmt.text_field!r} (a "
+                             "pre-formatted chat string) or string fields 'prompt' and 'completion'")
+
+
 def tokenize_row(row: dict[str, Any], tokenizer: Any, fmt: DataFormat, index: int, source: str = "data") -> TokenizedExample:
     """Tokenise one row and build its labels (see the module docstring for the row formats).
 

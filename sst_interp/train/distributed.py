@@ -57,7 +57,7 @@ from typing import TYPE_CHECKING
 import torch
 
 from sst_interp.errors import UsageError
-from sst_interp.processes import Ranks, ranks_from_environment
+from sst_interp.processes import Ranks, join_process_group, ranks_from_environment
 
 if TYPE_CHECKING:
     from sst_interp.train.modeling import TrainModel
@@ -258,16 +258,12 @@ def join(dp: DataParallel, device: torch.device) -> bool:
             raise UsageError(f"the existing process group (rank {dist.get_rank()} of {dist.get_world_size()}) does "
                              f"not match RANK={dp.rank}, WORLD_SIZE={dp.world_size}")
         return False
-    for name in ("MASTER_ADDR", "MASTER_PORT"):
-        if name not in os.environ:
-            raise UsageError(f"WORLD_SIZE={dp.world_size} but {name} is unset; launch with torchrun, or set "
-                             "MASTER_ADDR and MASTER_PORT as torchrun does")
     if device.type == "cuda":
         torch.cuda.set_device(device)
         backend = "cpu:gloo,cuda:nccl"
     else:
         backend = "gloo"
-    dist.init_process_group(backend, rank=dp.rank, world_size=dp.world_size, timeout=TIMEOUT)
+    join_process_group(backend, dp.rank, dp.world_size, TIMEOUT)
     return True
 
 

@@ -19,7 +19,7 @@ from __future__ import annotations
 import hashlib
 import json
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -34,6 +34,7 @@ from sst_interp.train.config import RESUMABLE_FIELDS, TrainConfig
 from sst_interp.train.data import (
     Batch,
     DataOrder,
+    check_rows,
     data_format_from_config,
     pack_examples,
     read_jsonl,
@@ -45,7 +46,6 @@ from sst_interp.train.modeling import (
     TrainModel,
     build_train_model,
     load_training_backbone,
-    resolve_device,
     resolve_dtype,
 )
 from sst_interp.train.optim import (
@@ -55,6 +55,7 @@ from sst_interp.train.optim import (
     optimizer_state_from_tensors,
     optimizer_state_to_tensors,
 )
+from sst_interp.train.preflight import check_launch
 from sst_interp.train.state import (
     existing_folder,
     load_training_state,
@@ -154,6 +155,8 @@ class Trainer:
         backbone_id: identity recorded in checkpoints (defaults to the model name).
         observer: a :class:`TrainObserver`.
         progress: show a tqdm progress bar (on rank 0 only, under several processes).
+        on_validated: called once the launch, data and ``--out`` are checked, before the model loads (the CLI
+            prints its banner there, so that an input error is the only line a refused command prints).
 
     Under a multi-process launch (``WORLD_SIZE`` > 1 in the environment) the trainer joins the process group itself;
     :func:`sst_interp.train.distributed.leave` leaves it.
@@ -167,13 +170,12 @@ class Trainer:
         backbone_id: str | None = None,
         observer: TrainObserver | None = None,
         progress: bool = True,
+        on_validated: Callable[[], None] | None = None,
     ) -> None:
         if config.train_data is None:
             raise UsageError("no training data: pass --train-data FILE.jsonl (or --demo)")
         self.dp = distributed.from_environment()
-        if config.fsdp and not self.dp.enabled:
-            raise UsageError("--fsdp shards the frozen backbone over several processes; launch with torchrun "
-                             "--nproc-per-node N (or accelerate launch --multi_gpu --num_processes N), or drop --fsdp")
+        self.device = check_launch(config, self.dp, model=backbone is None)
         self.config = config
         self.out = Path(config.out)
         self.observer = observer or TrainObserver()
@@ -181,9 +183,13 @@ class Trainer:
         fmt = data_format_from_config(config)
         train_rows = read_jsonl(config.train_data)  # fail on bad data before loading a model
         val_rows = read_jsonl(config.val_data) if config.val_data else None
+        check_rows(train_rows, fmt, str(config.train_data))
+        if val_rows is not None:
+            check_rows(val_rows, fmt, str(config.val_data))
         self.meta = self._run_meta()
         self._check_out_folder(write=False)  # a mismatched run folder is refused before the model loads
-        self.device = distributed.rank_device(resolve_device(config), self.dp)
+        if on_validated is not None:
+            on_validated()
         distributed.join(self.dp, self.device)
         self.dp.barrier()  # every rank has read --out before rank 0 rewrites its meta below
         if backbone is None:

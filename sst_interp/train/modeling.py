@@ -95,11 +95,9 @@ class TrainModel:
 # ------------------------------------------------------------------------------------------------ loading
 def resolve_device(config: TrainConfig) -> torch.device:
     """``auto`` -> CUDA when available, else CPU; ``cuda`` without CUDA is a :class:`UsageError`."""
-    if config.device == "auto":
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    if config.device == "cuda" and not torch.cuda.is_available():
-        raise UsageError("--device cuda was asked for but CUDA is not available; use --device cpu")
-    return torch.device(config.device)
+    from sst_interp.model.devices import check_device
+
+    return torch.device(check_device(config.device))
 
 
 def resolve_dtype(config: TrainConfig, device: torch.device) -> torch.dtype:

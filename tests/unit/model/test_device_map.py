@@ -37,6 +37,11 @@ pytestmark = pytest.mark.usefixtures("one_thread")
 MODULES = ("model.embed_tokens", "model.layers.0", "model.layers.1", "model.layers.2", "model.norm",
            "model.rotary_emb", "lm_head")
 ALL_CPU = dict.fromkeys(MODULES, "cpu")
+#: A budget that holds the embeddings and layer 0 only: accelerate offloads the rest to the disk and dispatches the
+#: model. (A budget that holds no module at all is refused: the whole model would run from the disk.)
+SMALL_BUDGET = "cpu=120KB"
+SMALL_BUDGET_MAP = {"model.embed_tokens": "cpu", "lm_head": "cpu", "model.layers.0": "cpu", "model.layers.1": "disk",
+                    "model.layers.2": "disk", "model.norm": "disk", "model.rotary_emb": "disk"}
 #: Layer 1 offloaded to the disk: accelerate dispatches the model with hooks (one device alone is never dispatched).
 LAYER1_ON_DISK = {**ALL_CPU, "model.layers.1": "disk"}
 PROMPTS = ("12 + 7 =", "Q: name a colour.\nA:")
@@ -120,10 +125,10 @@ def test_an_adapter_cannot_be_merged_into_offloaded_modules(folder, tmp_path):
 def test_record_cli_with_device_map_records_the_same_run(folder, tmp_path):
     argv = FAST + ["--model", str(folder), "--depths", "1,2", "--limit", "2", "--batch-size", "2", "--demo-preset"]
     record_main(argv + ["--out", str(tmp_path / "plain")])
-    # a budget too small for any module: accelerate offloads the whole model to the disk and dispatches it
-    record_main(argv + ["--out", str(tmp_path / "mapped"), "--device-map", "auto", "--max-memory", "cpu=20KB"])
+    # a budget for the embeddings and layer 0: accelerate offloads the rest to the disk and dispatches the model
+    record_main(argv + ["--out", str(tmp_path / "mapped"), "--device-map", "auto", "--max-memory", SMALL_BUDGET])
     plain, mapped = Run.open(tmp_path / "plain"), Run.open(tmp_path / "mapped")
-    assert plain.manifest["device_map"] is None and mapped.manifest["device_map"] == {"": "disk"}
+    assert plain.manifest["device_map"] is None and mapped.manifest["device_map"] == SMALL_BUDGET_MAP
     assert plain.generations().token_ids.map(list).tolist() == mapped.generations().token_ids.map(list).tolist()
     for depth in (1, 2):
         pairs = list(zip(plain.hidden(depth), mapped.hidden(depth), strict=True))
@@ -156,16 +161,16 @@ def test_generate_cli_with_device_map_prints_the_same_completions(folder, capsys
 
     generate_main(argv)
     plain = completions()
-    generate_main(argv + ["--device-map", "auto", "--max-memory", "cpu=20KB"])  # the whole model offloaded
+    generate_main(argv + ["--device-map", "auto", "--max-memory", SMALL_BUDGET])  # layers 1.. offloaded
     assert completions() == plain and len(plain) == 4
-    assert placements == [None, {"": "disk"}]  # the flags reached the loader
+    assert placements == [None, SMALL_BUDGET_MAP]  # the flags reached the loader
 
 
 def test_the_spec_keeps_its_budget_as_given(folder):
-    spec = ModelSpec(str(folder), device_map="auto", max_memory={"cpu": "20KB"})
+    spec = ModelSpec(str(folder), device_map="auto", max_memory={"cpu": "120KB"})
     sst, _ = build_sst(spec)
-    assert placement_summary(sst.backbone) == {"": "disk"}  # the budget reached accelerate
-    assert spec.max_memory == {"cpu": "20KB"}  # accelerate rewrites the dict it gets; the spec's is untouched
+    assert placement_summary(sst.backbone) == SMALL_BUDGET_MAP  # the budget reached accelerate
+    assert spec.max_memory == {"cpu": "120KB"}  # accelerate rewrites the dict it gets; the spec's is untouched
 
 
 @pytest.mark.parametrize("flags, message", [

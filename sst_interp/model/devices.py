@@ -1,0 +1,42 @@
+"""``--device``: which torch devices a command may name, checked before anything loads.
+
+torch accepts a device string lazily: ``torch.device("bogus")`` raises a RuntimeError listing every backend torch
+knows, and ``cuda`` on a machine without CUDA fails only when the first tensor moves (an AssertionError deep inside
+the model load). Both are bad input, so :func:`check_device` turns them into one-line
+:class:`~sst_interp.errors.UsageError` s before the model is loaded.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from sst_interp.errors import UsageError
+
+#: What ``--device`` accepts, in words (for messages).
+DEVICE_HELP = "auto, cpu, cuda or cuda:N (the GPU index), or mps"
+
+
+def check_device(text: str, flag: str = "--device") -> str:
+    """Check ``text`` as a ``--device`` value and return it resolved (``auto`` -> ``cuda`` when available, else
+    ``cpu``). An unknown device, a GPU this machine does not have, or ``mps`` without MPS is a UsageError."""
+    if text == "auto":
+        return "cuda" if torch.cuda.is_available() else "cpu"
+    try:
+        device = torch.device(text)
+    except (RuntimeError, ValueError):
+        raise UsageError(f"{flag} {text!r} is not a device; use {DEVICE_HELP}") from None
+    if device.type == "cpu":
+        return text
+    if device.type == "cuda":
+        count = torch.cuda.device_count() if torch.cuda.is_available() else 0
+        if count == 0:
+            raise UsageError(f"{flag} {text}: CUDA is not available on this machine (torch "
+                             f"{torch.__version__}); use {flag} cpu or {flag} auto")
+        if device.index is not None and device.index >= count:
+            raise UsageError(f"{flag} {text}: this machine has {count} CUDA device(s), numbered 0 to {count - 1}")
+        return text
+    if device.type == "mps":
+        if not torch.backends.mps.is_available():
+            raise UsageError(f"{flag} {text}: MPS is not available on this machine; use {flag} cpu or {flag} auto")
+        return text
+    raise UsageError(f"{flag} {text!r}: sst-interp runs on {DEVICE_HELP}, not {device.type}")
