@@ -126,6 +126,16 @@ CASES = [
                                                 "--out", "{out}"), "repeats Record ID"),
     Case("gpqa-blank-option", "record", (*REC, "--questions", "gpqa", "--data", "{data}/gpqa_blank.csv",
                                          "--out", "{out}"), "row 2 has no value for ['Incorrect Answer 2']"),
+    Case("intervention-unknown-stream", "record",
+         (*REC, "--intervention", "{data}/spec_bad_stream.json", "--out", "{out}"),
+         "unknown intervention stream 'residual'"),
+    Case("intervention-layer-out-of-range", "record",
+         (*REC, "--intervention", "{data}/spec_bad_layer.yaml", "--out", "{out}"),
+         "layers [9] do not exist in a model with 3 layers"),
+    Case("intervention-patch-run-missing", "record",
+         (*REC, "--intervention", "{data}/spec_no_run.json", "--out", "{out}"), "/no/such/run"),
+    Case("intervention-spec-missing", "record", (*REC, "--intervention", "{data}/nope.yaml", "--out", "{out}"),
+         "intervention spec not found"),
     Case("demo-n-0", "record", (*REC, "--source-option", "n=0", "--out", "{out}"), "holds no questions"),
     Case("codeact-data-read-only-out", "codeact_data",
          ("--gsm8k", str(GSM8K), "--out", "{ro}/traces", "--sandbox", "subprocess"), "cannot write into"),
@@ -278,6 +288,12 @@ def files(tmp_path_factory) -> dict[str, Path]:
             writer.writeheader()
             writer.writerows(edited)
     (data / "not_json.jsonl").write_text("not json\n")
+    (data / "spec_bad_stream.json").write_text(json.dumps({"interventions": [
+        {"site": {"stream": "residual"}, "operation": {"kind": "zero"}}]}))
+    (data / "spec_bad_layer.yaml").write_text("interventions:\n  - site: {stream: layer_out, layers: [9]}\n"
+                                              "    operation: {kind: zero}\n")
+    (data / "spec_no_run.json").write_text(json.dumps({"interventions": [
+        {"site": {"stream": "layer_out"}, "operation": {"kind": "patch", "run": "/no/such/run"}}]}))
     (data / "train_ok.jsonl").write_text(json.dumps({"prompt": "1 + 1 =", "completion": " 2"}) + "\n")
     (data / "train_null.jsonl").write_text(json.dumps({"prompt": "1 + 1 =", "completion": " 2"}) + "\n"
                                            + json.dumps({"prompt": None, "completion": " 2"}) + "\n")
