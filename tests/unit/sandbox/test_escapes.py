@@ -9,6 +9,7 @@ import json
 import os
 import shutil
 import socket
+import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -117,3 +118,212 @@ def test_only_the_allow_list_of_host_paths_is_visible() -> None:
     interpreter_tops = {root.strip("/").split("/")[0] for root in base_interpreter().roots}
     allowed = {"usr", "bin", "sbin", "lib", "lib32", "lib64", "libx32", "etc", "proc", "dev", "tmp"}
     assert set(json.loads(root_line)) <= allowed | interpreter_tops, root_line
+
+
+# --- 2. the host survives anything the code does -------------------------------------------------------------
+
+def test_a_replaced_json_dumps_does_not_crash_the_host() -> None:
+    """Issue 19, 2: ``json.dumps`` returning 100,000-deep brackets made ``execute`` raise RecursionError."""
+    with PythonSession(SandboxConfig()) as session:
+        session.execute("kept = 3")
+        bomb = session.execute("import json\njson.dumps = lambda *a, **k: '[' * 100000 + ']' * 100000\n"
+                               "finish_session('done')")
+        after = session.execute("print(kept)")
+    assert (bomb.status, bomb.finish_answer) == ("ok", "done"), bomb.stderr
+    assert (after.status, after.stdout) == ("ok", "3\n")
+
+
+def test_a_reply_with_a_huge_integer_is_an_error_not_a_crash() -> None:
+    """Issue 19, 2: a reply holding a 5,000-digit integer made the host raise ValueError."""
+    code = ("import json, os, struct\n"
+            "body = ('{\"status\": \"ok\", \"finish_answer\": null, \"n\": ' + '9' * 5000 + '}').encode()\n"
+            "for fd in range(3, 64):\n"
+            "    try:\n"
+            "        os.write(fd, struct.pack('>I', len(body)) + body)\n"
+            "    except OSError:\n"
+            "        pass\n")
+    with PythonSession(SandboxConfig()) as session:
+        result = session.execute(code)
+        after = session.execute("print('alive')")
+    assert result.status == "error" and "[sandbox]" in result.stderr, result
+    assert after.stdout == "alive\n"
+
+
+def test_a_lone_surrogate_answer_is_made_storable() -> None:
+    """Issue 19, 2: ``finish_session('\\ud800')`` was accepted and the episodes writer raised UnicodeEncodeError."""
+    with PythonSession(SandboxConfig()) as session:
+        result = session.execute("finish_session('a\\ud800b')")
+    assert result.status == "ok" and result.finish_answer is not None
+    result.finish_answer.encode("utf-8")  # raises if a surrogate got through
+    assert result.finish_answer.startswith("a") and result.finish_answer.endswith("b")
+
+
+FILE_SPAMMER = ("import os, subprocess, sys\n"
+                "spam = 'import os, itertools\\nfor i in itertools.count():\\n    try:\\n"
+                "        os.makedirs(f\"d{os.getpid()}/{i % 50}\", exist_ok=True)\\n"
+                "        open(f\"d{os.getpid()}/{i % 50}/f{i}\", \"w\").close()\\n    except OSError:\\n        pass\\n'\n"
+                "for _ in range(4):\n"
+                "    subprocess.Popen([sys.executable, '-c', spam, MARKER], start_new_session=True)\n")
+
+
+@pytest.fixture
+def private_tmp(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """A temporary directory of this test's own for the sandbox's host directories (other runs share /tmp)."""
+    import tempfile
+
+    directory = tmp_path / "host-tmp"
+    directory.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(directory))
+    return directory
+
+
+def test_close_during_a_block_kills_everything_before_removing_the_work_dir(private_tmp: Path) -> None:
+    """Issue 19, 2: children creating files while the work dir was removed made close() raise ENOTEMPTY,
+    left work dirs behind, and sandbox processes outlived close()."""
+    import threading
+
+    for attempt in range(4):
+        marker = f"sst-spam-{uuid.uuid4().hex}"
+        session = PythonSession(SandboxConfig(timeout_s=20))
+        session.start()
+        outcome: list[object] = []
+        code = FILE_SPAMMER.replace("MARKER", repr(marker)) + "import time\ntime.sleep(15)\n"
+        worker = threading.Thread(target=lambda: outcome.append(session.execute(code)))
+        worker.start()
+        deadline = time.monotonic() + 10
+        while len(_host_processes_with(marker)) < 4 and time.monotonic() < deadline:
+            time.sleep(0.02)
+        time.sleep(0.2)  # let them write
+        session.close()
+        assert _host_processes_with(marker) == [], attempt
+        worker.join(timeout=10)
+        assert not worker.is_alive() and outcome and outcome[0].status != "ok", outcome
+    assert os.listdir(private_tmp) == []
+
+
+def test_run_program_with_file_spamming_children_neither_raises_nor_leaves_a_dir(private_tmp: Path) -> None:
+    """Issue 19, 2: the same through ``run_program``."""
+    for _ in range(4):
+        marker = f"sst-spam-{uuid.uuid4().hex}"
+        result = run_program(FILE_SPAMMER.replace("MARKER", repr(marker)) + "import time\ntime.sleep(0.2)\nassert False\n")
+        assert not result.passed
+        assert _host_processes_with(marker) == []
+    assert os.listdir(private_tmp) == []
+
+
+def _host_processes_with(marker: str) -> list[int]:
+    """Host pids whose command line contains ``marker`` (zombies have none)."""
+    found = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                if marker.encode() in Path(f"/proc/{entry}/cmdline").read_bytes():
+                    found.append(int(entry))
+            except OSError:
+                continue  # it ended while we looked
+    return found
+
+
+# --- 3. passing means the test ran to its end ----------------------------------------------------------------
+
+PROMPT = 'def add_one(x: int) -> int:\n    """Return x plus one."""\n'
+CHECK = "def check(candidate):\n    assert candidate(1) == 2\n\ncheck(add_one)\n"
+# a wrong body, then a way to make the process end with status 0 anyway
+EXIT_ZERO_TRICKS = {
+    "os._exit": "    return x\nimport os\nos._exit(0)\n",
+    "sys.exit": "    return x\nimport sys\nsys.exit(0)\n",
+    "atexit": "    return x\nimport atexit, os\natexit.register(lambda: os._exit(0))\n",
+    "excepthook": "    return x\nimport os, sys\nsys.excepthook = lambda *exc: os._exit(0)\n",
+}
+
+
+@pytest.mark.parametrize("trick", sorted(EXIT_ZERO_TRICKS))
+def test_a_wrong_answer_that_exits_zero_fails(trick: str) -> None:
+    """Issue 19, 3: a wrong completion followed by os._exit(0), sys.exit(0), an atexit hook or a replaced
+    excepthook was graded passed=True."""
+    from sst_interp.codeact.grading import grade_episode
+    from sst_interp.data.grading import grade_humaneval
+    from sst_interp.data.question import Question
+
+    question = Question("t", "humaneval", PROMPT, CHECK, [], {"task_prompt": PROMPT})
+    completion = EXIT_ZERO_TRICKS[trick]
+    assert not grade_humaneval(question, completion).correct
+    episode = _Episode([_Turn(code=PROMPT + completion, tool_status="ok")])
+    assert not grade_episode(question, episode).correct
+    assert grade_humaneval(question, "    return x + 1\n").correct  # the honest answer still passes
+
+
+def test_an_accidental_sys_exit_before_the_check_fails() -> None:
+    """Issue 19, 3: code that calls sys.exit() by accident passed the same way."""
+    result = run_program("import sys\nsys.exit()\nassert False\n")
+    assert not result.passed and "SystemExit" in result.status
+
+
+class _Turn:
+    def __init__(self, code: str, tool_status: str) -> None:
+        self.code, self.tool_status = code, tool_status
+
+
+class _Episode:
+    def __init__(self, turns: list[_Turn]) -> None:
+        self.turns, self.final_answer = turns, ""
+
+
+# --- 4. replies out of the model code's reach -----------------------------------------------------------------
+
+FORGE = ("import json, os, struct\n"
+         "def forge(status='ok', answer='FORGED', nonce=None):\n"
+         "    fields = {'status': status, 'finish_answer': answer}\n"
+         "    if nonce is not None:\n"
+         "        fields['nonce'] = nonce\n"
+         "    body = json.dumps(fields).encode()\n"
+         "    frame = struct.pack('>I', len(body)) + body\n"
+         "    targets = [f'/proc/self/fd/{fd}' for fd in os.listdir('/proc/self/fd')]\n"
+         "    targets += [f'/proc/{p}/fd/{fd}' for p in os.listdir('/proc') if p.isdigit() and p != str(os.getpid())\n"
+         "                for fd in (os.listdir(f'/proc/{p}/fd') if os.access(f'/proc/{p}/fd', os.R_OK) else [])]\n"
+         "    for path in targets:\n"
+         "        try:\n"
+         "            fd = os.open(path, os.O_WRONLY | os.O_NONBLOCK)\n"
+         "            os.write(fd, frame)\n"
+         "            os.close(fd)\n"
+         "        except OSError:\n"
+         "            pass\n"
+         "    for fd in range(3, 256):\n"
+         "        try:\n"
+         "            os.write(fd, frame)\n"
+         "        except OSError:\n"
+         "            pass\n")
+
+
+def test_a_forged_ok_never_hides_an_exception() -> None:
+    """Issue 19, 5: a block that raised came back ``ok`` after writing a frame of its own."""
+    with PythonSession(SandboxConfig()) as session:
+        result = session.execute(FORGE + "forge()\nforge(nonce='ready')\nraise ValueError('real failure')\n")
+    assert result.status == "error"
+    assert result.finish_answer is None
+
+
+def test_forged_replies_do_not_fall_out_of_step() -> None:
+    """Issue 19, 5: a forged frame made the next block receive this block's reply."""
+    with PythonSession(SandboxConfig()) as session:
+        first = session.execute(FORGE + "forge(answer='meant for the next block')\nfinish_session('first')\n")
+        second = session.execute("print('second ran')")
+        third = session.execute("finish_session('third')")
+    assert first.finish_answer != "meant for the next block"
+    assert (second.status, second.stdout, second.finish_answer) == ("ok", "second ran\n", None)
+    assert third.finish_answer == "third"
+
+
+def test_a_forged_ok_then_a_spin_neither_returns_ok_nor_keeps_burning_cpu() -> None:
+    """Issue 19, 5: a forged ``ok`` followed by a spin returned in 0.00 s and kept burning CPU."""
+    marker = f"sst-spin-{uuid.uuid4().hex}"
+    with PythonSession(SandboxConfig(timeout_s=3)) as session:
+        result = session.execute(FORGE + f"import sys\nsys.argv.append({marker!r})\nforge()\n"
+                                 "import subprocess\n"
+                                 f"subprocess.Popen([sys.executable, '-c', 'while True: pass', {marker!r}])\n"
+                                 "while True:\n    pass\n")
+        spinning = _host_processes_with(marker)
+        after = session.execute("print('fresh')")
+    assert result.status != "ok"
+    assert spinning == []
+    assert after.stdout == "fresh\n"
