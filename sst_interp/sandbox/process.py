@@ -240,9 +240,9 @@ class SandboxProcess:
         self.kill()
         for name in ("command_fd", "result_fd", "exit_fd", "init_fd"):
             fd = getattr(self, name)
+            setattr(self, name, None)  # first, so a second close never closes a reused descriptor number
             if fd is not None:
                 os.close(fd)
-                setattr(self, name, None)
 
     def exit_reason(self) -> str:
         """How the process ended, in words (call after :meth:`kill`, which reaps it)."""

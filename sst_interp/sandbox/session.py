@@ -26,6 +26,7 @@ the parent-death signal to the thread); a later ``execute`` then reports that it
 
 from __future__ import annotations
 
+import threading
 import time
 import weakref
 from dataclasses import dataclass
@@ -75,20 +76,29 @@ class _Resources:
         self.workdir: str | None = None
         self.capture: CaptureFiles | None = None
         self.process: SandboxProcess | None = None
+        # close() may come from another thread while a block runs; the block then ends as an error
+        self.lock = threading.RLock()
 
     def stop_process(self) -> None:
-        if self.process is not None:
-            self.process.close()
-            self.process = None
+        with self.lock:
+            process, self.process = self.process, None
+            if process is not None:
+                process.close()
+
+    def read_output(self, cap: int) -> tuple[str, str]:
+        """The block's captured output, or nothing once the session was closed meanwhile."""
+        with self.lock:
+            return self.capture.read(cap) if self.capture is not None else ("", "")
 
     def release(self) -> None:
-        self.stop_process()
-        if self.capture is not None:
-            self.capture.close()
-            self.capture = None
-        if self.workdir is not None:
-            remove_workdir(self.workdir)
-            self.workdir = None
+        with self.lock:
+            self.stop_process()
+            if self.capture is not None:
+                self.capture.close()
+                self.capture = None
+            if self.workdir is not None:
+                remove_workdir(self.workdir)
+                self.workdir = None
 
 
 class PythonSession:
@@ -188,7 +198,7 @@ class PythonSession:
             self._stop_sandbox(f"the sandbox failed: {err}")
             footer = (f"[sandbox] the sandbox's supervisor failed ({err}); it was killed with every process in "
                       f"it, and the next block runs in a fresh interpreter (earlier variables are lost).")
-        stdout, stderr = capture.read(self.config.output_cap_chars)
+        stdout, stderr = self._resources.read_output(self.config.output_cap_chars)
         if footer:
             stderr = f"{stderr}{'' if not stderr or stderr.endswith(chr(10)) else chr(10)}{footer}\n"
         return CodeResult(stdout=stdout, stderr=notice + stderr, status=status, finish_answer=finish_answer,
