@@ -67,6 +67,6 @@ class SandboxConfig:
             value = getattr(self, name)
             if not isinstance(value, int) or value < 1:
                 raise UsageError(f"sandbox {name} must be a positive integer, got {value!r}")
-        if self.max_processes < 2:
-            # the interpreter itself is one process; 1 would forbid every subprocess and os.system call
-            raise UsageError(f"sandbox max_processes must be >= 2, got {self.max_processes}")
+        if self.max_processes < 3:
+            # the supervisor and the interpreter are two processes; fewer than 3 would forbid every subprocess
+            raise UsageError(f"sandbox max_processes must be >= 3, got {self.max_processes}")

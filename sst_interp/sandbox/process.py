@@ -190,9 +190,11 @@ class SandboxProcess:
                 info = _read_info(info_read, time.monotonic() + INFO_TIMEOUT_S)
                 if isinstance(info.get("child-pid"), int):
                     process.init_fd = os.pidfd_open(info["child-pid"])
-            except (SandboxError, OSError):
+            except (SandboxError, OSError) as err:
                 process.close()
-                raise
+                _, stderr = capture.read(2000)
+                raise SandboxError(f"the sandbox did not start ({err}; {process.exit_reason()}): "
+                                   f"{' '.join(stderr.split())}") from err
             finally:
                 os.close(info_read)
         return process

@@ -54,7 +54,7 @@ def test_unknown_backend_lists_the_known_ones() -> None:
     assert "bwrap, subprocess" in _one_line(err)
 
 
-@pytest.mark.parametrize("field, value", [("timeout_s", 0), ("memory_mb", 0), ("max_processes", 1),
+@pytest.mark.parametrize("field, value", [("timeout_s", 0), ("memory_mb", 0), ("max_processes", 2),
                                           ("output_cap_chars", -5)])
 def test_out_of_range_limits_are_usage_errors(field: str, value: float) -> None:
     with pytest.raises(UsageError, match=field):

@@ -327,3 +327,27 @@ def test_a_forged_ok_then_a_spin_neither_returns_ok_nor_keeps_burning_cpu() -> N
     assert result.status != "ok"
     assert spinning == []
     assert after.stdout == "fresh\n"
+
+
+# --- 7. a sandbox that fails is an error, never a graded answer --------------------------------------------
+
+def test_run_program_raises_when_bwrap_fails_after_the_start_up_check(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue 19, bug 2: ``run_program`` returned ``failed: bwrap: ...``, so the answer was graded wrong."""
+    from sst_interp.data.grading import grade_humaneval
+    from sst_interp.data.question import Question
+    from sst_interp.sandbox import SandboxError, check_backend
+    from sst_interp.sandbox import process as process_module
+
+    check_backend(SandboxConfig())  # the start-up check passes and is cached
+    real_argv = process_module.bwrap_argv
+
+    def broken_argv(*args, **kwargs):
+        argv = real_argv(*args, **kwargs)
+        return [argv[0], "--no-such-bwrap-option", *argv[1:]]
+
+    monkeypatch.setattr(process_module, "bwrap_argv", broken_argv)
+    with pytest.raises(SandboxError, match="did not start"):
+        run_program("pass\n")
+    question = Question("t", "humaneval", PROMPT, CHECK, [], {})
+    with pytest.raises(SandboxError):
+        grade_humaneval(question, "    return x + 1\n")
