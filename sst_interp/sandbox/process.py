@@ -32,6 +32,7 @@ from sst_interp.sandbox.config import SandboxConfig
 from sst_interp.sandbox.interpreter import base_interpreter, sandbox_env
 from sst_interp.sandbox.limits import rlimits
 from sst_interp.sandbox.output import CaptureFiles
+from sst_interp.sandbox.seccomp import filter_fd
 
 _HERE = Path(__file__).resolve().parent
 BOOTSTRAP_SOURCE = (_HERE / "bootstrap.py").read_text(encoding="utf-8")
@@ -163,8 +164,10 @@ class SandboxProcess:
                     raise SandboxError("bwrap is not on PATH")
                 info_read, info_write = os.pipe()
                 child_fds.append(info_write)
+                seccomp_fd = filter_fd()
+                child_fds.append(seccomp_fd)
                 argv = bwrap_argv(bwrap_path, config, interpreter, workdir, os.geteuid() == 0, command)
-                argv[1:1] = ["--info-fd", str(info_write)]
+                argv[1:1] = ["--info-fd", str(info_write), "--seccomp", str(seccomp_fd)]
                 # bwrap itself gets a bare environment: the caller's variables must not reach any process
                 # of the sandbox (bwrap's own init keeps the environment it was started with)
                 popen = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=capture.stdout_fd,

@@ -351,3 +351,46 @@ def test_run_program_raises_when_bwrap_fails_after_the_start_up_check(monkeypatc
     question = Question("t", "humaneval", PROMPT, CHECK, [], {})
     with pytest.raises(SandboxError):
         grade_humaneval(question, "    return x + 1\n")
+
+
+# --- 6. system calls: a seccomp filter ------------------------------------------------------------------------
+
+SYSCALL_PROBE = r'''
+import ctypes, errno, json, socket
+libc = ctypes.CDLL(None, use_errno=True)
+libc.syscall.restype = ctypes.c_long
+def attempt(number, *args):
+    result = libc.syscall(number, *[ctypes.c_long(a) for a in args])
+    return "allowed" if result >= 0 else errno.errorcode.get(ctypes.get_errno(), "?")
+params = (ctypes.c_char * 120)()
+outcome = {
+    "io_uring_setup": attempt(425, 8, ctypes.addressof(params)),
+    "keyctl": attempt(250, 0, -3, 0),          # KEYCTL_GET_KEYRING_ID of the session keyring
+    "bpf": attempt(321, 0, 0, 0),
+    "perf_event_open": attempt(298, 0, 0, -1, -1, 0),
+    "userfaultfd": attempt(323, 0),
+    "ptrace": attempt(101, 16, 1, 0, 0),       # PTRACE_ATTACH to pid 1
+    "mount": attempt(165, 0, 0, 0, 0, 0),
+}
+for family in ("AF_NETLINK", "AF_PACKET"):
+    try:
+        socket.socket(getattr(socket, family), socket.SOCK_RAW).close()
+        outcome[family] = "allowed"
+    except OSError as err:
+        outcome[family] = errno.errorcode[err.errno]
+for family in ("AF_UNIX", "AF_INET"):
+    socket.socket(getattr(socket, family), socket.SOCK_STREAM).close()
+print(json.dumps(outcome))
+'''
+
+
+def test_the_seccomp_filter_refuses_what_model_code_never_needs() -> None:
+    """Issue 19, 6: there was no seccomp filter (``io_uring_setup`` succeeded)."""
+    with PythonSession(SandboxConfig()) as session:
+        result = session.execute(SYSCALL_PROBE)
+    assert result.status == "ok", result.stderr
+    outcome = json.loads(result.stdout)
+    assert {name: outcome[name] for name in ("io_uring_setup", "keyctl", "bpf", "perf_event_open", "userfaultfd",
+                                             "ptrace", "mount")} == dict.fromkeys(
+        ("io_uring_setup", "keyctl", "bpf", "perf_event_open", "userfaultfd", "ptrace", "mount"), "EPERM")
+    assert outcome["AF_NETLINK"] == outcome["AF_PACKET"] == "EAFNOSUPPORT"
