@@ -46,7 +46,9 @@ def filter_program() -> bytes:
     """The BPF program of the filter for this machine's architecture (built once per process)."""
     try:
         import pyseccomp as seccomp
-    except (ImportError, OSError, RuntimeError) as err:  # the bindings raise when libseccomp.so is missing
+    except ImportError as err:
+        raise SeccompUnavailable(f"the pyseccomp bindings are missing ({err}): pip install pyseccomp") from err
+    except (OSError, RuntimeError) as err:  # the bindings raise one of these when libseccomp.so is missing
         raise SeccompUnavailable(f"libseccomp could not be loaded ({err}): apt-get install libseccomp2") from err
     syscall_filter = seccomp.SyscallFilter(seccomp.ALLOW)
     for name in DENIED_SYSCALLS:
