@@ -125,7 +125,8 @@ def sandbox_config(args: RecordArgs, hidden_paths: tuple[str, ...] = ()) -> Any:
     # output_cap_chars: the sandbox must not cut what --tool-output-chars lets through (it used to cut at 2,000)
     return SandboxConfig(backend=args.sandbox, timeout_s=args.sandbox_timeout, memory_mb=args.sandbox_memory_mb,
                          cpu_seconds=args.sandbox_cpu_seconds, max_processes=args.sandbox_max_processes,
-                         tmp_mb=args.sandbox_tmp_mb, max_file_mb=args.sandbox_max_file_mb,
+                         tmp_mb=args.sandbox_tmp_mb, max_inodes=args.sandbox_max_inodes,
+                         max_file_mb=args.sandbox_max_file_mb,
                          output_cap_chars=args.tool_output_chars, hidden_paths=tuple(hidden_paths))
 
 
@@ -181,5 +182,6 @@ def manifest_extra(args: RecordArgs, sst: Any, tokenizer: Any, config: Any, dept
         extra["sandbox"] = {"backend": args.sandbox, "timeout_s": args.sandbox_timeout,
                             "memory_mb": args.sandbox_memory_mb, "cpu_seconds": args.sandbox_cpu_seconds,
                             "max_processes": args.sandbox_max_processes, "tmp_mb": args.sandbox_tmp_mb,
+                            "max_inodes": args.sandbox_max_inodes,
                             "max_file_mb": args.sandbox_max_file_mb}
     return extra

@@ -11,9 +11,10 @@ Filesystem: an allow list. bwrap starts from an empty root (a tmpfs of its own);
    ``SandboxConfig.hidden_paths`` (and the caller's home and working directory) that lie inside those trees
    are covered again by an empty read-only tmpfs.
 4. ``--proc /proc`` (a fresh procfs of the new PID namespace) and ``--dev /dev`` (a minimal device tree).
-5. ``/tmp``: a fresh, size-limited tmpfs (``tmp_mb``), private to the sandbox.
-6. The private working directory, bound read-write at its own host path: the only writable host path.
-   It is ``HOME`` and ``TMPDIR``, and the bootstrap makes it the working directory.
+5. The working directory, :data:`SANDBOX_DIR`: only a mount point here. The bootstrap mounts a tmpfs of the
+   sandbox's own on it, capped at ``tmp_mb`` MiB and ``max_inodes`` inodes, and makes it the working
+   directory; it is ``HOME`` and ``TMPDIR``, and ``/tmp`` is a link to it. No host path is writable, and
+   nothing the code writes reaches the host.
 
 Nothing else of the host exists inside (``/srv``, ``/var``, ``/run``, ``/home``, ``/mnt``, ``/opt``, the
 caller's tree). That matters for Unix-domain sockets: ``connect()`` on a socket file ignores read-only
@@ -49,6 +50,7 @@ TOP_LEVEL_LINKS = ("/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32")
 # What the C library, the dynamic loader and Python's standard library read from /etc; nothing with secrets.
 ETC_FILES = ("/etc/ld.so.cache", "/etc/ld.so.conf", "/etc/localtime", "/etc/passwd", "/etc/group",
              "/etc/nsswitch.conf", "/etc/hosts", "/etc/host.conf", "/etc/mime.types")
+SANDBOX_DIR = "/sandbox"  # the working directory inside (a tmpfs the bootstrap mounts)
 SANDBOX_UID = 65534  # "nobody": the uid a root caller's sandbox runs as
 SANDBOX_GID = 65534
 SIZE_OPTION_VERSION = (0, 7, 0)  # bwrap learned --size (tmpfs size limit) in 0.7.0
@@ -142,7 +144,7 @@ def system_args() -> list[str]:
 
 def mount_args(config: SandboxConfig, interpreter: Interpreter, workdir: str, hidden: Sequence[str],
                size_option: bool) -> list[str]:
-    """The mount part of the command line (module docstring, steps 1-6)."""
+    """The mount part of the command line (module docstring, steps 1-5)."""
     def sized(size: int) -> list[str]:
         return ["--size", str(size)] if size_option else []
 
@@ -154,8 +156,9 @@ def mount_args(config: SandboxConfig, interpreter: Interpreter, workdir: str, hi
     for path in _outermost([p for p in hidden if any(_inside(p, r) for r in [*roots, "/usr"])]):
         args += ["--perms", "0755", *sized(HIDING_TMPFS_BYTES), "--tmpfs", path, "--remount-ro", path]
     args += ["--proc", "/proc", "--dev", "/dev"]
-    args += ["--perms", "1777", *sized(config.tmp_mb * MIB), "--tmpfs", "/tmp"]
-    args += [*_open_parents(workdir, ["/", "/tmp"]), "--bind", workdir, workdir]
+    # the working directory is only a mount point here: the bootstrap mounts the capped tmpfs on it, and /tmp
+    # is a link to it, so the sandbox has one writable place with one size and one inode budget
+    args += [*_open_parents(workdir, ["/"]), "--perms", "0755", "--dir", workdir, "--symlink", workdir, "/tmp"]
     return args
 
 
@@ -167,7 +170,7 @@ def bwrap_argv(bwrap: str, config: SandboxConfig, interpreter: Interpreter, work
         bwrap: path of the ``bwrap`` executable.
         config: limits and extra hidden paths.
         interpreter: the interpreter ``command`` uses; its directories stay visible.
-        workdir: the private directory (host path; the same path inside).
+        workdir: the working directory inside (:data:`SANDBOX_DIR`).
         privileged: the caller is root (see the module docstring, "Privileges").
         command: the program to run inside.
     """

@@ -27,18 +27,19 @@ import warnings
 from collections.abc import Sequence
 from pathlib import Path
 
-from sst_interp.sandbox.bwrap import SANDBOX_GID, SANDBOX_UID, bwrap_argv, find_bwrap
+from sst_interp.sandbox.bwrap import SANDBOX_DIR, SANDBOX_GID, SANDBOX_UID, bwrap_argv, find_bwrap
 from sst_interp.sandbox.config import SandboxConfig
 from sst_interp.sandbox.interpreter import base_interpreter, sandbox_env
 from sst_interp.sandbox.limits import rlimits
 from sst_interp.sandbox.output import CaptureFiles
-from sst_interp.sandbox.seccomp import filter_fd
+from sst_interp.sandbox.seccomp import filter_fd, mount_filter_program
 
 _HERE = Path(__file__).resolve().parent
 BOOTSTRAP_SOURCE = (_HERE / "bootstrap.py").read_text(encoding="utf-8")
 DRIVER_SOURCE = (_HERE / "driver.py").read_text(encoding="utf-8")
 SUPERVISOR_SOURCE = (_HERE / "supervisor.py").read_text(encoding="utf-8")
 SETUP_FAILURE_STATUS = 125  # the bootstrap's exit status when a setup step failed
+MIB = 1024 * 1024
 INFO_TIMEOUT_S = 30.0  # bwrap reports its init's pid at once; this only bounds a hang
 NAMESPACE_EXIT_TIMEOUT_S = 10.0  # the kernel reaps a killed namespace in milliseconds
 
@@ -149,10 +150,14 @@ class SandboxProcess:
                        str(result_write), json.dumps(supervisor_spec)]
         else:
             program = [*driver, *driver_args]
+        # bwrap: the working directory is the sandbox's own tmpfs, not the host directory
+        inside = SANDBOX_DIR if bwrap else workdir
         spec = {
             "drop_to": [SANDBOX_UID, SANDBOX_GID] if bwrap and os.geteuid() == 0 else None,
-            "cwd": workdir,
+            "cwd": inside,
             "new_userns": bwrap,
+            "workdir_tmpfs": {"size": config.tmp_mb * MIB, "inodes": config.max_inodes} if bwrap else None,
+            "seccomp_hex": mount_filter_program().hex() if bwrap else "",
             "rlimits": rlimits(config, process_limit=bwrap),
             "argv": program,
         }
@@ -166,7 +171,7 @@ class SandboxProcess:
                 child_fds.append(info_write)
                 seccomp_fd = filter_fd()
                 child_fds.append(seccomp_fd)
-                argv = bwrap_argv(bwrap_path, config, interpreter, workdir, os.geteuid() == 0, command)
+                argv = bwrap_argv(bwrap_path, config, interpreter, inside, os.geteuid() == 0, command)
                 argv[1:1] = ["--info-fd", str(info_write), "--seccomp", str(seccomp_fd)]
                 # bwrap itself gets a bare environment: the caller's variables must not reach any process
                 # of the sandbox (bwrap's own init keeps the environment it was started with)

@@ -1,9 +1,10 @@
 """The sandbox's seccomp filter: system calls model code never needs are refused by the kernel.
 
-Built with libseccomp (through the ``pyseccomp`` ctypes bindings) as a BPF program and handed to bwrap with
-``--seccomp FD``; bwrap installs it in the sandbox before it runs the bootstrap, so every process of the
-sandbox (supervisor, interpreter, anything the code starts) runs under it and cannot remove it (filters are
-inherited across ``fork`` and ``execve`` and can only be added to).
+Built with libseccomp (through the ``pyseccomp`` ctypes bindings) as two BPF programs. The main one is handed
+to bwrap with ``--seccomp FD``; bwrap installs it before it runs the bootstrap. The mount calls are left to a
+second, small one (:data:`MOUNT_SYSCALLS`) that the bootstrap installs right after it mounted the working
+directory's tmpfs. Every process of the sandbox (supervisor, interpreter, anything the code starts) runs under
+both, and none can remove them (filters are inherited across ``fork`` and ``execve`` and can only be added to).
 
 Refused with ``EPERM``: io_uring (``io_uring_setup``/``_enter``/``_register``: a large kernel attack
 surface), keys (``keyctl``, ``add_key``, ``request_key``), ``bpf``, ``perf_event_open``, ``userfaultfd``,
@@ -29,10 +30,11 @@ DENIED_SYSCALLS = (
     "keyctl", "add_key", "request_key",
     "bpf", "perf_event_open", "userfaultfd",
     "ptrace", "process_vm_readv", "process_vm_writev",
-    "mount", "umount2", "pivot_root", "fsopen", "fsconfig", "fsmount", "fspick", "move_mount", "open_tree",
     "init_module", "finit_module", "delete_module", "kexec_load", "kexec_file_load",
     "acct", "swapon", "swapoff", "reboot",
 )
+MOUNT_SYSCALLS = ("mount", "umount2", "pivot_root", "fsopen", "fsconfig", "fsmount", "fspick", "move_mount",
+                  "open_tree")
 ALLOWED_FAMILIES = (socket.AF_UNIX, socket.AF_INET, socket.AF_INET6)
 MAX_FAMILY = 64  # above every AF_* value the kernel knows (AF_MAX is 46 on Linux 6.x)
 
@@ -41,25 +43,44 @@ class SeccompUnavailable(RuntimeError):
     """libseccomp (or its Python bindings) could not be loaded."""
 
 
-@functools.lru_cache(maxsize=1)
-def filter_program() -> bytes:
-    """The BPF program of the filter for this machine's architecture (built once per process)."""
+def _load_bindings():
     try:
-        import pyseccomp as seccomp
+        import pyseccomp
     except ImportError as err:
         raise SeccompUnavailable(f"the pyseccomp bindings are missing ({err}): pip install pyseccomp") from err
     except (OSError, RuntimeError) as err:  # the bindings raise one of these when libseccomp.so is missing
         raise SeccompUnavailable(f"libseccomp could not be loaded ({err}): apt-get install libseccomp2") from err
+    return pyseccomp
+
+
+def _export(syscall_filter) -> bytes:
+    with os.fdopen(os.memfd_create("sst-interp-seccomp-export", os.MFD_CLOEXEC), "w+b") as buffer:
+        syscall_filter.export_bpf(buffer)
+        buffer.seek(0)
+        return buffer.read()
+
+
+@functools.lru_cache(maxsize=1)
+def filter_program() -> bytes:
+    """The main filter's BPF program for this machine's architecture (built once per process)."""
+    seccomp = _load_bindings()
     syscall_filter = seccomp.SyscallFilter(seccomp.ALLOW)
     for name in DENIED_SYSCALLS:
         syscall_filter.add_rule(seccomp.ERRNO(errno.EPERM), name)
     for family in range(MAX_FAMILY):
         if family not in ALLOWED_FAMILIES:
             syscall_filter.add_rule(seccomp.ERRNO(errno.EAFNOSUPPORT), "socket", seccomp.Arg(0, seccomp.EQ, family))
-    with os.fdopen(os.memfd_create("sst-interp-seccomp-export", os.MFD_CLOEXEC), "w+b") as buffer:
-        syscall_filter.export_bpf(buffer)
-        buffer.seek(0)
-        return buffer.read()
+    return _export(syscall_filter)
+
+
+@functools.lru_cache(maxsize=1)
+def mount_filter_program() -> bytes:
+    """The filter the bootstrap installs after its mount: every mount call refused."""
+    seccomp = _load_bindings()
+    syscall_filter = seccomp.SyscallFilter(seccomp.ALLOW)
+    for name in MOUNT_SYSCALLS:
+        syscall_filter.add_rule(seccomp.ERRNO(errno.EPERM), name)
+    return _export(syscall_filter)
 
 
 def filter_fd() -> int:

@@ -12,8 +12,10 @@ interpreter that runs the code answers it with a per-block nonce, so a frame the
 taken for a reply. After a timeout, when the interpreter dies (``RLIMIT_CPU``, out of memory, ``os._exit``)
 or when its channel carried a forged frame, it is killed and the next :meth:`PythonSession.execute` runs in
 a fresh interpreter, saying in its stderr that earlier variables are lost. When a block returns, every
-other process it started is killed. The working directory (and the files the code wrote there) lasts for the
-whole session.
+other process it started is killed. The working directory (a tmpfs of the sandbox, capped in size and inodes;
+see :mod:`~sst_interp.sandbox.bwrap`) and the files the code wrote there last as long as the sandbox: across
+interpreter restarts, but not when the whole sandbox had to be replaced (its supervisor failed), which the
+next block's note says.
 
 Nothing the code does makes :meth:`~PythonSession.execute` raise: a broken or silent supervisor is that
 block's ``error`` (or ``timeout``) with a ``[sandbox]`` note, and the next block starts a fresh sandbox. Only
@@ -117,6 +119,7 @@ class PythonSession:
         self._finalizer = weakref.finalize(self, self._resources.release)
         self._reader: MessageReader | None = None
         self._lost: str | None = None  # why the previous interpreter ended, told to the next block
+        self._files_lost = False  # the whole sandbox was replaced, and with it its tmpfs
         self._closed = False
         self.starts = 0
         self.last_start_seconds = 0.0
@@ -172,10 +175,11 @@ class PythonSession:
         if self._resources.process is None:
             self.start()
         if self._lost is not None:
+            files = ("the working directory and its files are lost too" if self._files_lost
+                     else "files in the working directory are kept")
             notice = (f"[sandbox] the previous interpreter was stopped ({self._lost}); this block ran in a "
-                      f"fresh one: variables, functions and imports of earlier blocks are lost (files in "
-                      f"the working directory are kept).\n")
-            self._lost = None
+                      f"fresh one: variables, functions and imports of earlier blocks are lost ({files}).\n")
+            self._lost, self._files_lost = None, False
         process, capture = self._resources.process, self._resources.capture
         capture.reset()
         timeout = self.config.timeout_s
@@ -226,6 +230,8 @@ class PythonSession:
         self._resources.stop_process()
         self._reader = None
         self._lost = reason
+        # the bwrap backend's working directory is a tmpfs of the sandbox, gone with it
+        self._files_lost = self.config.backend == "bwrap"
 
     def close(self) -> None:
         """Kill the interpreter and everything it started; remove the working directory. Idempotent."""

@@ -33,6 +33,7 @@ def test_missing_bwrap_is_one_line_naming_the_package(monkeypatch, capsys, tmp_p
     (["--protocol", "codeact", "--sandbox-memory-mb", "-1"], "--sandbox-memory-mb must be at least 1, got -1"),
     (["--protocol", "codeact", "--sandbox-max-processes", "2"], "--sandbox-max-processes must be at least 3"),
     (["--protocol", "codeact", "--sandbox-tmp-mb", "0"], "--sandbox-tmp-mb must be at least 1"),
+    (["--protocol", "codeact", "--sandbox-max-inodes", "-3"], "--sandbox-max-inodes must be at least 1"),
     (["--protocol", "codeact", "--sandbox-cpu-seconds", "-5"], "--sandbox-cpu-seconds must be at least 1"),
     (["--protocol", "codeact", "--sandbox-max-file-mb", "0"], "--sandbox-max-file-mb must be at least 1"),
 ])
@@ -53,10 +54,10 @@ def test_sandbox_flags_reach_the_sandbox_config():
 
     args = parse_args(["--protocol", "codeact", "--tool-output-chars", "5000", "--sandbox-memory-mb", "512",
                        "--sandbox-max-processes", "5", "--sandbox-tmp-mb", "8", "--sandbox-cpu-seconds", "9",
-                       "--sandbox-max-file-mb", "3"])
+                       "--sandbox-max-file-mb", "3", "--sandbox-max-inodes", "77"])
     config = sandbox_config(args)
     assert (config.output_cap_chars, config.memory_mb, config.max_processes, config.tmp_mb, config.cpu_seconds,
-            config.max_file_mb) == (5000, 512, 5, 8, 9, 3)
+            config.max_file_mb, config.max_inodes) == (5000, 512, 5, 8, 9, 3, 77)
     assert sandbox_config(parse_args(["--protocol", "codeact"])).memory_mb == 1024  # the documented default
 
 

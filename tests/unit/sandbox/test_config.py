@@ -75,20 +75,18 @@ def _pairs(args: list[str], option: str) -> list[str]:
 
 def test_mounts_are_an_allow_list_with_the_interpreter_and_hidden_paths_inside_it() -> None:
     interpreter = Interpreter("/root/.pyenv/versions/3.11.7/bin/python3.11", ("/root/.pyenv/versions/3.11.7",))
-    workdir = "/tmp/sst_interp_exec_abc"
     hidden = ["/root", "/home/me", "/srv/run-dir", "/root/.pyenv/versions/3.11.7/x"]
-    args = mount_args(SandboxConfig(tmp_mb=8), interpreter, workdir, hidden, size_option=True)
+    args = mount_args(SandboxConfig(tmp_mb=8), interpreter, "/sandbox", hidden, size_option=True)
     assert "/" not in _pairs(args, "--ro-bind")  # the host root is never bound
     assert args[:3] == ["--ro-bind", "/usr", "/usr"]
-    tmpfs = _pairs(args, "--tmpfs")
     # only a hidden path inside an allowed tree needs covering; the rest simply does not exist inside
-    assert tmpfs == ["/root/.pyenv/versions/3.11.7/x", "/tmp"]
+    assert _pairs(args, "--tmpfs") == ["/root/.pyenv/versions/3.11.7/x"]
     rebind = args.index(interpreter.roots[0])
     assert args[rebind - 1] == "--ro-bind" and args[rebind + 1] == interpreter.roots[0]
     assert args.index("/root/.pyenv/versions/3.11.7/x") > rebind  # stacked on the re-bound tree
-    assert _pairs(args, "--dir")[-3:] == ["/root", "/root/.pyenv", "/root/.pyenv/versions"]
-    assert _pairs(args, "--bind") == [workdir]
-    assert args[args.index("/tmp") - 2:args.index("/tmp") - 1] == [str(8 << 20)]
+    assert _pairs(args, "--dir")[-4:] == ["/root", "/root/.pyenv", "/root/.pyenv/versions", "/sandbox"]
+    assert _pairs(args, "--bind") == []  # no host path is writable
+    assert args[-3:] == ["--symlink", "/sandbox", "/tmp"]  # one writable place: the bootstrap's capped tmpfs
 
 
 def test_full_command_line_isolates_and_clears_the_environment(monkeypatch: pytest.MonkeyPatch,

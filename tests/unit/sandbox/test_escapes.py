@@ -116,7 +116,7 @@ def test_only_the_allow_list_of_host_paths_is_visible() -> None:
     exists_line, root_line = result.stdout.splitlines()
     assert not any(json.loads(exists_line).values()), exists_line
     interpreter_tops = {root.strip("/").split("/")[0] for root in base_interpreter().roots}
-    allowed = {"usr", "bin", "sbin", "lib", "lib32", "lib64", "libx32", "etc", "proc", "dev", "tmp"}
+    allowed = {"usr", "bin", "sbin", "lib", "lib32", "lib64", "libx32", "etc", "proc", "dev", "tmp", "sandbox"}
     assert set(json.loads(root_line)) <= allowed | interpreter_tops, root_line
 
 
@@ -394,3 +394,45 @@ def test_the_seccomp_filter_refuses_what_model_code_never_needs() -> None:
                                              "ptrace", "mount")} == dict.fromkeys(
         ("io_uring_setup", "keyctl", "bpf", "perf_event_open", "userfaultfd", "ptrace", "mount"), "EPERM")
     assert outcome["AF_NETLINK"] == outcome["AF_PACKET"] == "EAFNOSUPPORT"
+
+
+# --- 6. limits per sandbox: the writable place is a capped tmpfs ----------------------------------------------
+
+def test_disk_use_and_file_count_are_capped_per_sandbox() -> None:
+    """Issue 19, 6: the writable dir was a host directory; 1 GiB and 64k inodes were written there in 3 s."""
+    code = ("import os\n"
+            "written = files = 0\n"
+            "try:\n"
+            "    for i in range(64):\n"
+            "        with open(f'big{i}', 'wb') as handle:\n"
+            "            handle.write(b'x' * (1 << 20))\n"
+            "        written += 1\n"
+            "except OSError as err:\n"
+            "    print('disk', err.errno)\n"
+            "for name in os.listdir('.'):\n"
+            "    os.remove(name)\n"
+            "try:\n"
+            "    for i in range(5000):\n"
+            "        open(f'/tmp/f{i}', 'w').close()\n"  # /tmp counts against the same budget
+            "        files += 1\n"
+            "except OSError as err:\n"
+            "    print('inodes', err.errno)\n"
+            "print(written, files)\n")
+    with PythonSession(SandboxConfig(tmp_mb=8, max_inodes=1000)) as session:
+        result = session.execute(code)
+    assert result.status == "ok", result.stderr
+    lines = result.stdout.split()
+    written, files = int(lines[-2]), int(lines[-1])
+    assert "disk" in result.stdout and "inodes" in result.stdout, result.stdout
+    assert written <= 8 and files < 1000  # 8 MiB and 1,000 inodes, not the 64 MiB and 5,000 tried
+
+
+def test_files_survive_an_interpreter_restart_but_never_reach_the_host(private_tmp: Path) -> None:
+    """The tmpfs lives as long as the sandbox: a dead interpreter's files are still there for the next block."""
+    with PythonSession(SandboxConfig()) as session:
+        session.execute("open('notes.txt', 'w').write('kept')")
+        session.execute("import os\nos._exit(1)")
+        after = session.execute("print(open('notes.txt').read())")
+        on_host = [str(path) for path in private_tmp.rglob("notes.txt")]
+    assert after.stdout == "kept\n" and "files in the working directory are kept" in after.stderr
+    assert on_host == []
