@@ -39,6 +39,7 @@ import types
 HEADER = struct.Struct(">I")
 EXECUTE_FILENAME = "<block>"  # not "<execute>": that text is an action token of the model
 PROGRAM_FILENAME = "program.py"
+MAX_FINISH_CHARS = 100_000  # the supervisor's cap on finish_session's answer
 # bound now: model code replacing json.dumps or os.write in their modules must not change the reply
 _DUMPS = json.dumps
 _WRITE = os.write
@@ -207,8 +208,9 @@ def session_loop(cmd_fd: int, result_fd: int) -> None:
             status = run_block(message["code"], main_module.__dict__, sources)
         _flush_standard_streams()
         finish = state["finish"]
-        send(result_fd, {"status": status, "finish_answer": finish if isinstance(finish, str) else None,
-                         "nonce": nonce})
+        # cut here too: a reply over the supervisor's size limit would be taken for a forged one
+        finish = finish[:MAX_FINISH_CHARS] if isinstance(finish, str) else None
+        send(result_fd, {"status": status, "finish_answer": finish, "nonce": nonce})
 
 
 def _disable_socket_api() -> None:
