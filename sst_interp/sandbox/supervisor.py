@@ -40,6 +40,7 @@ PR_SET_DUMPABLE = 4
 PR_SET_CHILD_SUBREAPER = 36
 READY_TIMEOUT_S = 60.0
 SWEEP_TIMEOUT_S = 2.0
+DEATH_GRACE_S = 1.0  # how long an interpreter whose pipe closed may take to exit by itself
 
 
 class Forged(Exception):
@@ -244,8 +245,11 @@ def serve(command_fd, result_fd, spec):
             event = outcome
         if event is not None:
             if event == "died":
-                interpreter.popen.wait()  # it is ending by itself: its own status, not our kill
-                detail = describe_status(interpreter.popen.returncode, spec["cpu_seconds"])
+                try:
+                    interpreter.popen.wait(DEATH_GRACE_S)  # it is ending by itself: its own status, not our kill
+                    detail = describe_status(interpreter.popen.returncode, spec["cpu_seconds"])
+                except subprocess.TimeoutExpired:
+                    detail = "it closed its reply pipe and was killed"
             interpreter.stop()
             interpreter = None
         if spec["pid_namespace"]:

@@ -436,3 +436,15 @@ def test_files_survive_an_interpreter_restart_but_never_reach_the_host(private_t
         on_host = [str(path) for path in private_tmp.rglob("notes.txt")]
     assert after.stdout == "kept\n" and "files in the working directory are kept" in after.stderr
     assert on_host == []
+
+
+def test_closing_the_reply_pipe_is_an_error_not_a_hang() -> None:
+    """Code that closes every descriptor it holds (the reply pipe among them) must not hang the supervisor."""
+    with PythonSession(SandboxConfig(timeout_s=5)) as session:
+        started = time.monotonic()
+        result = session.execute("import os\nos.closerange(3, 1024)\nimport time\ntime.sleep(30)\n")
+        elapsed = time.monotonic() - started
+        after = session.execute("print('fresh')")
+    assert result.status == "error" and "[sandbox]" in result.stderr, result
+    assert elapsed < 3.0
+    assert after.stdout == "fresh\n"
