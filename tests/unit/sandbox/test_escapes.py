@@ -158,12 +158,17 @@ def test_a_lone_surrogate_answer_is_made_storable() -> None:
     assert result.finish_answer.startswith("a") and result.finish_answer.endswith("b")
 
 
-FILE_SPAMMER = ("import os, subprocess, sys\n"
-                "spam = 'import os, itertools\\nfor i in itertools.count():\\n    try:\\n"
-                "        os.makedirs(f\"d{os.getpid()}/{i % 50}\", exist_ok=True)\\n"
-                "        open(f\"d{os.getpid()}/{i % 50}/f{i}\", \"w\").close()\\n    except OSError:\\n        pass\\n'\n"
+# four children in sessions of their own, each creating files in 50 directories as fast as it can
+SPAM_CHILD = ("import os, itertools\n"
+              "for i in itertools.count():\n"
+              "    try:\n"
+              "        os.makedirs(f'd{os.getpid()}/{i % 50}', exist_ok=True)\n"
+              "        open(f'd{os.getpid()}/{i % 50}/f{i}', 'w').close()\n"
+              "    except OSError:\n"
+              "        pass\n")
+FILE_SPAMMER = ("import subprocess, sys\n"
                 "for _ in range(4):\n"
-                "    subprocess.Popen([sys.executable, '-c', spam, MARKER], start_new_session=True)\n")
+                f"    subprocess.Popen([sys.executable, '-c', {SPAM_CHILD!r}, MARKER], start_new_session=True)\n")
 
 
 @pytest.fixture
@@ -182,7 +187,7 @@ def test_close_during_a_block_kills_everything_before_removing_the_work_dir(priv
     left work dirs behind, and sandbox processes outlived close()."""
     import threading
 
-    for attempt in range(4):
+    for attempt in range(8):  # the old race lost 2-10 of 15 runs: eight tries make it show
         marker = f"sst-spam-{uuid.uuid4().hex}"
         session = PythonSession(SandboxConfig(timeout_s=20))
         session.start()
@@ -203,9 +208,10 @@ def test_close_during_a_block_kills_everything_before_removing_the_work_dir(priv
 
 def test_run_program_with_file_spamming_children_neither_raises_nor_leaves_a_dir(private_tmp: Path) -> None:
     """Issue 19, 2: the same through ``run_program``."""
-    for _ in range(4):
+    for _ in range(8):  # the old race lost 2-10 of 15 runs: eight tries make it show
         marker = f"sst-spam-{uuid.uuid4().hex}"
-        result = run_program(FILE_SPAMMER.replace("MARKER", repr(marker)) + "import time\ntime.sleep(0.2)\nassert False\n")
+        program = FILE_SPAMMER.replace("MARKER", repr(marker)) + "import time\ntime.sleep(0.2)\nassert False\n"
+        result = run_program(program)
         assert not result.passed
         assert _host_processes_with(marker) == []
     assert os.listdir(private_tmp) == []
