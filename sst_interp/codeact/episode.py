@@ -25,7 +25,13 @@ from contextlib import ExitStack
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from sst_interp.codeact.format import ActionFormat, decode_with_actions, encode_with_actions, extract_code
+from sst_interp.codeact.format import (
+    ActionFormat,
+    decode_with_actions,
+    encode_tool_turn,
+    encode_with_actions,
+    extract_code,
+)
 from sst_interp.errors import UsageError
 from sst_interp.model.generation import (
     DepthPolicy,
@@ -266,7 +272,7 @@ def run_episodes(
                 elif turn + 1 >= config.max_turns:
                     episode.stop_reason = "max_turns"
                 else:
-                    segment = encode_with_actions(fmt.tool_turn(record.tool_output), tokenizer, fmt.action_tokens)[0]
+                    segment = encode_tool_turn(record.tool_output, tokenizer, fmt)
                     # +1: the token that ended the turn is fed again in front of the segment.
                     if episode.context + len(segment) + generation.max_new_tokens > config.max_context_tokens:
                         episode.stop_reason = "token_budget"

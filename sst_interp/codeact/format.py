@@ -110,6 +110,44 @@ def encode_with_actions(
     return ids, offsets
 
 
+def special_strings(tokenizer: Any, action_tokens: Sequence[tuple[str, int]]) -> list[str]:
+    """Every string the tokenizer (or the action mapping) would turn into a control or action id when it appears
+    in text: the tokenizer's special added tokens (chat markers, ``<bos>``, ``<unusedN>``, ...) and the action
+    token strings."""
+    added = getattr(tokenizer, "added_tokens_decoder", {}) or {}
+    return sorted({*(token.content for token in added.values() if token.special), *(t for t, _ in action_tokens)},
+                  key=len, reverse=True)
+
+
+_SPECIAL_PATTERNS: dict[tuple[int, tuple[tuple[str, int], ...]], re.Pattern[str]] = {}
+
+
+def _special_pattern(tokenizer: Any, action_tokens: Sequence[tuple[str, int]]) -> re.Pattern[str]:
+    """A regex matching any of :func:`special_strings` (compiled once per tokenizer: Gemma 3 has ~6,000)."""
+    key = (id(tokenizer), tuple(action_tokens))
+    if key not in _SPECIAL_PATTERNS:
+        _SPECIAL_PATTERNS[key] = re.compile("|".join(map(re.escape, special_strings(tokenizer, action_tokens))))
+    return _SPECIAL_PATTERNS[key]
+
+
+def encode_tool_turn(output: str, tokenizer: Any, fmt: ActionFormat) -> list[int]:
+    """Token ids of ``fmt.tool_turn(output)`` where ``output`` (tool output: written by model code) is plain text.
+
+    Tool output that holds no special-token string tokenises exactly as the whole turn always did. Output that
+    holds one (``<end_of_turn>``, ``<start_of_turn>``, ``<execute>``, ...) is encoded on its own with the
+    tokenizer's ``split_special_tokens``, so those strings become ordinary text tokens and never the control or
+    action ids; the turn's own markers around it keep theirs.
+    """
+    whole = fmt.tool_turn(output)
+    if _special_pattern(tokenizer, fmt.action_tokens).search(output) is None:
+        return encode_with_actions(whole, tokenizer, fmt.action_tokens)[0]
+    start = whole.index(output, len(fmt.turn_end) + len(fmt.user_open))
+    before, after = whole[:start], whole[start + len(output):]
+    text_ids = tokenizer(output, add_special_tokens=False, split_special_tokens=True)["input_ids"]
+    return [*encode_with_actions(before, tokenizer, fmt.action_tokens)[0], *(int(i) for i in text_ids),
+            *encode_with_actions(after, tokenizer, fmt.action_tokens)[0]]
+
+
 def decode_with_actions(token_ids: Sequence[int], tokenizer: Any, action_tokens: Sequence[tuple[str, int]]) -> str:
     """Token ids -> text, with the reserved action ids written as their strings (special tokens kept)."""
     by_id = {token: text for text, token in action_tokens}

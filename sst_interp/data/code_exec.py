@@ -1,13 +1,15 @@
-"""HumanEval grading by execution: prompt + completion + test + ``check(entry_point)`` in a sandbox.
+"""Running HumanEval-style code: prompt + completion + test + ``check(entry_point)`` in a sandbox.
 
-The program runs through :func:`sst_interp.sandbox.run_program`: by default in a bubblewrap sandbox
-(read-only host, hidden home and working directory, no network, own PID namespace, rlimits; see
-:mod:`sst_interp.sandbox`), as ``program.py`` in a fresh private directory that is its working directory and
-``HOME``, removed afterwards. The socket constructors are disabled as well, so a program that tries the
-network fails with ``OSError("network access is disabled ...")``. The program passes when it exits with
-status 0 within the time limit. Without ``bwrap`` on ``PATH`` this raises a one-line
-:class:`~sst_interp.errors.UsageError`; pass ``sandbox=SandboxConfig(backend="subprocess")`` to run
-without isolation (unsafe for untrusted code).
+The program runs through :func:`sst_interp.sandbox.run_program`: by default in a bubblewrap sandbox (an allow list
+of read-only system paths, no network, its own PID namespace, a seccomp filter, rlimits; see
+:mod:`sst_interp.sandbox`), as a script named ``program.py`` in a fresh private tmpfs that is its working
+directory and ``HOME``. The socket constructors are disabled as well, so a program that tries the network fails
+with ``OSError("network access is disabled ...")``. The program passes only when it ran to its end within the
+time limit (the driver reports that ``exec`` returned; the exit status plays no part, so ``os._exit(0)`` or
+``sys.exit(0)`` after a failed check fail). Without ``bwrap`` on ``PATH`` this raises a one-line
+:class:`~sst_interp.errors.UsageError`; a sandbox that cannot start raises
+:class:`~sst_interp.sandbox.SandboxError` (never a graded failure). Pass
+``sandbox=SandboxConfig(backend="subprocess")`` to run without isolation (unsafe for untrusted code).
 """
 
 from __future__ import annotations
@@ -28,6 +30,9 @@ def run_program(program: str, timeout_s: float = DEFAULT_TIMEOUT_S, memory_mb: i
     Returns:
         :class:`~sst_interp.sandbox.ExecutionResult`: ``passed`` and ``status`` (``passed``,
         ``timeout after N s`` or ``failed: <last line of stderr>``).
+
+    Raises:
+        SandboxError: the sandbox itself could not start.
     """
     config = sandbox if sandbox is not None else SandboxConfig(timeout_s=timeout_s, memory_mb=memory_mb)
     return run_in_sandbox(program, config)

@@ -11,7 +11,7 @@ demo       ``exact``         first integer on the first non-empty line equals th
 gsm8k      ``gsm8k_number``  explicit ``answer is N`` / ``#### N`` else last number; exact decimal
 gpqa       ``mcq_letter``    option letter (:func:`sst_interp.data.answers.extract_choice_letter`)
 math500    ``math_boxed``    last ``\\boxed{}``, normalised (:mod:`sst_interp.data.math_answer`)
-humaneval  ``humaneval_exec`` prompt + completion + test + ``check(entry_point)`` exits 0 in time
+humaneval  ``humaneval_exec`` prompt + completion + test + ``check(entry_point)`` runs to its end in time
 ========== ================= =====================================================================
 
 A :class:`Judge` (e.g. an LLM judge, as the paper uses for GSM8K, MATH-500 and GPQA) can

@@ -126,7 +126,12 @@ def sandbox_config(args: RecordArgs, hidden_paths: tuple[str, ...] = ()) -> Any:
     invisible inside the sandbox."""
     from sst_interp.sandbox import SandboxConfig
 
-    return SandboxConfig(backend=args.sandbox, timeout_s=args.sandbox_timeout, hidden_paths=tuple(hidden_paths))
+    # output_cap_chars: the sandbox must not cut what --tool-output-chars lets through (it used to cut at 2,000)
+    return SandboxConfig(backend=args.sandbox, timeout_s=args.sandbox_timeout, memory_mb=args.sandbox_memory_mb,
+                         cpu_seconds=args.sandbox_cpu_seconds, max_processes=args.sandbox_max_processes,
+                         tmp_mb=args.sandbox_tmp_mb, max_inodes=args.sandbox_max_inodes,
+                         max_file_mb=args.sandbox_max_file_mb,
+                         output_cap_chars=args.tool_output_chars, hidden_paths=tuple(hidden_paths))
 
 
 def make_depth_policy(args: RecordArgs, depths: list[int]) -> Any:
@@ -178,7 +183,11 @@ def manifest_extra(args: RecordArgs, sst: Any, tokenizer: Any, config: Any, dept
     }
     if args.codeact:
         extra["episode"] = episode_config(args).to_dict()
-        extra["sandbox"] = {"backend": args.sandbox, "timeout_s": args.sandbox_timeout}
+        extra["sandbox"] = {"backend": args.sandbox, "timeout_s": args.sandbox_timeout,
+                            "memory_mb": args.sandbox_memory_mb, "cpu_seconds": args.sandbox_cpu_seconds,
+                            "max_processes": args.sandbox_max_processes, "tmp_mb": args.sandbox_tmp_mb,
+                            "max_inodes": args.sandbox_max_inodes,
+                            "max_file_mb": args.sandbox_max_file_mb}
     spec = args.intervention_spec()
     if spec is not None:
         extra["intervention"] = spec.to_dict()

@@ -79,6 +79,14 @@ class RecordArgs:
                        help="how model code runs (codeact, humaneval): bwrap (bubblewrap isolation, default) | "
                             "subprocess (a plain child process with rlimits: NOT isolated, trusted models only)")
     sandbox_timeout: float = arg(10.0, help="wall-clock seconds one code block may run")
+    sandbox_memory_mb: int = arg(1024, help="address space per sandboxed process, MiB (RLIMIT_AS)")
+    sandbox_cpu_seconds: int = arg(60, help="CPU seconds per sandboxed process (RLIMIT_CPU)")
+    sandbox_max_processes: int = arg(16, help="processes and threads one sandbox may hold at once, its supervisor "
+                                              "and interpreter included (RLIMIT_NPROC in its own user namespace)")
+    sandbox_tmp_mb: int = arg(64, help="size of the sandbox's one writable place, a memory-backed tmpfs that is its "
+                                       "working directory and /tmp, MiB")
+    sandbox_max_inodes: int = arg(16384, help="files and directories that tmpfs may hold")
+    sandbox_max_file_mb: int = arg(16, help="largest file a sandboxed process may write, MiB (RLIMIT_FSIZE)")
     allow_low_disk: bool = arg(False, help="record even when the disk estimate exceeds the free space (by default "
                                            "such a run is refused before anything is written)")
     intervention: str | None = arg(None, metavar="SPEC.yaml",
@@ -197,6 +205,11 @@ class RecordArgs:
             raise UsageError(f"--sandbox must be one of {', '.join(SANDBOXES)}, got {self.sandbox!r}")
         if not self.sandbox_timeout > 0:
             raise UsageError(f"--sandbox-timeout must be a positive number of seconds, got {self.sandbox_timeout}")
+        for name, least in (("sandbox_memory_mb", 1), ("sandbox_cpu_seconds", 1), ("sandbox_max_processes", 3),
+                            ("sandbox_tmp_mb", 1), ("sandbox_max_inodes", 1),
+                            ("sandbox_max_file_mb", 1)):
+            if getattr(self, name) < least:
+                raise UsageError(f"--{name.replace('_', '-')} must be at least {least}, got {getattr(self, name)}")
         if self.codeact and self.max_context_tokens <= self.max_new_tokens:
             raise UsageError(f"--max-context-tokens ({self.max_context_tokens}) must exceed --max-new-tokens "
                              f"({self.max_new_tokens}) so that a first turn fits")

@@ -9,11 +9,13 @@ Public API:
 - :func:`run_program` (``oneshot.py``): one program, pass/fail, as an :class:`ExecutionResult`.
 
 Backends. ``bwrap`` (default, Linux): bubblewrap namespaces; see :mod:`~sst_interp.sandbox.bwrap` for the
-mounts (read-only host, hidden home/working directory/``/root``/run directory, one private writable
-directory), no network, its own PID namespace, a clean environment. ``subprocess``: a plain child in its
-own session with rlimits, a clean environment and a temporary working directory; it is NOT a security
-boundary (no network, PID or filesystem isolation; processes that leave its process group survive it),
-and is used only when asked for explicitly.
+mounts (an allow list: ``/usr``, a few ``/etc`` files and the interpreter, read-only; one private tmpfs with
+size and inode caps is the only writable place), no network, its own PID namespace, a seccomp filter
+(:mod:`~sst_interp.sandbox.seccomp`), a clean environment. Inside, a supervisor
+(:mod:`~sst_interp.sandbox.supervisor`) owns the reply channel and runs the interpreter
+(:mod:`~sst_interp.sandbox.driver`). ``subprocess``: a plain child in its own session with rlimits, a clean
+environment and a temporary working directory; it is NOT a security boundary (no network, PID or filesystem
+isolation; processes that leave its process group survive it), and is used only when asked for explicitly.
 
 How the process count is contained, also for a root caller. ``RLIMIT_NPROC`` is skipped by the kernel for
 kernel uid 0 (and for ``CAP_SYS_RESOURCE``/``CAP_SYS_ADMIN``), and ``bwrap --unshare-user --uid N`` only
@@ -34,8 +36,9 @@ is per user: for an ordinary caller a small limit would include every process th
 On kernels before 5.14 the count is per uid across the machine instead: sandboxes of a root caller then
 share one budget, and an ordinary caller's small limit would include all of that user's processes.
 
-Measured on the development machine (root, kernel 6.18): with ``max_processes=8``, a loop starting 50
-``sleep`` processes gets 7 (the interpreter is the 8th) and then ``EAGAIN``, in each of 8 sandboxes
+Measured on the development machine (root, kernel 6.18), before the supervisor existed: with
+``max_processes=8``, a loop starting 50 ``sleep`` processes got 7 (the interpreter was the 8th; the supervisor
+now takes one more) and then ``EAGAIN``, in each of 8 sandboxes
 running at once; the same as an ordinary user (uid 65534 running bwrap itself).
 """
 

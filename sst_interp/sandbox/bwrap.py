@@ -1,18 +1,25 @@
 """The bubblewrap command line for one sandbox: namespaces, mounts, environment, privileges.
 
-Filesystem, in mount order (later mounts stack on earlier ones):
+Filesystem: an allow list. bwrap starts from an empty root (a tmpfs of its own); only these appear in it:
 
-1. ``--ro-bind / /``: the whole host tree, read-only.
-2. ``--proc /proc`` (a fresh procfs of the new PID namespace: the caller's processes, and their
-   ``environ``, do not exist there) and ``--dev /dev`` (a minimal device tree).
-3. ``/tmp``: a fresh, size-limited tmpfs (``tmp_mb``), writable, private to the sandbox.
-4. Hidden paths, each covered by an empty read-only tmpfs: the caller's ``$HOME`` and working directory,
-   ``/root``, ``/run`` (its unix sockets: ssh-agent, D-Bus, Docker are not network-namespaced), ``/var/tmp``,
-   the host temporary directory (other sandboxes' directories), and ``SandboxConfig.hidden_paths``.
-5. The interpreter's directories (:mod:`sst_interp.sandbox.interpreter`) re-bound read-only where a hidden
-   path covered them, then hidden paths that lie inside those re-bound trees covered again.
-6. The private working directory, bound read-write at its own host path: the only writable host path.
-   It is ``HOME`` and ``TMPDIR``, and the bootstrap makes it the working directory.
+1. ``/usr``, read-only, and the top-level ``/bin``, ``/sbin``, ``/lib*`` entries: re-created as the same
+   symlinks where the host has symlinks (merged ``/usr``), bound read-only where they are directories.
+2. A few read-only files of ``/etc`` that the C library and Python read (:data:`ETC_FILES`); a missing
+   one is skipped.
+3. The interpreter's own trees (:mod:`sst_interp.sandbox.interpreter`: its prefixes, e.g. a pyenv under
+   ``/root/.pyenv``), read-only, with the directories leading to them created (mode 0755); paths of
+   ``SandboxConfig.hidden_paths`` (and the caller's home and working directory) that lie inside those trees
+   are covered again by an empty read-only tmpfs.
+4. ``--proc /proc`` (a fresh procfs of the new PID namespace) and ``--dev /dev`` (a minimal device tree).
+5. The working directory, :data:`SANDBOX_DIR`: only a mount point here. The bootstrap mounts a tmpfs of the
+   sandbox's own on it, capped at ``tmp_mb`` MiB and ``max_inodes`` inodes, and makes it the working
+   directory; it is ``HOME`` and ``TMPDIR``, and ``/tmp`` is a link to it. No host path is writable, and
+   nothing the code writes reaches the host.
+
+Nothing else of the host exists inside (``/srv``, ``/var``, ``/run``, ``/home``, ``/mnt``, ``/opt``, the
+caller's tree). That matters for Unix-domain sockets: ``connect()`` on a socket file ignores read-only
+mounts, so the only defence is that no host socket file is reachable at all; abstract sockets belong to the
+network namespace, which is the sandbox's own.
 
 Namespaces: ``--unshare-net`` (no network: only a loopback of its own), ``--unshare-pid`` (the sandbox's
 processes see only each other; when its init dies the kernel kills every one of them), ``--unshare-ipc``,
@@ -32,7 +39,6 @@ import os
 import re
 import shutil
 import subprocess
-import tempfile
 from collections.abc import Sequence
 
 from sst_interp.sandbox.config import SandboxConfig
@@ -40,7 +46,11 @@ from sst_interp.sandbox.interpreter import Interpreter, sandbox_env
 
 MIB = 1024 * 1024
 HIDING_TMPFS_BYTES = MIB  # holds only the mount points of re-bound directories
-ALWAYS_HIDDEN = ("/root", "/run", "/var/tmp")
+TOP_LEVEL_LINKS = ("/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32")
+# What the C library, the dynamic loader and Python's standard library read from /etc; nothing with secrets.
+ETC_FILES = ("/etc/ld.so.cache", "/etc/ld.so.conf", "/etc/localtime", "/etc/passwd", "/etc/group",
+             "/etc/nsswitch.conf", "/etc/hosts", "/etc/host.conf", "/etc/mime.types")
+SANDBOX_DIR = "/sandbox"  # the working directory inside (a tmpfs the bootstrap mounts)
 SANDBOX_UID = 65534  # "nobody": the uid a root caller's sandbox runs as
 SANDBOX_GID = 65534
 SIZE_OPTION_VERSION = (0, 7, 0)  # bwrap learned --size (tmpfs size limit) in 0.7.0
@@ -97,45 +107,58 @@ def _open_parents(path: str, covered: Sequence[str]) -> list[str]:
 
 
 def paths_to_hide(config: SandboxConfig, workdir: str) -> list[str]:
-    """Existing host paths the sandbox must not see, symlinks resolved, ``/`` left out."""
+    """Existing host paths that must stay hidden even inside an allowed tree, symlinks resolved, ``/`` left out.
+
+    Only the interpreter's trees are bound from the host, so these matter only where they lie inside one
+    (a run directory or the caller's home inside a pyenv prefix).
+    """
     try:
         cwd = os.getcwd()
     except FileNotFoundError:
         cwd = ""  # the caller's working directory was deleted: nothing left there to hide
-    candidates = [os.environ.get("HOME", ""), cwd, *ALWAYS_HIDDEN, os.path.dirname(workdir),
-                  tempfile.gettempdir(), *config.hidden_paths]
     hidden = []
-    for path in candidates:
+    for path in (os.environ.get("HOME", ""), cwd, *config.hidden_paths):
         if not path:
             continue
         real = os.path.realpath(path)
         # "/" cannot be hidden without hiding everything; a missing path has nothing to hide
-        if real != "/" and os.path.exists(real) and real not in hidden:
+        if real != "/" and os.path.exists(real) and real not in hidden and not _inside(workdir, real):
             hidden.append(real)
     return hidden
 
 
+def system_args() -> list[str]:
+    """``/usr``, the top-level links into it and the allowed ``/etc`` files (module docstring, steps 1-2)."""
+    args = ["--ro-bind", "/usr", "/usr"]
+    for path in TOP_LEVEL_LINKS:
+        if os.path.islink(path):
+            args += ["--symlink", os.readlink(path), path]
+        elif os.path.isdir(path):
+            args += ["--ro-bind", path, path]
+    # privileged bwrap would create /etc as root with mode 0700, closed to the sandbox's uid
+    args += ["--perms", "0755", "--dir", "/etc"]
+    for path in ETC_FILES:
+        args += ["--ro-bind-try", path, path]
+    return args
+
+
 def mount_args(config: SandboxConfig, interpreter: Interpreter, workdir: str, hidden: Sequence[str],
                size_option: bool) -> list[str]:
-    """The mount part of the command line (module docstring, steps 1-6)."""
+    """The mount part of the command line (module docstring, steps 1-5)."""
     def sized(size: int) -> list[str]:
         return ["--size", str(size)] if size_option else []
 
-    args = ["--ro-bind", "/", "/", "--proc", "/proc", "--dev", "/dev"]
-    args += ["--perms", "1777", *sized(config.tmp_mb * MIB), "--tmpfs", "/tmp"]
-    covers = _outermost([path for path in hidden if not _inside(path, "/tmp")])
-    for path in covers:
-        args += ["--perms", "0755", *sized(HIDING_TMPFS_BYTES), "--tmpfs", path]
-    covered = [*covers, "/tmp"]
-    rebound = _outermost([root for root in interpreter.roots if any(_inside(root, c) for c in covered)])
-    for root in rebound:
-        args += [*_open_parents(root, covered), "--ro-bind", root, root]
-    for path in _outermost([p for p in hidden if any(_inside(p, r) and p != r for r in rebound)]):
-        args += ["--perms", "0755", *sized(HIDING_TMPFS_BYTES), "--tmpfs", path]
-    args += [*_open_parents(workdir, covered), "--bind", workdir, workdir]
-    for path in covers:
-        # read-only once the mount points inside exist; the bind mounts below keep their own flags
-        args += ["--remount-ro", path]
+    args = system_args()
+    system = ["/usr", *TOP_LEVEL_LINKS]
+    roots = _outermost([root for root in interpreter.roots if not any(_inside(root, s) for s in system)])
+    for root in roots:
+        args += [*_open_parents(root, ["/"]), "--ro-bind", root, root]
+    for path in _outermost([p for p in hidden if any(_inside(p, r) for r in [*roots, "/usr"])]):
+        args += ["--perms", "0755", *sized(HIDING_TMPFS_BYTES), "--tmpfs", path, "--remount-ro", path]
+    args += ["--proc", "/proc", "--dev", "/dev"]
+    # the working directory is only a mount point here: the bootstrap mounts the capped tmpfs on it, and /tmp
+    # is a link to it, so the sandbox has one writable place with one size and one inode budget
+    args += [*_open_parents(workdir, ["/"]), "--perms", "0755", "--dir", workdir, "--symlink", workdir, "/tmp"]
     return args
 
 
@@ -147,7 +170,7 @@ def bwrap_argv(bwrap: str, config: SandboxConfig, interpreter: Interpreter, work
         bwrap: path of the ``bwrap`` executable.
         config: limits and extra hidden paths.
         interpreter: the interpreter ``command`` uses; its directories stay visible.
-        workdir: the private directory (host path; the same path inside).
+        workdir: the working directory inside (:data:`SANDBOX_DIR`).
         privileged: the caller is root (see the module docstring, "Privileges").
         command: the program to run inside.
     """

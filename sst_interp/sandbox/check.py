@@ -15,6 +15,7 @@ from sst_interp.sandbox.bwrap import find_bwrap
 from sst_interp.sandbox.config import SandboxConfig
 from sst_interp.sandbox.output import CaptureFiles
 from sst_interp.sandbox.process import SETUP_FAILURE_STATUS, SandboxProcess, make_workdir, remove_workdir
+from sst_interp.sandbox.seccomp import SeccompUnavailable, filter_program
 
 UNSAFE_ALTERNATIVE = "or pass --sandbox subprocess to run model code without isolation (unsafe)"
 MISSING_BWRAP = f"bubblewrap (bwrap) is not installed: apt-get install bubblewrap, {UNSAFE_ALTERNATIVE}"
@@ -58,6 +59,10 @@ def check_backend(config: SandboxConfig) -> None:
     bwrap = find_bwrap()
     if bwrap is None:
         raise UsageError(MISSING_BWRAP)
+    try:
+        filter_program()
+    except SeccompUnavailable as err:
+        raise UsageError(f"the sandbox's seccomp filter cannot be built: {err}, {UNSAFE_ALTERNATIVE}") from err
     key = (bwrap, os.geteuid())
     with _probe_lock:
         if key not in _probe_verdicts:

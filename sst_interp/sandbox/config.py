@@ -35,7 +35,9 @@ class SandboxConfig:
             The ``subprocess`` backend does not set it (without a user namespace it would count every
             process of the caller's user).
         max_file_mb: largest file a process may write, in MiB (``RLIMIT_FSIZE``); also bounds captured output.
-        tmp_mb: size of the sandbox's private, memory-backed ``/tmp`` in MiB (bwrap backend).
+        tmp_mb: size in MiB of the sandbox's one writable place (bwrap backend): a memory-backed tmpfs that is
+            the working directory, ``HOME``, ``TMPDIR`` and ``/tmp``. It lives as long as the sandbox.
+        max_inodes: files and directories that tmpfs may hold (bwrap backend).
         output_cap_chars: characters of stdout and of stderr (each) returned per execute; the rest is cut and
             marked ``... [truncated N chars]``.
         hidden_paths: extra host paths to hide (e.g. the run directory); the caller's ``$HOME``, working
@@ -49,6 +51,7 @@ class SandboxConfig:
     max_processes: int = 16
     max_file_mb: int = 16
     tmp_mb: int = 64
+    max_inodes: int = 16384
     output_cap_chars: int = 2000
     hidden_paths: tuple[str, ...] = field(default=())
 
@@ -63,10 +66,11 @@ class SandboxConfig:
             raise UsageError(f"unknown sandbox backend {self.backend!r}: choose one of {', '.join(BACKENDS)}")
         if not self.timeout_s > 0:
             raise UsageError(f"sandbox timeout_s must be > 0, got {self.timeout_s}")
-        for name in ("cpu_seconds", "memory_mb", "max_processes", "max_file_mb", "tmp_mb", "output_cap_chars"):
+        for name in ("cpu_seconds", "memory_mb", "max_processes", "max_file_mb", "tmp_mb", "max_inodes",
+                     "output_cap_chars"):
             value = getattr(self, name)
             if not isinstance(value, int) or value < 1:
                 raise UsageError(f"sandbox {name} must be a positive integer, got {value!r}")
-        if self.max_processes < 2:
-            # the interpreter itself is one process; 1 would forbid every subprocess and os.system call
-            raise UsageError(f"sandbox max_processes must be >= 2, got {self.max_processes}")
+        if self.max_processes < 3:
+            # the supervisor and the interpreter are two processes; fewer than 3 would forbid every subprocess
+            raise UsageError(f"sandbox max_processes must be >= 3, got {self.max_processes}")

@@ -1,28 +1,31 @@
-"""The interpreter side of the sandbox: runs model code in one persistent namespace, or one program.
+"""The interpreter side of the sandbox: runs model code in one persistent namespace.
 
-The parent runs this file's source inside the sandbox as ``python -s -u -c <source> MODE ...`` (the package
-is not visible there, so only the standard library may be imported). Two modes:
+The supervisor (:mod:`~sst_interp.sandbox.supervisor`) runs this file's source inside the sandbox as
+``python -s -u -c <source> session CMD_FD RESULT_FD`` (the package is not visible there, so only the standard
+library may be imported). Modes:
 
 ``session CMD_FD RESULT_FD``
-    A loop: read one message ``{"code": str}`` from ``CMD_FD``, run it in the namespace kept across
-    messages, write ``{"status": "ok" | "error", "finish_answer": str | None}`` to ``RESULT_FD``. Messages
-    are a 4-byte big-endian length and that many bytes of UTF-8 JSON. Before the first command the driver
-    writes ``{"ready": true}``. It ends when ``CMD_FD`` reaches end of file.
+    A loop: read one message ``{"code": str, "nonce": str, "program": bool}`` from ``CMD_FD``, run the code in
+    the namespace kept across messages, write ``{"status": "ok" | "error", "finish_answer": str | None,
+    "nonce": nonce}`` to ``RESULT_FD``: ``ok`` only when ``exec`` returned, i.e. the code ran to its end
+    (``SystemExit`` is an ``error``; ``os._exit`` ends the process, which the supervisor sees). Messages are
+    a 4-byte big-endian length and that many bytes of UTF-8 JSON. Before the first command the driver
+    writes a reply whose nonce is ``"ready"``. It ends when ``CMD_FD`` reaches end of file.
+
+    ``program`` blocks (HumanEval grading) run in a fresh ``__main__`` named ``program.py`` with the socket
+    constructors replaced by functions that raise ``OSError("network access is disabled ...")``.
 
     Output is not part of the messages: fds 1 and 2 are files the parent opened outside the sandbox, so
-    everything the code and its subprocesses print lands there, and the parent never waits for a pipe to
-    close (a child that keeps stdout open cannot hold the parent up).
+    everything the code and its subprocesses print lands there.
 
-    Tracebacks name the code ``<execute>`` and leave out the driver's own frame, as Python would print them
-    for a script of that name.
+    Tracebacks name the code ``<block>`` (``program.py`` for programs) and leave out the driver's own
+    frame, as Python would print them for a script of that name.
+
+    The functions the reply depends on (``json.dumps``, ``os.write``) are bound when the driver starts, so
+    code that replaces them in their modules does not change the reply.
 
 ``probe``
     Exit at once with status 0 (the parent's check that a sandbox can start here).
-
-``program PATH``
-    Run the file at ``PATH`` as ``__main__`` with the socket constructors replaced by functions that raise
-    ``OSError("network access is disabled ...")`` (graded programs never need the network; the network
-    namespace already blocks it, this makes the failure explicit). The exit status is the verdict.
 """
 
 import builtins
@@ -34,14 +37,20 @@ import traceback
 import types
 
 HEADER = struct.Struct(">I")
-EXECUTE_FILENAME = "<execute>"
+EXECUTE_FILENAME = "<block>"  # not "<execute>": that text is an action token of the model
+PROGRAM_FILENAME = "program.py"
+MAX_FINISH_CHARS = 100_000  # the supervisor's cap on finish_session's answer
+# bound now: model code replacing json.dumps or os.write in their modules must not change the reply
+_DUMPS = json.dumps
+_WRITE = os.write
+_READ = os.read
 
 
 def _read_exact(fd: int, size: int) -> bytes:
     """``size`` bytes from ``fd``; fewer only at end of file."""
     chunks = []
     while size:
-        chunk = os.read(fd, size)
+        chunk = _READ(fd, size)
         if not chunk:
             break
         chunks.append(chunk)
@@ -63,10 +72,10 @@ def receive(fd: int):
 
 def send(fd: int, message: dict) -> None:
     """Write ``message`` to ``fd`` as one framed JSON message."""
-    body = json.dumps(message).encode("utf-8")
+    body = _DUMPS(message, ensure_ascii=True).encode("ascii")
     data = HEADER.pack(len(body)) + body
     while data:
-        written = os.write(fd, data)
+        written = _WRITE(fd, data)
         data = data[written:]
 
 
@@ -101,7 +110,7 @@ def _with_block_lines(summary: traceback.TracebackException, tb, sources: BlockS
     if len(frames) == len(summary.stack):
         rebuilt = []
         for frame, entry in zip(frames, summary.stack):
-            if entry.filename == EXECUTE_FILENAME:
+            if entry.filename in (EXECUTE_FILENAME, PROGRAM_FILENAME):
                 extra = {}
                 for name in ("end_lineno", "colno", "end_colno"):  # caret positions exist from Python 3.11
                     if hasattr(entry, name):
@@ -148,10 +157,10 @@ def _flush_standard_streams() -> None:
             continue
 
 
-def run_block(source: str, namespace: dict, sources: BlockSources) -> str:
+def run_block(source: str, namespace: dict, sources: BlockSources, filename: str = EXECUTE_FILENAME) -> str:
     """Run one block in ``namespace``; print any exception to stderr. Returns ``"ok"`` or ``"error"``."""
     try:
-        code = compile(source, EXECUTE_FILENAME, "exec")
+        code = compile(source, filename, "exec")
     except (SyntaxError, ValueError, OverflowError, MemoryError, RecursionError) as err:
         # compile's own failures (ValueError: null bytes); the traceback would show only the driver
         sys.stderr.write(format_block_exception(err, skip_driver_frame=True, sources=sources))
@@ -186,15 +195,22 @@ def session_loop(cmd_fd: int, result_fd: int) -> None:
     sys.modules["__main__"] = main_module
     sys.argv = [""]
     sources = BlockSources()
-    send(result_fd, {"ready": True})
+    send(result_fd, {"status": "ok", "finish_answer": None, "nonce": "ready"})
     while True:
         message = receive(cmd_fd)
         if message is None:
             return
+        nonce = message["nonce"]
         state["finish"] = None
-        status = run_block(message["code"], main_module.__dict__, sources)
+        if message["program"]:
+            status = run_program(message["code"], sources)
+        else:
+            status = run_block(message["code"], main_module.__dict__, sources)
         _flush_standard_streams()
-        send(result_fd, {"status": status, "finish_answer": state["finish"]})
+        finish = state["finish"]
+        # cut here too: a reply over the supervisor's size limit would be taken for a forged one
+        finish = finish[:MAX_FINISH_CHARS] if isinstance(finish, str) else None
+        send(result_fd, {"status": status, "finish_answer": finish, "nonce": nonce})
 
 
 def _disable_socket_api() -> None:
@@ -208,16 +224,14 @@ def _disable_socket_api() -> None:
         setattr(socket, name, no_network)
 
 
-def run_program(path: str) -> None:
-    """Run the file at ``path`` as ``__main__``; an uncaught exception ends the process with status 1."""
+def run_program(source: str, sources: BlockSources) -> str:
+    """Run ``source`` as a script named ``program.py`` in a fresh ``__main__``; ``"ok"`` only if it ran to its end."""
     _disable_socket_api()
-    with open(path, encoding="utf-8") as handle:
-        source = handle.read()
-    sys.argv = [path]
+    sys.argv = [PROGRAM_FILENAME]
     main_module = types.ModuleType("__main__")
-    main_module.__dict__.update({"__builtins__": builtins, "__file__": path})
+    main_module.__dict__.update({"__builtins__": builtins, "__file__": PROGRAM_FILENAME})
     sys.modules["__main__"] = main_module
-    exec(compile(source, path, "exec"), main_module.__dict__)
+    return run_block(source, main_module.__dict__, sources, PROGRAM_FILENAME)
 
 
 def main(argv: list) -> None:
@@ -225,8 +239,6 @@ def main(argv: list) -> None:
     mode = argv[1]
     if mode == "session":
         session_loop(int(argv[2]), int(argv[3]))
-    elif mode == "program":
-        run_program(argv[2])
     elif mode == "probe":
         return  # the parent only checks that the sandbox starts and this interpreter runs
     else:

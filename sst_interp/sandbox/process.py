@@ -4,11 +4,12 @@ Both backends run the same two programs: :mod:`~sst_interp.sandbox.bootstrap` (p
 rlimits) which execs :mod:`~sst_interp.sandbox.driver` (the code runner). Their sources are read from this
 package and passed with ``-c``, since the package is not visible inside the sandbox.
 
-Teardown: the bwrap backend kills the outer ``bwrap`` process; ``--die-with-parent`` makes the kernel kill
-the sandbox's init (PID 1 of its PID namespace), and when that init dies the kernel kills every process in
-the namespace, including children that called ``setsid()``. (That init, orphaned by the kill, is reaped by the
-host's init, as any orphan.) The subprocess backend can only kill the
-process group of the driver: children that left it survive (one reason that backend is unsafe).
+Teardown: the bwrap backend kills the outer ``bwrap`` process and the sandbox's init (PID 1 of its PID
+namespace, whose host pid bwrap reports through ``--info-fd``); when that init dies the kernel kills every
+process in the namespace, including children that called ``setsid()``. The init's pidfd becomes readable only
+once the kernel has reaped all of them, and :meth:`SandboxProcess.kill` waits for that, so nothing of the
+sandbox runs when it returns. The subprocess backend can only kill the process group of the bootstrap:
+children that left it survive (one reason that backend is unsafe).
 """
 
 from __future__ import annotations
@@ -22,19 +23,25 @@ import stat
 import subprocess
 import tempfile
 import time
+import warnings
 from collections.abc import Sequence
 from pathlib import Path
 
-from sst_interp.sandbox.bwrap import SANDBOX_GID, SANDBOX_UID, bwrap_argv, find_bwrap
+from sst_interp.sandbox.bwrap import SANDBOX_DIR, SANDBOX_GID, SANDBOX_UID, bwrap_argv, find_bwrap
 from sst_interp.sandbox.config import SandboxConfig
 from sst_interp.sandbox.interpreter import base_interpreter, sandbox_env
 from sst_interp.sandbox.limits import rlimits
 from sst_interp.sandbox.output import CaptureFiles
+from sst_interp.sandbox.seccomp import filter_fd, mount_filter_program
 
 _HERE = Path(__file__).resolve().parent
 BOOTSTRAP_SOURCE = (_HERE / "bootstrap.py").read_text(encoding="utf-8")
 DRIVER_SOURCE = (_HERE / "driver.py").read_text(encoding="utf-8")
+SUPERVISOR_SOURCE = (_HERE / "supervisor.py").read_text(encoding="utf-8")
 SETUP_FAILURE_STATUS = 125  # the bootstrap's exit status when a setup step failed
+MIB = 1024 * 1024
+INFO_TIMEOUT_S = 30.0  # bwrap reports its init's pid at once; this only bounds a hang
+NAMESPACE_EXIT_TIMEOUT_S = 10.0  # the kernel reaps a killed namespace in milliseconds
 
 
 class SandboxError(RuntimeError):
@@ -51,19 +58,48 @@ def make_workdir() -> str:
 
 
 def remove_workdir(path: str) -> None:
-    """Remove a sandbox directory, even where the code took away its own permissions on it.
+    """Remove a sandbox directory, even where the code took away its own permissions on it; never raises.
 
-    Root needs no permissions. Anyone else first gets back ``rwx`` on every directory; symlinks are
-    skipped, since ``chmod`` would follow them to whatever host file the code pointed them at.
+    Called only once every process of the sandbox is gone, so nothing adds files meanwhile. Root needs no
+    permissions. Anyone else first gets back ``rwx`` on every directory; symlinks are skipped, since
+    ``chmod`` would follow them to whatever host file the code pointed them at. What cannot be removed is
+    reported as a warning (the caller's run must go on; a leftover directory is no reason to lose it).
     """
-    if os.geteuid() != 0:
-        os.chmod(path, stat.S_IRWXU)
-        for root, dirs, _files in os.walk(path):
-            for name in dirs:
-                child = os.path.join(root, name)
-                if not os.path.islink(child):
-                    os.chmod(child, stat.S_IRWXU)
-    shutil.rmtree(path)
+    failures: list[str] = []
+
+    def record(_function: object, failed_path: str, exc_info: object) -> None:
+        failures.append(f"{failed_path}: {exc_info[1] if isinstance(exc_info, tuple) else exc_info}")
+
+    try:
+        if os.geteuid() != 0:
+            os.chmod(path, stat.S_IRWXU)
+            for root, dirs, _files in os.walk(path):
+                for name in dirs:
+                    child = os.path.join(root, name)
+                    if not os.path.islink(child):
+                        os.chmod(child, stat.S_IRWXU)
+    except OSError as err:
+        failures.append(f"chmod: {err}")
+    shutil.rmtree(path, onerror=record)
+    if failures:
+        warnings.warn(f"sandbox directory {path} not fully removed: {failures[0]}", RuntimeWarning, stacklevel=2)
+
+
+def _read_info(fd: int, deadline: float) -> dict:
+    """bwrap's ``--info-fd`` JSON (``{"child-pid": N, ...}``), read until bwrap closes the pipe."""
+    data = bytearray()
+    while True:
+        readable, _, _ = select.select([fd], [], [], max(0.0, deadline - time.monotonic()))
+        if not readable:
+            raise SandboxError("bwrap did not report its sandbox's pid in time")
+        chunk = os.read(fd, 4096)
+        if not chunk:
+            break
+        data += chunk
+    try:
+        return json.loads(data.decode("utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError) as err:
+        raise SandboxError(f"bwrap reported no sandbox pid ({bytes(data[:200])!r})") from err
 
 
 def _signal_name(number: int) -> str:
@@ -82,6 +118,7 @@ class SandboxProcess:
         result_fd: read end of the result pipe (sessions), else None.
         exit_fd: a pidfd of ``popen`` (readable once it exits, before it is reaped), or None where the
             platform has none.
+        init_fd: a pidfd of the sandbox's init, PID 1 of its namespace (bwrap backend), else None.
     """
 
     def __init__(self, config: SandboxConfig, popen: subprocess.Popen, command_fd: int | None,
@@ -91,28 +128,38 @@ class SandboxProcess:
         self.command_fd = command_fd
         self.result_fd = result_fd
         self.exit_fd = os.pidfd_open(popen.pid) if hasattr(os, "pidfd_open") else None
+        self.init_fd: int | None = None  # pidfd of the sandbox's init (bwrap backend)
 
     @classmethod
     def launch(cls, config: SandboxConfig, workdir: str, capture: CaptureFiles, driver_args: Sequence[str],
                channel: bool) -> SandboxProcess:
-        """Start the driver with ``driver_args`` (after the mode; ``channel`` adds the two pipe fds)."""
+        """Start a sandbox: the supervisor (``channel``: it gets the two control pipes; ``driver_args`` are
+        ignored) or the driver with ``driver_args`` (``probe``)."""
         interpreter = base_interpreter()
         bwrap = config.backend == "bwrap"
         child_fds: list[int] = []
-        command_fd = result_fd = None
-        args = list(driver_args)
+        command_fd = result_fd = info_read = None
+        driver = [interpreter.executable, "-s", "-u", "-c", DRIVER_SOURCE]
         if channel:
             command_read, command_fd = os.pipe()
             result_fd, result_write = os.pipe()
             child_fds = [command_read, result_write]
-            args += [str(command_read), str(result_write)]
-        driver = [interpreter.executable, "-s", "-u", "-c", DRIVER_SOURCE, *args]
+            supervisor_spec = {"interpreter": [*driver, "session"], "pid_namespace": bwrap,
+                               "cpu_seconds": config.cpu_seconds}
+            program = [interpreter.executable, "-s", "-u", "-c", SUPERVISOR_SOURCE, str(command_read),
+                       str(result_write), json.dumps(supervisor_spec)]
+        else:
+            program = [*driver, *driver_args]
+        # bwrap: the working directory is the sandbox's own tmpfs, not the host directory
+        inside = SANDBOX_DIR if bwrap else workdir
         spec = {
             "drop_to": [SANDBOX_UID, SANDBOX_GID] if bwrap and os.geteuid() == 0 else None,
-            "cwd": workdir,
+            "cwd": inside,
             "new_userns": bwrap,
+            "workdir_tmpfs": {"size": config.tmp_mb * MIB, "inodes": config.max_inodes} if bwrap else None,
+            "seccomp_hex": mount_filter_program().hex() if bwrap else "",
             "rlimits": rlimits(config, process_limit=bwrap),
-            "argv": driver,
+            "argv": program,
         }
         command = [interpreter.executable, "-I", "-c", BOOTSTRAP_SOURCE, json.dumps(spec)]
         try:
@@ -120,7 +167,12 @@ class SandboxProcess:
                 bwrap_path = find_bwrap()
                 if bwrap_path is None:
                     raise SandboxError("bwrap is not on PATH")
-                argv = bwrap_argv(bwrap_path, config, interpreter, workdir, os.geteuid() == 0, command)
+                info_read, info_write = os.pipe()
+                child_fds.append(info_write)
+                seccomp_fd = filter_fd()
+                child_fds.append(seccomp_fd)
+                argv = bwrap_argv(bwrap_path, config, interpreter, inside, os.geteuid() == 0, command)
+                argv[1:1] = ["--info-fd", str(info_write), "--seccomp", str(seccomp_fd)]
                 # bwrap itself gets a bare environment: the caller's variables must not reach any process
                 # of the sandbox (bwrap's own init keeps the environment it was started with)
                 popen = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=capture.stdout_fd,
@@ -131,7 +183,7 @@ class SandboxProcess:
                                          stderr=capture.stderr_fd, pass_fds=child_fds, cwd=workdir,
                                          env=sandbox_env(interpreter, workdir), start_new_session=True)
         except BaseException:
-            for fd in (*child_fds, command_fd, result_fd):
+            for fd in (*child_fds, command_fd, result_fd, info_read):
                 if fd is not None:
                     os.close(fd)
             raise
@@ -140,7 +192,20 @@ class SandboxProcess:
         for fd in (command_fd, result_fd):
             if fd is not None:
                 os.set_blocking(fd, False)
-        return cls(config, popen, command_fd, result_fd)
+        process = cls(config, popen, command_fd, result_fd)
+        if info_read is not None:
+            try:
+                info = _read_info(info_read, time.monotonic() + INFO_TIMEOUT_S)
+                if isinstance(info.get("child-pid"), int):
+                    process.init_fd = os.pidfd_open(info["child-pid"])
+            except (SandboxError, OSError) as err:
+                process.close()
+                _, stderr = capture.read(2000)
+                raise SandboxError(f"the sandbox did not start ({err}; {process.exit_reason()}): "
+                                   f"{' '.join(stderr.split())}") from err
+            finally:
+                os.close(info_read)
+        return process
 
     def wait_exit(self, timeout: float) -> bool:
         """Whether the process ended within ``timeout`` seconds (it is not reaped, so its pid stays ours)."""
@@ -167,15 +232,27 @@ class SandboxProcess:
             else:
                 self.popen.kill()
             self.popen.wait()
+        if self.init_fd is not None:
+            try:
+                signal.pidfd_send_signal(self.init_fd, signal.SIGKILL)
+            except ProcessLookupError:
+                pass  # it is already gone
+            # readable once the init has exited, which the kernel allows only after every process of the
+            # namespace is gone
+            readable, _, _ = select.select([self.init_fd], [], [], NAMESPACE_EXIT_TIMEOUT_S)
+            if not readable:
+                # not raised: the caller's run must go on; the kernel finishes the kill on its own
+                warnings.warn(f"the sandbox's processes did not end within {NAMESPACE_EXIT_TIMEOUT_S:g} s",
+                              RuntimeWarning, stacklevel=2)
 
     def close(self) -> None:
         """Kill (if still running) and close every descriptor."""
         self.kill()
-        for name in ("command_fd", "result_fd", "exit_fd"):
+        for name in ("command_fd", "result_fd", "exit_fd", "init_fd"):
             fd = getattr(self, name)
+            setattr(self, name, None)  # first, so a second close never closes a reused descriptor number
             if fd is not None:
                 os.close(fd)
-                setattr(self, name, None)
 
     def exit_reason(self) -> str:
         """How the process ended, in words (call after :meth:`kill`, which reaps it)."""

@@ -1,8 +1,12 @@
 """The parent's side of the control pipes: framed JSON messages, every wait bounded by a deadline.
 
-A message is a 4-byte big-endian length and that many bytes of UTF-8 JSON (the driver, which runs inside
+A message is a 4-byte big-endian length and that many bytes of UTF-8 JSON (the supervisor, which runs inside
 the sandbox and cannot import this module, has its own copy of the framing). Both pipe ends are
 non-blocking and every wait uses ``select`` with the time left, so no call can outlive its deadline.
+
+Nothing read is trusted: a message's size is capped, JSON too deep or with an over-long integer is a
+:class:`ProtocolError` (not a ``RecursionError`` or ``ValueError`` escaping to the caller), a reply's fields
+are type-checked (:func:`parse_reply`) and its strings made storable (lone surrogates replaced).
 """
 
 from __future__ import annotations
@@ -12,9 +16,13 @@ import os
 import select
 import struct
 import time
+from dataclasses import dataclass
 
 HEADER = struct.Struct(">I")
-MAX_MESSAGE_BYTES = 16 * 1024 * 1024  # a reply holds a status and finish_session's answer, nothing bulky
+MAX_MESSAGE_BYTES = 1024 * 1024  # a reply holds a status and finish_session's answer, nothing bulky
+MAX_DETAIL_CHARS = 500
+STATUSES = ("ok", "error", "timeout")
+EVENTS = (None, "timeout", "died", "forged")
 
 
 class ChannelTimeout(Exception):
@@ -71,8 +79,8 @@ class MessageReader:
         del self.buffer[:HEADER.size + size]
         try:
             message = json.loads(body.decode("utf-8"))
-        except (UnicodeDecodeError, json.JSONDecodeError) as err:
-            raise ProtocolError(f"unreadable message: {err}") from err
+        except (ValueError, RecursionError) as err:  # ValueError: bad UTF-8 or JSON, an over-long integer
+            raise ProtocolError(f"unreadable message: {type(err).__name__}: {str(err)[:200]}") from None
         if not isinstance(message, dict):
             raise ProtocolError(f"message is a {type(message).__name__}, not an object")
         return message
@@ -117,3 +125,37 @@ class MessageReader:
             return False
         (size,) = HEADER.unpack(self.buffer[:HEADER.size])
         return len(self.buffer) >= HEADER.size + size
+
+
+def storable(text: str) -> str:
+    """``text`` with lone surrogates replaced, so the episodes table (UTF-8) can store it."""
+    return text.encode("utf-8", "replace").decode("utf-8")
+
+
+@dataclass(frozen=True)
+class Reply:
+    """The supervisor's answer to one block (see :mod:`~sst_interp.sandbox.supervisor`).
+
+    Args:
+        status: ``ok``, ``error`` or ``timeout``.
+        finish_answer: the block's last ``finish_session`` argument as text, or None.
+        event: None, or what happened to the interpreter: ``timeout``, ``died`` or ``forged``.
+        detail: how it died, or what was forged ("" otherwise).
+    """
+
+    status: str
+    finish_answer: str | None
+    event: str | None
+    detail: str
+
+
+def parse_reply(message: dict) -> Reply:
+    """Check a supervisor reply's fields and types; :class:`ProtocolError` if anything is off."""
+    if set(message) != {"status", "finish_answer", "event", "detail"}:
+        raise ProtocolError(f"a reply with the fields {sorted(map(str, message))[:8]}")
+    status, finish, event, detail = (message[k] for k in ("status", "finish_answer", "event", "detail"))
+    if status not in STATUSES or event not in EVENTS or not isinstance(detail, str):
+        raise ProtocolError("a reply with an unknown status or event")
+    if not (finish is None or isinstance(finish, str)):
+        raise ProtocolError(f"finish_answer is a {type(finish).__name__}")
+    return Reply(status, None if finish is None else storable(finish), event, storable(detail[:MAX_DETAIL_CHARS]))

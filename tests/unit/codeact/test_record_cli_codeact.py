@@ -30,9 +30,35 @@ def test_missing_bwrap_is_one_line_naming_the_package(monkeypatch, capsys, tmp_p
     (["--protocol", "codeact", "--action-tokens", "<execute>=x"], "--action-tokens"),
     (["--protocol", "codeact", "--max-new-tokens", "64", "--max-context-tokens", "64"], "--max-context-tokens"),
     (["--protocol", "codeact", "--sandbox-timeout", "0"], "--sandbox-timeout"),
+    (["--protocol", "codeact", "--sandbox-memory-mb", "-1"], "--sandbox-memory-mb must be at least 1, got -1"),
+    (["--protocol", "codeact", "--sandbox-max-processes", "2"], "--sandbox-max-processes must be at least 3"),
+    (["--protocol", "codeact", "--sandbox-tmp-mb", "0"], "--sandbox-tmp-mb must be at least 1"),
+    (["--protocol", "codeact", "--sandbox-max-inodes", "-3"], "--sandbox-max-inodes must be at least 1"),
+    (["--protocol", "codeact", "--sandbox-cpu-seconds", "-5"], "--sandbox-cpu-seconds must be at least 1"),
+    (["--protocol", "codeact", "--sandbox-max-file-mb", "0"], "--sandbox-max-file-mb must be at least 1"),
 ])
 def test_bad_episode_options_are_one_line(argv, message, capsys, tmp_path):
     assert message in _fail(argv + ["--out", str(tmp_path / "run")], capsys)
+
+
+def test_unknown_sandbox_is_one_error_line_exit_2(capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        main(["--protocol", "codeact", "--sandbox", "docker"])
+    err = capsys.readouterr().err.strip()
+    assert exit_info.value.code == 2 and "invalid choice: 'docker'" in err.splitlines()[-1]
+
+
+def test_sandbox_flags_reach_the_sandbox_config():
+    """--tool-output-chars used to stop at the sandbox's own 2,000-character cut (issue 19, bug 1)."""
+    from sst_interp.record.identity import sandbox_config
+
+    args = parse_args(["--protocol", "codeact", "--tool-output-chars", "5000", "--sandbox-memory-mb", "512",
+                       "--sandbox-max-processes", "5", "--sandbox-tmp-mb", "8", "--sandbox-cpu-seconds", "9",
+                       "--sandbox-max-file-mb", "3", "--sandbox-max-inodes", "77"])
+    config = sandbox_config(args)
+    assert (config.output_cap_chars, config.memory_mb, config.max_processes, config.tmp_mb, config.cpu_seconds,
+            config.max_file_mb, config.max_inodes) == (5000, 512, 5, 8, 9, 3, 77)
+    assert sandbox_config(parse_args(["--protocol", "codeact"])).memory_mb == 1024  # the documented default
 
 
 def test_unknown_protocol_is_an_argparse_error(capsys):

@@ -50,15 +50,16 @@ def test_network_is_disabled_in_the_child() -> None:
     assert not run_program("raise SystemExit(3)\n", timeout_s=10).passed
 
 
-def test_runs_in_a_fresh_temporary_directory(tmp_path: Path) -> None:
+def test_runs_in_a_fresh_private_directory(tmp_path: Path) -> None:
     program = (
-        "import os, tempfile\n"
+        "import os\n"
         "cwd = os.getcwd()\n"
-        "assert os.path.basename(cwd).startswith('sst_interp_exec_'), cwd\n"
-        "assert os.listdir(cwd) == ['program.py'], os.listdir(cwd)\n"
+        "assert cwd == os.environ['HOME'] == os.environ['TMPDIR'], cwd\n"
+        "assert os.listdir(cwd) == [], os.listdir(cwd)\n"  # nothing of an earlier program is left
         "open('left_behind.txt', 'w').write('x')\n"
         f"assert not os.path.exists({str(tmp_path / 'left_behind.txt')!r})\n"
     )
+    assert run_program(program, timeout_s=10).passed
     assert run_program(program, timeout_s=10).passed
     assert not (Path.cwd() / "left_behind.txt").exists()
 

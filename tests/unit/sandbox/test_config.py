@@ -54,7 +54,7 @@ def test_unknown_backend_lists_the_known_ones() -> None:
     assert "bwrap, subprocess" in _one_line(err)
 
 
-@pytest.mark.parametrize("field, value", [("timeout_s", 0), ("memory_mb", 0), ("max_processes", 1),
+@pytest.mark.parametrize("field, value", [("timeout_s", 0), ("memory_mb", 0), ("max_processes", 2),
                                           ("output_cap_chars", -5)])
 def test_out_of_range_limits_are_usage_errors(field: str, value: float) -> None:
     with pytest.raises(UsageError, match=field):
@@ -73,24 +73,20 @@ def _pairs(args: list[str], option: str) -> list[str]:
     return [args[i + 1] for i, arg in enumerate(args) if arg == option]
 
 
-def test_mounts_hide_paths_and_rebind_the_interpreter_after_them() -> None:
+def test_mounts_are_an_allow_list_with_the_interpreter_and_hidden_paths_inside_it() -> None:
     interpreter = Interpreter("/root/.pyenv/versions/3.11.7/bin/python3.11", ("/root/.pyenv/versions/3.11.7",))
-    workdir = "/tmp/sst_interp_exec_abc"
-    hidden = ["/root", "/home/me", "/srv/run-dir", "/srv/run-dir/inner", "/tmp/other", "/root/.pyenv/versions/3.11.7/x"]
-    args = mount_args(SandboxConfig(tmp_mb=8), interpreter, workdir, hidden, size_option=True)
-    assert args[:6] == ["--ro-bind", "/", "/", "--proc", "/proc", "--dev"]
-    tmpfs = _pairs(args, "--tmpfs")
-    assert tmpfs[0] == "/tmp"
-    # nested and /tmp-covered paths need no tmpfs of their own; a hidden path inside the re-bound tree does
-    assert tmpfs[1:] == ["/root", "/home/me", "/srv/run-dir", "/root/.pyenv/versions/3.11.7/x"]
-    rebind = args.index("--ro-bind", 3)
-    assert args[rebind + 1:rebind + 3] == [interpreter.roots[0]] * 2
-    assert rebind > args.index("/root")  # stacked on the tmpfs that hides /root
-    assert _pairs(args, "--dir") == ["/root/.pyenv", "/root/.pyenv/versions"]
-    assert _pairs(args, "--bind") == [workdir]
-    assert args.index("--bind") > rebind
-    assert _pairs(args, "--remount-ro") == ["/root", "/home/me", "/srv/run-dir"]
-    assert args[args.index("/tmp") - 2:args.index("/tmp") - 1] == [str(8 << 20)]
+    hidden = ["/root", "/home/me", "/srv/run-dir", "/root/.pyenv/versions/3.11.7/x"]
+    args = mount_args(SandboxConfig(tmp_mb=8), interpreter, "/sandbox", hidden, size_option=True)
+    assert "/" not in _pairs(args, "--ro-bind")  # the host root is never bound
+    assert args[:3] == ["--ro-bind", "/usr", "/usr"]
+    # only a hidden path inside an allowed tree needs covering; the rest simply does not exist inside
+    assert _pairs(args, "--tmpfs") == ["/root/.pyenv/versions/3.11.7/x"]
+    rebind = args.index(interpreter.roots[0])
+    assert args[rebind - 1] == "--ro-bind" and args[rebind + 1] == interpreter.roots[0]
+    assert args.index("/root/.pyenv/versions/3.11.7/x") > rebind  # stacked on the re-bound tree
+    assert _pairs(args, "--dir")[-4:] == ["/root", "/root/.pyenv", "/root/.pyenv/versions", "/sandbox"]
+    assert _pairs(args, "--bind") == []  # no host path is writable
+    assert args[-3:] == ["--symlink", "/sandbox", "/tmp"]  # one writable place: the bootstrap's capped tmpfs
 
 
 def test_full_command_line_isolates_and_clears_the_environment(monkeypatch: pytest.MonkeyPatch,
@@ -109,12 +105,11 @@ def test_full_command_line_isolates_and_clears_the_environment(monkeypatch: pyte
     env = dict(zip(_pairs(argv, "--setenv"), [argv[i + 2] for i, a in enumerate(argv) if a == "--setenv"]))
     assert env == {"PATH": "/usr/bin:/usr/local/bin:/usr/bin:/bin", "HOME": workdir, "TMPDIR": workdir,
                    "LANG": "C.UTF-8", "PYTHONHASHSEED": "0", "PYTHONDONTWRITEBYTECODE": "1"}
-    tmpfs = _pairs(argv, "--tmpfs")
+    # an allow list: neither the caller's working directory nor HOME nor the run dir is bound
+    bound = [*_pairs(argv, "--ro-bind"), *_pairs(argv, "--bind")]
     cwd = os.path.realpath(os.getcwd())
-    # the working directory is hidden itself, or through a hidden ancestor (a checkout under /tmp)
-    assert any(cwd == path or cwd.startswith(path.rstrip("/") + "/") for path in tmpfs) and "/root" in tmpfs
-    # HOME and the run dir lie under /tmp here, which the sandbox's own /tmp already hides
-    assert not any(path.startswith(str(tmp_path)) for path in tmpfs)
+    assert not any(cwd == path or cwd.startswith(path.rstrip("/") + "/") for path in bound if path != "/usr")
+    assert not any(path.startswith(str(tmp_path)) for path in bound)
     privileged = bwrap_argv("/usr/bin/bwrap", config, interpreter, workdir, privileged=True, command=["x"])
     assert "--unshare-user" not in privileged
     assert privileged[privileged.index("--cap-drop"):privileged.index("--cap-drop") + 6] == [

@@ -45,19 +45,19 @@ def test_finish_session_records_the_last_answer_and_the_block_goes_on(session: P
     assert session.execute("y = 1").finish_answer is None
 
 
-def test_exceptions_give_python_tracebacks_named_execute(session: PythonSession) -> None:
+def test_exceptions_give_python_tracebacks_named_block(session: PythonSession) -> None:
     session.execute("def explode(v):\n    return v / 0\n")
     result = session.execute("a = 1\nexplode(a)\n")
     assert result.status == "error"
     assert result.stderr.startswith("Traceback (most recent call last):\n")
-    assert 'File "<execute>", line 2, in <module>' in result.stderr
+    assert 'File "<block>", line 2, in <module>' in result.stderr
     assert "explode(a)" in result.stderr
-    assert 'File "<execute>", line 2, in explode' in result.stderr
+    assert 'File "<block>", line 2, in explode' in result.stderr
     assert "return v / 0" in result.stderr  # the line of the block that defined it
     assert "<string>" not in result.stderr and "driver" not in result.stderr
     assert result.stderr.rstrip().endswith("ZeroDivisionError: division by zero")
     syntax = session.execute("def broken(:\n")
-    assert syntax.status == "error" and "SyntaxError" in syntax.stderr and "<execute>" in syntax.stderr
+    assert syntax.status == "error" and "SyntaxError" in syntax.stderr and "<block>" in syntax.stderr
     assert "Traceback" not in syntax.stderr
 
 
