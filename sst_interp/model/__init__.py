@@ -20,6 +20,7 @@ from sst_interp.model.generation import (
     PassInfo,
     generate,
 )
+from sst_interp.model.halting import PositionPolicy, parse_position_policy
 from sst_interp.model.scan import linear_scan, shift_states
 from sst_interp.model.sst import SSTModel
 
@@ -32,12 +33,14 @@ __all__ = [
     "GenerationObserver",
     "GenerationResult",
     "PassInfo",
+    "PositionPolicy",
     "SSTConfig",
     "SSTModel",
     "adapter_for",
     "generate",
     "linear_scan",
     "load_backbone",
+    "parse_position_policy",
     "shift_states",
     "supported_model_types",
 ]
