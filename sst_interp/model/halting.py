@@ -162,7 +162,7 @@ class PositionPolicy:
 
     def describe(self) -> str:
         """The canonical policy string (e.g. ``kl:0.01,min=1,max=4``): manifests and run identities."""
-        parts = [f"{name}:{tau:.6g}" for name, tau in self.rules]
+        parts = [f"{name}:{tau!r}" for name, tau in self.rules]  # repr: the exact threshold, round-tripping
         return ",".join([*parts, f"min={self.min_iterations}", f"max={self.max_depth}"])
 
 

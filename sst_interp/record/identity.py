@@ -84,6 +84,11 @@ def run_identity(args: RecordArgs, model_identity: dict[str, Any], data_sha256: 
     if args.codeact:
         identity.update(protocol="codeact", episode=episode_config(args).to_dict(), sandbox=args.sandbox,
                         sandbox_timeout=args.sandbox_timeout)
+    from sst_interp.model.loading import parse_depths
+
+    position = args.position_policy(parse_depths(args.depths))
+    if position is not None:  # the canonical string: the rules, thresholds and bounds
+        identity["depth_policy"] = position.describe()
     probe = args.probe_path()
     if probe is not None:
         identity["depth_policy"] = f"probe:{probe.resolve()}"
@@ -126,7 +131,11 @@ def sandbox_config(args: RecordArgs, hidden_paths: tuple[str, ...] = ()) -> Any:
 
 
 def make_depth_policy(args: RecordArgs, depths: list[int]) -> Any:
-    """The :class:`ProbeDepth` of ``--depth-policy probe:PATH`` with i_max = max(depths), or None for fixed."""
+    """The :class:`ProbeDepth` of ``--depth-policy probe:PATH`` with i_max = max(depths), the
+    :class:`~sst_interp.model.halting.PositionPolicy` of a per-position policy string, or None for fixed."""
+    position = args.position_policy(depths)
+    if position is not None:
+        return position
     probe = args.probe_path()
     if probe is None:
         return None
@@ -171,8 +180,18 @@ def manifest_extra(args: RecordArgs, sst: Any, tokenizer: Any, config: Any, dept
         "device_map": placement_summary(sst.backbone),
         "package_version": __version__,
         "logits_every_iteration": True,
+        # Whether top_k covers the whole distribution (an offline kl simulation needs it: sst_interp.probe.position_sim).
+        "vocab_size": _vocab_size(sst),
     }
     if args.codeact:
         extra["episode"] = episode_config(args).to_dict()
         extra["sandbox"] = {"backend": args.sandbox, "timeout_s": args.sandbox_timeout}
     return extra
+
+
+def _vocab_size(sst: Any) -> int | None:
+    """The LM head's output width (the vocabulary the logits cover), or None when the backbone hides it."""
+    config = sst.backbone.config
+    text = config.get_text_config() if hasattr(config, "get_text_config") else config
+    size = getattr(text, "vocab_size", None)
+    return int(size) if size is not None else None

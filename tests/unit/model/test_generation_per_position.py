@@ -166,4 +166,6 @@ def test_bad_policy_strings_are_usage_errors(text, message):
 def test_policy_string_round_trips_through_describe():
     policy = parse_position_policy("kl:0.01,entropy:2.5,max=6", default_max=4)
     assert policy.describe() == "kl:0.01,entropy:2.5,min=1,max=6"
+    exact = parse_position_policy(f"margin:{1 / 3!r}", default_max=2)
+    assert parse_position_policy(exact.describe(), default_max=1) == exact
     assert parse_position_policy(policy.describe(), default_max=1) == policy

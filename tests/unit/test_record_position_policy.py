@@ -1,0 +1,106 @@
+"""`record --depth-policy kl:TAU,max=K` (issue 23): iteration counts and shards recorded exactly, and the live run
+equals the offline simulation from a fixed-depth run wherever the simulation claims exactness."""
+
+import numpy as np
+import pytest
+import torch
+
+from sst_interp.model.halting import parse_position_policy
+from sst_interp.probe.position_sim import _rule_values, simulate_policy
+from sst_interp.record import main as record_main
+from sst_interp.store import Run
+from tests.unit.conftest import FAST, save_tiny_model
+
+pytestmark = pytest.mark.usefixtures("one_thread")
+
+MAX = 3
+VOCAB = 128  # the tiny models' vocabulary: --top-k VOCAB keeps the whole distribution (kl is exact)
+
+
+@pytest.fixture(scope="module")
+def recorded(tmp_path_factory):
+    root = tmp_path_factory.mktemp("policy")
+    model = save_tiny_model(root / "tiny")
+    common = [*FAST, "--model", str(model), "--demo-preset", "--limit", "6", "--batch-size", "2",
+              "--depths", str(MAX), "--top-k", str(VOCAB), "--full-positions", "5", "--max-new-tokens", "5"]
+    record_main([*common, "--out", str(root / "flat")])
+    return root, common, Run.open(root / "flat")
+
+
+def _median_tau(flat, rule):
+    """A threshold at the median of the rule's recorded values, so some positions exit early and some do not."""
+    policy = parse_position_policy(f"{rule}:1,max={MAX}", MAX)
+    values = []
+    states = {b.question_id: b for b in flat.hidden(MAX, layers=[flat.num_layers - 1])} if rule == "state" else {}
+    for block in flat.logits(MAX):
+        for p in range(len(block.positions)):
+            st = states[block.question_id].values[p, :, 0] if rule == "state" else None
+            vals = _rule_values(policy, block, p, st)[rule]
+            values.extend(v for v in vals[:MAX - 1] if np.isfinite(v))  # the iterations where exiting is a choice
+    return float(np.median(values))
+
+
+@pytest.mark.parametrize("rule", ["kl", "entropy", "margin", "state"])
+def test_live_policy_run_equals_the_simulation_where_it_claims_exactness(recorded, rule):
+    root, common, flat = recorded
+    text = f"{rule}:{_median_tau(flat, rule)!r},max={MAX}"
+    policy = parse_position_policy(text, MAX)
+    out = root / f"live-{rule}"
+    record_main([*common, "--depth-policy", text, "--out", str(out)])
+    live = Run.open(out)
+
+    assert live.manifest["depth_policy"] == policy.describe() and live.depths == [MAX]
+    assert live.manifest["identity"]["depth_policy"] == policy.describe() if "identity" in live.manifest else True
+    gens = live.generations().set_index("question_id")
+    assert set(gens["depth_policy"]) == {policy.describe()}
+    assert (gens["depth"] == MAX).all()
+    iterations = {q: [int(i) for i in its] for q, its in gens["iterations"].items()}
+    assert all(len(iterations[q]) == n for q, n in gens["n_tokens"].items())
+    assert all(1 <= i <= MAX for its in iterations.values() for i in its)
+    assert any(i < MAX for its in iterations.values() for i in its), "the median threshold should exit early"
+    assert (gens["chosen_depth"] == [max(iterations[q]) for q in gens.index]).all()
+
+    # The shards hold exactly the iterations that ran.
+    for block in live.logits(MAX):
+        for p, position in enumerate(block.positions):
+            ran = block.iterations[block.argmax[p] >= 0].tolist()
+            assert ran == list(range(1, iterations[block.question_id][position] + 1))
+    for block in live.hidden(MAX):
+        for p, position in enumerate(block.positions):
+            ran = block.iterations[~np.isnan(block.values[p, :, 0, 0])].tolist()
+            assert ran == list(range(1, iterations[block.question_id][position] + 1))
+
+    exact_somewhere = 0
+    for sim in simulate_policy(flat, policy):
+        e = len(sim.iterations)
+        tokens = [int(t) for t in gens.loc[sim.question_id, "token_ids"]]
+        assert iterations[sim.question_id][:e] == sim.iterations, sim
+        assert tokens[:e] == sim.tokens, sim
+        if not sim.diverged:
+            assert tokens == sim.tokens and iterations[sim.question_id] == sim.iterations
+        exact_somewhere += e
+    assert exact_somewhere > 0
+
+
+def test_bad_policy_strings_are_one_error_line_and_exit_2(recorded, capsys):
+    root, common, _ = recorded
+    for text in ("kl:-1", "max=0", "kl:0.1,max=0", "wobble:0.3", "kl:0.1,min=4,max=3"):
+        with pytest.raises(SystemExit) as exit_info:
+            record_main([*common, "--depth-policy", text, "--out", str(root / "bad")])
+        assert exit_info.value.code == 2
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and err[0].startswith("error:"), err
+    assert not (root / "bad").exists()
+
+
+def test_simulation_refuses_what_it_cannot_compute_exactly(recorded, tmp_path):
+    from sst_interp.errors import UsageError
+
+    root, common, flat = recorded
+    with pytest.raises(UsageError, match="recorded at depth 4"):
+        simulate_policy(flat, parse_position_policy("entropy:1,max=4", 4))
+    small = tmp_path / "small"
+    record_main([*common[:-2], "--max-new-tokens", "2", "--top-k", "6", "--limit", "2", "--out", str(small)])
+    with pytest.raises(UsageError, match="top-K only approximates KL"):
+        simulate_policy(Run.open(small), parse_position_policy(f"kl:0.1,max={MAX}", MAX))
+    assert simulate_policy(Run.open(small), parse_position_policy(f"margin:0.5,max={MAX}", MAX))
