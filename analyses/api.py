@@ -120,11 +120,22 @@ class RunAnalysis:
         """:func:`~sst_interp.analyses.convergence.convergence_monitoring` (a NotApplicable when unsupported)."""
         return self._once("convergence", lambda: convergence_monitoring(self.run))
 
+    def _fixed_depth(self, label: str) -> None:
+        """Refuse a run recorded under a per-position depth policy: its positions ran different numbers of
+        iterations (generations ``iterations``), and ``label`` compares iterations of positions at one depth."""
+        policy = str(self.run.manifest.get("depth_policy", "fixed"))
+        if policy != "fixed" and not policy.startswith("probe:"):
+            raise NotAvailable(f"{label}: the run used the per-position depth policy {policy}, so its positions ran "
+                               f"different numbers of iterations; this measurement compares iterations at a fixed "
+                               f"depth (record with --depth-policy fixed)")
+
     def _iterations(self, label: str) -> None:
+        self._fixed_depth(label)
         if max(self.run.depths, default=0) < 2:
             raise NotAvailable(f"{label}: run has depths {self.run.depths}; comparing iterations needs a depth >= 2")
 
     def _pe_part(self, attr: str) -> pd.DataFrame:
+        self._fixed_depth("sec:punctuated_equilibrium")
         pe = self.punctuated
         return _frame(pe if isinstance(pe, NotApplicable) else getattr(pe, attr))
 
@@ -226,6 +237,7 @@ class RunAnalysis:
 
     def convergence_monitoring(self) -> pd.DataFrame:
         """The statistics behind fig:convergence_monitoring."""
+        self._fixed_depth("fig:convergence_monitoring")
         return _frame(self.convergence())
 
     # ------------------------------------------------------------------------------------ what is supported

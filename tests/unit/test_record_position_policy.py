@@ -97,6 +97,15 @@ def test_live_policy_run_equals_the_simulation_where_it_claims_exactness(recorde
         exact_somewhere += e
     assert exact_somewhere > len(gens), "the simulation should be exact beyond position 0 somewhere"
 
+    if rule == "entropy":  # every analysis reads the run; those comparing iterations at a fixed depth say why not
+        from sst_interp import analyses
+
+        table = analyses.open(out).available().set_index("measurement")
+        for name in ("gap_distributions", "basin_shift_activity", "precision_proof", "convergence_monitoring",
+                     "causal_ordering"):
+            assert not table.loc[name, "available"] and "per-position depth policy" in table.loc[name, "reason"]
+        assert table.loc["repetition", "available"]
+
 
 def test_bad_policy_strings_are_one_error_line_and_exit_2(recorded, capsys):
     root, common, _ = recorded
