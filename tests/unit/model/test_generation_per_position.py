@@ -169,3 +169,20 @@ def test_policy_string_round_trips_through_describe():
     exact = parse_position_policy(f"margin:{1 / 3!r}", default_max=2)
     assert parse_position_policy(exact.describe(), default_max=1) == exact
     assert parse_position_policy(policy.describe(), default_max=1) == policy
+
+
+@pytest.mark.parametrize("rule", ["kl", "state"])
+def test_planted_fixed_point_halts_at_iteration_two(prompts, rule):
+    """Planted: a blend of exactly zero (a_max below float32's smallest subnormal, so alpha is 0) makes iteration 2
+    repeat iteration 1 exactly at every position, so any pairwise rule with TAU > 0 halts at 2 everywhere, TAU = 0
+    never halts, and the tokens are those of depth 1."""
+    sst = make_sst("gemma3", a_min=0.0, a_max=1e-50)
+    assert float(sst.alphas().abs().max()) == 0.0
+    halted, _ = run(sst, prompts[:2], parse_position_policy(f"{rule}:1e-300,max={MAX}", MAX))
+    assert halted.iterations == [[2] * NEW, [2] * NEW]
+    never, _ = run(sst, prompts[:2], parse_position_policy(f"{rule}:0,max={MAX}", MAX))
+    assert never.iterations == [[MAX] * NEW, [MAX] * NEW]
+    assert halted.token_ids == never.token_ids == run(sst, prompts[:2], FixedDepth(1))[0].token_ids
+    # Where the blend is on, iteration 2 moves: the same threshold lets position 0 run past 2.
+    moving, _ = run(make_sst("gemma3"), prompts[:2], parse_position_policy(f"{rule}:1e-300,max={MAX}", MAX))
+    assert [row[0] for row in moving.iterations] == [MAX, MAX]
