@@ -129,3 +129,25 @@ def test_simulation_refuses_what_it_cannot_compute_exactly(recorded, tmp_path):
     with pytest.raises(UsageError, match="top-K only approximates KL"):
         simulate_policy(Run.open(small), parse_position_policy(f"kl:0.1,max={MAX}", MAX))
     assert simulate_policy(Run.open(small), parse_position_policy(f"margin:0.5,max={MAX}", MAX))
+
+
+def test_simulation_cli_prints_one_row_per_policy_and_refuses_bad_strings(recorded, capsys, tmp_path):
+    from sst_interp.probe.position_sim import main as sim_main
+
+    root, _, flat = recorded
+    tau = float(np.median(_recorded_values(flat, "entropy")))
+    out = tmp_path / "sim.csv"
+    assert sim_main(["--run", str(root / "flat"), "--policy", f"entropy:{tau!r}", "--policy", "margin:1",
+                     "--out", str(out)]) == 0
+    printed = capsys.readouterr().out
+    assert "compute_fraction" in printed and "margin:1.0,min=1,max=3" in printed
+    import pandas as pd
+
+    table = pd.read_csv(out)
+    assert len(table) == 2 * len(flat.generations())
+    never = table[table["policy"] == "margin:1.0,min=1,max=3"]
+    assert not never["diverged"].any() and (never["mean_iterations"] == MAX).all()  # margin:1 never exits early
+    with pytest.raises(SystemExit) as exit_info:
+        sim_main(["--run", str(root / "flat"), "--policy", "kl:-1"])
+    assert exit_info.value.code == 2
+    assert capsys.readouterr().err.startswith("error:")
