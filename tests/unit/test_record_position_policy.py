@@ -151,3 +151,29 @@ def test_simulation_cli_prints_one_row_per_policy_and_refuses_bad_strings(record
         sim_main(["--run", str(root / "flat"), "--policy", "kl:-1"])
     assert exit_info.value.code == 2
     assert capsys.readouterr().err.startswith("error:")
+
+
+def test_two_torchrun_processes_record_the_same_per_position_run(recorded):
+    import dataclasses
+
+    from tests.unit.distributed_helpers import finish, torchrun_record
+
+    root, common, flat = recorded
+    text = f"entropy:{float(np.median(_recorded_values(flat, 'entropy')))!r},max={MAX}"
+    record_main([*common, "--depth-policy", text, "--out", str(root / "one")])
+    proc = torchrun_record([*common, "--depth-policy", text, "--out", str(root / "two")])
+    output = finish(proc)
+    assert proc.returncode == 0, output[-3000:]
+    one, two = Run.open(root / "one"), Run.open(root / "two")
+    assert two.manifest["depth_policy"] == one.manifest["depth_policy"]
+    a, b = (r.generations().sort_values("question_id").reset_index(drop=True) for r in (one, two))
+    assert a.token_ids.map(list).tolist() == b.token_ids.map(list).tolist()
+    assert a.iterations.map(list).tolist() == b.iterations.map(list).tolist()
+    assert len({i for its in a.iterations for i in its}) > 1
+    for kind in ("hidden", "logits"):
+        mine = {blk.question_id: blk for blk in getattr(two, kind)(MAX)}
+        theirs = {blk.question_id: blk for blk in getattr(one, kind)(MAX)}
+        assert mine.keys() == theirs.keys() and mine
+        for qid, blk in mine.items():
+            for field in dataclasses.fields(blk):
+                np.testing.assert_array_equal(getattr(blk, field.name), getattr(theirs[qid], field.name))
