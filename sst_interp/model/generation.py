@@ -285,8 +285,8 @@ class GenerationSession:
         return logits, captured
 
     def _want_logits(self, iteration: int, depth: int) -> bool:
-        if self.per_position and self.policy.needs_logits:
-            return True
+        if self.per_position:  # the LM head runs when a rule reads it; else only where a row halts
+            return self.policy.needs_logits or self.config.logits_every_iteration
         return self.config.logits_every_iteration or iteration >= depth or self.policy.probe_layer is not None
 
     def prefill(self, tokens: torch.Tensor, segment_mask: torch.Tensor) -> torch.Tensor | None:
@@ -491,7 +491,9 @@ class GenerationSession:
         prev_logits = prev_state = None
         iteration = 1
         while True:
-            halt = policy.halt(signals_for(policy, iteration, logits, prev_logits, state, prev_state),
+            # The probe layer's output of this iteration (the hook of __enter__ keeps the latest pass's).
+            hidden = self.probe_capture[policy.probe_layer][:, -1] if policy.probe_layer is not None else None
+            halt = policy.halt(signals_for(policy, iteration, logits, prev_logits, state, prev_state, hidden),
                                self.batch, running.device) & running
             if logits is None and bool(halt.any()):
                 # A rule that reads no logits (state): the LM head runs only at the iteration a row halts.

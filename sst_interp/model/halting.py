@@ -11,7 +11,10 @@ Rules (a rule "fires" for a row after iteration i; the position halts when any r
 - ``entropy:TAU``: entropy of p_i (nats) < TAU;
 - ``margin:TAU``: top-1 minus top-2 probability of p_i > TAU (CALM's confidence exit);
 - ``state:TAU``: ||s_i - s_{i-1}|| / ||s_{i-1}|| < TAU for the carried state stream s of the last stateful layer
-  (needs no LM head).
+  (needs no LM head);
+- ``probe-pos:PATH``: a saved halting probe (``python -m sst_interp.probe train``) applied to each position's
+  output of its layer after each iteration; halts where its logit exceeds the probe's saved threshold. The model
+  package does not load probes: the caller attaches it with :meth:`PositionPolicy.with_probe` (``record`` does).
 
 ``kl`` and ``state`` compare two iterations, so they cannot fire at iteration 1; a policy made only of such
 rules runs at least 2 iterations (:attr:`PositionPolicy.min_depth` is that effective minimum). Comparisons are
@@ -22,13 +25,15 @@ always fires as soon as it can (fixed depth ``min``).
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
+from pathlib import Path
 
 import torch
 
 from sst_interp.errors import UsageError
 
-RULES: tuple[str, ...] = ("kl", "entropy", "margin", "state")
+RULES: tuple[str, ...] = ("kl", "entropy", "margin", "state", "probe-pos")
 PAIRWISE: frozenset[str] = frozenset({"kl", "state"})  # rules that compare iteration i with i - 1
 LOGIT_RULES: frozenset[str] = frozenset({"kl", "entropy", "margin"})
 
@@ -43,6 +48,7 @@ class IterationSignals:
         prev_logits: [B, V] logits of the previous iteration (None at iteration 1 or when not needed).
         state: [B, d] carried state of the last stateful layer after this iteration (None when not needed).
         prev_state: [B, d] the same after the previous iteration.
+        hidden: [B, d] output of the probe layer at this position after this iteration (``probe-pos`` only).
     """
 
     iteration: int
@@ -50,6 +56,7 @@ class IterationSignals:
     prev_logits: torch.Tensor | None = None
     state: torch.Tensor | None = None
     prev_state: torch.Tensor | None = None
+    hidden: torch.Tensor | None = None
 
 
 def relative_change(state: torch.Tensor, prev_state: torch.Tensor) -> torch.Tensor:
@@ -119,6 +126,9 @@ class PositionPolicy:
         rules: ((name, tau), ...) in the order written; a position halts when any fires.
         min_iterations: the written ``min=`` (default 1).
         max_depth: ``max=``: no position runs more iterations.
+        probe_path: the ``probe-pos:PATH`` of the string (None without one).
+        probe_layer: the layer the attached probe reads (set by :meth:`with_probe`).
+        probe_fn: the attached probe: [B, d] probe-layer output -> [B] bool, True where it halts.
     """
 
     rules: tuple[tuple[str, float], ...]
@@ -126,11 +136,17 @@ class PositionPolicy:
     max_depth: int
     probe_layer: int | None = None
     per_position: bool = True
+    probe_path: str | None = None
+    probe_fn: Callable[[torch.Tensor], torch.Tensor] | None = field(default=None, compare=False, repr=False)
+
+    def with_probe(self, probe_fn: Callable[[torch.Tensor], torch.Tensor], layer: int) -> PositionPolicy:
+        """This policy with its ``probe-pos`` probe attached (``probe_fn`` reads the output of ``layer``)."""
+        return replace(self, probe_fn=probe_fn, probe_layer=int(layer))
 
     @property
     def min_depth(self) -> int:
         """The fewest iterations a position can run: ``min=``, or 2 when every rule compares two iterations."""
-        pairwise_only = all(name in PAIRWISE for name, _ in self.rules)
+        pairwise_only = self.probe_path is None and all(name in PAIRWISE for name, _ in self.rules)
         return min(self.max_depth, max(self.min_iterations, 2 if pairwise_only else 1))
 
     @property
@@ -153,6 +169,11 @@ class PositionPolicy:
             if name in PAIRWISE and i < 2:
                 continue
             fired |= rule_fires(name, tau, rule_values(name, signals)).to(device)
+        if self.probe_path is not None:
+            if self.probe_fn is None or signals.hidden is None:
+                raise RuntimeError("probe-pos needs its probe attached (PositionPolicy.with_probe) and the probe "
+                                   "layer's output")
+            fired |= self.probe_fn(signals.hidden).to(device=device, dtype=torch.bool).reshape(-1)
         return fired
 
     def should_halt(self, iteration: int, hidden: torch.Tensor | None) -> bool:
@@ -163,6 +184,8 @@ class PositionPolicy:
     def describe(self) -> str:
         """The canonical policy string (e.g. ``kl:0.01,min=1,max=4``): manifests and run identities."""
         parts = [f"{name}:{tau!r}" for name, tau in self.rules]  # repr: the exact threshold, round-tripping
+        if self.probe_path is not None:
+            parts.append(f"probe-pos:{self.probe_path}")
         return ",".join([*parts, f"min={self.min_iterations}", f"max={self.max_depth}"])
 
 
@@ -181,6 +204,7 @@ def parse_position_policy(text: str, default_max: int) -> PositionPolicy:
     """
     rules: list[tuple[str, float]] = []
     bounds: dict[str, int] = {}
+    probe: str | None = None
     example = "e.g. kl:0.01,max=4"
     for item in (part.strip() for part in text.split(",")):
         if not item:
@@ -198,6 +222,14 @@ def parse_position_policy(text: str, default_max: int) -> PositionPolicy:
             continue
         name, sep, value = item.partition(":")
         name = name.strip()
+        if name == "probe-pos" and sep:
+            if probe is not None:
+                raise UsageError(f"--depth-policy: probe-pos given twice in {text!r}")
+            if not value.strip() or not Path(value.strip()).exists():
+                raise UsageError(f"--depth-policy probe-pos:{value.strip()}: no such probe; train one with "
+                                 f"python -m sst_interp.probe train --run RUN")
+            probe = str(Path(value.strip()).resolve())
+            continue
         if name not in RULES or not sep:
             raise UsageError(f"--depth-policy: unknown rule {item!r}; use {', '.join(r + ':TAU' for r in RULES)}, "
                              f"min=, max= ({example}), fixed, or probe:PATH")
@@ -207,7 +239,7 @@ def parse_position_policy(text: str, default_max: int) -> PositionPolicy:
         if any(name == seen for seen, _ in rules):
             raise UsageError(f"--depth-policy: rule {name!r} given twice in {text!r}")
         rules.append((name, tau))
-    if not rules:
+    if not rules and probe is None:
         raise UsageError(f"--depth-policy {text!r} names no rule; {example}")
     maximum = bounds.get("max", default_max)
     if maximum < 1:
@@ -215,7 +247,7 @@ def parse_position_policy(text: str, default_max: int) -> PositionPolicy:
     minimum = bounds.get("min", 1)
     if minimum > maximum:
         raise UsageError(f"--depth-policy: min={minimum} exceeds max={maximum}")
-    return PositionPolicy(rules=tuple(rules), min_iterations=minimum, max_depth=maximum)
+    return PositionPolicy(rules=tuple(rules), min_iterations=minimum, max_depth=maximum, probe_path=probe)
 
 
 def is_position_policy(text: str) -> bool:

@@ -67,10 +67,12 @@ class HaltedRows:
 
 
 def signals_for(policy: PositionPolicy, iteration: int, logits: torch.Tensor | None, prev_logits: torch.Tensor | None,
-                state: torch.Tensor | None, prev_state: torch.Tensor | None) -> IterationSignals:
+                state: torch.Tensor | None, prev_state: torch.Tensor | None,
+                hidden: torch.Tensor | None = None) -> IterationSignals:
     """The :class:`IterationSignals` ``policy`` reads (only what it needs)."""
     return IterationSignals(iteration=iteration,
                             logits=logits if policy.needs_logits else None,
                             prev_logits=prev_logits if policy.needs_logits else None,
                             state=state if policy.needs_state else None,
-                            prev_state=prev_state if policy.needs_state else None)
+                            prev_state=prev_state if policy.needs_state else None,
+                            hidden=hidden)

@@ -8,7 +8,8 @@ At every generated position the simulation exits at the first iteration whose re
 - ``kl``: needs the full distribution: exact only when ``top_k`` covers the vocabulary (``vocab_size`` in the
   manifest); top-K alone would only approximate it, so a run with a smaller K is refused;
 - ``state``: the relative change of the last stateful layer's state, which under ``update = direct`` is that
-  layer's recorded output; only the first ``full_positions`` positions of a turn hold hidden states.
+  layer's recorded output; only the first ``full_positions`` positions of a turn hold hidden states;
+- ``probe-pos``: the probe on the recorded output of its layer (float32, as live), first ``full_positions`` only.
 
 What is exact, and where it stops. The recorded run ran every position to ``max``. A position's decision is
 exact as long as every earlier position also ran to ``max`` under the policy, because then the policy's
@@ -102,7 +103,7 @@ def _kl_rows(logprobs: torch.Tensor) -> torch.Tensor:
     return out
 
 
-def halting_iteration(policy: PositionPolicy, values: dict[str, np.ndarray]) -> int:
+def halting_iteration(policy: PositionPolicy, values: dict[str, np.ndarray], probe_threshold: float = 0.0) -> int:
     """The first iteration (1-based) at which ``policy`` halts, given each rule's values per iteration ``[I]``
     (index i = iteration i + 1; NaN where undefined, e.g. iteration 1 of a pairwise rule)."""
     from sst_interp.model.halting import rule_fires
@@ -116,6 +117,8 @@ def halting_iteration(policy: PositionPolicy, values: dict[str, np.ndarray]) -> 
             value = values[name][iteration - 1]
             if not np.isnan(value) and bool(rule_fires(name, tau, torch.tensor([value]))[0]):
                 return iteration
+        if "probe-pos" in values and values["probe-pos"][iteration - 1] > probe_threshold:
+            return iteration
     return policy.max_depth
 
 
@@ -146,6 +149,11 @@ def simulate_policy(run: Any, policy: PositionPolicy) -> list[SimulatedTurn]:
     gens = run.generations()
     gens = gens[gens["depth"] == depth].sort_values(["question_id", "turn"])
     needs_state = policy.needs_state
+    probe = None
+    if policy.probe_path is not None:
+        from sst_interp.probe.policy import ProbeDepth
+
+        probe = ProbeDepth.from_path(policy.probe_path)
     last_layer = None
     if needs_state:
         layers = run.manifest.get("sst", {}).get("layers")
@@ -154,6 +162,8 @@ def simulate_policy(run: Any, policy: PositionPolicy) -> list[SimulatedTurn]:
     for qid, rows in gens.groupby("question_id", sort=False):
         logit_blocks = {b.turn: b for b in run.logits(depth, [qid])}
         state_blocks = ({b.turn: b for b in run.hidden(depth, [qid], layers=[last_layer])} if needs_state else {})
+        probe_blocks = ({b.turn: b for b in run.hidden(depth, [qid], layers=[probe.probe_layer])}
+                        if probe is not None else {})
         upstream = False
         for row in rows.itertuples():
             full = [int(t) for t in row.token_ids]
@@ -164,17 +174,27 @@ def simulate_policy(run: Any, policy: PositionPolicy) -> list[SimulatedTurn]:
                 continue
             block = logit_blocks.get(int(row.turn))
             hidden = state_blocks.get(int(row.turn))
+            probed = probe_blocks.get(int(row.turn))
             for position in range(len(full)):
                 p = _index(block, position)
                 s = _index(hidden, position) if needs_state else 0
-                if p is None or s is None:
+                h = _index(probed, position) if probe is not None else 0
+                if p is None or s is None or h is None:
                     turn.stop = "window"
                     break
                 states = hidden.values[s, :, 0].astype(np.float32) if needs_state else None
                 if np.isnan(block.entropy[p]).any() or (states is not None and np.isnan(states).any()):
                     turn.stop = "window"
                     break
-                halt = halting_iteration(policy, _rule_values(policy, block, p, states))
+                values = _rule_values(policy, block, p, states)
+                if probe is not None:
+                    probe_in = torch.from_numpy(probed.values[h, :, 0].astype(np.float32))
+                    if torch.isnan(probe_in).any():
+                        turn.stop = "window"
+                        break
+                    # The live comparison itself (float32 logits against the threshold), as 1.0 / 0.0.
+                    values["probe-pos"] = (probe.logits(probe_in) > probe.threshold).double().numpy()
+                halt = halting_iteration(policy, values, 0.5)
                 turn.iterations.append(halt)
                 turn.tokens.append(int(block.argmax[p, halt - 1]))
                 turn.full_tokens.append(full[position])

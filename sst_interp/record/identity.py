@@ -89,6 +89,8 @@ def run_identity(args: RecordArgs, model_identity: dict[str, Any], data_sha256: 
     position = args.position_policy(parse_depths(args.depths))
     if position is not None:  # the canonical string: the rules, thresholds and bounds
         identity["depth_policy"] = position.describe()
+        if position.probe_path is not None:
+            identity["probe_sha256"] = folder_sha256(Path(position.probe_path))
     probe = args.probe_path()
     if probe is not None:
         identity["depth_policy"] = f"probe:{probe.resolve()}"
@@ -134,6 +136,11 @@ def make_depth_policy(args: RecordArgs, depths: list[int]) -> Any:
     """The :class:`ProbeDepth` of ``--depth-policy probe:PATH`` with i_max = max(depths), the
     :class:`~sst_interp.model.halting.PositionPolicy` of a per-position policy string, or None for fixed."""
     position = args.position_policy(depths)
+    if position is not None and position.probe_path is not None:
+        from sst_interp.probe.policy import ProbeDepth
+
+        probe = ProbeDepth.from_path(position.probe_path)
+        return position.with_probe(lambda hidden: probe.logits(hidden) > probe.threshold, probe.probe_layer)
     if position is not None:
         return position
     probe = args.probe_path()

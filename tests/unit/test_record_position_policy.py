@@ -56,10 +56,29 @@ def _revealing_tau(flat, rule):
     return best[1]
 
 
-@pytest.mark.parametrize("rule", ["kl", "entropy", "margin", "state"])
+def _saved_probe(root, flat):
+    """A random probe at layer 1 whose threshold is the median of its logits over the flat run's iterations < MAX,
+    so it halts some positions early."""
+    from sst_interp.probe.io import ProbeMeta, save_probe
+    from sst_interp.probe.model import HaltingProbe, ProbeConfig
+
+    torch.manual_seed(5)
+    probe = HaltingProbe(ProbeConfig(input_size=flat.hidden_size, hidden=10)).eval()
+    with torch.no_grad():
+        logits = np.concatenate([probe(torch.from_numpy(b.values[:, :MAX - 1, 0].reshape(-1, flat.hidden_size)))
+                                 .reshape(-1).numpy() for b in flat.hidden(MAX, layers=[1])])
+    path = root / "probe"
+    save_probe(path, probe, ProbeMeta(layer=1, threshold=float(np.median(logits)), max_depth=MAX))
+    return path
+
+
+@pytest.mark.parametrize("rule", ["kl", "entropy", "margin", "state", "probe-pos"])
 def test_live_policy_run_equals_the_simulation_where_it_claims_exactness(recorded, rule):
     root, common, flat = recorded
-    text = f"{rule}:{_revealing_tau(flat, rule)!r},max={MAX}"
+    if rule == "probe-pos":
+        text = f"probe-pos:{_saved_probe(root, flat)},max={MAX}"
+    else:
+        text = f"{rule}:{_revealing_tau(flat, rule)!r},max={MAX}"
     policy = parse_position_policy(text, MAX)
     out = root / f"live-{rule}"
     record_main([*common, "--depth-policy", text, "--out", str(out)])
@@ -95,7 +114,8 @@ def test_live_policy_run_equals_the_simulation_where_it_claims_exactness(recorde
         if not sim.diverged:
             assert tokens == sim.tokens and iterations[sim.question_id] == sim.iterations
         exact_somewhere += e
-    assert exact_somewhere > len(gens), "the simulation should be exact beyond position 0 somewhere"
+    # Beyond position 0 somewhere (the thresholds of _revealing_tau are chosen so; the probe's is a plain median).
+    assert exact_somewhere > len(gens) or (rule == "probe-pos" and exact_somewhere == len(gens))
 
     if rule == "entropy":  # every analysis reads the run; those comparing iterations at a fixed depth say why not
         from sst_interp import analyses
@@ -109,7 +129,7 @@ def test_live_policy_run_equals_the_simulation_where_it_claims_exactness(recorde
 
 def test_bad_policy_strings_are_one_error_line_and_exit_2(recorded, capsys):
     root, common, _ = recorded
-    for text in ("kl:-1", "max=0", "kl:0.1,max=0", "wobble:0.3", "kl:0.1,min=4,max=3"):
+    for text in ("kl:-1", "max=0", "kl:0.1,max=0", "wobble:0.3", "kl:0.1,min=4,max=3", "probe-pos:/no/such/probe"):
         with pytest.raises(SystemExit) as exit_info:
             record_main([*common, "--depth-policy", text, "--out", str(root / "bad")])
         assert exit_info.value.code == 2

@@ -1,6 +1,7 @@
 """Per-position depth policies in generation (issue 23): exact equivalences on tiny float64 models."""
 
 import math
+import statistics
 
 import pytest
 import torch
@@ -186,3 +187,42 @@ def test_planted_fixed_point_halts_at_iteration_two(prompts, rule):
     # Where the blend is on, iteration 2 moves: the same threshold lets position 0 run past 2.
     moving, _ = run(make_sst("gemma3"), prompts[:2], parse_position_policy(f"{rule}:1e-300,max={MAX}", MAX))
     assert [row[0] for row in moving.iterations] == [MAX, MAX]
+
+
+def test_probe_pos_needs_an_existing_probe_and_an_attached_one(tmp_path):
+    with pytest.raises(UsageError, match="no such probe"):
+        parse_position_policy(f"probe-pos:{tmp_path / 'missing'}", default_max=3)
+    (tmp_path / "probe").mkdir()
+    policy = parse_position_policy(f"probe-pos:{tmp_path / 'probe'},max=3", default_max=4)
+    assert policy.describe() == f"min=1,max=3".join([f"probe-pos:{(tmp_path / 'probe').resolve()},", ""])
+    with pytest.raises(RuntimeError, match="attached"):
+        policy.halt(IterationSignals(1, hidden=torch.zeros(1, 4)), 1, torch.device("cpu"))
+    halts = policy.with_probe(lambda h: h[:, 0] > 0, layer=1)
+    fired = halts.halt(IterationSignals(1, hidden=torch.tensor([[1.0, 0.0], [-1.0, 0.0]])), 2, torch.device("cpu"))
+    assert fired.tolist() == [True, False] and halts.probe_layer == 1 and halts.min_depth == 1
+
+
+def test_probe_pos_in_generation_halts_where_the_probe_says(sst, prompts):
+    """A probe reading layer 1 that halts when the first coordinate of its output exceeds a threshold: position 0
+    runs to the first iteration whose layer-1 output (read by a hook at fixed depth) exceeds it."""
+    outputs = {}
+    log = {"key": None}
+
+    class Keys(PassLog):
+        def on_pass_start(self, info):
+            log["key"] = None if info.position is None else (info.position, info.iteration)
+
+    handle = sst.layers[1].register_forward_hook(
+        lambda m, i, o: outputs.__setitem__(log["key"], o[0, -1, 0].item()) if log["key"] else None)
+    try:
+        generate(sst, prompts[:1], FixedDepth(MAX), GenerationConfig(max_new_tokens=1), observer=Keys())
+    finally:
+        handle.remove()
+    threshold = statistics.median(outputs[(0, i)] for i in range(1, MAX + 1))
+    expected = next((i for i in range(1, MAX + 1) if outputs[(0, i)] > threshold), MAX)
+    policy = parse_position_policy(f"entropy:0,max={MAX}", MAX)
+    policy = type(policy)(rules=(), min_iterations=1, max_depth=MAX, probe_path="planted")
+    policy = policy.with_probe(lambda h: h[:, 0] > threshold, layer=1)
+    result, _ = run(sst, prompts[:1], policy, new=1)
+    assert result.iterations == [[expected]]
+    assert expected < MAX, f"the planted probe should halt early here: {outputs}"
