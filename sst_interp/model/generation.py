@@ -505,7 +505,6 @@ class GenerationSession:
                 break
             if bool(halt.any()):  # others iterate on: keep what the halting rows have now
                 kept.save(halt, logits, self.carry, self.cache)
-                kept.rows = kept.rows | halt
             iteration += 1
             prev_logits, prev_state = logits, state
             logits = self.rerun(position, iteration, token, position_ids, active=running)
@@ -524,7 +523,7 @@ class GenerationSession:
             logits = self.rerun(0, iteration, token, position_ids)
         if logits is None:  # the policy halted at an iteration whose logits were not computed
             raise RuntimeError("no logits at the halting iteration")
-        self.record_token(0, self.choose(logits))
+        self.record_token(0, self.choose(logits), [iteration] * self.batch)
         return iteration
 
     def __enter__(self) -> GenerationSession:

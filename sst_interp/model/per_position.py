@@ -35,7 +35,8 @@ class HaltedRows:
     kv: list[tuple[torch.Tensor, torch.Tensor]] = field(default_factory=list)
 
     def save(self, now: torch.Tensor, logits: torch.Tensor | None, carry: dict[int, torch.Tensor], cache) -> None:
-        """Keep rows ``now`` ([B] bool, halting after the pass just run) from that pass."""
+        """Keep rows ``now`` ([B] bool, halting after the pass just run) from that pass, and add them to ``rows``."""
+        self.rows = self.rows | now
         def merge(kept: torch.Tensor | None, fresh: torch.Tensor) -> torch.Tensor:
             mask = now.to(fresh.device).view(-1, *([1] * (fresh.ndim - 1)))
             return fresh.clone() if kept is None else torch.where(mask, fresh, kept)
@@ -50,7 +51,7 @@ class HaltedRows:
         else:
             self.kv = [(merge(kk, k), merge(kv, v)) for (kk, kv), (k, v) in zip(self.kv, layers)]
 
-    def restore(self, held: torch.Tensor, carry: dict[int, torch.Tensor], cache) -> None:
+    def restore(self, held: torch.Tensor, carry: dict[int, torch.Tensor], cache) -> None:  # noqa: ANN001
         """After a re-run, put back rows ``held`` ([B] bool, halted before it): carry and the cache's last column."""
         for index, state in carry.items():
             carry[index] = torch.where(held.to(state.device)[:, None], self.carry[index], state)

@@ -226,3 +226,23 @@ def test_probe_pos_in_generation_halts_where_the_probe_says(sst, prompts):
     result, _ = run(sst, prompts[:1], policy, new=1)
     assert result.iterations == [[expected]]
     assert expected < MAX, f"the planted probe should halt early here: {outputs}"
+
+
+class _HaltAtTwo:
+    """A per-turn policy (the DepthPolicy protocol, like the halting probe) that halts at iteration 2."""
+
+    max_depth = MAX
+    probe_layer = None
+
+    def should_halt(self, iteration, hidden):
+        return iteration >= 2
+
+    def describe(self):
+        return "halt-at-2"
+
+
+def test_per_turn_policies_record_the_depth_they_chose_at_every_position(sst, prompts):
+    result, log = run(sst, prompts[:2], _HaltAtTwo())
+    assert result.chosen_depth == [2, 2]
+    assert result.iterations == [[2] * NEW, [2] * NEW]
+    assert_same_run((result, log), run(sst, prompts[:2], FixedDepth(2)))
