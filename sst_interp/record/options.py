@@ -65,7 +65,8 @@ class RecordArgs:
                                           "halting probe picks the depth at position 0 of each model turn, up to "
                                           "max(--depths); the question is filed under the depth it chose first; "
                                           "Sec. 6, app:halting_eval) | per-position rules, e.g. kl:0.01,max=4 "
-                                          "(kl:TAU, entropy:TAU, margin:TAU, state:TAU, min=, max=; max defaults "
+                                          "(kl:TAU, entropy:TAU, margin:TAU, state:TAU, probe-pos:PATH, min=, "
+                                          "max=; max defaults "
                                           "to max(--depths); each position halts when a rule fires; filed under "
                                           "max)")
     protocol: str = arg("completion", choices=PROTOCOLS,
