@@ -43,11 +43,12 @@ class DepthPolicy(Protocol):
     (:class:`~sst_interp.model.halting.PositionPolicy`, ``per_position = True``) implement it too but are driven
     through their ``halt`` method after every iteration of every position (:mod:`sst_interp.model.per_position`).
 
-    For a per-turn policy the decision is taken at generated position 0 of every model turn (a single-turn generation call has one),
-    after each iteration, and then holds for every later position of that turn. app:halting_eval: "At each model
-    turn, the probe inspects the position-0 hidden state ... and that depth is used for the remainder of the
-    question"; we read "remainder" as the rest of that model turn, since the probe inspects again at the next
-    turn's position 0 (were the first decision to hold for the whole episode, there would be nothing to inspect). ``probe_layer`` names the decoder layer whose position-0 output
+    For a per-turn policy the decision is taken at generated position 0 of every model turn (a single-turn
+    generation call has one), after each iteration, and then holds for every later position of that turn.
+    app:halting_eval: "At each model turn, the probe inspects the position-0 hidden state ... and that depth is
+    used for the remainder of the question"; we read "remainder" as the rest of that model turn, since the probe
+    inspects again at the next turn's position 0 (were the first decision to hold for the whole episode, there
+    would be nothing to inspect). ``probe_layer`` names the decoder layer whose position-0 output
     :meth:`should_halt` reads (``None`` if it reads nothing).
     """
 

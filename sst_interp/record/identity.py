@@ -187,7 +187,7 @@ def manifest_extra(args: RecordArgs, sst: Any, tokenizer: Any, config: Any, dept
         "device_map": placement_summary(sst.backbone),
         "package_version": __version__,
         "logits_every_iteration": True,
-        # Whether top_k covers the whole distribution (an offline kl simulation needs it: sst_interp.probe.position_sim).
+        # Whether top_k covers the whole distribution (an offline kl simulation needs it).
         "vocab_size": _vocab_size(sst),
     }
     if args.codeact:
