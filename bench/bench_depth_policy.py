@@ -183,9 +183,10 @@ def main() -> None:
             ratio = statistics.median(samples[rule]) / t_fixed
             counted = modelled(rule) / modelled("fixed")
             target = mean / k * 1.10
+            # The (m / k) x 1.10 target is for batch size 1; at larger batches the efficiency is what is reported.
+            verdict = ("ok" if counted <= target else "MISSED") if batch == 1 else "-"
             print(f"{rule:8} {mean:5.2f} {mean_batch:8.2f} {work[rule][0]:7d} {work[rule][1]:5d} {ratio:10.2f} "
-                  f"{counted:14.2f} {target:12.2f} {'ok' if counted <= target else 'MISSED':>6} "
-                  f"{counted / (mean / k):10.2f}")
+                  f"{counted:14.2f} {target:12.2f} {verdict:>6} {counted / (mean / k):10.2f}")
         print(f"fixed    {k:5.2f} {k:8.2f} {work['fixed'][0]:7d} {work['fixed'][1]:5d}")
 
 
