@@ -29,7 +29,20 @@ from sst_interp.analyses.results import NotApplicable
 
 
 # ------------------------------------------------------------------------------------------------ requirements
+def _fixed_depth(a: Any) -> str | None:
+    policy = str(a.run.manifest.get("depth_policy", "fixed"))
+    if policy != "fixed" and not policy.startswith("probe:"):
+        return (f"the run used the per-position depth policy {policy}, so its positions ran different numbers of "
+                f"iterations; this measurement compares iterations at a fixed depth (record with --depth-policy "
+                f"fixed)")
+    return None
+
+
 def _iterations(a: Any) -> str | None:
+    # Comparing iterations needs every position to have run the same ones: a fixed (or per-turn) depth.
+    unfixed = _fixed_depth(a)
+    if unfixed is not None:
+        return unfixed
     if max(a.run.depths, default=0) < 2:
         return f"run has depths {a.run.depths}; comparing iterations needs a depth >= 2"
     return None

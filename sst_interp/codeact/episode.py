@@ -97,6 +97,7 @@ class TurnRecord:
         tool_status: ``ok`` | ``error`` | ``timeout`` | ``none`` (nothing ran).
         chosen_depth: iterations per position in this turn (the depth policy decides at each turn's position 0).
         appended_tokens: tokens of the tool-response segment that followed this turn (0 if none).
+        iterations: iterations each generated position of this turn ran (one per token).
     """
 
     turn: int
@@ -108,6 +109,7 @@ class TurnRecord:
     tool_status: str = "none"
     chosen_depth: int = 0
     appended_tokens: int = 0
+    iterations: list[int] = field(default_factory=list)
 
 
 @dataclass
@@ -245,7 +247,8 @@ def run_episodes(
                 tokens = list(result.token_ids[row])
                 record = TurnRecord(turn=turn, token_ids=tokens, stop_reason=turn_stop_reason(tokens, fmt, eot, eos_ids),
                                     text=decode_with_actions(tokens, tokenizer, fmt.action_tokens),
-                                    chosen_depth=int(result.chosen_depth[row]))
+                                    chosen_depth=int(result.chosen_depth[row]),
+                                    iterations=list(result.iterations[row]))
                 episode.turns.append(record)
                 episode.context += len(tokens)
                 code = extract_code(record.text) if record.stop_reason == "execute" else None

@@ -25,6 +25,7 @@ if TYPE_CHECKING:
         PassInfo,
         generate,
     )
+    from sst_interp.model.halting import PositionPolicy, parse_position_policy
     from sst_interp.model.scan import linear_scan, shift_states
     from sst_interp.model.sst import SSTModel
 
@@ -43,6 +44,8 @@ _EXPORTS = {
     "GenerationResult": "sst_interp.model.generation",
     "PassInfo": "sst_interp.model.generation",
     "generate": "sst_interp.model.generation",
+    "PositionPolicy": "sst_interp.model.halting",
+    "parse_position_policy": "sst_interp.model.halting",
     "linear_scan": "sst_interp.model.scan",
     "shift_states": "sst_interp.model.scan",
     "SSTModel": "sst_interp.model.sst",
@@ -58,12 +61,14 @@ __all__ = [
     "GenerationObserver",
     "GenerationResult",
     "PassInfo",
+    "PositionPolicy",
     "SSTConfig",
     "SSTModel",
     "adapter_for",
     "generate",
     "linear_scan",
     "load_backbone",
+    "parse_position_policy",
     "shift_states",
     "supported_model_types",
 ]

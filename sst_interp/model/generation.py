@@ -27,6 +27,7 @@ from transformers import DynamicCache
 
 from sst_interp.errors import UsageError
 from sst_interp.model.config import PROMPT_MODES, PromptMode
+from sst_interp.model.per_position import HaltedRows, signals_for
 from sst_interp.model.scan import shift_states
 from sst_interp.model.sst import SSTModel
 
@@ -36,11 +37,16 @@ from sst_interp.model.sst import SSTModel
 class DepthPolicy(Protocol):
     """Decides how many iterations each generated position gets.
 
-    The decision is taken at generated position 0 of every model turn (a single-turn generation call has one),
-    after each iteration, and then holds for every later position of that turn. app:halting_eval: "At each model
-    turn, the probe inspects the position-0 hidden state ... and that depth is used for the remainder of the
-    question"; we read "remainder" as the rest of that model turn, since the probe inspects again at the next
-    turn's position 0 (were the first decision to hold for the whole episode, there would be nothing to inspect). ``probe_layer`` names the decoder layer whose position-0 output
+    Per-turn policies (:class:`FixedDepth`, the halting probe) implement this protocol. Per-position policies
+    (:class:`~sst_interp.model.halting.PositionPolicy`, ``per_position = True``) implement it too but are driven
+    through their ``halt`` method after every iteration of every position (:mod:`sst_interp.model.per_position`).
+
+    For a per-turn policy the decision is taken at generated position 0 of every model turn (a single-turn
+    generation call has one), after each iteration, and then holds for every later position of that turn.
+    app:halting_eval: "At each model turn, the probe inspects the position-0 hidden state ... and that depth is
+    used for the remainder of the question"; we read "remainder" as the rest of that model turn, since the probe
+    inspects again at the next turn's position 0 (were the first decision to hold for the whole episode, there
+    would be nothing to inspect). ``probe_layer`` names the decoder layer whose position-0 output
     :meth:`should_halt` reads (``None`` if it reads nothing).
     """
 
@@ -173,8 +179,10 @@ class GenerationResult:
     Args:
         token_ids: generated tokens per row (up to and including EOS).
         stop_reasons: ``eos`` | ``stop_string`` | ``max_new_tokens`` per row.
-        chosen_depth: iterations used per row (the policy's choice at position 0).
+        chosen_depth: iterations used per row (the policy's choice at position 0; under a per-position policy the
+            most iterations any of the row's positions ran).
         depth_policy: the policy's description.
+        iterations: per row, the iterations each generated position ran (one entry per token of ``token_ids``).
     """
 
     token_ids: list[list[int]]
@@ -182,6 +190,7 @@ class GenerationResult:
     chosen_depth: list[int]
     depth_policy: str
     extras: dict = field(default_factory=dict)
+    iterations: list[list[int]] = field(default_factory=list)
 
 
 # ------------------------------------------------------------------------------------------------ generation
@@ -241,6 +250,9 @@ class GenerationSession:
         self.stop_reasons = ["max_new_tokens"] * self.batch
         self.generator = torch.Generator(device="cpu").manual_seed(config.seed)
         self.depth = policy.max_depth
+        self.per_position = bool(getattr(policy, "per_position", False))
+        self.iterations: list[list[int]] = [[] for _ in prompts]
+        self.last_hidden: torch.Tensor | None = None  # [B, 1, d] final-norm output of the latest pass's last column
         self.probe_capture: dict[int, torch.Tensor] = {}
         self.turn = -1
         self.last_prefill_s = 0.0  # wall time of the latest turn's prefill (the episode benchmark reads it)
@@ -266,11 +278,14 @@ class GenerationSession:
                 cache=self.cache if use_cache else None,
                 use_cache=use_cache,
             )
-        logits = self.sst.lm_logits(hidden[:, -1:])[:, -1] if want_logits else None
+        self.last_hidden = hidden[:, -1:]
+        logits = self.sst.lm_logits(self.last_hidden)[:, -1] if want_logits else None
         self.observer.on_pass_end(info, logits)
         return logits, captured
 
     def _want_logits(self, iteration: int, depth: int) -> bool:
+        if self.per_position:  # the LM head runs when a rule reads it; else only where a row halts
+            return self.policy.needs_logits or self.config.logits_every_iteration
         return self.config.logits_every_iteration or iteration >= depth or self.policy.probe_layer is not None
 
     def prefill(self, tokens: torch.Tensor, segment_mask: torch.Tensor) -> torch.Tensor | None:
@@ -326,10 +341,15 @@ class GenerationSession:
             self.carry[index] = states[index][:, -1]
         return logits
 
-    def rerun(self, position: int, iteration: int, token: torch.Tensor, position_ids: torch.Tensor):
-        """Iteration >= 2 at the current position: drop its KV entry and run it again with the carried state."""
+    def rerun(self, position: int, iteration: int, token: torch.Tensor, position_ids: torch.Tensor,
+              active: torch.Tensor | None = None):
+        """Iteration >= 2 at the current position: drop its KV entry and run it again with the carried state.
+
+        ``active`` ([B] bool, default: the rows still generating) marks the rows this pass is for; the others are
+        computed too but not recorded."""
         self.cache.crop(-1)
-        info = PassInfo(position=position, iteration=iteration, depth=self.depth, active=self.active)
+        info = PassInfo(position=position, iteration=iteration, depth=self.depth,
+                        active=self.active if active is None else active)
         logits, _ = self._run(info, "carry", token, position_ids, self._want_logits(iteration, self.depth))
         return logits
 
@@ -353,7 +373,9 @@ class GenerationSession:
             halt = bool(halt.reshape(-1)[0])
         return bool(halt) or iteration >= self.policy.max_depth
 
-    def record_token(self, position: int, token: torch.Tensor) -> None:
+    def record_token(self, position: int, token: torch.Tensor, counts: list[int] | None = None) -> None:
+        """Append the chosen ``token`` [B] of ``position`` to the active rows (``counts``: iterations per row, default
+        the turn's depth) and mark rows that ended."""
         was_active = self.active.clone()
         token = torch.where(self.active, token, torch.full_like(token, self.config.pad_token_id))
         self.observer.on_token(position, token, self.active.clone())
@@ -363,6 +385,7 @@ class GenerationSession:
                 continue
             tok = int(token[row])
             self.generated[row].append(tok)
+            self.iterations[row].append(self.depth if counts is None else int(counts[row]))
             if tok in eos:
                 self.stop_reasons[row], self.active[row] = "eos", False
             elif self.config.stop_strings and self.decode_fn is not None:
@@ -411,12 +434,16 @@ class GenerationSession:
         self.turn += 1
         self.depth = self.policy.max_depth
         self.generated = [[] for _ in range(self.batch)]
+        self.iterations = [[] for _ in range(self.batch)]
         self.stop_reasons = ["max_new_tokens" if bool(a) else "inactive" for a in self.active]
         started = time.perf_counter()
         logits = self.prefill(tokens, mask)
         self.last_prefill_s = time.perf_counter() - started
         position_ids = self._positions()[:, -1:]
-        self.depth = self._settle_position0(logits, tokens[:, -1:], position_ids)
+        if self.per_position:
+            self.record_token(0, *self._iterate_position(0, logits, tokens[:, -1:], position_ids))
+        else:
+            self.depth = self._settle_position0(logits, tokens[:, -1:], position_ids)
         for position in range(1, self.config.max_new_tokens):
             if not bool(self.active.any()):
                 break
@@ -429,16 +456,63 @@ class GenerationSession:
             position_ids = position_ids + self.active.long()[:, None]
             info = PassInfo(position=position, iteration=1, depth=self.depth, active=self.active)
             logits, _ = self._run(info, "carry", token, position_ids, self._want_logits(1, self.depth))
+            if self.per_position:
+                self.record_token(position, *self._iterate_position(position, logits, token, position_ids))
+                continue
             for iteration in range(2, self.depth + 1):
                 logits = self.rerun(position, iteration, token, position_ids)
             self.record_token(position, self.choose(logits))
         self.cache.crop(0)
+        chosen = ([max(counts, default=0) for counts in self.iterations] if self.per_position
+                  else [self.depth] * self.batch)
         return GenerationResult(
             token_ids=self.generated,
             stop_reasons=self.stop_reasons,
-            chosen_depth=[self.depth] * self.batch,
+            chosen_depth=chosen,
             depth_policy=self.policy.describe(),
+            iterations=self.iterations,
         )
+
+    def _iterate_position(self, position: int, logits: torch.Tensor | None, token: torch.Tensor,
+                          position_ids: torch.Tensor) -> tuple[torch.Tensor, list[int]]:
+        """Iterations 2.. at ``position`` under a per-position policy; iteration 1 has run (``logits`` [B, V] its
+        logits, or None when the policy reads none). Returns the chosen tokens [B] and each row's iteration count
+        (0 for rows not generating)."""
+        policy = self.policy
+        running = self.active.clone()
+        counts = [0] * self.batch
+        kept = HaltedRows(rows=torch.zeros_like(running))
+        last = max(self.carry) if self.carry else None
+        if policy.needs_state and last is None:
+            raise UsageError("the state rule needs a stateful layer; this SST has none")
+        track_state = policy.needs_state
+        state = self.carry[last].clone() if track_state else None
+        prev_logits = prev_state = None
+        iteration = 1
+        while True:
+            # The probe layer's output of this iteration (the hook of __enter__ keeps the latest pass's).
+            hidden = self.probe_capture[policy.probe_layer][:, -1] if policy.probe_layer is not None else None
+            halt = policy.halt(signals_for(policy, iteration, logits, prev_logits, state, prev_state, hidden),
+                               self.batch, running.device) & running
+            if logits is None and bool(halt.any()):
+                # A rule that reads no logits (state): the LM head runs only at the iteration a row halts.
+                logits = self.sst.lm_logits(self.last_hidden)[:, -1]
+            for row in torch.nonzero(halt).flatten().tolist():
+                counts[row] = iteration
+            running = running & ~halt
+            if not bool(running.any()):
+                break
+            if bool(halt.any()):  # others iterate on: keep what the halting rows have now
+                kept.save(halt, logits, self.carry, self.cache)
+            iteration += 1
+            prev_logits, prev_state = logits, state
+            logits = self.rerun(position, iteration, token, position_ids, active=running)
+            if bool(kept.rows.any()):
+                kept.restore(kept.rows, self.carry, self.cache)
+            state = self.carry[last].clone() if track_state else None
+        if logits is None:
+            raise RuntimeError("no logits at the halting iteration")
+        return self.choose(kept.final_logits(logits, kept.rows)), counts
 
     def _settle_position0(self, logits, token, position_ids) -> int:
         """Iterate position 0 until the policy halts; the depth chosen here holds for the rest of the turn."""
@@ -448,7 +522,7 @@ class GenerationSession:
             logits = self.rerun(0, iteration, token, position_ids)
         if logits is None:  # the policy halted at an iteration whose logits were not computed
             raise RuntimeError("no logits at the halting iteration")
-        self.record_token(0, self.choose(logits))
+        self.record_token(0, self.choose(logits), [iteration] * self.batch)
         return iteration
 
     def __enter__(self) -> GenerationSession:

@@ -50,16 +50,23 @@ def record_batch(sst: Any, tokenizer: Any, batch: list[Any], depth: Any, args: R
     with Recorder.for_model(sst, ids, config) as recorder, intervened(sst, args, ids, recorder) as observer:
         result = generate(sst, prompts, depth, gen_config, observer=observer,
                           decode_fn=lambda tokens: tokenizer.decode(tokens, skip_special_tokens=True))
+    import numpy as np
+
+    # A per-position policy files every question under its maximum depth (the shards' partition); the depth a
+    # position ran is in ``iterations``.
+    per_position = getattr(depth, "per_position", False)
     rows = []
     for row, question in enumerate(batch):
         tokens = result.token_ids[row]
         text = tokenizer.decode(tokens, skip_special_tokens=True)
         verdict = grade(question, text)
         rows.append({
-            "question_id": question.question_id, "depth": int(result.chosen_depth[row]), "turn": 0,
+            "question_id": question.question_id, "turn": 0,
+            "depth": int(depth.max_depth) if per_position else int(result.chosen_depth[row]),
             "token_ids": tokens, "text": text, "n_tokens": len(tokens), "stop_reason": result.stop_reasons[row],
             "extracted_answer": verdict.extracted_answer, "correct": bool(verdict.correct),
             "grader": verdict.grader, "depth_policy": result.depth_policy,
             "chosen_depth": int(result.chosen_depth[row]), "prompt_tokens": len(prompts[row]),
+            "iterations": np.asarray(result.iterations[row], dtype=np.int32),
         })
     return rows, recorder.columns()

@@ -20,6 +20,8 @@ def record_episode_batch(sst: Any, tokenizer: Any, batch: list[Any], depth: Any,
     Returns:
         (generation rows, episode rows, writer columns, the :class:`~sst_interp.codeact.episode.EpisodeBatch`).
     """
+    import numpy as np
+
     from sst_interp.codeact.episode import run_episodes
     from sst_interp.codeact.grading import grade_episode
     from sst_interp.hooks import Recorder
@@ -34,7 +36,8 @@ def record_episode_batch(sst: Any, tokenizer: Any, batch: list[Any], depth: Any,
     generation_rows, episode_rows = [], []
     for question, episode in zip(batch, result.episodes):
         verdict = grade_episode(question, episode, sandbox)
-        filed = episode.chosen_depth
+        # A per-position policy files every episode under its maximum depth (the shards' partition).
+        filed = depth.max_depth if getattr(depth, "per_position", False) else episode.chosen_depth
         for turn in episode.turns:
             generation_rows.append({
                 "question_id": question.question_id, "depth": filed, "turn": turn.turn,
@@ -44,6 +47,7 @@ def record_episode_batch(sst: Any, tokenizer: Any, batch: list[Any], depth: Any,
                 "chosen_depth": turn.chosen_depth, "code": turn.code, "tool_output": turn.tool_output,
                 "tool_status": turn.tool_status, "appended_tokens": turn.appended_tokens,
                 "prompt_tokens": episode.prompt_tokens if turn.turn == 0 else 0,
+                "iterations": np.asarray(turn.iterations, dtype=np.int32),
             })
         episode_rows.append({
             "question_id": question.question_id, "depth": filed, "n_turns": len(episode.turns),

@@ -82,6 +82,13 @@ def run_identity(args: RecordArgs, model_identity: dict[str, Any], data_sha256: 
     if args.codeact:
         identity.update(protocol="codeact", episode=episode_config(args).to_dict(), sandbox=args.sandbox,
                         sandbox_timeout=args.sandbox_timeout)
+    from sst_interp.model.loading import parse_depths
+
+    position = args.position_policy(parse_depths(args.depths))
+    if position is not None:  # the canonical string: the rules, thresholds and bounds
+        identity["depth_policy"] = position.describe()
+        if position.probe_path is not None:
+            identity["probe_sha256"] = folder_sha256(Path(position.probe_path))
     spec = args.intervention_spec()
     if spec is not None:
         from sst_interp.interventions import patch_runs
@@ -135,7 +142,16 @@ def sandbox_config(args: RecordArgs, hidden_paths: tuple[str, ...] = ()) -> Any:
 
 
 def make_depth_policy(args: RecordArgs, depths: list[int]) -> Any:
-    """The :class:`ProbeDepth` of ``--depth-policy probe:PATH`` with i_max = max(depths), or None for fixed."""
+    """The :class:`ProbeDepth` of ``--depth-policy probe:PATH`` with i_max = max(depths), the
+    :class:`~sst_interp.model.halting.PositionPolicy` of a per-position policy string, or None for fixed."""
+    position = args.position_policy(depths)
+    if position is not None and position.probe_path is not None:
+        from sst_interp.probe.policy import ProbeDepth
+
+        probe = ProbeDepth.from_path(position.probe_path)
+        return position.with_probe(lambda hidden: probe.logits(hidden) > probe.threshold, probe.probe_layer)
+    if position is not None:
+        return position
     probe = args.probe_path()
     if probe is None:
         return None
@@ -180,6 +196,8 @@ def manifest_extra(args: RecordArgs, sst: Any, tokenizer: Any, config: Any, dept
         "device_map": placement_summary(sst.backbone),
         "package_version": __version__,
         "logits_every_iteration": True,
+        # Whether top_k covers the whole distribution (an offline kl simulation needs it).
+        "vocab_size": _vocab_size(sst),
     }
     if args.codeact:
         extra["episode"] = episode_config(args).to_dict()
@@ -192,3 +210,11 @@ def manifest_extra(args: RecordArgs, sst: Any, tokenizer: Any, config: Any, dept
     if spec is not None:
         extra["intervention"] = spec.to_dict()
     return extra
+
+
+def _vocab_size(sst: Any) -> int | None:
+    """The LM head's output width (the vocabulary the logits cover), or None when the backbone hides it."""
+    config = sst.backbone.config
+    text = config.get_text_config() if hasattr(config, "get_text_config") else config
+    size = getattr(text, "vocab_size", None)
+    return int(size) if size is not None else None

@@ -66,7 +66,11 @@ class RecordArgs:
     depth_policy: str = arg("fixed", help="fixed (default: a flat run per depth of --depths) | probe:PATH (a saved "
                                           "halting probe picks the depth at position 0 of each model turn, up to "
                                           "max(--depths); the question is filed under the depth it chose first; "
-                                          "Sec. 6, app:halting_eval)")
+                                          "Sec. 6, app:halting_eval) | per-position rules, e.g. kl:0.01,max=4 "
+                                          "(kl:TAU, entropy:TAU, margin:TAU, state:TAU, probe-pos:PATH, min=, "
+                                          "max=; max defaults "
+                                          "to max(--depths); each position halts when a rule fires; filed under "
+                                          "max)")
     protocol: str = arg("completion", choices=PROTOCOLS,
                         help="completion (default: one generation per question) | codeact (multi-turn episodes whose "
                              "code runs in a sandbox, as the paper evaluates; app:dataset_format)")
@@ -111,7 +115,9 @@ class RecordArgs:
 
     def probe_path(self) -> Path | None:
         """The probe folder of ``--depth-policy probe:PATH`` (None for ``fixed``)."""
-        if self.depth_policy == "fixed":
+        from sst_interp.model.halting import is_position_policy
+
+        if self.depth_policy == "fixed" or is_position_policy(self.depth_policy):
             return None
         kind, sep, path = self.depth_policy.partition(":")
         if kind != "probe" or not sep or not path:
@@ -120,6 +126,15 @@ class RecordArgs:
             raise UsageError(f"--depth-policy probe:{path}: no such probe; train one with "
                              f"python -m sst_interp.probe train --run RUN")
         return Path(path)
+
+    def position_policy(self, depths: list[int]) -> Any:
+        """The :class:`~sst_interp.model.halting.PositionPolicy` of a per-position ``--depth-policy`` (max
+        defaults to max(--depths)), or None for ``fixed`` and ``probe:PATH``. Bad strings are a UsageError."""
+        from sst_interp.model.halting import is_position_policy, parse_position_policy
+
+        if not is_position_policy(self.depth_policy):
+            return None
+        return parse_position_policy(self.depth_policy, default_max=max(depths))
 
     def out_path(self) -> Path:
         """The run directory: --out, or runs/<questions> (runs/<questions>-codeact for episodes)."""
@@ -216,6 +231,7 @@ class RecordArgs:
         self._check_protocol_flags()
         self.action_token_ids()
         self.probe_path()
+        self.position_policy(depths)
         if self.placement()[0] is None:  # --device is not used under --device-map auto
             from sst_interp.model.devices import check_device
 

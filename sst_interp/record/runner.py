@@ -158,8 +158,11 @@ def record_questions(sst: Any, tokenizer: Any, questions: list[Any], args: Recor
     batch_fn = _batch_function(args, sst, tokenizer, config, sandbox)
     ranks = ranks or Ranks()
     policy = make_depth_policy(args, depths)
-    if policy is not None:
+    if policy is not None and not getattr(policy, "per_position", False):
         return _record_with_policy(args, policy, batch_fn, questions, identity, extra, out, ranks)
+    if policy is not None:  # per-position: one batched run filed under the policy's maximum depth
+        depths = [policy.max_depth]
+        extra = dict(extra, depths=depths, depth_policy=policy.describe(), max_depth=policy.max_depth)
     sizes = dict(full_positions=config.full_positions, sketch_positions=config.sketch_positions,
                  layers=sst.num_layers, d=sst.hidden_size, dtype=args.dtype, top_k=args.top_k,
                  sketch_k=extra["sketch_k"], max_new_tokens=args.max_new_tokens, gates=args.gates,
@@ -189,7 +192,7 @@ def record_questions(sst: Any, tokenizer: Any, questions: list[Any], args: Recor
         with tqdm(total=total, unit="q", desc=desc, disable=total == 0 or not ranks.is_main) as progress:
             for depth, batch in mine:
                 progress.set_postfix_str(f"depth {depth}")
-                submission = batch_fn(batch, FixedDepth(depth))
+                submission = batch_fn(batch, FixedDepth(depth) if policy is None else policy)
                 writer.submit(depth, [q.question_id for q in batch], **submission)
                 progress.update(len(batch))
     return _summary(out, depths, ranks)
