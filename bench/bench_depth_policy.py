@@ -1,4 +1,4 @@
-"""Cost of per-position depth policies against fixed-depth decoding (issue 23 item 5; DESIGN section 9).
+"""Cost of per-position depth policies against fixed-depth decoding.
 
 Run: ``python bench/bench_depth_policy.py [--max-depth 4] [--new-tokens 24] [--repeats 3] [--batch 1,8]``
 

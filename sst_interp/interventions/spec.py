@@ -1,6 +1,6 @@
 """Intervention specs: where (a site) and what (an operation), as dataclasses that round-trip through JSON/YAML.
 
-A site is addressed like a recording (DESIGN section 13): (turn, position, iteration, layer, stream). Each
+A site is addressed like a recording: (turn, position, iteration, layer, stream). Each
 coordinate is a tuple of values or ``None`` for all of them; positions count per turn, as in the recordings
 (position 0 is the pass that chooses the first generated token). The streams of one SST layer (paper eq:blend,
 eq:state_update):

@@ -1,4 +1,4 @@
-"""Per-position halting rules (issue 23; DESIGN section 13): after each iteration at a generated position, decide
+"""Per-position halting rules: after each iteration at a generated position, decide
 between emitting the token and iterating again, up to a maximum depth.
 
 A policy string (``--depth-policy``) is a comma-separated list of rules and bounds::

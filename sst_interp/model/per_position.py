@@ -1,4 +1,4 @@
-"""Iterating one generated position under a per-position depth policy (issue 23; DESIGN sections 3 and 13).
+"""Iterating one generated position under a per-position depth policy.
 
 After each iteration the policy says which rows emit their token. In a batch the rows that still iterate are
 re-run together with the rows that have halted (the cache holds one column per row; a sub-batch re-run would need

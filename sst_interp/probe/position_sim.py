@@ -1,4 +1,4 @@
-"""Offline simulation of a per-position depth policy on a run recorded at fixed depth ``max`` (issue 23, item 3).
+"""Offline simulation of a per-position depth policy on a run recorded at fixed depth ``max``.
 
 At every generated position the simulation exits at the first iteration whose recorded values satisfy the policy
 (:meth:`~sst_interp.model.halting.PositionPolicy.halt`), reading the same numbers the live policy reads:
