@@ -13,6 +13,8 @@ import shutil
 import tempfile
 from pathlib import Path
 
+from sst_interp.sandbox.tempdirs import process_parent
+
 
 def cap_text(text: str, cap: int) -> str:
     """``text`` cut to ``cap`` characters, with ``\\n... [truncated N chars]`` saying how much was cut."""
@@ -25,7 +27,7 @@ class CaptureFiles:
     """A private directory with ``stdout`` and ``stderr`` files, opened append-only for the sandbox."""
 
     def __init__(self) -> None:
-        self.directory = Path(tempfile.mkdtemp(prefix="sst_interp_io_"))
+        self.directory = Path(tempfile.mkdtemp(prefix="sst_interp_io_", dir=process_parent()))
         self.stdout_path = self.directory / "stdout"
         self.stderr_path = self.directory / "stderr"
         # O_APPEND: writes land at the current end even after the parent truncated the file between blocks

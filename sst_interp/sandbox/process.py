@@ -33,6 +33,7 @@ from sst_interp.sandbox.interpreter import base_interpreter, sandbox_env
 from sst_interp.sandbox.limits import rlimits
 from sst_interp.sandbox.output import CaptureFiles
 from sst_interp.sandbox.seccomp import filter_fd, mount_filter_program
+from sst_interp.sandbox.tempdirs import process_parent
 
 _HERE = Path(__file__).resolve().parent
 BOOTSTRAP_SOURCE = (_HERE / "bootstrap.py").read_text(encoding="utf-8")
@@ -50,7 +51,7 @@ class SandboxError(RuntimeError):
 
 def make_workdir() -> str:
     """A new private directory for one sandbox, writable by the uid the sandboxed code runs as."""
-    path = tempfile.mkdtemp(prefix="sst_interp_exec_")
+    path = tempfile.mkdtemp(prefix="sst_interp_exec_", dir=process_parent())
     if os.geteuid() == 0:
         # a root caller's sandbox runs as "nobody" (bootstrap); it must own the one writable directory
         os.chown(path, SANDBOX_UID, SANDBOX_GID)
