@@ -51,7 +51,7 @@ def test_random_backbone_buffers_equal_a_fresh_model_and_weights_are_seeded():
         assert torch.equal(buffer, expected), name
     again = random_backbone(config, torch.float32, "cpu", seed=3)
     other = random_backbone(config, torch.float32, "cpu", seed=4)
-    weight = model.model.layers[6].mlp.down_proj.weight
+    weight = model.model.layers[6].mlp.down_proj.weight.detach()
     assert torch.equal(weight, again.model.layers[6].mlp.down_proj.weight)
     assert not torch.equal(weight, other.model.layers[6].mlp.down_proj.weight)
     assert abs(float(weight.std()) - 0.02) < 0.002
