@@ -27,6 +27,7 @@ import warnings
 from collections.abc import Sequence
 from pathlib import Path
 
+from sst_interp.errors import UsageError
 from sst_interp.sandbox.bwrap import SANDBOX_DIR, SANDBOX_GID, SANDBOX_UID, bwrap_argv, find_bwrap
 from sst_interp.sandbox.config import SandboxConfig
 from sst_interp.sandbox.interpreter import base_interpreter, sandbox_env
@@ -45,8 +46,13 @@ INFO_TIMEOUT_S = 30.0  # bwrap reports its init's pid at once; this only bounds 
 NAMESPACE_EXIT_TIMEOUT_S = 10.0  # the kernel reaps a killed namespace in milliseconds
 
 
-class SandboxError(RuntimeError):
-    """The sandbox could not start (the message carries the backend's own error text)."""
+class SandboxError(UsageError, RuntimeError):
+    """The sandbox could not start (the message carries the backend's own error text).
+
+    A :class:`~sst_interp.errors.UsageError`: the machine cannot run the sandbox (bwrap refused, a namespace it
+    may not create), which the user fixes, so a command stops with one ``error:`` line and exit 2, never a
+    traceback and never a graded answer.
+    """
 
 
 def make_workdir() -> str:

@@ -56,3 +56,21 @@ def test_a_killed_recording_leaves_nothing_behind_after_the_next_sandbox_starts(
                             "print(process_parent())"], env=env, capture_output=True, text=True)
     assert again.returncode == 0 and again.stdout.strip()
     assert list(tmp_path.iterdir()) == []  # the stale parent swept; the new process's own, empty, removed at exit
+
+
+def test_a_sandbox_that_cannot_start_stops_a_command_with_one_error_line(capsys):
+    import pytest
+
+    from sst_interp.errors import cli_entry
+    from sst_interp.sandbox import SandboxError
+
+    @cli_entry
+    def command() -> None:
+        raise SandboxError("the sandbox did not start (exit 1): bwrap: setting up uid map:\nPermission denied")
+
+    with pytest.raises(SystemExit) as info:
+        command()
+    err = capsys.readouterr().err.splitlines()
+    assert info.value.code == 2 and len(err) == 1
+    assert err[0] == "error: the sandbox did not start (exit 1): bwrap: setting up uid map: Permission denied"
+    assert issubclass(SandboxError, RuntimeError)  # callers that caught it as a RuntimeError still do
