@@ -34,8 +34,10 @@ class GenerateArgs:
     prompt_mode: str | None = arg(None, choices=PROMPT_MODES,
                                   help="two_pass | sequential | none (default: none under the demo preset, else "
                                        "two_pass)")
-    dtype: str = arg("float32", choices=("float32", "bfloat16"), help="the model's compute dtype")
-    device: str = arg("cpu", help="torch device; not used with --device-map auto")
+    dtype: str = arg("auto", choices=("auto", "float32", "bfloat16"),
+                     help="the model's compute dtype (auto: bfloat16 on CUDA, float32 on the CPU)")
+    device: str = arg("auto", help="torch device: auto (cuda when available) | cpu | cuda | cuda:N; not used with "
+                                   "--device-map auto")
     device_map: str = arg("none", help="none (default: the whole model on --device) | auto (a model bigger than one "
                                        "device: accelerate spreads the layers over the GPUs, then the CPU)")
     max_memory: str | None = arg(None, metavar="DEVICE=SIZE,...",
@@ -54,7 +56,7 @@ def main(argv: list[str] | None = None) -> None:
     """Print the completion of ``--prompt`` at each of ``--depths``."""
     args = config_from_namespace(GenerateArgs, build_parser().parse_args(argv))
     # The model stack (torch, transformers) is imported after parsing, so --help and bad flags answer at once.
-    from sst_interp.model.devices import check_device
+    from sst_interp.model.devices import check_device, resolve_dtype
     from sst_interp.model.generation import GenerationConfig, generate
     from sst_interp.model.limits import ModelLimits, check_weights_placed
     from sst_interp.model.loading import (DEMO_PRESET_NOTE, ModelSpec, build_sst, eos_token_ids, parse_depths,
@@ -68,7 +70,11 @@ def main(argv: list[str] | None = None) -> None:
         raise UsageError("--prompt is empty; give the text to continue, e.g. --prompt '7 + 5 ='")
     device_map = parse_device_map(args.device_map)
     device = args.device if device_map is not None else check_device(args.device)  # unused under a device map
-    spec = ModelSpec(args.model, resolve_checkpoint(args.checkpoint), args.state_scale, args.dtype, device,
+    import torch
+
+    dtype = resolve_dtype(args.dtype, device if device_map is None else
+                          ("cuda" if torch.cuda.is_available() else "cpu"))
+    spec = ModelSpec(args.model, resolve_checkpoint(args.checkpoint), args.state_scale, dtype, device,
                      device_map=device_map, max_memory=parse_max_memory(args.max_memory))
     sst, tokenizer = build_sst(spec)
     prompt = codecs.decode(args.prompt, "unicode_escape") if "\\" in args.prompt else args.prompt

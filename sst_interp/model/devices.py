@@ -40,3 +40,17 @@ def check_device(text: str, flag: str = "--device") -> str:
             raise UsageError(f"{flag} {text}: MPS is not available on this machine; use {flag} cpu or {flag} auto")
         return text
     raise UsageError(f"{flag} {text!r}: sst-interp runs on {DEVICE_HELP}, not {device.type}")
+
+
+#: What ``--dtype`` accepts.
+DTYPES = ("auto", "float32", "bfloat16")
+
+
+def resolve_dtype(text: str, device: str, flag: str = "--dtype") -> str:
+    """``--dtype`` resolved for ``device`` (already resolved): ``auto`` is bfloat16 on a GPU and float32 on the CPU
+    (where bfloat16 matmuls are slow and the exactness tests run); ``float32``/``bfloat16`` stay as given."""
+    if text not in DTYPES:
+        raise UsageError(f"{flag} must be one of {', '.join(DTYPES)}, got {text!r}")
+    if text != "auto":
+        return text
+    return "bfloat16" if str(device).startswith("cuda") else "float32"

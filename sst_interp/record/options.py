@@ -39,8 +39,9 @@ class RecordArgs:
     max_new_tokens: int | None = arg(None, help="most tokens per answer, or per model turn under codeact (default per "
                                                 "set: demo 16, gsm8k 256, gpqa 256, math500 512, humaneval 384)")
     batch_size: int = arg(8, help="questions (episodes) per generation batch and per written batch")
-    dtype: str = arg("float32", help="float32 | bfloat16: the model's compute dtype and the stored dtype of hidden "
-                                     "states")
+    dtype: str = arg("auto", help="auto | float32 | bfloat16: the model's compute dtype and the stored dtype of "
+                                  "hidden states (auto: bfloat16 on CUDA, float32 on the CPU; the resolved one is "
+                                  "recorded)")
     out: str | None = arg(None, help="run directory (default runs/<questions>, runs/<questions>-codeact under "
                                      "codeact)")
     full_positions: int = arg(10, help="generated positions recorded in full (position 0 always), per model turn")
@@ -207,8 +208,8 @@ class RecordArgs:
             raise UsageError(f"--sketch-k must be at least 1, got {self.sketch_k}")
         if self.limit is not None and self.limit < 1:
             raise UsageError(f"--limit must be at least 1, got {self.limit}")
-        if self.dtype not in ("float32", "bfloat16"):
-            raise UsageError(f"--dtype must be float32 or bfloat16, got {self.dtype!r}")
+        if self.dtype not in ("auto", "float32", "bfloat16"):
+            raise UsageError(f"--dtype must be auto, float32 or bfloat16, got {self.dtype!r}")
         if self.prompt_mode is not None and self.prompt_mode not in PROMPT_MODES:
             raise UsageError(f"--prompt-mode must be one of {', '.join(PROMPT_MODES)}, got {self.prompt_mode!r}")
         self.checkpoint = resolve_checkpoint(self.checkpoint)
@@ -232,10 +233,14 @@ class RecordArgs:
         self.action_token_ids()
         self.probe_path()
         self.position_policy(depths)
-        if self.placement()[0] is None:  # --device is not used under --device-map auto
-            from sst_interp.model.devices import check_device
+        from sst_interp.model.devices import check_device, resolve_dtype
 
-            check_device(self.device)
+        if self.placement()[0] is None:  # --device is not used under --device-map auto
+            self.dtype = resolve_dtype(self.dtype, check_device(self.device))
+        else:  # a device map puts the layers on the GPUs when there are any
+            import torch
+
+            self.dtype = resolve_dtype(self.dtype, "cuda" if torch.cuda.is_available() else "cpu")
         return depths
 
     def _check_protocol_flags(self) -> None:
