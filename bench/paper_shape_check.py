@@ -36,6 +36,7 @@ import traceback
 from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import numpy as np
@@ -315,7 +316,7 @@ def measure_record(sst, settings: ShapeSettings, vocab: int) -> list[ShapeRow]:
                                                    "payload_bytes": payload}))
     finally:
         shutil.rmtree(root, ignore_errors=True)
-    writer_args = type("WriterArgs", (), dict(full_positions=10, depth=1, batch=1, writer_batches=4))()
+    writer_args = SimpleNamespace(full_positions=10, depth=1, batch=1, writer_batches=4)
     rates = bench_writer(sst.hidden_size, sst.num_layers, writer_args)
     rows.append(ShapeRow("writer", f"RunWriter {rates['bfloat16']:.0f} MB/s (bf16 hidden) vs at most "
                                    f"{produced_mb_per_s:.1f} MB/s produced while recording: "

@@ -51,6 +51,9 @@ def resolve_dtype(text: str, device: str, flag: str = "--dtype") -> str:
     (where bfloat16 matmuls are slow and the exactness tests run); ``float32``/``bfloat16`` stay as given."""
     if text not in DTYPES:
         raise UsageError(f"{flag} must be one of {', '.join(DTYPES)}, got {text!r}")
-    if text != "auto":
-        return text
+    return auto_dtype(device) if text == "auto" else text
+
+
+def auto_dtype(device: str) -> str:
+    """What ``--dtype auto`` means on ``device``: bfloat16 on a GPU, float32 on the CPU (every command's rule)."""
     return "bfloat16" if str(device).startswith("cuda") else "float32"

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import functools
+
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -107,12 +109,18 @@ class RecordArgs:
         return self.protocol == "codeact"
 
     def intervention_spec(self) -> Any:
-        """The parsed ``--intervention`` spec (an InterventionSpec), or None; a bad file is a UsageError."""
+        """The parsed ``--intervention`` spec (an InterventionSpec), or None; a bad file is a UsageError.
+
+        Read once per file content: the runner asks for it per batch."""
         if self.intervention is None:
             return None
-        from sst_interp.interventions import InterventionSpec
+        path = Path(self.intervention)
+        if not path.is_file():
+            from sst_interp.interventions import InterventionSpec
 
-        return InterventionSpec.from_file(self.intervention)
+            return InterventionSpec.from_file(path)  # its one-line error for a missing file
+        stat = path.stat()
+        return _read_spec(str(path.resolve()), stat.st_mtime_ns, stat.st_size)
 
     def probe_path(self) -> Path | None:
         """The probe folder of ``--depth-policy probe:PATH`` (None for ``fixed``)."""
@@ -261,3 +269,11 @@ class RecordArgs:
         device_map, max_memory = parse_device_map(self.device_map), parse_max_memory(self.max_memory)
         check_placement(device_map, max_memory)
         return device_map, max_memory
+
+
+@functools.lru_cache(maxsize=8)
+def _read_spec(path: str, mtime_ns: int, size: int) -> Any:
+    """An intervention spec file, parsed; keyed by its modification time and size so an edited file is read again."""
+    from sst_interp.interventions import InterventionSpec
+
+    return InterventionSpec.from_file(path)

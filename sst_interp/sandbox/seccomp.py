@@ -53,6 +53,14 @@ def _load_bindings():
     return pyseccomp
 
 
+def _denying(seccomp, names):  # noqa: ANN001, ANN202 - the pyseccomp module and its SyscallFilter
+    """A filter that allows everything but ``names``, which fail with EPERM."""
+    syscall_filter = seccomp.SyscallFilter(seccomp.ALLOW)
+    for name in names:
+        syscall_filter.add_rule(seccomp.ERRNO(errno.EPERM), name)
+    return syscall_filter
+
+
 def _export(syscall_filter) -> bytes:
     with os.fdopen(os.memfd_create("sst-interp-seccomp-export", os.MFD_CLOEXEC), "w+b") as buffer:
         syscall_filter.export_bpf(buffer)
@@ -64,9 +72,7 @@ def _export(syscall_filter) -> bytes:
 def filter_program() -> bytes:
     """The main filter's BPF program for this machine's architecture (built once per process)."""
     seccomp = _load_bindings()
-    syscall_filter = seccomp.SyscallFilter(seccomp.ALLOW)
-    for name in DENIED_SYSCALLS:
-        syscall_filter.add_rule(seccomp.ERRNO(errno.EPERM), name)
+    syscall_filter = _denying(seccomp, DENIED_SYSCALLS)
     for family in range(MAX_FAMILY):
         if family not in ALLOWED_FAMILIES:
             syscall_filter.add_rule(seccomp.ERRNO(errno.EAFNOSUPPORT), "socket", seccomp.Arg(0, seccomp.EQ, family))
@@ -76,11 +82,7 @@ def filter_program() -> bytes:
 @functools.lru_cache(maxsize=1)
 def mount_filter_program() -> bytes:
     """The filter the bootstrap installs after its mount: every mount call refused."""
-    seccomp = _load_bindings()
-    syscall_filter = seccomp.SyscallFilter(seccomp.ALLOW)
-    for name in MOUNT_SYSCALLS:
-        syscall_filter.add_rule(seccomp.ERRNO(errno.EPERM), name)
-    return _export(syscall_filter)
+    return _export(_denying(_load_bindings(), MOUNT_SYSCALLS))
 
 
 def filter_fd() -> int:

@@ -101,10 +101,10 @@ def resolve_device(config: TrainConfig) -> torch.device:
 
 
 def resolve_dtype(config: TrainConfig, device: torch.device) -> torch.dtype:
-    """``auto`` -> bfloat16 on CUDA, float32 on CPU."""
-    if config.dtype == "auto":
-        return torch.bfloat16 if device.type == "cuda" else torch.float32
-    return getattr(torch, config.dtype)
+    """``auto`` -> bfloat16 on CUDA, float32 on CPU (:func:`sst_interp.model.devices.auto_dtype`)."""
+    from sst_interp.model.devices import auto_dtype
+
+    return getattr(torch, auto_dtype(device.type) if config.dtype == "auto" else config.dtype)
 
 
 def wants_nf4(config: TrainConfig, device: torch.device) -> bool:
