@@ -53,7 +53,7 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))  # the bench/ and tests/ helpers reused below are imported from the repository root
 
 # The checks import what they use when they run: the refusal without CUDA and --help stay quick.
-from sst_interp.cli_args import add_config_flags, arg, config_parser, given_fields  # noqa: E402
+from sst_interp.cli.args import add_config_flags, arg, config_parser, given_fields  # noqa: E402
 from sst_interp.errors import UsageError, cli_entry  # noqa: E402
 
 CHECKS: tuple[str, ...] = ("precision", "qlora", "record", "episodes", "codeact", "device-map")

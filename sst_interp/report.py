@@ -19,7 +19,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from sst_interp.cli_args import add_config_flags, arg, config_from_namespace, config_parser
+from sst_interp.cli.args import add_config_flags, arg, config_from_namespace, config_parser
 from sst_interp.errors import cli_entry
 from sst_interp.checkpoints import resolve_checkpoint
 from sst_interp.paths import ensure_writable_folder

@@ -25,7 +25,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from sst_interp.cli_args import add_config_flags, arg, config_from_namespace, config_parser
+from sst_interp.cli.args import add_config_flags, arg, config_from_namespace, config_parser
 from sst_interp.errors import UsageError, cli_entry
 from sst_interp.probe.defaults import ACTIVATION_NAMES, DEFAULT_PERMUTATIONS, DEFAULT_THRESHOLD
 from sst_interp.outputs import write_output

@@ -1,6 +1,6 @@
 """``python -m sst_interp.record``: the command line over :func:`sst_interp.record.runner.record`.
 
-One flag per :class:`~sst_interp.record.options.RecordArgs` field, built by :mod:`sst_interp.cli_args`.
+One flag per :class:`~sst_interp.record.options.RecordArgs` field, built by :mod:`sst_interp.cli.args`.
 """
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ import argparse
 import sys
 from collections.abc import Sequence
 
-from sst_interp.cli_args import add_config_flags, config_from_namespace, config_parser
+from sst_interp.cli.args import add_config_flags, config_from_namespace, config_parser
 from sst_interp.errors import cli_entry
 from sst_interp.record.options import RecordArgs
 

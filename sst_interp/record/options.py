@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from sst_interp.checkpoints import DEFAULT_CODEACT_CHECKPOINT, resolve_checkpoint
-from sst_interp.cli_args import arg
+from sst_interp.cli.args import arg
 from sst_interp.errors import UsageError
 from sst_interp.model.config import PROMPT_MODES
 

@@ -31,7 +31,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from sst_interp.cli_args import add_config_flags, config_parser, given_fields
+from sst_interp.cli.args import add_config_flags, config_parser, given_fields
 from sst_interp.errors import UsageError, cli_entry
 from sst_interp.paths import ensure_writable_folder
 from sst_interp.train.config import TrainConfig, codeact_demo_config, demo_config

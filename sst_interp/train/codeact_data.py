@@ -34,7 +34,7 @@ from pathlib import Path
 
 import numpy as np
 
-from sst_interp.cli_args import add_config_flags, arg, config_from_namespace, config_parser
+from sst_interp.cli.args import add_config_flags, arg, config_from_namespace, config_parser
 from sst_interp.codeact.format import ActionFormat
 from sst_interp.codeact.prompts import SYSTEM_TEXTS
 from sst_interp.data.answers import numbers_equal

@@ -1,4 +1,4 @@
-"""The five CLIs are built from their dataclass configs by sst_interp.cli_args: same flags as before, every one
+"""The five CLIs are built from their dataclass configs by sst_interp.cli.args: same flags as before, every one
 documented, bad input one ``error:`` line with exit code 2."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from sst_interp import generate, report
-from sst_interp.cli_args import add_config_flags, arg, config_from_namespace, config_parser, given_fields
+from sst_interp.cli.args import add_config_flags, arg, config_from_namespace, config_parser, given_fields
 from sst_interp.errors import UsageError
 from sst_interp.probe import cli as probe_cli
 from sst_interp.record import cli as record_cli

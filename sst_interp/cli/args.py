@@ -95,7 +95,7 @@ def add_config_flags(parser: argparse.ArgumentParser, config_type: type, *, omit
         if not field.init:
             continue
         if "help" not in field.metadata:
-            raise TypeError(f"{config_type.__name__}.{field.name} has no help; declare it with sst_interp.cli_args.arg")
+            raise TypeError(f"{config_type.__name__}.{field.name} has no help; declare it with sst_interp.cli.args.arg")
         default = _field_default(field)
         options: dict[str, Any] = {"dest": field.name, **_type_options(field, hints[field.name])}
         options["help"] = _help_text(field.metadata["help"], default)
