@@ -6,6 +6,8 @@ For notebooks, start here::
     a = analyses.open("runs/demo")        # RunAnalysis: shared steps cached, one method per paper label
     a.available()
     a.staged_breakdown()
+    analyses.open_checkpoint("checkpoints/sst")       # CheckpointAnalysis: the learned alpha figures' data
+    analyses.open_training(sst="train/sst")          # TrainingAnalysis: loss and alpha curves
 
 The modules (``basins``, ``basin_profiles``, ``divergence``, ``logit_dynamics``, ``evaluation``, ``repetition``,
 ``convergent``, ``convergence``, ``precision``, ``alpha``, ``stats``) hold the functions the methods call.
@@ -18,12 +20,20 @@ from typing import TYPE_CHECKING, Any
 from sst_interp.lazy import lazy_exports
 
 if TYPE_CHECKING:
-    from sst_interp.analyses.api import NotAvailable, RunAnalysis, open_run
+    from sst_interp.analyses.api import (
+        CheckpointAnalysis,
+        NotAvailable,
+        RunAnalysis,
+        TrainingAnalysis,
+        open_checkpoint,
+        open_run,
+        open_training,
+    )
 
 #: Importing the package loads nothing heavy; torch and scikit-learn load when a measurement needs them.
-__getattr__, __dir__ = lazy_exports(__name__, {"NotAvailable": "sst_interp.analyses.api",
-                                               "RunAnalysis": "sst_interp.analyses.api",
-                                               "open_run": "sst_interp.analyses.api"})
+__getattr__, __dir__ = lazy_exports(__name__, {name: "sst_interp.analyses.api" for name in (
+    "CheckpointAnalysis", "NotAvailable", "RunAnalysis", "TrainingAnalysis", "open_checkpoint", "open_run",
+    "open_training")})
 
 
 def open(run: Any, **kwargs: Any) -> RunAnalysis:  # noqa: A001 - ``analyses.open(run)``: the notebook entry point
@@ -32,4 +42,5 @@ def open(run: Any, **kwargs: Any) -> RunAnalysis:  # noqa: A001 - ``analyses.ope
 
     return open_run(run, **kwargs)
 
-__all__ = ["NotAvailable", "RunAnalysis", "open", "open_run"]
+__all__ = ["CheckpointAnalysis", "NotAvailable", "RunAnalysis", "TrainingAnalysis", "open", "open_checkpoint",
+           "open_run", "open_training"]

@@ -31,7 +31,7 @@ from sst_interp.analyses import logit_dynamics as ld
 from sst_interp.analyses.basin_profiles import punctuated_equilibrium
 from sst_interp.analyses.basins import GMMFit
 from sst_interp.analyses.convergence import convergence_monitoring
-from sst_interp.analyses.registry import MEASUREMENTS, Measurement, lookup
+from sst_interp.analyses.registry import MEASUREMENTS, Measurement, all_measurements, lookup
 from sst_interp.analyses.results import NotApplicable
 from sst_interp.errors import UsageError
 from sst_interp.outcomes import correctness_matrix
@@ -51,7 +51,112 @@ def as_run(source: str | Path | Run) -> Run:
     raise UsageError(f"expected a run directory path or a Run, got {type(source).__name__}")
 
 
-class RunAnalysis:
+class Measured:
+    """What every analysis object shares: measurements of its scope, looked up in the registry and computed once.
+
+    A subclass sets :attr:`scope` (``run``, ``checkpoint`` or ``training``: what the measurement reads) and offers
+    what that scope's entries compute from.
+    """
+
+    scope = "run"
+
+    def __init__(self) -> None:
+        self._memo: dict[str, Any] = {}
+
+    def memo(self, key: str, build: Callable[[], Any]) -> Any:
+        """``build()`` once per ``key`` for this object (the shared steps of measurements declared elsewhere, such
+        as the probe's, use it too)."""
+        if key not in self._memo:
+            self._memo[key] = build()
+        return self._memo[key]
+
+    _once = memo
+
+    def __getattr__(self, name: str) -> Any:
+        # The methods of measurements registered by extensions (the probe's): generated on first use, since those
+        # modules are imported only when the registry is first listed.
+        if name.startswith("_"):
+            raise AttributeError(name)
+        try:
+            measurement = lookup(name)
+        except UsageError:
+            raise AttributeError(f"{type(self).__name__} has no attribute or measurement {name!r}") from None
+        if measurement.name != name or measurement.scope != self.scope:
+            raise AttributeError(name)
+        return _measurement_method(measurement).__get__(self, type(self))
+
+    def _entry(self, key: str) -> Measurement:
+        measurement = lookup(key)
+        if measurement.scope != self.scope:
+            opener = {"run": "analyses.open(run)", "checkpoint": "analyses.open_checkpoint(folder)",
+                      "training": "analyses.open_training(sst=..., baseline=...)"}[measurement.scope]
+            raise UsageError(f"{measurement.key} is a measurement of a {measurement.scope}, not of a {self.scope}; "
+                             f"use {opener}")
+        return measurement
+
+    def attempt(self, key: str) -> Any:
+        """The analysis result of a measurement, or a NotApplicable saying why this object cannot support it (an
+        unmet requirement, or what the analysis found); never raises for an unsupported input."""
+        measurement = self._entry(key)
+        unmet = measurement.unmet(self)
+        if unmet is not None:
+            return NotApplicable(unmet, measurement.key)
+        return self._once(f"measurement:{measurement.name}", lambda: measurement.compute(self))
+
+    def result(self, key: str) -> Any:
+        """The analysis result of a measurement (a paper label, a method name or an artefact name), computed once.
+
+        Raises:
+            NotAvailable: a requirement is unmet, or the analysis found the input cannot support it (the reason).
+        """
+        result = self.attempt(key)
+        if isinstance(result, NotApplicable):
+            raise NotAvailable(f"{lookup(key).key}: {result.reason}")
+        return result
+
+    def data(self, key: str) -> pd.DataFrame:
+        """A measurement as tidy data: one row per observation, typed columns, units in the names (each entry's
+        ``columns`` in :mod:`sst_interp.analyses.registry` documents them)."""
+        return lookup(key).tidy(self.result(key))
+
+    def table(self, key: str) -> pd.DataFrame:
+        """A measurement in the paper's layout (what the report writes)."""
+        return lookup(key).present(self.result(key))[0]
+
+    def notes(self, key: str) -> list[str]:
+        """The provenance notes of a measurement (where its threshold came from, what it left out, the counts
+        behind it), as the report prints them under the table."""
+        measurement, result = lookup(key), self.result(key)
+        return [*measurement.notes(self, result), *measurement.present(result)[1]]
+
+    def available(self) -> pd.DataFrame:
+        """What this object supports: ``label``, ``measurement``, ``available``, ``reason`` per registry entry of
+        its scope.
+
+        Only the declared requirements are checked (from the manifest and the inputs' presence), so this costs no
+        computation and never raises. A measurement listed as available can still find, when computed, that the
+        input lacks what it looks for (no low-overlap position, say); :meth:`result` then raises
+        :class:`NotAvailable` with the reason.
+        """
+        rows = []
+        for measurement in self._scope_entries():
+            reason = measurement.unmet(self)
+            rows.append((measurement.key, measurement.name, reason is None, reason or ""))
+        return pd.DataFrame(rows, columns=["label", "measurement", "available", "reason"])
+
+    @classmethod
+    def measurements(cls) -> pd.DataFrame:
+        """The registry entries of this scope: ``label``, ``measurement``, ``title``, ``requires``, ``columns``."""
+        return pd.DataFrame([(m.key, m.name, m.title, ", ".join(m.requires), ", ".join(m.columns))
+                             for m in cls._scope_entries()],
+                            columns=["label", "measurement", "title", "requires", "columns"])
+
+    @classmethod
+    def _scope_entries(cls) -> list[Measurement]:
+        return [m for m in all_measurements() if m.scope == cls.scope]
+
+
+class RunAnalysis(Measured):
     """The paper's measurements of one run, with the shared steps computed once.
 
     Args:
@@ -62,22 +167,21 @@ class RunAnalysis:
         name: the benchmark name used in multi-benchmark tables (default: the manifest's ``questions``).
         alpha: the run's checkpoint blend coefficients [L, d] (or a function returning them, called when first
             needed), for tab:precision_proof's analytic bound; optional.
+        probe: a saved halting probe (``python -m sst_interp.probe train``) for the probe's tables; without one
+            they train a 10-neuron probe on the run's MUST HALT labels (paper recipe) at the held-out sweep's layer.
     """
 
     def __init__(self, run: str | Path | Run, baseline: str | Path | Run | None = None,
-                 baseline_depth: int | None = None, name: str | None = None, alpha: Any = None) -> None:
+                 baseline_depth: int | None = None, name: str | None = None, alpha: Any = None,
+                 probe: str | Path | None = None) -> None:
         self.run = as_run(run)
         self.baseline = as_run(baseline) if baseline is not None else None
         self.baseline_depth = baseline_depth if baseline_depth is not None or self.baseline is None else min(
             self.baseline.depths)
         self.name = name or str(self.run.manifest.get("questions") or self.run.path.name)
         self.alpha = alpha
-        self._memo: dict[str, Any] = {}
-
-    def _once(self, key: str, build: Callable[[], Any]) -> Any:
-        if key not in self._memo:
-            self._memo[key] = build()
-        return self._memo[key]
+        self.probe = Path(probe) if probe is not None else None
+        super().__init__()
 
     def __repr__(self) -> str:
         base = f", baseline={self.baseline.path}" if self.baseline is not None else ""
@@ -129,60 +233,6 @@ class RunAnalysis:
             self.alpha = self.alpha()
         return self.alpha
 
-    def attempt(self, key: str) -> Any:
-        """The analysis result of a measurement, or a NotApplicable saying why this run cannot support it (an unmet
-        requirement, or what the analysis found); never raises for an unsupported run."""
-        measurement = lookup(key)
-        unmet = measurement.unmet(self)
-        if unmet is not None:
-            return NotApplicable(unmet, measurement.key)
-        return self._once(f"measurement:{measurement.name}", lambda: measurement.compute(self))
-
-    def result(self, key: str) -> Any:
-        """The analysis result of a measurement (a paper label, a method name or an artefact name), computed once.
-
-        Raises:
-            NotAvailable: a requirement is unmet, or the analysis found the run cannot support it (the reason).
-        """
-        result = self.attempt(key)
-        if isinstance(result, NotApplicable):
-            raise NotAvailable(f"{lookup(key).key}: {result.reason}")
-        return result
-
-    def data(self, key: str) -> pd.DataFrame:
-        """A measurement as tidy data: one row per observation, typed columns, units in the names (each entry's
-        ``columns`` in :mod:`sst_interp.analyses.registry` documents them)."""
-        return lookup(key).tidy(self.result(key))
-
-    def table(self, key: str) -> pd.DataFrame:
-        """A measurement in the paper's layout (what the report writes)."""
-        return lookup(key).present(self.result(key))[0]
-
-    def notes(self, key: str) -> list[str]:
-        """The provenance notes of a measurement on this run (where its threshold came from, what it left out,
-        the counts behind it), as the report prints them under the table."""
-        measurement, result = lookup(key), self.result(key)
-        return [*measurement.notes(self, result), *measurement.present(result)[1]]
-
-    def available(self) -> pd.DataFrame:
-        """What this run supports: ``label``, ``measurement``, ``available``, ``reason`` per registry entry.
-
-        Only the declared requirements are checked (from the manifest), so this costs no computation and never
-        raises. A measurement listed as available can still find, when computed, that the run lacks what it looks
-        for (no low-overlap position, say); :meth:`result` then raises :class:`NotAvailable` with the reason.
-        """
-        rows = []
-        for measurement in MEASUREMENTS:
-            reason = measurement.unmet(self)
-            rows.append((measurement.key, measurement.name, reason is None, reason or ""))
-        return pd.DataFrame(rows, columns=["label", "measurement", "available", "reason"])
-
-    @staticmethod
-    def measurements() -> pd.DataFrame:
-        """The registry: ``label``, ``measurement``, ``title``, ``requires`` and the tidy ``columns`` of each."""
-        return pd.DataFrame([(m.key, m.name, m.title, ", ".join(m.requires), ", ".join(m.columns))
-                             for m in MEASUREMENTS], columns=["label", "measurement", "title", "requires", "columns"])
-
     def intervention_effect(self, clean: str | Path | Run) -> pd.DataFrame:
         """This run (intervened) against the ``clean`` run of the same questions, per depth: accuracies, staged
         capacities, flips with McNemar's exact p, the clean first token's log-prob change at position 0
@@ -215,9 +265,59 @@ def _measurement_method(measurement: Measurement) -> Callable[[RunAnalysis], pd.
     return method
 
 
+class CheckpointAnalysis(Measured):
+    """The measurements of an SST checkpoint: its learned blend coefficients (sec:learned_alpha).
+
+    Args:
+        checkpoint: the checkpoint folder (``sst_config.json`` + ``sst_state.safetensors``), or None with
+            ``missing`` saying why there is none (every measurement is then unavailable with that reason).
+        missing: why there is no checkpoint (for the report: a run recorded without one).
+    """
+
+    scope = "checkpoint"
+
+    def __init__(self, checkpoint: str | Path | None, missing: str = "no SST checkpoint given (--checkpoint)") -> None:
+        super().__init__()
+        self.checkpoint = Path(checkpoint) if checkpoint is not None else None
+        self.missing = missing
+
+    def __repr__(self) -> str:
+        return f"CheckpointAnalysis({self.checkpoint})"
+
+    def alpha_matrix(self) -> Any:
+        """:class:`~sst_interp.analyses.checkpoint_figures.AlphaMatrix`: eq:alpha of every layer, read once."""
+        from sst_interp.analyses.checkpoint_figures import read_alpha
+
+        if self.checkpoint is None:
+            raise UsageError(self.missing)
+        return self._once("alpha", lambda: read_alpha(self.checkpoint))
+
+
+class TrainingAnalysis(Measured):
+    """The measurements of training logs: loss curves and alpha statistics over training (app:training_curves).
+
+    Args:
+        sst: the SST's training output folder (``train_log.csv``, ``alpha_log.csv``), or None.
+        baseline: the matched baseline's training output folder (``train_log.csv``), or None.
+    """
+
+    scope = "training"
+
+    def __init__(self, sst: str | Path | None = None, baseline: str | Path | None = None) -> None:
+        super().__init__()
+        self.sst = Path(sst) if sst is not None else None
+        self.baseline = Path(baseline) if baseline is not None else None
+
+    def __repr__(self) -> str:
+        return f"TrainingAnalysis(sst={self.sst}, baseline={self.baseline})"
+
+
+_ANALYSES: dict[str, type[Measured]] = {"run": RunAnalysis, "checkpoint": CheckpointAnalysis,
+                                        "training": TrainingAnalysis}
 for _measurement in MEASUREMENTS:
-    if not hasattr(RunAnalysis, _measurement.name):
-        setattr(RunAnalysis, _measurement.name, _measurement_method(_measurement))
+    _owner = _ANALYSES[_measurement.scope]
+    if not hasattr(_owner, _measurement.name):
+        setattr(_owner, _measurement.name, _measurement_method(_measurement))
 
 
 def _regime(name: str) -> str:
@@ -229,3 +329,20 @@ def _regime(name: str) -> str:
 def open_run(run: str | Path | Run, baseline: str | Path | Run | None = None, **options: Any) -> RunAnalysis:
     """:class:`RunAnalysis` of ``run`` (``analyses.open``)."""
     return RunAnalysis(run, baseline, **options)
+
+
+def open_checkpoint(checkpoint: str | Path) -> CheckpointAnalysis:
+    """:class:`CheckpointAnalysis` of an SST checkpoint folder (``analyses.open_checkpoint``)."""
+    folder = Path(checkpoint)
+    if not folder.is_dir():
+        raise UsageError(f"{folder} is not a folder; pass an SST checkpoint folder (sst_config.json + "
+                         f"sst_state.safetensors)")
+    return CheckpointAnalysis(folder)
+
+
+def open_training(sst: str | Path | None = None, baseline: str | Path | None = None) -> TrainingAnalysis:
+    """:class:`TrainingAnalysis` of training output folders (``analyses.open_training``)."""
+    for name, folder in (("sst", sst), ("baseline", baseline)):
+        if folder is not None and not (Path(folder) / "train_log.csv").is_file():
+            raise UsageError(f"{name}={folder} has no train_log.csv; pass a training output folder")
+    return TrainingAnalysis(sst, baseline)

@@ -67,12 +67,46 @@ def _codeact(a: Any) -> str | None:
     return None
 
 
-#: Declarative requirements: name -> check (the reason it is unmet, or None). Each reads the manifest only.
+def _probe(a: Any) -> str | None:
+    # MUST HALT / SAFE labels compare each question's staged depth with the next flat depth (sec:halting_probe),
+    # and the probe reads position 0's recorded hidden state at every iteration.
+    unfixed = _fixed_depth(a)
+    if unfixed is not None:
+        return unfixed
+    if len(a.run.depths) < 2:
+        return (f"run has a single depth ({', '.join(map(str, a.run.depths))}); the halting labels compare "
+                f"consecutive flat depths, so the probe needs two or more")
+    if int(a.run.manifest.get("full_positions") or 0) < 1:
+        return "the run recorded no hidden states (full_positions 0); the probe reads position 0's hidden state"
+    return None
+
+
+def _checkpoint(c: Any) -> str | None:
+    return c.missing if c.checkpoint is None else None
+
+
+def _training_log(which: str) -> Callable[[Any], str | None]:
+    def check(t: Any) -> str | None:
+        if t.sst is None and t.baseline is None:
+            return "no --training-log given"
+        if getattr(t, which) is None:
+            return f"no {which} training log given (--training-log)"
+        return None
+
+    return check
+
+
+#: Declarative requirements: name -> check (the reason it is unmet, or None). Each reads the manifest (or whether
+#: an input was given) only.
 REQUIREMENTS: dict[str, Callable[[Any], str | None]] = {
     "iterations": _iterations,
     "depths": _depths,
     "baseline": _baseline,
     "codeact": _codeact,
+    "probe": _probe,
+    "checkpoint": _checkpoint,
+    "sst_log": _training_log("sst"),
+    "baseline_log": _training_log("baseline"),
 }
 
 
@@ -102,6 +136,9 @@ class Measurement:
         extra_tables: result -> further named tables the report writes beside the main one.
         kind: ``table``, or ``figure`` (the result is :class:`~sst_interp.analyses.figure_data.FigureData`: named
             frames and the numbers the figure annotates; ``tidy`` gives its main frame).
+        scope: what it measures: a ``run`` (:class:`~sst_interp.analyses.api.RunAnalysis`), a ``checkpoint``
+            (:class:`~sst_interp.analyses.api.CheckpointAnalysis`) or ``training`` logs
+            (:class:`~sst_interp.analyses.api.TrainingAnalysis`); ``compute`` receives that object.
     """
 
     name: str
@@ -115,6 +152,7 @@ class Measurement:
     presentation: Callable[[Any], pd.DataFrame] = _paper_table
     extra_tables: Callable[[Any], dict[str, pd.DataFrame]] = field(default=lambda result: {})
     kind: str = "table"
+    scope: str = "run"
 
     @property
     def artefact(self) -> str:
@@ -269,8 +307,18 @@ class _Frame:
 
 
 def _episode_conduct(a: Any) -> Any:
-    result = _lazy("episodes", "episode_conduct")(a.run)
-    return result if isinstance(result, NotApplicable) else _Frame(result)
+    # The SST's episodes, and the matched baseline's beside them when there is one (its rows first).
+    conduct = _lazy("episodes", "episode_conduct")
+    result = conduct(a.run)
+    if isinstance(result, NotApplicable):
+        return result
+    frames = [result.assign(model="SST")]
+    if a.baseline is not None:
+        base = conduct(a.baseline)
+        if not isinstance(base, NotApplicable):
+            frames.insert(0, base.assign(model="baseline"))
+    table = pd.concat(frames, ignore_index=True)
+    return _Frame(table[["model", *[c for c in result.columns]]])
 
 
 def _figure_main(result: Any) -> pd.DataFrame:
@@ -292,6 +340,26 @@ PROFILE_DOC = {"panel": "position0, late, p<k> or long", "trace": "trace index w
 
 REGIME = ("low_overlap", "stable")
 WITHIN_CROSS = ("within", "cross")
+
+RIBBON_DOC = {"layer": "decoder layer", "mean": "mean alpha over the layer's dimensions",
+              **{f"p{q}": f"{q}th percentile of the layer's alpha" for q in (5, 25, 50, 75, 95)}}
+PCA_DOC = {"layer": "decoder layer", **{f"pc{i}": f"the layer's deviation from alpha_init on principal component {i}"
+                                        for i in (1, 2, 3)}}
+PANELS_DOC = {"layer": "decoder layer", "dim": "hidden dimension (row-major on the grid)", "alpha": "the learned "
+              "blend coefficient", "deviation": "alpha - alpha_init"}
+SPECIALISATION_DOC = {"layer": "decoder layer",
+                      **{f"p{q}": f"{q}th percentile of |alpha - alpha_init| in the layer"
+                         for q in (25, 50, 75, 90, 95, 99)}}
+LOSS_DOC = {"model": "sst or baseline", "step": "optimiser step", "train_loss": "training loss (nats per token)",
+            "val_loss": "validation loss (nats per token), NaN between validations"}
+ALPHA_TRAINING_DOC = {"step": "optimiser step", "mean": "mean alpha over every layer and dimension",
+                      "std": "its standard deviation", "min": "smallest alpha", "max": "largest alpha",
+                      "layers": "layers logged at the step"}
+
+
+def _losses_tidy(result: Any) -> pd.DataFrame:
+    return tidy.renamed(_lazy("checkpoint_figures", "loss_frame")(result), {})
+
 
 #: Every measurement, in the report's order.
 MEASUREMENTS: tuple[Measurement, ...] = (
@@ -333,9 +401,10 @@ MEASUREMENTS: tuple[Measurement, ...] = (
                 "distinct text traces, against chance.", ("depths",),
                 lambda a: _lazy("convergent", "convergent_reasoning")(a.run), _quantities("quantity"),
                 QUANTITY_DOC),
-    Measurement("episode_conduct", "", "CodeACT episode conduct per depth.", ("codeact",), _episode_conduct,
+    Measurement("episode_conduct", "", "CodeACT episode conduct per depth, of the SST and of its matched baseline "
+                "when one is given.", ("codeact",), _episode_conduct,
                 lambda r: tidy.renamed(r.table(), {}),
-                {"depth": "depth", "episodes": "episodes", "first_turn_action": "fraction whose first turn is a "
+                {"model": "SST or baseline", "depth": "depth", "episodes": "episodes", "first_turn_action": "fraction whose first turn is a "
                  "well-formed <execute> block", "finished": "fraction ending with finish_session", "accuracy":
                  "fraction correct", "mean_model_turns": "model turns per episode"}),
     # ---- basin shifts (sec:punctuated_equilibrium, app:gmm)
@@ -448,14 +517,89 @@ MEASUREMENTS: tuple[Measurement, ...] = (
                 {"question_id": "question", "position": "generated position", "transition": "iteration i -> i+1",
                  "delta": "L2 change of the state", "correct_depth": "the depth the question is first right at"},
                 kind="figure"),
+    # ---- the checkpoint's learned blend coefficients (sec:learned_alpha, app:alpha_analysis)
+    Measurement("alpha_quantile_ribbon", "fig:alpha_quantile_ribbon", "Within-layer percentile bands of the learned "
+                "blend coefficients.", ("checkpoint",), _lazy("checkpoint_figures", "ribbon"), _figure_main,
+                RIBBON_DOC, kind="figure", scope="checkpoint"),
+    Measurement("alpha_pca_trajectory", "fig:alpha_pca_trajectory", "Each layer's deviation from alpha_init on the "
+                "top principal components.", ("checkpoint",), _lazy("checkpoint_figures", "pca"), _figure_main,
+                PCA_DOC, kind="figure", scope="checkpoint"),
+    Measurement("alpha_panels_raw_selected", "fig:alpha_panels_raw_selected", "Raw alpha of four representative "
+                "layers on a grid.", ("checkpoint",), lambda c: _lazy("checkpoint_figures", "panels")(c, False),
+                _figure_main, PANELS_DOC, kind="figure", scope="checkpoint"),
+    Measurement("alpha_panels_deviation_selected", "fig:alpha_panels_deviation_selected", "Deviation from "
+                "alpha_init of the same four layers.", ("checkpoint",),
+                lambda c: _lazy("checkpoint_figures", "panels")(c, False), _figure_main, PANELS_DOC, kind="figure",
+                scope="checkpoint"),
+    Measurement("alpha_specialisation_profile", "fig:alpha_specialisation_profile", "Within-layer percentiles of "
+                "|alpha - alpha_init| across depth.", ("checkpoint",), _lazy("checkpoint_figures", "specialisation"),
+                _figure_main, SPECIALISATION_DOC, kind="figure", scope="checkpoint"),
+    Measurement("alpha_panels_raw_full", "fig:alpha_panels_raw_full", "Raw alpha of every layer.", ("checkpoint",),
+                lambda c: _lazy("checkpoint_figures", "panels")(c, True), _figure_main, PANELS_DOC, kind="figure",
+                scope="checkpoint"),
+    Measurement("alpha_panels_deviation_full", "fig:alpha_panels_deviation_full", "Deviation from alpha_init of "
+                "every layer.", ("checkpoint",), lambda c: _lazy("checkpoint_figures", "panels")(c, True),
+                _figure_main, PANELS_DOC, kind="figure", scope="checkpoint"),
+    # ---- training logs (app:training_curves)
+    Measurement("sst_vs_baseline_loss", "fig:sst_vs_baseline_loss", "Training and validation loss of the SST and "
+                "the matched baseline.", ("sst_log", "baseline_log"),
+                lambda t: _lazy("checkpoint_figures", "losses")(t, "both"), _losses_tidy, LOSS_DOC, kind="figure",
+                scope="training"),
+    Measurement("sst_loss_standalone", "fig:sst_loss_standalone", "SST training and validation loss.", ("sst_log",),
+                lambda t: _lazy("checkpoint_figures", "losses")(t, "sst"), _losses_tidy, LOSS_DOC, kind="figure",
+                scope="training"),
+    Measurement("baseline_loss_standalone", "fig:baseline_loss_standalone", "Matched baseline training and "
+                "validation loss.", ("baseline_log",), lambda t: _lazy("checkpoint_figures", "losses")(t, "baseline"),
+                _losses_tidy, LOSS_DOC, kind="figure", scope="training"),
+    Measurement("alpha_global_stats_over_training", "fig:alpha_global_stats_over_training", "Whole-model blend "
+                "coefficient statistics per training step.", ("sst_log",),
+                _lazy("checkpoint_figures", "alpha_over_training"), _figure_main, ALPHA_TRAINING_DOC, kind="figure",
+                scope="training"),
 )
 
+
+#: Modules of the floors above this package that declare measurements of their own (the halting probe's tables):
+#: imported by name the first time the registry is listed or searched, since this package never imports upwards.
+EXTENSIONS: tuple[str, ...] = ("sst_interp.probe.measurements",)
+
+
 BY_KEY: dict[str, Measurement] = {}
-for _entry in MEASUREMENTS:
-    for _key in {_entry.name, _entry.key, _entry.artefact}:
-        if _key in BY_KEY:
-            raise ValueError(f"measurement key {_key!r} declared twice")
-        BY_KEY[_key] = _entry
+_REGISTERED: list[Measurement] = []
+_extensions_loaded = False
+
+
+def register(*entries: Measurement) -> None:
+    """Add measurements to the registry (an extension module calls this when it is imported).
+
+    Raises:
+        ValueError: a name, label or artefact is already declared.
+    """
+    for entry in entries:
+        unknown = set(entry.requires) - set(REQUIREMENTS)
+        if unknown:
+            raise ValueError(f"measurement {entry.name} requires unknown {sorted(unknown)}; known: "
+                             f"{', '.join(REQUIREMENTS)}")
+        for key in {entry.name, entry.key, entry.artefact}:
+            if key in BY_KEY:
+                raise ValueError(f"measurement key {key!r} declared twice")
+        for key in {entry.name, entry.key, entry.artefact}:
+            BY_KEY[key] = entry
+        _REGISTERED.append(entry)
+
+
+register(*MEASUREMENTS)
+
+
+def all_measurements() -> tuple[Measurement, ...]:
+    """Every measurement: this package's, then the extensions' (imported on the first call)."""
+    global _extensions_loaded
+    if not _extensions_loaded:
+        _extensions_loaded = True
+        from importlib import import_module
+
+        for module in EXTENSIONS:
+            import_module(module)
+    return tuple(_REGISTERED)
 
 
 def lookup(key: str) -> Measurement:
@@ -463,5 +607,7 @@ def lookup(key: str) -> Measurement:
     from sst_interp.errors import UsageError
 
     if key not in BY_KEY:
-        raise UsageError(f"unknown measurement {key!r}; known: {', '.join(m.key for m in MEASUREMENTS)}")
+        all_measurements()
+    if key not in BY_KEY:
+        raise UsageError(f"unknown measurement {key!r}; known: {', '.join(m.key for m in all_measurements())}")
     return BY_KEY[key]

@@ -42,18 +42,32 @@ def measured_spec(key: str, family: str, caption: str, inputs: tuple[str, ...] =
                         compute)
 
 
+def analysis_for(ctx: ReportContext, scope: str, target: str | None) -> Any:
+    """The analysis object a measurement of ``scope`` reads: the run's, the checkpoint's or the training logs'."""
+    if scope == "checkpoint":
+        return ctx.checkpoint_analysis(target)
+    if scope == "training":
+        return ctx.training_analysis()
+    return ctx.analysis(target)
+
+
+#: The report inputs each scope's artefacts read (their cache keys).
+SCOPE_INPUTS = {"run": ("run",), "checkpoint": ("checkpoint",), "training": ("training",)}
+
+
 def measured_figure_spec(key: str, family: str, caption: str, draw: Callable[[ArtefactData], Any],
-                         inputs: tuple[str, ...] = ("run",)) -> ArtefactSpec:
-    """A run-scoped figure artefact backed by the registry entry ``key`` (its FigureData's frames and numbers),
-    drawn by ``draw``."""
+                         inputs: tuple[str, ...] | None = None) -> ArtefactSpec:
+    """A figure artefact backed by the registry entry ``key`` (its FigureData's frames and numbers), drawn by
+    ``draw``; run-, checkpoint- or training-scoped as the entry is."""
     measurement = lookup(key)
+    scope = measurement.scope
 
     def compute(ctx: ReportContext, target: str | None) -> ArtefactData | NotApplicable:
-        result = ctx.analysis(target).attempt(key)
+        result = analysis_for(ctx, scope, target).attempt(key)
         if isinstance(result, NotApplicable):
             return result
         return ArtefactData(dict(result.tables), dict(result.meta))
 
     compute.__doc__ = f"{measurement.key}: {measurement.title}"
-    return ArtefactSpec(measurement.artefact, "figure", measurement.label, family, caption, "run", inputs, compute,
-                        draw)
+    return ArtefactSpec(measurement.artefact, "figure", measurement.label, family, caption, scope,
+                        inputs or SCOPE_INPUTS[scope], compute, draw)

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import pandas as pd
 
-from sst_interp.analyses import episodes
 from sst_interp.analyses.api import NotAvailable
 from sst_interp.analyses.results import NotApplicable
 from sst_interp.reporting import fig_evaluation
@@ -75,21 +74,6 @@ def repetition(ctx: ReportContext, target: str | None) -> ArtefactData | NotAppl
     return ArtefactData({"main": pd.concat(frames, ignore_index=True)}, {"notes": notes})
 
 
-def episode_conduct(ctx: ReportContext, target: str | None) -> ArtefactData | NotApplicable:
-    """CodeACT episode conduct of one run (and of its matched baseline, when there is one)."""
-    item, base = ctx.run_input(target), ctx.baseline(target)
-    result = episodes.episode_conduct(item.run)
-    if isinstance(result, NotApplicable):
-        return result
-    frames = [result.assign(model="SST")]
-    if base is not None:
-        base_result = episodes.episode_conduct(base.run)
-        if not isinstance(base_result, NotApplicable):
-            frames.insert(0, base_result.assign(model="baseline"))
-    table = pd.concat(frames, ignore_index=True)
-    return ArtefactData({"main": table[["model", *episodes.COLUMNS]]}, {"notes": []})
-
-
 SPECS: list[ArtefactSpec] = [
     ArtefactSpec("tab_main_results", "table", "tab:main_results", FAMILY,
                  "Headline comparison: matched baseline vs SST at staged compute, the difference in points and the "
@@ -108,10 +92,10 @@ SPECS: list[ArtefactSpec] = [
     ArtefactSpec("tab_repetition", "table", "tab:repetition", FAMILY,
                  "Sentence-level repetition (sentences of >= 20 characters occurring more than once per turn) and "
                  "loops, per benchmark and configuration.", "report", ("runs", "baseline"), repetition),
-    ArtefactSpec("tab_episode_conduct", "table", "", FAMILY,
-                 "CodeACT episode conduct per depth: fractions of episodes whose first model turn is a well-formed "
-                 "<execute> block, that end with finish_session, and that are correct (app:dataset_format).",
-                 "run", ("run", "baseline"), episode_conduct),
+    measured_spec("tab_episode_conduct", FAMILY,
+                  "CodeACT episode conduct per depth: fractions of episodes whose first model turn is a well-formed "
+                  "<execute> block, that end with finish_session, and that are correct (app:dataset_format).",
+                  ("run", "baseline")),
     measured_spec("tab:convergent_reasoning", "Logit dynamics",
                   "Convergent reasoning: questions correct at every depth with pairwise distinct text traces, "
                   "against the chance of independent random answers."),

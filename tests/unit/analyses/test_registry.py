@@ -3,12 +3,13 @@ columns, a cheap available(), and the report's tables written from the same entr
 
 from __future__ import annotations
 
+import numpy as np
 import pandas as pd
 import pytest
 
 from sst_interp import analyses
 from sst_interp.analyses import tidy
-from sst_interp.analyses.registry import MEASUREMENTS, REQUIREMENTS, lookup
+from sst_interp.analyses.registry import REQUIREMENTS, all_measurements, lookup
 from sst_interp.errors import UsageError
 from sst_interp.reporting.registry import all_specs
 from tests.unit.reporting.builders import CORRECT, write_baseline_run, write_sst_run
@@ -24,23 +25,32 @@ def runs(tmp_path_factory):
 
 
 def test_every_entry_is_declared_once_and_backs_one_report_table():
-    names = [m.name for m in MEASUREMENTS]
+    measurements = all_measurements()
+    names = [m.name for m in measurements]
     assert len(names) == len(set(names))
-    assert all(set(m.requires) <= set(REQUIREMENTS) for m in MEASUREMENTS)
+    assert all(set(m.requires) <= set(REQUIREMENTS) for m in measurements)
+    assert any(m.label == "tab:halting_probe" for m in measurements)  # the probe's extension registered
     specs = {spec.name: spec for spec in all_specs()}
-    report_only = {"tab_episode_conduct"}  # the report's table adds the baseline's rows beside the SST's
-    for measurement in MEASUREMENTS:
+    for measurement in measurements:
         spec = specs[measurement.artefact]
         assert spec.label == measurement.label and spec.kind == measurement.kind
-        if spec.name not in report_only and spec.scope == "run":
+        assert spec.scope == measurement.scope or spec.scope == "report", spec.name
+        if spec.scope != "report":
             assert spec.compute.__module__ == "sst_interp.reporting.measured", spec.name
     assert lookup("tab:overthinking") is lookup("overthinking") is lookup("tab_overthinking")
     assert lookup("fig:overlap_heatmap").kind == "figure"
-    # every run-scoped artefact of the report (the probe's aside) is a registry entry
-    run_scoped = {spec.name for spec in all_specs() if spec.scope == "run" and spec.family != "Halting probe"}
-    assert run_scoped <= {m.artefact for m in MEASUREMENTS}
     with pytest.raises(UsageError, match="unknown measurement 'tab:nope'"):
         lookup("tab:nope")
+
+
+def test_each_report_table_and_figure_has_exactly_one_registry_entry():
+    # run-, checkpoint- and training-scoped artefacts are adapters over the entry of their name; the report-scoped
+    # tables (tab:main_results, tab:staged_breakdown, tab:repetition) stack the entry of their label over runs
+    measurements = all_measurements()
+    for spec in all_specs():
+        backing = [m for m in measurements if m.artefact == spec.name or (spec.scope == "report" and
+                                                                          m.label == spec.label)]
+        assert len(backing) == 1, (spec.name, [m.name for m in backing])
 
 
 def test_available_checks_declared_requirements_only_and_never_raises(runs):
@@ -58,14 +68,39 @@ def test_available_checks_declared_requirements_only_and_never_raises(runs):
 
 def test_every_tidy_frame_has_its_documented_columns(runs):
     a = analyses.open(runs / "sst", baseline=runs / "base")
-    for measurement in MEASUREMENTS:
+    tested = set()
+    for measurement in (m for m in all_measurements() if m.scope == "run"):
         if not a.available().set_index("measurement").loc[measurement.name, "available"]:
             continue
+        tested.add(measurement.name)
         frame = a.data(measurement.key)
         assert list(frame.columns) == list(measurement.columns), measurement.name
         assert len(frame) > 0
         assert not any(frame[c].dtype == object for c in frame.columns), measurement.name
         pd.testing.assert_frame_equal(getattr(a, measurement.name)(), frame)
+    assert {"halting_probe_loocv", "feature_position_grid", "overlap_heatmap"} <= tested
+
+
+def test_checkpoint_and_training_measurements_have_their_documented_columns(tmp_path):
+    from tests.unit.reporting.builders import theta_matrix, write_checkpoint, write_training_logs
+
+    checkpoint = analyses.open_checkpoint(write_checkpoint(tmp_path / "ckpt", theta_matrix()))
+    training = analyses.open_training(*write_training_logs(tmp_path))
+    for analysis in (checkpoint, training):
+        support = analysis.available()
+        assert support["available"].all(), support
+        for measurement in analysis._scope_entries():
+            frame = analysis.data(measurement.key)
+            assert list(frame.columns) == list(measurement.columns), measurement.name
+            assert len(frame) > 0 and not any(frame[c].dtype == object for c in frame.columns)
+    assert set(training.data("fig:sst_vs_baseline_loss")["model"]) == {"sst", "baseline"}
+    ribbon = checkpoint.alpha_quantile_ribbon()
+    alpha = checkpoint.alpha_matrix().alpha
+    assert ribbon["p50"].to_numpy() == pytest.approx(np.median(alpha, axis=1), rel=1e-12)
+    with pytest.raises(UsageError, match="measurement of a run, not of a checkpoint"):
+        checkpoint.data("tab:overthinking")
+    nothing = analyses.open_training()
+    assert set(nothing.available()["reason"]) == {"no --training-log given"}
 
 
 def test_tidy_staged_breakdown_holds_the_planted_capacity(runs):

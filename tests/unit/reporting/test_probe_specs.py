@@ -1,4 +1,4 @@
-"""The probe specs on edge cases: a probe whose outcome does not read the hidden state has no essential set."""
+"""The probe tables on edge cases: a probe whose outcome does not read the hidden state has no essential set."""
 
 from __future__ import annotations
 
@@ -6,22 +6,12 @@ import numpy as np
 
 from sst_interp.analyses.results import NotApplicable
 from sst_interp.probe.features import GreedyPrune
-from sst_interp.reporting.specs_probe import greedy
-
-
-class _Context:
-    """Stands in for ReportContext: only the memoised feature search the greedy spec reads."""
-
-    def __init__(self, prune):
-        self.prune = prune
-
-    def feature_search(self, target):
-        return None, self.prune
+from sst_interp.probe.measurements import greedy_table
 
 
 def test_greedy_prune_with_no_essential_dimension_says_why():
     prune = GreedyPrune(start=np.array([3]), essential=np.array([], dtype=np.int64), importance=np.ones(8),
                         baseline=(16, 0, 0), final=(16, 0, 0))
-    result = greedy(_Context(prune), None, b=None)
+    result = greedy_table(prune, b=None)
     assert isinstance(result, NotApplicable)
     assert "does not read the hidden state" in result.reason and result.measurement == "tab:halting_probe_greedy_prune"

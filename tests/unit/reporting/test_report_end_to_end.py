@@ -15,7 +15,7 @@ from sst_interp.analyses.basin_profiles import punctuated_equilibrium
 from sst_interp.reporting import ReportConfig, build_report
 from sst_interp.reporting import build as build_module
 from sst_interp.reporting.registry import UNSUPPORTED, all_specs
-from sst_interp.reporting.context import read_alpha
+from sst_interp.analyses.checkpoint_figures import read_alpha
 from sst_interp.store import Run
 from tests.unit.reporting.builders import (
     A_MAX,
@@ -198,7 +198,7 @@ def test_single_depth_run_lists_its_skips(tmp_path):
     assert "single depth" in reasons["tab_overthinking"]
     assert "needs a depth >= 2" in reasons["fig_overlap_heatmap"]
     assert "needs a depth >= 2" in reasons["tab_argmax_concentration"]
-    assert "i_max >= 2" in reasons["tab_halting_probe"]
+    assert "the probe needs two or more" in reasons["tab_halting_probe"]
     assert "no --baseline" in reasons["tab_main_results"]
     assert "names no SST checkpoint" in reasons["fig_alpha_quantile_ribbon"]
     assert "no --training-log" in reasons["fig_sst_vs_baseline_loss"]

@@ -1,0 +1,164 @@
+"""The data behind the figures of a checkpoint and of training logs (sec:learned_alpha, app:alpha_analysis,
+app:training_curves): learned blend coefficients read from an SST checkpoint, and loss / alpha curves read from
+training output folders.
+
+Each function takes a :class:`~sst_interp.analyses.api.CheckpointAnalysis` or
+:class:`~sst_interp.analyses.api.TrainingAnalysis` and returns :class:`~sst_interp.analyses.figure_data.FigureData`
+(or a NotApplicable saying why); the registry declares them and the report draws them
+(:mod:`sst_interp.reporting.fig_alpha`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from sst_interp.analyses import alpha as alpha_analysis
+from sst_interp.analyses.figure_data import FigureData
+from sst_interp.analyses.layers import paper_layer
+from sst_interp.analyses.results import NotApplicable
+from sst_interp.errors import UsageError
+from sst_interp.paper import A_MAX, A_MIN, THETA_INIT, alpha_from_theta, alpha_init
+
+LOSS_COLUMNS = ("step", "train_loss", "val_loss")
+
+
+@dataclass(frozen=True)
+class AlphaMatrix:
+    """Learned blend coefficients of a checkpoint.
+
+    Args:
+        alpha: ``[L, d]`` float64 coefficients, one row per state-stream layer.
+        layers: ``[L]`` the decoder layer of each row.
+        source: the checkpoint folder.
+        alpha_init: the coefficient every dimension started from.
+    """
+
+    alpha: np.ndarray
+    layers: np.ndarray
+    source: str
+    alpha_init: float
+
+
+def read_alpha(folder: Path) -> AlphaMatrix:
+    """eq:alpha (:func:`sst_interp.paper.alpha_from_theta`) for every layer of a checkpoint folder (read from its
+    safetensors; no model is built)."""
+    from safetensors.numpy import load_file
+
+    from sst_interp.model.checkpoint import STATE_FILE, read_checkpoint_config
+
+    meta = read_checkpoint_config(folder)
+    sst = meta["sst"]
+    a_min, a_max = float(sst.get("a_min", A_MIN)), float(sst.get("a_max", A_MAX))
+    theta_init = float(sst.get("theta_init", THETA_INIT))
+    tensors = load_file(str(folder / STATE_FILE))
+    layers = sorted(int(k.split(".")[1]) for k in tensors if k.endswith(".theta"))
+    if not layers:
+        raise UsageError(f"{folder / STATE_FILE} holds no layers.*.theta tensors; it is not an SST checkpoint")
+    theta = np.stack([np.asarray(tensors[f"layers.{i}.theta"], dtype=np.float64) for i in layers])
+    alpha = alpha_from_theta(theta, a_min, a_max)
+    return AlphaMatrix(alpha, np.asarray(layers, dtype=np.int64), str(folder), alpha_init(theta_init, a_min, a_max))
+
+
+def _notes(a: AlphaMatrix) -> list[str]:
+    notes = [f"checkpoint {a.source}: {a.alpha.shape[0]} layers x {a.alpha.shape[1]} dimensions; alpha_init = "
+             f"{a.alpha_init:.5f}"]
+    if not np.isclose(a.alpha_init, alpha_analysis.alpha_init()):
+        notes.append(f"this checkpoint's alpha_init differs from the paper's {alpha_analysis.alpha_init():.5f}; "
+                     "deviations are measured from the paper's")
+    return notes
+
+
+# ------------------------------------------------------------------------------------------------ checkpoint
+def ribbon(c: Any) -> FigureData:
+    """fig:alpha_quantile_ribbon: within-layer percentiles."""
+    a = c.alpha_matrix()
+    frame = alpha_analysis.quantile_ribbon(a.alpha).table().copy()
+    frame["layer"] = a.layers
+    return FigureData({"ribbon": frame}, {"alpha_init": a.alpha_init, "notes": _notes(a)})
+
+
+def pca(c: Any) -> FigureData | NotApplicable:
+    """fig:alpha_pca_trajectory: per-layer deviations on their top principal components."""
+    a = c.alpha_matrix()
+    result = alpha_analysis.alpha_pca(a.alpha, init=a.alpha_init)
+    if isinstance(result, NotApplicable):
+        return result
+    frame = result.table().copy()
+    frame["layer"] = a.layers
+    return FigureData({"coords": frame}, {"explained": [float(v) for v in result.explained_variance_ratio],
+                                          "adjacent_ratio": float(result.adjacent_ratio), "notes": _notes(a)})
+
+
+def panels(c: Any, full: bool) -> FigureData:
+    """fig:alpha_panels_{raw,deviation}_{selected,full}: per-layer grids on shared colour scales (the raw and the
+    deviation figure of a layer set share one computation)."""
+    def build() -> FigureData:
+        a = c.alpha_matrix()
+        n_layers = a.alpha.shape[0]
+        rows_sel = range(n_layers) if full else sorted({paper_layer(x, n_layers)
+                                                        for x in alpha_analysis.PAPER_SELECTED_LAYERS})
+        result = alpha_analysis.alpha_panels(a.alpha, rows_sel)
+        k, rows, cols = result.raw.shape
+        frame = pd.DataFrame({
+            "layer": np.repeat(a.layers[list(result.layers)], rows * cols),
+            "dim": np.tile(np.arange(rows * cols), k),
+            "alpha": result.raw.reshape(-1),
+            "deviation": result.deviation.reshape(-1),
+        })
+        return FigureData({"cells": frame}, {"rows": rows, "cols": cols, "raw_range": list(result.raw_range),
+                                             "deviation_limit": float(result.deviation_limit), "notes": _notes(a)})
+
+    return c.memo(f"alpha:panels:{'full' if full else 'selected'}", build)
+
+
+def specialisation(c: Any) -> FigureData:
+    """fig:alpha_specialisation_profile: percentiles of |alpha - alpha_init| per layer."""
+    a = c.alpha_matrix()
+    frame = alpha_analysis.specialisation_profile(a.alpha).table().copy()
+    frame["layer"] = a.layers
+    selected = sorted({int(a.layers[paper_layer(x, len(a.layers))]) for x in alpha_analysis.PAPER_SELECTED_LAYERS})
+    return FigureData({"profile": frame}, {"selected": selected, "notes": _notes(a)})
+
+
+# ------------------------------------------------------------------------------------------------ training
+def train_log(folder: Path) -> pd.DataFrame:
+    """``step, train_loss, val_loss`` of a training output folder's ``train_log.csv`` (``val_loss`` NaN where the
+    log has none)."""
+    log = pd.read_csv(folder / "train_log.csv")
+    missing = [c for c in ("step", "train_loss") if c not in log.columns]
+    if missing:
+        raise UsageError(f"{folder / 'train_log.csv'} lacks columns {missing}; pass a training output folder")
+    if "val_loss" not in log.columns:
+        log["val_loss"] = np.nan
+    return log[list(LOSS_COLUMNS)]
+
+
+def losses(t: Any, which: str) -> FigureData:
+    """Training and validation loss of the SST and/or the baseline (``which``: "both", "sst", "baseline")."""
+    wanted = {"both": ("sst", "baseline"), "sst": ("sst",), "baseline": ("baseline",)}[which]
+    tables = {w: train_log(getattr(t, w)) for w in wanted}
+    return FigureData(tables, {"series": list(wanted), "notes": [f"{w}: {getattr(t, w)}" for w in wanted]})
+
+
+def alpha_over_training(t: Any) -> FigureData | NotApplicable:
+    """fig:alpha_global_stats_over_training from the SST's alpha_log.csv."""
+    folder = t.sst
+    if not (folder / "alpha_log.csv").is_file():
+        return NotApplicable(f"{folder} has no alpha_log.csv", "fig:alpha_global_stats_over_training")
+    result = alpha_analysis.global_stats_over_training(pd.read_csv(folder / "alpha_log.csv"))
+    if isinstance(result, NotApplicable):
+        return result
+    return FigureData({"stats": result.table()}, {"alpha_init": alpha_analysis.alpha_init(),
+                                                  "notes": [f"alpha log: {folder / 'alpha_log.csv'}"]})
+
+
+def loss_frame(result: FigureData) -> pd.DataFrame:
+    """The loss curves of a losses figure as one long frame: ``model, step, train_loss, val_loss``."""
+    frames = [frame.assign(model=name) for name, frame in result.tables.items()]
+    long = pd.concat(frames, ignore_index=True)
+    return long[["model", *LOSS_COLUMNS]]
