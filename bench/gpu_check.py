@@ -279,13 +279,13 @@ def check_record(config: GpuCheckArgs) -> CheckResult:
     """A small recorded run (tokens/s) and the record / generate ratio of bench/bench_record.py."""
     from bench.bench_record import bench_recording
     from sst_interp.data import load_questions
-    from sst_interp.record import RecordArgs, record_questions
+    from sst_interp.record import RecordOptions, record_questions
     from sst_interp.store import Run
 
     dtype = "float32" if config.cpu_smoke else "bfloat16"
     sst, tokenizer, prompt_mode = load_sst(config, dtype)
     questions = load_questions("demo", limit=config.questions)
-    args = RecordArgs(questions="demo", depths=",".join(map(str, config.depths)), dtype=dtype,
+    args = RecordOptions(questions="demo", depths=list(config.depths), dtype=dtype,
                       max_new_tokens=config.max_new_tokens, batch_size=config.batch_size, prompt_mode=prompt_mode)
     with tempfile.TemporaryDirectory(prefix="gpu_check_record_") as root:
         started = time.perf_counter()
@@ -375,7 +375,7 @@ def check_codeact(config: GpuCheckArgs) -> CheckResult:
 
 
 def _record_codeact(config: GpuCheckArgs, data: str, device: str, dtype: str, out: Path) -> Path:
-    from sst_interp.record.cli import main as record_main
+    from sst_interp.cli.record import main as record_main
 
     record_main(["--protocol", "codeact", "--questions", "gsm8k", "--data", data,
                  "--limit", str(config.codeact_questions), "--depths", ",".join(map(str, config.codeact_depths)),

@@ -1,4 +1,4 @@
-"""``python -m sst_interp.generate``: print the completion of one prompt at several iteration depths.
+"""``python -m sst_interp.generate`` (also ``sst-generate``): print the completion of one prompt at several iteration depths.
 
 The quickest way to see an SST work::
 
@@ -19,11 +19,12 @@ from sst_interp.checkpoints import resolve_checkpoint
 
 
 @dataclass(frozen=True)
-class GenerateArgs:
-    """The options of ``python -m sst_interp.generate`` (one flag per field)."""
+class GenerateFlags:
+    """The flags of ``python -m sst_interp.generate`` (one flag per field); :func:`main` turns them into a
+    :class:`~sst_interp.model.loading.ModelSpec` and a :class:`~sst_interp.model.generation.GenerationConfig`."""
 
     prompt: str = arg(help="prompt text; \\n escapes are expanded")
-    depths: str = arg("1,2,3,4", help="comma-separated iteration depths")
+    depths: list[int] = arg(default_factory=lambda: [1, 2, 3, 4], help="comma-separated iteration depths")
     model: str = arg("default", help="default | local HF folder | .gguf file | hub id (default: default)")
     checkpoint: str | None = arg(None, help="SST checkpoint folder (sst_config.json + state), or a named "
                                                 "checkpoint: demo-codeact | demo-codeact-baseline")
@@ -45,25 +46,25 @@ class GenerateArgs:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    """The argument parser; every flag maps to a :class:`GenerateArgs` field."""
+    """The argument parser; every flag maps to a :class:`GenerateFlags` field."""
     parser = config_parser("python -m sst_interp.generate", __doc__.split("\n\n")[0])
-    add_config_flags(parser, GenerateArgs)
+    add_config_flags(parser, GenerateFlags)
     return parser
 
 
 @cli_entry
-def main(argv: list[str] | None = None) -> None:
-    """Print the completion of ``--prompt`` at each of ``--depths``."""
-    args = config_from_namespace(GenerateArgs, build_parser().parse_args(argv))
+def main(argv: list[str] | None = None) -> int:
+    """Print the completion of ``--prompt`` at each of ``--depths``; returns the exit code."""
+    args = config_from_namespace(GenerateFlags, build_parser().parse_args(argv))
     # The model stack (torch, transformers) is imported after parsing, so --help and bad flags answer at once.
     from sst_interp.model.devices import check_device, resolve_dtype
     from sst_interp.model.generation import GenerationConfig, generate
     from sst_interp.model.limits import ModelLimits, check_weights_placed
-    from sst_interp.model.loading import (DEMO_PRESET_NOTE, ModelSpec, build_sst, eos_token_ids, parse_depths,
+    from sst_interp.model.loading import (DEMO_PRESET_NOTE, ModelSpec, build_sst, check_depths, eos_token_ids,
                                           resolve_prompt_mode)
     from sst_interp.model.placement import parse_device_map, parse_max_memory
 
-    depths = parse_depths(args.depths)
+    depths = check_depths(args.depths)
     if args.max_new_tokens < 1:
         raise UsageError("--max-new-tokens must be at least 1")
     if not args.prompt.strip():
@@ -97,7 +98,9 @@ def main(argv: list[str] | None = None) -> None:
         n = len(result.token_ids[0])
         print(f"--- depth {depth} ({n} tokens, {seconds:.1f} s, stop: {result.stop_reasons[0]})")
         print(text)
+    return 0
 
 
-if __name__ == "__main__":
-    main()
+def console() -> int:
+    """The ``sst-generate`` console script."""
+    return main()

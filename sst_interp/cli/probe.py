@@ -1,4 +1,5 @@
-"""``python -m sst_interp.probe {train,evaluate,sweep,loocv,ablate} --run runs/X [--layer L] [--out DIR]``.
+"""``python -m sst_interp.probe`` (also ``sst-probe``):
+``{train,evaluate,sweep,loocv,ablate} --run runs/X [--layer L] [--out DIR]``.
 
 * ``train``: label the run, train the probe at the layer, save it (safetensors + JSON) and its
   evaluation tables (``tab:halting_probe``, ``tab:halting_probe_per_iter``, ``fig:halt_signal`` data).
@@ -19,7 +20,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -59,9 +59,9 @@ class CliConfig:
 class SweepOptions:
     """Options of ``sweep``."""
 
-    layers: str | None = arg(None, help="comma-separated layers (default: the whole depth: every layer up to 32 "
+    layers: list[int] | None = arg(None, help="comma-separated layers (default: the whole depth: every layer up to 32 "
                                         "layers, else 16 evenly spaced including the first and last)")
-    loocv_layers: str = arg("", help="comma-separated layers to run LOOCV at (default: none)")
+    loocv_layers: list[int] = arg(default_factory=list, help="comma-separated layers to run LOOCV at (default: none)")
     permutations: int = arg(DEFAULT_PERMUTATIONS, help="label permutations of the out-of-sample LOOCV null at the "
                                                        "--loocv-layers (0: the paper's binomial test only)")
     permutation_seed: int = arg(0, help="seed of the permutations")
@@ -84,8 +84,8 @@ class LoocvOptions:
 class AblateOptions:
     """Options of ``ablate``."""
 
-    ks: str | None = arg(None, help="comma-separated K grid for the top-K sweep (default: powers of two and d)")
-    keep: str = arg("10,15,20,30", help="comma-separated keep-top-N neuron counts")
+    ks: list[int] | None = arg(None, help="comma-separated K grid for the top-K sweep (default: powers of two and d)")
+    keep: list[int] = arg(default_factory=lambda: [10, 15, 20, 30], help="comma-separated keep-top-N neuron counts")
     top: int = arg(10, help="size of the top ensemble for the complementary ablation")
     linear_loocv: bool = arg(False, help="LOOCV of the linear probe on the essential set")
     activation_swap: bool = arg(False, help="retrain with SiLU/GELU/ReLU (+ LOOCV)")
@@ -99,13 +99,6 @@ SUBCOMMANDS: dict[str, tuple[str, type | None]] = {
     "loocv": ("leave-one-MUST-HALT-question-out cross-validation", LoocvOptions),
     "ablate": ("neuron and input-dimension ablations", AblateOptions),
 }
-
-
-def _int_list(text: str) -> list[int]:
-    try:
-        return [int(v) for v in text.split(",") if v.strip()]
-    except ValueError as err:
-        raise UsageError(f"expected comma-separated integers, got {text!r}") from err
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -229,10 +222,10 @@ def cmd_sweep(cfg: CliConfig, options: SweepOptions) -> int:
 
     _check_permutations(options.permutations)
     run = _open_run(cfg.run)
-    layers = _int_list(options.layers) if options.layers else sweep_layers(run.num_layers)
+    layers = options.layers if options.layers else sweep_layers(run.num_layers)
     data = load_probe_data_layers(run, layers)
     config = ProbeConfig(run.hidden_size, hidden=cfg.hidden, activation=cfg.activation)
-    sweep = layer_sweep(data, config, TrainConfig(epochs=cfg.epochs, seed=cfg.seed), _int_list(options.loocv_layers),
+    sweep = layer_sweep(data, config, TrainConfig(epochs=cfg.epochs, seed=cfg.seed), options.loocv_layers,
                         cfg.threshold, permutations=options.permutations, permutation_seed=options.permutation_seed)
     heldout, reason = select_heldout_layer(sweep)
     out = _default_out(cfg, "sweep")
@@ -285,13 +278,13 @@ def cmd_ablate(cfg: CliConfig, options: AblateOptions) -> int:
     tables: dict[str, pd.DataFrame] = {}
     summary: dict[str, Any] = {"layer": data.layer}
     if not probe.is_linear:
-        neurons = neuron_analysis(probe, data, _int_list(options.keep), options.top, cfg.threshold)
+        neurons = neuron_analysis(probe, data, options.keep, options.top, cfg.threshold)
         tables["tab_halting_probe_ablation_sweep"] = neurons.table()
         tables["halting_probe_neuron_contributions"] = neurons.contribution_table()
         summary.update(direction_r_gradient=neurons.direction_r_gradient,
                        direction_r_ablated=neurons.direction_r_ablated,
                        top4_share=neurons.mass_share(4), top10_share=neurons.mass_share(10))
-    ks = _int_list(options.ks) if options.ks else None
+    ks = options.ks if options.ks else None
     sweep = topk_sweep(probe, data, ks, cfg.threshold)
     tables["tab_halting_probe_topk_sweep"] = sweep.table()
     summary["minimal_k"] = sweep.minimal_k
@@ -343,5 +336,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     return cmd_ablate(cfg, config_from_namespace(AblateOptions, args))
 
 
-if __name__ == "__main__":
-    sys.exit(main())
+def console() -> int:
+    """The ``sst-probe`` console script."""
+    return main()

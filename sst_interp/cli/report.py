@@ -1,4 +1,4 @@
-"""``python -m sst_interp.report``: regenerate every table and figure the recorded runs support.
+"""``python -m sst_interp.report`` (also ``sst-report``): regenerate every table and figure the recorded runs support.
 
 Writes each table as Markdown, CSV and LaTeX (booktabs) and each figure as PNG and PDF, named after the paper's
 labels (``tab_main_results``, ``fig_overlap_heatmap``, ...), plus ``index.html`` showing them all and listing what
@@ -26,7 +26,7 @@ from sst_interp.paths import ensure_writable_folder
 
 
 @dataclass(frozen=True)
-class ReportArgs:
+class ReportFlags:
     """The flags of ``python -m sst_interp.report``; :func:`main` turns them into a ``ReportConfig``."""
 
     run: list[Path] = arg(default_factory=list, repeat=True,
@@ -48,9 +48,9 @@ class ReportArgs:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    """The argument parser (one flag per :class:`ReportArgs` field)."""
+    """The argument parser (one flag per :class:`ReportFlags` field)."""
     parser = config_parser("python -m sst_interp.report", __doc__.split("\n\n")[0])
-    add_config_flags(parser, ReportArgs)
+    add_config_flags(parser, ReportFlags)
     return parser
 
 
@@ -62,14 +62,15 @@ def _named(path: Path | None) -> Path | None:
 @cli_entry
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of ``python -m sst_interp.report`` and ``sst-report``."""
-    args = config_from_namespace(ReportArgs, build_parser().parse_args(argv))
+    args = config_from_namespace(ReportFlags, build_parser().parse_args(argv))
     # Imported after parsing, so that ``--help`` and bad flags answer without loading the analysis stack.
     from sst_interp.reporting import ReportConfig, build_report
 
     ensure_writable_folder(args.out)
     config = ReportConfig(
         runs=tuple(args.run), baselines=tuple(args.baseline), probe=args.probe,
-        checkpoint=_named(args.checkpoint), training_logs=tuple(_named(p) for p in args.training_log), out=args.out, only=tuple(args.only), runs_root=args.runs_root,
+        checkpoint=_named(args.checkpoint), training_logs=tuple(_named(p) for p in args.training_log), out=args.out,
+        only=tuple(args.only), runs_root=args.runs_root,
         progress=not args.quiet,
     )
     result = build_report(config)
@@ -82,5 +83,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     return 0
 
 
-if __name__ == "__main__":
-    sys.exit(main())
+def console() -> int:
+    """The ``sst-report`` console script."""
+    return main()

@@ -166,5 +166,6 @@ def _train(config: TrainConfig, dp: DataParallel) -> int:
     return 0
 
 
-if __name__ == "__main__":  # pragma: no cover
-    raise SystemExit(main())
+def console() -> int:
+    """The ``sst-train`` console script."""
+    return main()

@@ -7,7 +7,7 @@ import torch
 
 from sst_interp.model.halting import parse_position_policy
 from sst_interp.probe.position_sim import _rule_values, simulate_policy
-from sst_interp.record import main as record_main
+from sst_interp.cli.record import main as record_main
 from sst_interp.store import Run
 from tests.unit.conftest import FAST, save_tiny_model
 

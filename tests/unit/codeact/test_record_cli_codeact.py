@@ -6,7 +6,7 @@ import os
 
 import pytest
 
-from sst_interp.record import main, parse_args
+from sst_interp.cli.record import main, parse_args
 
 
 def _fail(argv, capsys) -> str:

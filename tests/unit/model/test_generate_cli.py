@@ -2,7 +2,7 @@
 
 import pytest
 
-from sst_interp.generate import main
+from sst_interp.cli.generate import main
 
 
 @pytest.mark.parametrize("argv, message", [
