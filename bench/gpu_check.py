@@ -239,19 +239,19 @@ def check_qlora(config: GpuCheckArgs) -> CheckResult:
     """Two-pass training steps with a 4-bit NF4 backbone (plain LoRA under --cpu-smoke)."""
     from bench.bench_train import make_batch, train_step
     from sst_interp.train.config import TrainConfig
-    from sst_interp.train.modeling import build_train_model, load_training_backbone, resolve_device, resolve_dtype
+    from sst_interp.train.modeling import build_train_model, load_training_backbone, training_device, training_dtype
     from sst_interp.train.optim import build_optimizer
 
     with tempfile.TemporaryDirectory(prefix="gpu_check_train_") as out:
         train = TrainConfig(train_data="unused", out=out, model=config.model, device=config.device,
                             quantize="none" if config.cpu_smoke else "nf4")
-        device = resolve_device(train)
+        device = training_device(train)
         if config.cpu_smoke:
             from sst_interp.model.testing import char_tokenizer, tiny_gemma3
 
             backbone, tokenizer = tiny_gemma3(dtype=torch.float32), char_tokenizer()
         else:
-            backbone, tokenizer = load_training_backbone(train, device, resolve_dtype(train, device))
+            backbone, tokenizer = load_training_backbone(train, device, training_dtype(train, device))
         torch.manual_seed(0)
         model = build_train_model(backbone, train)
         optimizer = build_optimizer(model.lora_parameters(), model.sst_parameters(), train)

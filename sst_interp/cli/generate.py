@@ -57,7 +57,7 @@ def main(argv: list[str] | None = None) -> int:
     """Print the completion of ``--prompt`` at each of ``--depths``; returns the exit code."""
     args = config_from_namespace(GenerateFlags, build_parser().parse_args(argv))
     # The model stack (torch, transformers) is imported after parsing, so --help and bad flags answer at once.
-    from sst_interp.model.devices import check_device, resolve_dtype
+    from sst_interp.model.devices import resolve_placement
     from sst_interp.model.generation import GenerationConfig, generate
     from sst_interp.model.limits import ModelLimits, check_weights_placed
     from sst_interp.model.loading import (DEMO_PRESET_NOTE, ModelSpec, build_sst, check_depths, eos_token_ids,
@@ -70,11 +70,7 @@ def main(argv: list[str] | None = None) -> int:
     if not args.prompt.strip():
         raise UsageError("--prompt is empty; give the text to continue, e.g. --prompt '7 + 5 ='")
     device_map = parse_device_map(args.device_map)
-    device = args.device if device_map is not None else check_device(args.device)  # unused under a device map
-    import torch
-
-    dtype = resolve_dtype(args.dtype, device if device_map is None else
-                          ("cuda" if torch.cuda.is_available() else "cpu"))
+    device, dtype = resolve_placement(args.device, args.dtype, mapped=device_map is not None)
     spec = ModelSpec(args.model, resolve_checkpoint(args.checkpoint), args.state_scale, dtype, device,
                      device_map=device_map, max_memory=parse_max_memory(args.max_memory))
     sst, tokenizer = build_sst(spec)

@@ -32,7 +32,7 @@ import pandas as pd
 import torch
 
 from sst_interp.errors import UsageError
-from sst_interp.model.halting import PositionPolicy, margin_from_top2, parse_position_policy, relative_change
+from sst_interp.model.halting import PositionPolicy, margin_from_top2, relative_change
 
 
 @dataclass
@@ -245,39 +245,3 @@ def summarize(table: pd.DataFrame, max_depth: int) -> pd.DataFrame:
     })
     out["compute_fraction"] = out["mean_iterations"] / max_depth
     return out.reset_index()
-
-
-def main(argv: list[str] | None = None) -> int:
-    """``python -m sst_interp.probe.position_sim --run RUN --policy kl:0.01,max=4 [--policy ...] [--out CSV]``:
-    simulate each policy on a fixed-depth run and print the summary (one row per policy)."""
-    import argparse
-
-    from sst_interp.errors import cli_entry
-    from sst_interp.store import Run
-
-    parser = argparse.ArgumentParser(prog="python -m sst_interp.probe.position_sim",
-                                     description="Simulate per-position depth policies on a fixed-depth run.")
-    parser.add_argument("--run", required=True, help="run directory recorded at fixed depth max")
-    parser.add_argument("--policy", action="append", required=True,
-                        help="policy string, e.g. kl:0.01,max=4 (repeatable; max defaults to the run's deepest)")
-    parser.add_argument("--out", default=None, help="write the per-(question, turn) table to this CSV")
-
-    @cli_entry
-    def run(args: argparse.Namespace) -> int:
-        recorded = Run.open(args.run)
-        default_max = max(recorded.depths) if recorded.depths else 1
-        policies = [parse_position_policy(text, default_max) for text in args.policy]
-        table = pd.concat([simulation_table(simulate_policy(recorded, p), p) for p in policies], ignore_index=True)
-        if args.out:
-            table.to_csv(args.out, index=False)
-        for policy in policies:
-            print(summarize(table[table["policy"] == policy.describe()], policy.max_depth).to_string(index=False))
-        return 0
-
-    return run(parser.parse_args(argv))
-
-
-if __name__ == "__main__":
-    import sys
-
-    sys.exit(main())

@@ -177,14 +177,9 @@ class RecordOptions:
         self._check_action_tokens()
         self.probe_path()
         self.position_policy(depths)
-        from sst_interp.model.devices import check_device, resolve_dtype
+        from sst_interp.model.devices import resolve_placement
 
-        if self.placement()[0] is None:  # --device is not used under --device-map auto
-            self.dtype = resolve_dtype(self.dtype, check_device(self.device))
-        else:  # a device map puts the layers on the GPUs when there are any
-            import torch
-
-            self.dtype = resolve_dtype(self.dtype, "cuda" if torch.cuda.is_available() else "cpu")
+        _, self.dtype = resolve_placement(self.device, self.dtype, mapped=self.placement()[0] is not None)
         return depths
 
     def _check_protocol_flags(self) -> None:

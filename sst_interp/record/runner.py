@@ -19,7 +19,7 @@ from typing import Any
 from sst_interp.errors import UsageError
 from sst_interp.paths import ensure_writable_folder
 from sst_interp.record.options import RecordOptions
-from sst_interp.record.ranks import (Ranks, batch_cost, batches_of_work, process_group, rank_device,
+from sst_interp.record.ranks import (Ranks, batch_cost, batches_of_work, process_group,
                                      ranks_from_environment, share_of_work)
 
 
@@ -30,6 +30,7 @@ def record(options: RecordOptions) -> dict[int, float]:
     the same run; each returns the accuracy of the whole run."""
     from sst_interp.data import load_questions, questions_to_frame
     from sst_interp.data.question import select_questions
+    from sst_interp.model.devices import rank_device
     from sst_interp.model.loading import DEMO_PRESET_NOTE, build_sst, resolve_prompt_mode
     from sst_interp.record.identity import model_spec, questions_sha256, run_identity, sandbox_config
     from sst_interp.record.preflight import check_against_model
@@ -57,7 +58,7 @@ def record(options: RecordOptions) -> dict[int, float]:
     selected = select_questions(every, limit=options.limit, ids=options.ids)
     data_sha = questions_sha256(questions_to_frame(every))
     spec, demo = model_spec(options)
-    spec = dataclasses.replace(spec, device=rank_device(spec.device, ranks))
+    spec = dataclasses.replace(spec, device=rank_device(spec.device, ranks.local_rank if ranks.distributed else None))
     options.prompt_mode = resolve_prompt_mode(options.prompt_mode, demo)
     identity = run_identity(options, spec.identity(), data_sha)
     out = options.out_path()

@@ -17,12 +17,11 @@ identical), one code turn, its tool response, and a ``finish_session("The answer
 deterministic (same input and options, same bytes); ``stats.json`` beside the data says how many were kept, dropped
 and why.
 
-    python -m sst_interp.train.codeact_data --gsm8k PATH/train.jsonl --out DIR
+    python -m sst_interp.train.codeact_data --gsm8k PATH/train.jsonl --out DIR   # sst_interp.cli.codeact_data
 """
 
 from __future__ import annotations
 
-import argparse
 import io
 import json
 import re
@@ -34,11 +33,10 @@ from pathlib import Path
 
 import numpy as np
 
-from sst_interp.cli.args import add_config_flags, arg, config_from_namespace, config_parser
 from sst_interp.codeact.format import ActionFormat
 from sst_interp.codeact.prompts import SYSTEM_TEXTS
 from sst_interp.data.answers import numbers_equal
-from sst_interp.errors import UsageError, cli_entry
+from sst_interp.errors import UsageError
 from sst_interp.outputs import write_output
 from sst_interp.paths import ensure_writable_folder
 
@@ -193,16 +191,18 @@ def read_gsm8k(path: Path) -> list[dict]:
 
 
 @dataclass(frozen=True)
-class CodeactDataArgs:
-    """The options of ``python -m sst_interp.train.codeact_data`` (one flag per field)."""
+class TraceSetConfig:
+    """What :func:`write_trace_set` builds: traces from the GSM8K training file ``gsm8k`` into the folder ``out``.
 
-    gsm8k: Path = arg(help="GSM8K train.jsonl")
-    out: Path = arg(help="folder for train.jsonl, validation.jsonl, stats.json")
-    val_fraction: float = arg(0.1, help="share of kept traces for validation")
-    seed: int = arg(0, help="seed of the validation split")
-    limit: int | None = arg(None, help="use only the first N GSM8K rows (default: all)")
-    sandbox: str = arg("bwrap", choices=("bwrap", "subprocess"),
-                       help="how the traces' code runs: bwrap (isolated) | subprocess (a plain child process)")
+    ``val_fraction`` of the kept traces (seeded by ``seed``) go to validation; ``limit`` reads only the first N rows
+    (None: all); ``sandbox`` is the backend the traces' code runs in (``bwrap`` or ``subprocess``)."""
+
+    gsm8k: Path
+    out: Path
+    val_fraction: float = 0.1
+    seed: int = 0
+    limit: int | None = None
+    sandbox: str = "bwrap"
 
     def validate(self) -> None:
         """Check every option before anything is read or written (UsageError)."""
@@ -215,40 +215,26 @@ class CodeactDataArgs:
         ensure_writable_folder(self.out)
 
 
-def build_parser() -> argparse.ArgumentParser:
-    """The argument parser; every flag maps to a :class:`CodeactDataArgs` field."""
-    parser = config_parser("python -m sst_interp.train.codeact_data", "CodeACT training traces from GSM8K solutions")
-    add_config_flags(parser, CodeactDataArgs)
-    return parser
-
-
-@cli_entry
-def main(argv: Sequence[str] | None = None) -> dict:
-    """``python -m sst_interp.train.codeact_data``; returns the stats written to ``stats.json``."""
+def write_trace_set(config: TraceSetConfig) -> dict:
+    """Build, split and write the traces of ``config``: ``train.jsonl``, ``validation.jsonl`` and ``stats.json`` in
+    ``config.out``. Returns the stats written to ``stats.json`` (bad input is a UsageError before anything is
+    written)."""
     from sst_interp.sandbox import SandboxConfig, check_backend
 
-    args = config_from_namespace(CodeactDataArgs, build_parser().parse_args(argv))
-    args.validate()
-    sandbox = SandboxConfig(backend=args.sandbox)
+    config.validate()
+    sandbox = SandboxConfig(backend=config.sandbox)
     check_backend(sandbox)
-    rows = read_gsm8k(args.gsm8k)[: args.limit]
+    rows = read_gsm8k(config.gsm8k)[: config.limit]
     if not rows:
-        raise UsageError(f"--gsm8k {args.gsm8k} holds no rows; pass GSM8K's train.jsonl")
+        raise UsageError(f"--gsm8k {config.gsm8k} holds no rows; pass GSM8K's train.jsonl")
     traces, counts = build_traces(rows, sandbox)
-    train, val = split(traces, args.val_fraction, args.seed)
-    args.out.mkdir(parents=True, exist_ok=True)
+    train, val = split(traces, config.val_fraction, config.seed)
+    config.out.mkdir(parents=True, exist_ok=True)
     fmt = ActionFormat()
-    write_jsonl(train, args.out / "train.jsonl", fmt)
-    write_jsonl(val, args.out / "validation.jsonl", fmt)
+    write_jsonl(train, config.out / "train.jsonl", fmt)
+    write_jsonl(val, config.out / "validation.jsonl", fmt)
     stats = {"rows": len(rows), "kept": counts.pop("kept", 0), "train": len(train), "validation": len(val),
-             "dropped": dict(sorted(counts.items())), "val_fraction": args.val_fraction, "seed": args.seed,
-             "source": str(args.gsm8k)}
-    write_output(args.out / "stats.json", json.dumps(stats, indent=2, sort_keys=True) + "\n")
-    print(f"{stats['kept']} of {len(rows)} GSM8K rows kept ({len(train)} train, {len(val)} validation); dropped: "
-          + (", ".join(f"{reason} {n}" for reason, n in stats["dropped"].items()) or "none"))
-    print(f"wrote {args.out}/train.jsonl, validation.jsonl, stats.json")
+             "dropped": dict(sorted(counts.items())), "val_fraction": config.val_fraction, "seed": config.seed,
+             "source": str(config.gsm8k)}
+    write_output(config.out / "stats.json", json.dumps(stats, indent=2, sort_keys=True) + "\n")
     return stats
-
-
-if __name__ == "__main__":
-    main()

@@ -65,7 +65,7 @@ def _command(name: str) -> Callable[[list[str]], object]:
     elif name == "train":
         from sst_interp.cli.train import main
     elif name == "codeact_data":
-        from sst_interp.train.codeact_data import main
+        from sst_interp.cli.codeact_data import main
     elif name == "store":
         from sst_interp.cli.store import main
     elif name == "report":

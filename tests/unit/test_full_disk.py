@@ -88,7 +88,7 @@ def test_probe_train_on_a_full_disk(run, full_disk, capsys):
 
 
 def test_codeact_data_on_a_full_disk(full_disk, tmp_path, capsys):
-    from sst_interp.train.codeact_data import main
+    from sst_interp.cli.codeact_data import main
 
     data = Path(__file__).parents[1] / "data" / "gsm8k_tiny.jsonl"
     with pytest.raises(SystemExit) as info:
