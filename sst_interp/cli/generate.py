@@ -1,4 +1,5 @@
-"""``python -m sst_interp.generate`` (also ``sst-generate``): print the completion of one prompt at several iteration depths.
+"""``python -m sst_interp.generate`` (also ``sst-generate``): print the completion of one prompt at several
+iteration depths.
 
 The quickest way to see an SST work::
 

@@ -38,7 +38,7 @@ if TYPE_CHECKING:  # the probe itself (torch) is imported by each command, after
 
 
 @dataclass(frozen=True)
-class CliConfig:
+class ProbeFlags:
     """Options shared by every subcommand (one flag per field)."""
 
     run: Path = arg(help="run directory (recorded at flat depths 1..i_max)")
@@ -56,7 +56,7 @@ class CliConfig:
 
 
 @dataclass(frozen=True)
-class SweepOptions:
+class SweepFlags:
     """Options of ``sweep``."""
 
     layers: list[int] | None = arg(None, help="comma-separated layers (default: the whole depth: every layer up to 32 "
@@ -68,7 +68,7 @@ class SweepOptions:
 
 
 @dataclass(frozen=True)
-class LoocvOptions:
+class LoocvFlags:
     """Options of ``loocv``."""
 
     criterion: str = arg("outcome", choices=("outcome", "detection"),
@@ -81,7 +81,7 @@ class LoocvOptions:
 
 
 @dataclass(frozen=True)
-class AblateOptions:
+class AblateFlags:
     """Options of ``ablate``."""
 
     ks: list[int] | None = arg(None, help="comma-separated K grid for the top-K sweep (default: powers of two and d)")
@@ -95,19 +95,19 @@ class AblateOptions:
 SUBCOMMANDS: dict[str, tuple[str, type | None]] = {
     "train": ("train, save and evaluate a probe", None),
     "evaluate": ("evaluate a saved probe (or train one)", None),
-    "sweep": ("layer sweep", SweepOptions),
-    "loocv": ("leave-one-MUST-HALT-question-out cross-validation", LoocvOptions),
-    "ablate": ("neuron and input-dimension ablations", AblateOptions),
+    "sweep": ("layer sweep", SweepFlags),
+    "loocv": ("leave-one-MUST-HALT-question-out cross-validation", LoocvFlags),
+    "ablate": ("neuron and input-dimension ablations", AblateFlags),
 }
 
 
 def build_parser() -> argparse.ArgumentParser:
-    """The argument parser: one subcommand each, with the :class:`CliConfig` flags plus its own."""
+    """The argument parser: one subcommand each, with the :class:`ProbeFlags` flags plus its own."""
     parser = config_parser("python -m sst_interp.probe", __doc__.split("\n\n")[0])
     sub = parser.add_subparsers(dest="command", required=True)
     for name, (text, options) in SUBCOMMANDS.items():
         command = sub.add_parser(name, help=text, description=text)
-        add_config_flags(command, CliConfig)
+        add_config_flags(command, ProbeFlags)
         if options is not None:
             add_config_flags(command, options)
     return parser
@@ -134,13 +134,13 @@ def _open_run(path: Path) -> Any:
     return Run.open(path).check_tables()  # a damaged table is refused before any output
 
 
-def _default_out(cfg: CliConfig, layer: int | str) -> Path:
+def _default_out(cfg: ProbeFlags, layer: int | str) -> Path:
     if cfg.out is not None:
         return cfg.out
     return cfg.run / "probe" / (f"layer{layer}" if isinstance(layer, int) else layer)
 
 
-def _probe_for(cfg: CliConfig, data: ProbeData, hidden: int) -> tuple[HaltingProbe, dict[str, Any]]:
+def _probe_for(cfg: ProbeFlags, data: ProbeData, hidden: int) -> tuple[HaltingProbe, dict[str, Any]]:
     """Load ``--probe`` or train a fresh one on ``data``."""
     from sst_interp.probe.model import ProbeConfig
     from sst_interp.probe.io import load_probe
@@ -184,7 +184,7 @@ def _evaluation_tables(probe: HaltingProbe, data: ProbeData, threshold: float) -
     return tables, summary
 
 
-def cmd_train(cfg: CliConfig, evaluate_only: bool = False) -> int:
+def cmd_train(cfg: ProbeFlags, evaluate_only: bool = False) -> int:
     """``train`` and ``evaluate``."""
     from sst_interp.probe.dataset import load_probe_data
     from sst_interp.probe.io import ProbeMeta, save_probe
@@ -213,7 +213,7 @@ def _check_permutations(permutations: int) -> None:
         raise UsageError(f"--permutations must be >= 0, got {permutations}")
 
 
-def cmd_sweep(cfg: CliConfig, options: SweepOptions) -> int:
+def cmd_sweep(cfg: ProbeFlags, options: SweepFlags) -> int:
     """``sweep``."""
     from sst_interp.probe.dataset import load_probe_data_layers
     from sst_interp.probe.model import ProbeConfig
@@ -237,7 +237,7 @@ def cmd_sweep(cfg: CliConfig, options: SweepOptions) -> int:
     return 0
 
 
-def cmd_loocv(cfg: CliConfig, options: LoocvOptions) -> int:
+def cmd_loocv(cfg: ProbeFlags, options: LoocvFlags) -> int:
     """``loocv``."""
     from sst_interp.probe.dataset import load_probe_data
     from sst_interp.probe.model import ProbeConfig
@@ -261,7 +261,7 @@ def cmd_loocv(cfg: CliConfig, options: LoocvOptions) -> int:
     return 0
 
 
-def cmd_ablate(cfg: CliConfig, options: AblateOptions) -> int:
+def cmd_ablate(cfg: ProbeFlags, options: AblateFlags) -> int:
     """``ablate``."""
     from sst_interp.probe.dataset import load_probe_data
     from sst_interp.probe.train import TrainConfig
@@ -319,7 +319,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of ``python -m sst_interp.probe`` and ``sst-probe``."""
     args = build_parser().parse_args(argv)
     default_hidden = 64 if args.command in ("sweep", "ablate") else 10
-    cfg = config_from_namespace(CliConfig, args)
+    cfg = config_from_namespace(ProbeFlags, args)
     cfg = replace(cfg, hidden=default_hidden if cfg.hidden is None else cfg.hidden)
     if cfg.hidden < 1 or cfg.epochs < 1:
         raise UsageError(f"--hidden and --epochs must be >= 1, got {cfg.hidden} and {cfg.epochs}")
@@ -330,10 +330,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.command == "evaluate":
         return cmd_train(cfg, evaluate_only=True)
     if args.command == "sweep":
-        return cmd_sweep(cfg, config_from_namespace(SweepOptions, args))
+        return cmd_sweep(cfg, config_from_namespace(SweepFlags, args))
     if args.command == "loocv":
-        return cmd_loocv(cfg, config_from_namespace(LoocvOptions, args))
-    return cmd_ablate(cfg, config_from_namespace(AblateOptions, args))
+        return cmd_loocv(cfg, config_from_namespace(LoocvFlags, args))
+    return cmd_ablate(cfg, config_from_namespace(AblateFlags, args))
 
 
 def console() -> int:

@@ -9,7 +9,8 @@ Two protocols (``--protocol``): ``completion`` (one generation per question; the
     torchrun --nproc-per-node 8 -m sst_interp.record ...    # N processes, one run
 
 Modules: :mod:`~sst_interp.record.options` (the typed options; the command line that builds them is
-:mod:`sst_interp.cli.record`), :mod:`~sst_interp.record.runner` (the library entry :func:`record_questions` and the CLI's :func:`record`),
+:mod:`sst_interp.cli.record`), :mod:`~sst_interp.record.runner` (the library entries :func:`record_questions`, which
+takes a loaded model, and :func:`record`, which loads it from the options),
 :mod:`~sst_interp.record.completion` and :mod:`~sst_interp.record.episodes` (one batch of each protocol),
 :mod:`~sst_interp.record.identity` (run identity and manifest), :mod:`~sst_interp.record.ranks` (several processes
 under torchrun), :mod:`~sst_interp.record.summary`.

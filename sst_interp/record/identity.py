@@ -116,7 +116,8 @@ def episode_config(options: RecordOptions) -> Any:
     from sst_interp.codeact.format import ActionFormat
 
     return EpisodeConfig(max_turns=options.max_turns, max_context_tokens=options.max_context_tokens,
-                         carry_across_turns=options.carry_state_across_turns, tool_output_chars=options.tool_output_chars,
+                         carry_across_turns=options.carry_state_across_turns,
+                         tool_output_chars=options.tool_output_chars,
                          fmt=ActionFormat(action_tokens=action_tokens(options)))
 
 
@@ -126,7 +127,8 @@ def sandbox_config(options: RecordOptions, hidden_paths: tuple[str, ...] = ()) -
     from sst_interp.sandbox import SandboxConfig
 
     # output_cap_chars: the sandbox must not cut what --tool-output-chars lets through (it used to cut at 2,000)
-    return SandboxConfig(backend=options.sandbox, timeout_s=options.sandbox_timeout, memory_mb=options.sandbox_memory_mb,
+    return SandboxConfig(backend=options.sandbox, timeout_s=options.sandbox_timeout,
+                         memory_mb=options.sandbox_memory_mb,
                          cpu_seconds=options.sandbox_cpu_seconds, max_processes=options.sandbox_max_processes,
                          tmp_mb=options.sandbox_tmp_mb, max_inodes=options.sandbox_max_inodes,
                          max_file_mb=options.sandbox_max_file_mb,

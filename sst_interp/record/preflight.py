@@ -28,7 +28,8 @@ def check_against_model(options: RecordOptions, sst: Any, tokenizer: Any, questi
     limits.check_new_tokens(options.max_new_tokens, max(longest, 1))
     if options.codeact and longest + options.max_new_tokens > options.max_context_tokens:
         raise UsageError(f"--max-context-tokens {options.max_context_tokens} cannot hold the first turn of "
-                         f"{question_id} ({longest} prompt tokens) plus --max-new-tokens {options.max_new_tokens}; give "
+                         f"{question_id} ({longest} prompt tokens) plus --max-new-tokens "
+                         f"{options.max_new_tokens}; give "
                          f"at least {longest + options.max_new_tokens}")
 
 

@@ -1,5 +1,6 @@
 """Recording a run: the library entry (:func:`record_questions`, which takes a loaded model and questions) and the
-CLI's :func:`record` (which loads them from :class:`RecordOptions`).
+entry :func:`record` (which loads them as :class:`~sst_interp.record.options.RecordOptions` say; the ``record``
+command builds those from its flags in :mod:`sst_interp.cli.record`).
 
 For each depth in ``depths`` a flat-depth run over all questions, in batches: hooks record hidden states, sketches
 and per-iteration logits from the passes that produce the tokens; answers (or episodes) are graded; each batch
@@ -242,7 +243,8 @@ def _batch_function(options: RecordOptions, sst: Any, tokenizer: Any, config: An
         from sst_interp.record.episodes import record_episode_batch
 
         def episodes(batch: list[Any], policy: Any) -> dict[str, Any]:
-            rows, episode_rows, columns, _ = record_episode_batch(sst, tokenizer, batch, policy, options, config, sandbox)
+            rows, episode_rows, columns, _ = record_episode_batch(sst, tokenizer, batch, policy, options, config,
+                                                                  sandbox)
             return dict(generations=rows, episodes=episode_rows, **columns)
 
         return episodes

@@ -46,6 +46,11 @@ def test_every_flag_maps_to_a_field():
         ("<execute>", 4), ("</execute>", 5))
 
 
+@pytest.mark.parametrize("text, expected", [("1,2,3,4", [1, 2, 3, 4]), ("3", [3]), (" 2 , 5 ", [2, 5])])
+def test_depth_lists_parse(text, expected):
+    assert parse_args(["--depths", text]).depths == expected
+
+
 @pytest.mark.parametrize("depths", ["0", "a", "1,,x", "2,-1", "", "1,1"])
 def test_invalid_depth_lists(capsys, tmp_path, depths):
     _fails(capsys, ["--depths", depths, "--out", str(tmp_path / "r")], "depth")
