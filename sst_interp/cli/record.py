@@ -15,7 +15,8 @@ from typing import Any
 
 from sst_interp.cli.args import add_config_flags, arg, config_from_namespace, config_parser
 from sst_interp.errors import UsageError, cli_entry
-from sst_interp.record.options import ACTION_TOKEN_TEXTS, DEFAULT_DEPTHS, PROTOCOLS, SANDBOXES, RecordOptions
+from sst_interp.record.options import ACTION_TOKEN_TEXTS, DEFAULT_DEPTHS, PROTOCOLS, RecordOptions
+from sst_interp.sandbox.config import BACKENDS, SandboxConfig
 
 DESCRIPTION = ("Generate answers (or CodeACT episodes) at every iteration depth, record the state stream inline, "
                "grade. Rerunning the same command resumes an interrupted run.")
@@ -80,7 +81,7 @@ class RecordFlags:
     carry_state_across_turns: bool = arg(False, help="codeact: a tool-response turn starts from the state the model "
                                                      "turn before it ended with (default: from a zero state)")
     tool_output_chars: int = arg(2000, help="codeact: most characters of tool output returned to the model")
-    sandbox: str = arg("bwrap", choices=SANDBOXES,
+    sandbox: str = arg("bwrap", choices=BACKENDS,
                        help="how model code runs (codeact, humaneval): bwrap (bubblewrap isolation, default) | "
                             "subprocess (a plain child process with rlimits: NOT isolated, trusted models only)")
     sandbox_timeout: float = arg(10.0, help="wall-clock seconds one code block may run")
@@ -103,12 +104,27 @@ class RecordFlags:
                                          "checkpoint's training configuration, else Gemma 3's 262140/262141)")
 
     def options(self) -> RecordOptions:
-        """The library config of these flags: ``--source-option`` and ``--action-tokens`` parsed (a bad item is a
-        :class:`UsageError`); every other field is copied as it is."""
+        """The library config of these flags: ``--source-option`` and ``--action-tokens`` parsed, the
+        ``--sandbox*`` flags gathered into a :class:`~sst_interp.sandbox.SandboxConfig` (a bad value is a
+        :class:`UsageError` naming its flag); every other field is copied as it is."""
         same = {f.name: getattr(self, f.name) for f in dataclasses.fields(RecordOptions) if hasattr(self, f.name)}
         same.update(source_options=source_options(self.source_option),
-                    action_tokens=action_token_ids(self.action_tokens))
+                    action_tokens=action_token_ids(self.action_tokens), sandbox=self.sandbox_config())
         return RecordOptions(**same)
+
+    def sandbox_config(self) -> SandboxConfig:
+        """``--sandbox`` and its limits as a :class:`~sst_interp.sandbox.SandboxConfig`, each checked under its
+        flag's name."""
+        if not self.sandbox_timeout > 0:
+            raise UsageError(f"--sandbox-timeout must be a positive number of seconds, got {self.sandbox_timeout}")
+        limits = {"memory_mb": 1, "cpu_seconds": 1, "max_processes": 3, "tmp_mb": 1, "max_inodes": 1,
+                  "max_file_mb": 1}
+        for name, least in limits.items():
+            value = getattr(self, f"sandbox_{name}")
+            if value < least:
+                raise UsageError(f"--sandbox-{name.replace('_', '-')} must be at least {least}, got {value}")
+        return SandboxConfig(backend=self.sandbox, timeout_s=self.sandbox_timeout,
+                             **{name: getattr(self, f"sandbox_{name}") for name in limits})
 
 
 def source_options(items: Sequence[str] | None) -> dict[str, Any]:

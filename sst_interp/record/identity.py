@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 from pathlib import Path
@@ -74,8 +75,8 @@ def run_identity(options: RecordOptions, model_identity: dict[str, Any], data_sh
         batch_size=options.batch_size,
     )
     if options.codeact:
-        identity.update(protocol="codeact", episode=episode_config(options).to_dict(), sandbox=options.sandbox,
-                        sandbox_timeout=options.sandbox_timeout)
+        identity.update(protocol="codeact", episode=episode_config(options).to_dict(), sandbox=options.sandbox.backend,
+                        sandbox_timeout=options.sandbox.timeout_s)
     position = options.position_policy(options.depths)
     if position is not None:  # the canonical string: the rules, thresholds and bounds
         identity["depth_policy"] = position.describe()
@@ -124,15 +125,9 @@ def episode_config(options: RecordOptions) -> Any:
 def sandbox_config(options: RecordOptions, hidden_paths: tuple[str, ...] = ()) -> Any:
     """The :class:`~sst_interp.sandbox.SandboxConfig` of ``options``; ``hidden_paths`` (e.g. the run directory) are
     invisible inside the sandbox."""
-    from sst_interp.sandbox import SandboxConfig
-
     # output_cap_chars: the sandbox must not cut what --tool-output-chars lets through (it used to cut at 2,000)
-    return SandboxConfig(backend=options.sandbox, timeout_s=options.sandbox_timeout,
-                         memory_mb=options.sandbox_memory_mb,
-                         cpu_seconds=options.sandbox_cpu_seconds, max_processes=options.sandbox_max_processes,
-                         tmp_mb=options.sandbox_tmp_mb, max_inodes=options.sandbox_max_inodes,
-                         max_file_mb=options.sandbox_max_file_mb,
-                         output_cap_chars=options.tool_output_chars, hidden_paths=tuple(hidden_paths))
+    return dataclasses.replace(options.sandbox, output_cap_chars=options.tool_output_chars,
+                               hidden_paths=tuple(hidden_paths))
 
 
 def make_depth_policy(options: RecordOptions, depths: list[int]) -> Any:
@@ -195,11 +190,9 @@ def manifest_extra(options: RecordOptions, sst: Any, tokenizer: Any, config: Any
     }
     if options.codeact:
         extra["episode"] = episode_config(options).to_dict()
-        extra["sandbox"] = {"backend": options.sandbox, "timeout_s": options.sandbox_timeout,
-                            "memory_mb": options.sandbox_memory_mb, "cpu_seconds": options.sandbox_cpu_seconds,
-                            "max_processes": options.sandbox_max_processes, "tmp_mb": options.sandbox_tmp_mb,
-                            "max_inodes": options.sandbox_max_inodes,
-                            "max_file_mb": options.sandbox_max_file_mb}
+        limits = ("backend", "timeout_s", "memory_mb", "cpu_seconds", "max_processes", "tmp_mb", "max_inodes",
+                  "max_file_mb")
+        extra["sandbox"] = {name: getattr(options.sandbox, name) for name in limits}
     spec = options.intervention_spec()
     if spec is not None:
         extra["intervention"] = spec.to_dict()

@@ -13,10 +13,10 @@ from typing import Any
 from sst_interp.checkpoints import DEFAULT_CODEACT_CHECKPOINT, resolve_checkpoint
 from sst_interp.errors import UsageError
 from sst_interp.model.config import PROMPT_MODES
+from sst_interp.sandbox.config import SandboxConfig
 
 DEFAULT_DEPTHS = (1, 2, 3, 4)
 PROTOCOLS = ("completion", "codeact")
-SANDBOXES = ("bwrap", "subprocess")
 #: Fields that mean something only for CodeACT episodes (--sandbox also serves HumanEval grading, so it is not here).
 CODEACT_ONLY = ("max_turns", "max_context_tokens", "carry_state_across_turns", "tool_output_chars", "action_tokens")
 #: The two action tokens a CodeACT episode needs ids for, in their order.
@@ -31,7 +31,9 @@ class RecordOptions:
     Typed fields: ``depths`` the flat iteration depths (each >= 1, no repeats); ``ids`` question ids to record
     (None: all); ``source_options`` keyword arguments of the question loader; ``action_tokens``
     ``(("<execute>", id), ("</execute>", id))`` or None (the checkpoint's, else Gemma 3's); ``max_new_tokens``
-    None is the question set's default; ``dtype`` ``auto`` is resolved by :meth:`validate` for the device.
+    None is the question set's default; ``dtype`` ``auto`` is resolved by :meth:`validate` for the device;
+    ``sandbox`` where model code runs (codeact, humaneval): its ``output_cap_chars`` and ``hidden_paths`` are set
+    per run from ``tool_output_chars`` and the run directory.
     """
 
     questions: str = "demo"
@@ -62,14 +64,7 @@ class RecordOptions:
     max_context_tokens: int = 4096
     carry_state_across_turns: bool = False
     tool_output_chars: int = 2000
-    sandbox: str = "bwrap"
-    sandbox_timeout: float = 10.0
-    sandbox_memory_mb: int = 1024
-    sandbox_cpu_seconds: int = 60
-    sandbox_max_processes: int = 16
-    sandbox_tmp_mb: int = 64
-    sandbox_max_inodes: int = 16384
-    sandbox_max_file_mb: int = 16
+    sandbox: SandboxConfig = field(default_factory=SandboxConfig)
     allow_low_disk: bool = False
     intervention: str | None = None
     action_tokens: tuple[tuple[str, int], ...] | None = None
@@ -159,15 +154,7 @@ class RecordOptions:
             raise UsageError("--demo-preset is for an untrained SST; drop it when passing --checkpoint")
         if self.protocol not in PROTOCOLS:
             raise UsageError(f"--protocol must be one of {', '.join(PROTOCOLS)}, got {self.protocol!r}")
-        if self.sandbox not in SANDBOXES:
-            raise UsageError(f"--sandbox must be one of {', '.join(SANDBOXES)}, got {self.sandbox!r}")
-        if not self.sandbox_timeout > 0:
-            raise UsageError(f"--sandbox-timeout must be a positive number of seconds, got {self.sandbox_timeout}")
-        for name, least in (("sandbox_memory_mb", 1), ("sandbox_cpu_seconds", 1), ("sandbox_max_processes", 3),
-                            ("sandbox_tmp_mb", 1), ("sandbox_max_inodes", 1),
-                            ("sandbox_max_file_mb", 1)):
-            if getattr(self, name) < least:
-                raise UsageError(f"--{name.replace('_', '-')} must be at least {least}, got {getattr(self, name)}")
+        self.sandbox.validate()
         if self.codeact and self.max_context_tokens <= self.max_new_tokens:
             raise UsageError(f"--max-context-tokens ({self.max_context_tokens}) must exceed --max-new-tokens "
                              f"({self.max_new_tokens}) so that a first turn fits")

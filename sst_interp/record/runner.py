@@ -125,10 +125,8 @@ def record_questions(sst: Any, tokenizer: Any, questions: list[Any], options: Re
     from sst_interp.hooks import RecordConfig
     from sst_interp.model.generation import FixedDepth
     from sst_interp.record.identity import make_depth_policy, manifest_extra, questions_sha256, sandbox_config
-    from sst_interp.record.summary import print_summary
-    from sst_interp.store import RunWriter, estimate_remaining
-
     from sst_interp.record.preflight import check_against_model
+    from sst_interp.store import estimate_remaining
 
     depths = options.validate()
     if options.prompt_mode is None:
