@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import pandas as pd
 
-from sst_interp.analyses.results import AnalysisResult, NotApplicable
+from sst_interp.analyses.results import AnalysisResult, NotApplicable, single_depth
 from sst_interp.analyses.basins import (
     BasinSummary,
     GMMFit,
@@ -231,9 +231,9 @@ def punctuated_equilibrium(run: Run, k: int | None = None, rule: Rule = "any", c
                            long_range: bool = True) -> PunctuatedEquilibrium | NotApplicable:
     """Run every measurement of sec:punctuated_equilibrium on ``run`` (streaming, one question at a time, each
     question's shards read once for all three overlaps)."""
-    if len(run.depths) < 2:
-        return NotApplicable(f"run has a single depth ({run.depths}); basin shifts compare two depths",
-                             "sec:punctuated_equilibrium")
+    refused = single_depth(run.depths, "sec:punctuated_equilibrium", "basin shifts need two or more")
+    if refused is not None:
+        return refused
     # the three overlaps of the section in one pass over the questions, so each question's hidden shards are read
     # once: basin shifts (smallest vs largest depth), position 0 (iteration 1 vs 2) and, with sketches, long range
     second = run.depths[1]

@@ -29,7 +29,7 @@ from scipy import stats
 
 from sst_interp.analyses import hidden_pass
 from sst_interp.analyses.hidden_pass import l2_deltas
-from sst_interp.analyses.results import AnalysisResult, NotApplicable
+from sst_interp.analyses.results import AnalysisResult, NotApplicable, single_depth
 from sst_interp.errors import UsageError
 from sst_interp.outcomes import NEVER, first_correct_depth
 
@@ -183,9 +183,9 @@ def convergence_monitoring(run: Run, layer: int | None = None, positions: Sequen
     Streams one question at a time (only the chosen layer is decoded into the arrays kept); questions whose deltas
     an earlier analysis of the same Run object noted (:mod:`sst_interp.analyses.hidden_pass`) are not read again."""
     depths = list(run.depths)
-    if len(depths) < 2:
-        return NotApplicable(f"run has a single depth ({depths}); convergence needs several",
-                             "fig:convergence_monitoring")
+    refused = single_depth(depths, "fig:convergence_monitoring", "convergence needs two or more")
+    if refused is not None:
+        return refused
     depth = depths[-1] if depth is None else int(depth)
     if depth not in depths:
         raise UsageError(f"depth {depth} is not in the run (depths {depths})")

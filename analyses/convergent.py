@@ -22,7 +22,7 @@ import pandas as pd
 
 from sst_interp.analyses import stats
 from sst_interp.analyses.evaluation import load_generations
-from sst_interp.analyses.results import AnalysisResult, NotApplicable
+from sst_interp.analyses.results import AnalysisResult, NotApplicable, depth_matrix_check
 from sst_interp.errors import UsageError
 from sst_interp.outcomes import correctness_matrix
 
@@ -132,12 +132,9 @@ def convergent_reasoning(
     same number, else 4 (GPQA).
     """
     matrix = correctness_matrix(run)
-    if matrix.empty:
-        return NotApplicable("no question is recorded at every depth", ConvergentReasoning.label)
-    if matrix.shape[1] < 2:
-        return NotApplicable(
-            f"run has a single depth ({matrix.columns[0]}); convergence needs two or more", ConvergentReasoning.label
-        )
+    refused = depth_matrix_check(matrix, ConvergentReasoning.label, "convergence needs two or more")
+    if refused is not None:
+        return refused
     if n_options is None:
         n_options = _n_options_from(run) or 4
     if n_options < 2:

@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 import pandas as pd
 
-from sst_interp.analyses.results import AnalysisResult, NotApplicable
+from sst_interp.analyses.results import AnalysisResult, NotApplicable, single_depth
 from sst_interp.outcomes import NEVER, first_divergence
 
 if TYPE_CHECKING:
@@ -189,8 +189,9 @@ def divergence_from_traces(traces: dict[int, Sequence[Sequence[int]]], question_
                            ) -> DivergenceResult | NotApplicable:
     """First divergences from token traces: ``traces[depth][q]`` is question q's generated tokens at that depth."""
     depths = tuple(sorted(traces))
-    if len(depths) < 2:
-        return NotApplicable(f"need runs at two or more depths to find divergence, got {list(depths)}", "divergence")
+    refused = single_depth(depths, "divergence", "divergence needs two or more")
+    if refused is not None:
+        return refused
     pairs = tuple(combinations(depths, 2))
     first = np.array([[first_divergence(traces[a][q], traces[b][q]) for a, b in pairs]
                       for q in range(len(question_ids))], dtype=np.int64).reshape(len(question_ids), len(pairs))
@@ -202,8 +203,9 @@ def divergence(run: Run, depths: Sequence[int] | None = None, turn: int = 0, win
                ) -> DivergenceResult | NotApplicable:
     """First divergences of a run's depths from generations.parquet (questions complete at every depth)."""
     depths = list(run.depths if depths is None else depths)
-    if len(depths) < 2:
-        return NotApplicable(f"run has a single depth ({depths}); divergence needs two", "divergence")
+    refused = single_depth(depths, "divergence", "divergence needs two or more")
+    if refused is not None:
+        return refused
     gens = run.generations()
     gens = gens[gens["turn"] == turn]
     sets = [set(run.question_ids(d)) for d in depths]

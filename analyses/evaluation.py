@@ -30,7 +30,7 @@ import numpy as np
 import pandas as pd
 
 from sst_interp.analyses import stats
-from sst_interp.analyses.results import AnalysisResult, NotApplicable
+from sst_interp.analyses.results import AnalysisResult, NotApplicable, depth_matrix_check
 from sst_interp.errors import UsageError
 from sst_interp.outcomes import correctness_matrix, outcome_rows, staged_capacity
 
@@ -93,13 +93,9 @@ def staged_breakdown(runs: Any) -> StagedBreakdown | NotApplicable:
     rows = []
     for name, source in _as_mapping(runs).items():
         matrix = correctness_matrix(source)
-        if matrix.empty:
-            return NotApplicable(f"{name}: no question is recorded at every depth", StagedBreakdown.label)
-        if matrix.shape[1] < 2:
-            return NotApplicable(
-                f"{name}: run has a single depth ({matrix.columns[0]}); staged compute needs two or more",
-                StagedBreakdown.label,
-            )
+        refused = depth_matrix_check(matrix, StagedBreakdown.label, "staged compute needs two or more", f"{name}: ")
+        if refused is not None:
+            return refused
         solved = staged_capacity(matrix)
         rows.append((name, len(matrix), tuple(matrix.columns), tuple(solved.values())))
     return StagedBreakdown(tuple(rows))
@@ -293,12 +289,9 @@ def overthinking(run: Any, baseline: Any | None = None, baseline_depth: int | No
     (``regressions`` = staged-correct questions the deepest flat depth misses).
     """
     matrix = correctness_matrix(run)
-    if matrix.empty:
-        return NotApplicable("no question is recorded at every depth", Overthinking.label)
-    if matrix.shape[1] < 2:
-        return NotApplicable(
-            f"run has a single depth ({matrix.columns[0]}); overthinking needs two or more", Overthinking.label
-        )
+    refused = depth_matrix_check(matrix, Overthinking.label, "overthinking needs two or more")
+    if refused is not None:
+        return refused
     values = matrix.to_numpy(bool)
     if (values == values[:, :1]).all():
         return NotApplicable(
@@ -357,10 +350,9 @@ class SankeyFlows(AnalysisResult):
 def overthinking_sankey(run: Any) -> SankeyFlows | NotApplicable:
     """Per-question pass/fail flows between consecutive flat depths (fig:overthinking_sankey)."""
     matrix = correctness_matrix(run)
-    if matrix.empty:
-        return NotApplicable("no question is recorded at every depth", SankeyFlows.label)
-    if matrix.shape[1] < 2:
-        return NotApplicable(f"run has a single depth ({matrix.columns[0]}); flows need two or more", SankeyFlows.label)
+    refused = depth_matrix_check(matrix, SankeyFlows.label, "flows need two or more")
+    if refused is not None:
+        return refused
     v = matrix.to_numpy(bool)
     depths = tuple(int(d) for d in matrix.columns)
     flows = []

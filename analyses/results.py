@@ -9,6 +9,7 @@ correct, ...). Analyses never crash on such runs and never return tables of NaNs
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, fields
 from typing import ClassVar
 
@@ -60,3 +61,27 @@ def is_applicable(result: AnalysisResult) -> bool:
 def result_fields(result: AnalysisResult) -> dict[str, object]:
     """The dataclass fields of a result as a dict (for JSON-able summaries; arrays are left as they are)."""
     return {f.name: getattr(result, f.name) for f in fields(result)}
+
+
+def single_depth(depths: Sequence[object], label: str, needs: str, prefix: str = "") -> NotApplicable | None:
+    """The one precondition of a measurement that compares depths: None when ``depths`` holds two or more, else
+    ``NotApplicable("{prefix}run has a single depth (D); {needs}", label)`` (``no depth`` when there is none).
+
+    Args:
+        depths: the run's depths (or a correctness matrix's columns).
+        label: the measurement's paper label.
+        needs: what needs a second depth, e.g. ``"staged compute needs two or more"``.
+        prefix: what the reason is about when several runs are measured, e.g. ``"gsm8k: "``.
+    """
+    if len(depths) >= 2:
+        return None
+    what = f"a single depth ({depths[0]})" if len(depths) == 1 else "no depth"
+    return NotApplicable(f"{prefix}run has {what}; {needs}", label)
+
+
+def depth_matrix_check(matrix: pd.DataFrame, label: str, needs: str, prefix: str = "") -> NotApplicable | None:
+    """:func:`single_depth` for a correctness matrix (questions x depths), which also needs a question recorded at
+    every depth: None when ``matrix`` has rows and two or more depth columns, else the NotApplicable saying which."""
+    if matrix.empty:
+        return NotApplicable(f"{prefix}no question is recorded at every depth", label)
+    return single_depth(list(matrix.columns), label, needs, prefix)

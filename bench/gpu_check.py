@@ -239,19 +239,19 @@ def check_qlora(config: GpuCheckArgs) -> CheckResult:
     """Two-pass training steps with a 4-bit NF4 backbone (plain LoRA under --cpu-smoke)."""
     from bench.bench_train import make_batch, train_step
     from sst_interp.train.config import TrainConfig
-    from sst_interp.train.modeling import build_train_model, load_training_backbone, resolve_device, resolve_dtype
+    from sst_interp.train.modeling import build_train_model, load_training_backbone, training_device, training_dtype
     from sst_interp.train.optim import build_optimizer
 
     with tempfile.TemporaryDirectory(prefix="gpu_check_train_") as out:
         train = TrainConfig(train_data="unused", out=out, model=config.model, device=config.device,
                             quantize="none" if config.cpu_smoke else "nf4")
-        device = resolve_device(train)
+        device = training_device(train)
         if config.cpu_smoke:
             from sst_interp.model.testing import char_tokenizer, tiny_gemma3
 
             backbone, tokenizer = tiny_gemma3(dtype=torch.float32), char_tokenizer()
         else:
-            backbone, tokenizer = load_training_backbone(train, device, resolve_dtype(train, device))
+            backbone, tokenizer = load_training_backbone(train, device, training_dtype(train, device))
         torch.manual_seed(0)
         model = build_train_model(backbone, train)
         optimizer = build_optimizer(model.lora_parameters(), model.sst_parameters(), train)
@@ -279,13 +279,13 @@ def check_record(config: GpuCheckArgs) -> CheckResult:
     """A small recorded run (tokens/s) and the record / generate ratio of bench/bench_record.py."""
     from bench.bench_record import bench_recording
     from sst_interp.data import load_questions
-    from sst_interp.record import RecordArgs, record_questions
+    from sst_interp.record import RecordOptions, record_questions
     from sst_interp.store import Run
 
     dtype = "float32" if config.cpu_smoke else "bfloat16"
     sst, tokenizer, prompt_mode = load_sst(config, dtype)
     questions = load_questions("demo", limit=config.questions)
-    args = RecordArgs(questions="demo", depths=",".join(map(str, config.depths)), dtype=dtype,
+    args = RecordOptions(questions="demo", depths=list(config.depths), dtype=dtype,
                       max_new_tokens=config.max_new_tokens, batch_size=config.batch_size, prompt_mode=prompt_mode)
     with tempfile.TemporaryDirectory(prefix="gpu_check_record_") as root:
         started = time.perf_counter()
@@ -375,7 +375,7 @@ def check_codeact(config: GpuCheckArgs) -> CheckResult:
 
 
 def _record_codeact(config: GpuCheckArgs, data: str, device: str, dtype: str, out: Path) -> Path:
-    from sst_interp.record.cli import main as record_main
+    from sst_interp.cli.record import main as record_main
 
     record_main(["--protocol", "codeact", "--questions", "gsm8k", "--data", data,
                  "--limit", str(config.codeact_questions), "--depths", ",".join(map(str, config.codeact_depths)),

@@ -1,4 +1,5 @@
-"""``--device``: which torch devices a command may name, checked before anything loads.
+"""``--device``, ``--dtype`` and a process's rank: the one place where every command resolves them, checked before
+anything loads (one default each: ``--device auto``, ``--dtype auto``).
 
 torch accepts a device string lazily: ``torch.device("bogus")`` raises a RuntimeError listing every backend torch
 knows, and ``cuda`` on a machine without CUDA fails only when the first tensor moves (an AssertionError deep inside
@@ -46,12 +47,35 @@ def check_device(text: str, flag: str = "--device") -> str:
 DTYPES = ("auto", "float32", "bfloat16")
 
 
-def resolve_dtype(text: str, device: str, flag: str = "--dtype") -> str:
+def resolve_dtype(text: str, device: str, flag: str = "--dtype", allowed: tuple[str, ...] = DTYPES) -> str:
     """``--dtype`` resolved for ``device`` (already resolved): ``auto`` is bfloat16 on a GPU and float32 on the CPU
-    (where bfloat16 matmuls are slow and the exactness tests run); ``float32``/``bfloat16`` stay as given."""
-    if text not in DTYPES:
-        raise UsageError(f"{flag} must be one of {', '.join(DTYPES)}, got {text!r}")
+    (where bfloat16 matmuls are slow and the exactness tests run); the other ``allowed`` names stay as given."""
+    if text not in allowed:
+        raise UsageError(f"{flag} must be one of {', '.join(allowed)}, got {text!r}")
     return auto_dtype(device) if text == "auto" else text
+
+
+def resolve_placement(device: str, dtype: str, mapped: bool) -> tuple[str, str]:
+    """``(device, dtype)`` of a command's ``--device`` and ``--dtype``: the device checked and resolved
+    (:func:`check_device`) and the dtype resolved for it. Under a device map (``mapped``) ``--device`` is not used
+    (returned as given) and ``auto`` is the dtype of the GPUs the layers go to, when there are any."""
+    if not mapped:
+        resolved = check_device(device)
+        return resolved, resolve_dtype(dtype, resolved)
+    return device, resolve_dtype(dtype, "cuda" if torch.cuda.is_available() else "cpu")
+
+
+def rank_device(device: str, local_rank: int | None) -> str:
+    """The device of one process among several on a machine (``local_rank``; None when it runs alone): a plain
+    ``cuda`` becomes ``cuda:<local_rank>`` (an explicit ``cuda:N`` and the CPU stay). A local rank this machine has
+    no GPU for is a UsageError."""
+    if local_rank is None or device != "cuda":
+        return device
+    count = torch.cuda.device_count()
+    if local_rank >= count:
+        raise UsageError(f"LOCAL_RANK={local_rank} but this machine has {count} CUDA devices; start at most that "
+                         "many processes per machine")
+    return f"cuda:{local_rank}"
 
 
 def auto_dtype(device: str) -> str:

@@ -6,6 +6,7 @@ Shared by ``python -m sst_interp.generate`` and ``python -m sst_interp.record`` 
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -136,15 +137,15 @@ def eos_token_ids(tokenizer: PreTrainedTokenizerBase, sst: SSTModel) -> tuple[in
     return tuple(sorted(ids))
 
 
-def parse_depths(text: str) -> list[int]:
-    """Parse ``"1,2,3,4"`` into ``[1, 2, 3, 4]``; anything else (empty, non-integers, < 1) is a UsageError."""
-    parts = [part.strip() for part in str(text).split(",") if part.strip()]
-    try:
-        depths = [int(part) for part in parts]
-    except ValueError:
-        raise UsageError(f"invalid depth list {text!r}; give comma-separated integers >= 1, e.g. 1,2,3,4") from None
-    if not depths or any(depth < 1 for depth in depths):
-        raise UsageError(f"invalid depth list {text!r}; every depth must be an integer >= 1, e.g. 1,2,3,4")
+def check_depths(depths: Sequence[int]) -> list[int]:
+    """The flat iteration depths, checked: at least one, each an integer >= 1, none repeated (else a UsageError).
+
+    The command layer parses ``--depths 1,2,3,4`` into integers (:mod:`sst_interp.cli.args`); this is the library's
+    check of the values, so a config built in Python is held to the same rule."""
+    depths = list(depths)
+    shown = ",".join(str(depth) for depth in depths)
+    if not depths or any(not isinstance(depth, int) or isinstance(depth, bool) or depth < 1 for depth in depths):
+        raise UsageError(f"invalid depth list {shown!r}; every depth must be an integer >= 1, e.g. 1,2,3,4")
     if len(set(depths)) != len(depths):
-        raise UsageError(f"invalid depth list {text!r}: a depth is repeated")
+        raise UsageError(f"invalid depth list {shown!r}: a depth is repeated")
     return depths

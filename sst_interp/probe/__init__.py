@@ -16,7 +16,8 @@ Modules, one concern each:
 * :mod:`~sst_interp.probe.figures` -- ``fig:halt_signal`` data;
 * :mod:`~sst_interp.probe.io` -- safetensors + JSON save/load;
 * :mod:`~sst_interp.probe.policy` -- ``ProbeDepth``, the generation-time depth policy;
-* :mod:`~sst_interp.probe.cli` -- ``python -m sst_interp.probe {train,evaluate,sweep,loocv,ablate}``.
+* :mod:`sst_interp.cli.probe` (the command line) -- ``python -m sst_interp.probe
+  {train,evaluate,sweep,loocv,ablate}``.
 """
 
 from typing import TYPE_CHECKING

@@ -1,7 +1,5 @@
-"""``python -m sst_interp.probe``: see :mod:`sst_interp.probe.cli`."""
+"""``python -m sst_interp.probe``: see :mod:`sst_interp.cli.probe`."""
 
-import sys
+from sst_interp.cli.probe import main
 
-from sst_interp.probe.cli import main
-
-sys.exit(main())
+raise SystemExit(main())

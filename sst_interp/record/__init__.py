@@ -8,8 +8,9 @@ Two protocols (``--protocol``): ``completion`` (one generation per question; the
     python -m sst_interp.record --questions gsm8k --protocol codeact --limit 8 --depths 1,2
     torchrun --nproc-per-node 8 -m sst_interp.record ...    # N processes, one run
 
-Modules: :mod:`~sst_interp.record.options` (the options), :mod:`~sst_interp.record.cli` (the command line),
-:mod:`~sst_interp.record.runner` (the library entry :func:`record_questions` and the CLI's :func:`record`),
+Modules: :mod:`~sst_interp.record.options` (the typed options; the command line that builds them is
+:mod:`sst_interp.cli.record`), :mod:`~sst_interp.record.runner` (the library entries :func:`record_questions`, which
+takes a loaded model, and :func:`record`, which loads it from the options),
 :mod:`~sst_interp.record.completion` and :mod:`~sst_interp.record.episodes` (one batch of each protocol),
 :mod:`~sst_interp.record.identity` (run identity and manifest), :mod:`~sst_interp.record.ranks` (several processes
 under torchrun), :mod:`~sst_interp.record.summary`.
@@ -18,8 +19,7 @@ under torchrun), :mod:`~sst_interp.record.summary`.
 from typing import TYPE_CHECKING
 
 from sst_interp.lazy import lazy_exports
-from sst_interp.record.cli import build_parser, main, parse_args
-from sst_interp.record.options import DEFAULT_DEPTHS, PROTOCOLS, RecordArgs
+from sst_interp.record.options import DEFAULT_DEPTHS, PROTOCOLS, RecordOptions
 
 if TYPE_CHECKING:
     from sst_interp.record.runner import record, record_questions
@@ -36,10 +36,7 @@ __getattr__, __dir__ = lazy_exports(__name__, {
 __all__ = [
     "DEFAULT_DEPTHS",
     "PROTOCOLS",
-    "RecordArgs",
-    "build_parser",
-    "main",
-    "parse_args",
+    "RecordOptions",
     "print_summary",
     "record",
     "record_questions",

@@ -1,6 +1,5 @@
-"""``python -m sst_interp.record``."""
+"""``python -m sst_interp.record``: see :mod:`sst_interp.cli.record`."""
 
-from sst_interp.record.cli import main
+from sst_interp.cli.record import main
 
-if __name__ == "__main__":
-    main()
+raise SystemExit(main())

@@ -6,26 +6,26 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
-from sst_interp.record.options import RecordArgs
+from sst_interp.record.options import RecordOptions
 
 
-def batch_generation_config(sst: Any, tokenizer: Any, args: RecordArgs, stops: tuple[str, ...] = ()) -> Any:
+def batch_generation_config(sst: Any, tokenizer: Any, options: RecordOptions, stops: tuple[str, ...] = ()) -> Any:
     """The :class:`~sst_interp.model.generation.GenerationConfig` ``record`` generates with (both protocols):
     greedy, the LM head after every iteration, the tokenizer's and the model's EOS ids."""
     from sst_interp.model.generation import GenerationConfig
     from sst_interp.model.loading import eos_token_ids
 
     pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
-    return GenerationConfig(max_new_tokens=args.max_new_tokens, prompt_mode=args.prompt_mode,
+    return GenerationConfig(max_new_tokens=options.max_new_tokens, prompt_mode=options.prompt_mode,
                             eos_token_ids=eos_token_ids(tokenizer, sst), stop_strings=tuple(stops),
                             pad_token_id=pad, logits_every_iteration=True)
 
 
 @contextmanager
-def intervened(sst: Any, args: RecordArgs, question_ids: list[str], recorder: Any) -> Iterator[Any]:
+def intervened(sst: Any, options: RecordOptions, question_ids: list[str], recorder: Any) -> Iterator[Any]:
     """The observer a batch generates with: the recorder alone, or with ``--intervention`` an Intervener that
     changes the streams first and the recorder that records what the intervened model computed."""
-    spec = args.intervention_spec()
+    spec = options.intervention_spec()
     if spec is None:
         yield recorder
         return
@@ -36,7 +36,7 @@ def intervened(sst: Any, args: RecordArgs, question_ids: list[str], recorder: An
         yield ObserverGroup(intervener, recorder)
 
 
-def record_batch(sst: Any, tokenizer: Any, batch: list[Any], depth: Any, args: RecordArgs,
+def record_batch(sst: Any, tokenizer: Any, batch: list[Any], depth: Any, options: RecordOptions,
                  config: Any) -> tuple[list[dict[str, Any]], dict[str, Any]]:
     """Generate one batch under a depth policy (``FixedDepth(k)`` or a probe policy) with the recorder attached;
     returns (generation rows, writer columns)."""
@@ -45,9 +45,9 @@ def record_batch(sst: Any, tokenizer: Any, batch: list[Any], depth: Any, args: R
     from sst_interp.model.generation import generate
 
     prompts = [list(tokenizer(q.prompt).input_ids) for q in batch]
-    gen_config = batch_generation_config(sst, tokenizer, args, stop_strings(batch[0].source))
+    gen_config = batch_generation_config(sst, tokenizer, options, stop_strings(batch[0].source))
     ids = [q.question_id for q in batch]
-    with Recorder.for_model(sst, ids, config) as recorder, intervened(sst, args, ids, recorder) as observer:
+    with Recorder.for_model(sst, ids, config) as recorder, intervened(sst, options, ids, recorder) as observer:
         result = generate(sst, prompts, depth, gen_config, observer=observer,
                           decode_fn=lambda tokens: tokenizer.decode(tokens, skip_special_tokens=True))
     import numpy as np

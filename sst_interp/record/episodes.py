@@ -10,10 +10,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from sst_interp.record.options import RecordArgs
+from sst_interp.record.options import RecordOptions
 
 
-def record_episode_batch(sst: Any, tokenizer: Any, batch: list[Any], depth: Any, args: RecordArgs, config: Any,
+def record_episode_batch(sst: Any, tokenizer: Any, batch: list[Any], depth: Any, options: RecordOptions, config: Any,
                          sandbox: Any) -> tuple[list[dict[str, Any]], list[dict[str, Any]], dict[str, Any], Any]:
     """Run and record one batch of episodes (``batch``: questions whose prompt is the CodeACT first turn).
 
@@ -28,10 +28,10 @@ def record_episode_batch(sst: Any, tokenizer: Any, batch: list[Any], depth: Any,
     from sst_interp.record.completion import batch_generation_config, intervened
     from sst_interp.record.identity import episode_config
 
-    gen_config = batch_generation_config(sst, tokenizer, args)
+    gen_config = batch_generation_config(sst, tokenizer, options)
     ids = [q.question_id for q in batch]
-    with Recorder.for_model(sst, ids, config) as recorder, intervened(sst, args, ids, recorder) as observer:
-        result = run_episodes(sst, tokenizer, [q.prompt for q in batch], depth, gen_config, episode_config(args),
+    with Recorder.for_model(sst, ids, config) as recorder, intervened(sst, options, ids, recorder) as observer:
+        result = run_episodes(sst, tokenizer, [q.prompt for q in batch], depth, gen_config, episode_config(options),
                               sandbox, observer=observer)
     generation_rows, episode_rows = [], []
     for question, episode in zip(batch, result.episodes):

@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 from pathlib import Path
 from typing import Any
 
 from sst_interp import __version__
-from sst_interp.record.options import RecordArgs
+from sst_interp.record.options import RecordOptions
 
 
 def questions_sha256(frame: Any) -> str:
@@ -20,24 +21,18 @@ def questions_sha256(frame: Any) -> str:
     return digest.hexdigest()
 
 
-def resolve_device(name: str) -> str:
-    """``auto`` -> ``cuda`` when available, else ``cpu``; a device this machine lacks is a UsageError."""
-    from sst_interp.model.devices import check_device
-
-    return check_device(name)
-
-
-def model_spec(args: RecordArgs) -> tuple[Any, bool]:
-    """The :class:`~sst_interp.model.loading.ModelSpec` for ``args`` and whether the demo preset is on."""
+def model_spec(options: RecordOptions) -> tuple[Any, bool]:
+    """The :class:`~sst_interp.model.loading.ModelSpec` for ``options`` and whether the demo preset is on."""
     from sst_interp.model.backbone import DEFAULT_MODEL
+    from sst_interp.model.devices import check_device
     from sst_interp.model.loading import ModelSpec
 
-    device_map, max_memory = args.placement()
-    placement = dict(device=resolve_device(args.device), device_map=device_map, max_memory=max_memory)
-    if args.checkpoint is not None:
-        return ModelSpec(args.model or DEFAULT_MODEL, args.checkpoint, None, args.dtype, **placement), False
-    demo = args.demo_preset if args.demo_preset is not None else args.model is None
-    spec = ModelSpec(args.model or DEFAULT_MODEL, None, "hidden" if demo else "unit", args.dtype, **placement)
+    device_map, max_memory = options.placement()
+    placement = dict(device=check_device(options.device), device_map=device_map, max_memory=max_memory)
+    if options.checkpoint is not None:
+        return ModelSpec(options.model or DEFAULT_MODEL, options.checkpoint, None, options.dtype, **placement), False
+    demo = options.demo_preset if options.demo_preset is not None else options.model is None
+    spec = ModelSpec(options.model or DEFAULT_MODEL, None, "hidden" if demo else "unit", options.dtype, **placement)
     return spec, bool(demo)
 
 
@@ -51,7 +46,7 @@ def folder_sha256(path: Path) -> str:
     return digest.hexdigest()
 
 
-def run_identity(args: RecordArgs, model_identity: dict[str, Any], data_sha256: str) -> dict[str, Any]:
+def run_identity(options: RecordOptions, model_identity: dict[str, Any], data_sha256: str) -> dict[str, Any]:
     """What must match to resume a run: model, checkpoint, SST variant, data, and what is recorded and how.
 
     The batch size is part of it: left padding (and, in episodes, padding inside the sliding window) makes the
@@ -60,57 +55,55 @@ def run_identity(args: RecordArgs, model_identity: dict[str, Any], data_sha256: 
     sandbox are part of it too.
     """
     identity = dict(model_identity)
-    if args.checkpoint is not None:
-        folder = Path(args.checkpoint)
+    if options.checkpoint is not None:
+        folder = Path(options.checkpoint)
         identity["checkpoint"] = str(folder.resolve())
         state = folder / "sst_state.safetensors"
         if state.is_file():
             identity["checkpoint_sha256"] = hashlib.sha256(state.read_bytes()).hexdigest()
     identity.update(
-        questions=args.questions,
+        questions=options.questions,
         data_sha256=data_sha256,
-        max_new_tokens=args.max_new_tokens,
-        prompt_mode=args.prompt_mode,
+        max_new_tokens=options.max_new_tokens,
+        prompt_mode=options.prompt_mode,
         decoding="greedy",
-        full_positions=args.full_positions,
-        sketch_positions=args.sketch_positions,
-        sketch_k=args.sketch_k,
-        top_k=args.top_k,
-        gates=args.gates,
-        batch_size=args.batch_size,
+        full_positions=options.full_positions,
+        sketch_positions=options.sketch_positions,
+        sketch_k=options.sketch_k,
+        top_k=options.top_k,
+        gates=options.gates,
+        batch_size=options.batch_size,
     )
-    if args.codeact:
-        identity.update(protocol="codeact", episode=episode_config(args).to_dict(), sandbox=args.sandbox,
-                        sandbox_timeout=args.sandbox_timeout)
-    from sst_interp.model.loading import parse_depths
-
-    position = args.position_policy(parse_depths(args.depths))
+    if options.codeact:
+        identity.update(protocol="codeact", episode=episode_config(options).to_dict(), sandbox=options.sandbox.backend,
+                        sandbox_timeout=options.sandbox.timeout_s)
+    position = options.position_policy(options.depths)
     if position is not None:  # the canonical string: the rules, thresholds and bounds
         identity["depth_policy"] = position.describe()
         if position.probe_path is not None:
             identity["probe_sha256"] = folder_sha256(Path(position.probe_path))
-    spec = args.intervention_spec()
+    spec = options.intervention_spec()
     if spec is not None:
         from sst_interp.interventions import patch_runs
 
         identity["intervention"] = spec.to_dict()
         identity["intervention_runs"] = patch_runs(spec)
-    probe = args.probe_path()
+    probe = options.probe_path()
     if probe is not None:
         identity["depth_policy"] = f"probe:{probe.resolve()}"
         identity["probe_sha256"] = folder_sha256(probe)
     return identity
 
 
-def action_tokens(args: RecordArgs) -> tuple[tuple[str, int], ...]:
+def action_tokens(options: RecordOptions) -> tuple[tuple[str, int], ...]:
     """The action token ids: --action-tokens, else the checkpoint's training configuration, else Gemma 3's."""
     from sst_interp.codeact.format import GEMMA3_ACTION_IDS
 
-    given = args.action_token_ids()
+    given = options.action_tokens
     if given is not None:
         return given
-    if args.checkpoint is not None:
-        file = Path(args.checkpoint) / "sst_config.json"
+    if options.checkpoint is not None:
+        file = Path(options.checkpoint) / "sst_config.json"
         if file.is_file():  # train writes its action tokens into the checkpoint's provenance
             saved = json.loads(file.read_text()).get("extra", {}).get("action_tokens")
             if isinstance(saved, dict) and set(saved) == {"<execute>", "</execute>"}:
@@ -118,33 +111,29 @@ def action_tokens(args: RecordArgs) -> tuple[tuple[str, int], ...]:
     return GEMMA3_ACTION_IDS
 
 
-def episode_config(args: RecordArgs) -> Any:
-    """The :class:`~sst_interp.codeact.episode.EpisodeConfig` of ``args``."""
+def episode_config(options: RecordOptions) -> Any:
+    """The :class:`~sst_interp.codeact.episode.EpisodeConfig` of ``options``."""
     from sst_interp.codeact.episode import EpisodeConfig
     from sst_interp.codeact.format import ActionFormat
 
-    return EpisodeConfig(max_turns=args.max_turns, max_context_tokens=args.max_context_tokens,
-                         carry_across_turns=args.carry_state_across_turns, tool_output_chars=args.tool_output_chars,
-                         fmt=ActionFormat(action_tokens=action_tokens(args)))
+    return EpisodeConfig(max_turns=options.max_turns, max_context_tokens=options.max_context_tokens,
+                         carry_across_turns=options.carry_state_across_turns,
+                         tool_output_chars=options.tool_output_chars,
+                         fmt=ActionFormat(action_tokens=action_tokens(options)))
 
 
-def sandbox_config(args: RecordArgs, hidden_paths: tuple[str, ...] = ()) -> Any:
-    """The :class:`~sst_interp.sandbox.SandboxConfig` of ``args``; ``hidden_paths`` (e.g. the run directory) are
+def sandbox_config(options: RecordOptions, hidden_paths: tuple[str, ...] = ()) -> Any:
+    """The :class:`~sst_interp.sandbox.SandboxConfig` of ``options``; ``hidden_paths`` (e.g. the run directory) are
     invisible inside the sandbox."""
-    from sst_interp.sandbox import SandboxConfig
-
     # output_cap_chars: the sandbox must not cut what --tool-output-chars lets through (it used to cut at 2,000)
-    return SandboxConfig(backend=args.sandbox, timeout_s=args.sandbox_timeout, memory_mb=args.sandbox_memory_mb,
-                         cpu_seconds=args.sandbox_cpu_seconds, max_processes=args.sandbox_max_processes,
-                         tmp_mb=args.sandbox_tmp_mb, max_inodes=args.sandbox_max_inodes,
-                         max_file_mb=args.sandbox_max_file_mb,
-                         output_cap_chars=args.tool_output_chars, hidden_paths=tuple(hidden_paths))
+    return dataclasses.replace(options.sandbox, output_cap_chars=options.tool_output_chars,
+                               hidden_paths=tuple(hidden_paths))
 
 
-def make_depth_policy(args: RecordArgs, depths: list[int]) -> Any:
+def make_depth_policy(options: RecordOptions, depths: list[int]) -> Any:
     """The :class:`ProbeDepth` of ``--depth-policy probe:PATH`` with i_max = max(depths), the
     :class:`~sst_interp.model.halting.PositionPolicy` of a per-position policy string, or None for fixed."""
-    position = args.position_policy(depths)
+    position = options.position_policy(depths)
     if position is not None and position.probe_path is not None:
         from sst_interp.probe.policy import ProbeDepth
 
@@ -152,7 +141,7 @@ def make_depth_policy(args: RecordArgs, depths: list[int]) -> Any:
         return position.with_probe(lambda hidden: probe.logits(hidden) > probe.threshold, probe.probe_layer)
     if position is not None:
         return position
-    probe = args.probe_path()
+    probe = options.probe_path()
     if probe is None:
         return None
     from sst_interp.probe.policy import ProbeDepth
@@ -160,7 +149,7 @@ def make_depth_policy(args: RecordArgs, depths: list[int]) -> Any:
     return ProbeDepth.from_path(probe, max_depth=max(depths))
 
 
-def manifest_extra(args: RecordArgs, sst: Any, tokenizer: Any, config: Any, depths: list[int],
+def manifest_extra(options: RecordOptions, sst: Any, tokenizer: Any, config: Any, depths: list[int],
                    demo: bool) -> dict[str, Any]:
     """Manifest keys besides the identity: layout, SST config, decoding, protocol, settings."""
     from sst_interp.data import stop_strings
@@ -172,7 +161,7 @@ def manifest_extra(args: RecordArgs, sst: Any, tokenizer: Any, config: Any, dept
     extra = {
         "hidden_size": sst.hidden_size,
         "num_layers": sst.num_layers,
-        "dtype": args.dtype,
+        "dtype": options.dtype,
         "depths": depths,
         "full_positions": config.full_positions,
         "sketch_positions": config.sketch_positions,
@@ -180,16 +169,16 @@ def manifest_extra(args: RecordArgs, sst: Any, tokenizer: Any, config: Any, dept
         "top_k": config.top_k,
         "gates": config.gates,
         "ffn_size": getattr(gate, "out_features", None),
-        "decoding": {"strategy": "greedy", "do_sample": False, "max_new_tokens": args.max_new_tokens,
+        "decoding": {"strategy": "greedy", "do_sample": False, "max_new_tokens": options.max_new_tokens,
                      "eos_token_ids": list(eos_token_ids(tokenizer, sst)),
-                     "stop_strings": [] if args.codeact else list(stop_strings(args.questions))},
-        "prompt_mode": args.prompt_mode,
-        "protocol": args.protocol,
+                     "stop_strings": [] if options.codeact else list(stop_strings(options.questions))},
+        "prompt_mode": options.prompt_mode,
+        "protocol": options.protocol,
         "depth_policy": "fixed",
         "sst": sst.config.to_dict(),
         "demo_preset": demo,
-        "questions": args.questions,
-        "batch_size": args.batch_size,
+        "questions": options.questions,
+        "batch_size": options.batch_size,
         "device": str(sst.device),
         # Where accelerate put each module under --device-map (None: the whole model on "device"). Not part of the
         # identity: placement moves computations between devices of one kind, not their numerics.
@@ -199,14 +188,12 @@ def manifest_extra(args: RecordArgs, sst: Any, tokenizer: Any, config: Any, dept
         # Whether top_k covers the whole distribution (an offline kl simulation needs it).
         "vocab_size": _vocab_size(sst),
     }
-    if args.codeact:
-        extra["episode"] = episode_config(args).to_dict()
-        extra["sandbox"] = {"backend": args.sandbox, "timeout_s": args.sandbox_timeout,
-                            "memory_mb": args.sandbox_memory_mb, "cpu_seconds": args.sandbox_cpu_seconds,
-                            "max_processes": args.sandbox_max_processes, "tmp_mb": args.sandbox_tmp_mb,
-                            "max_inodes": args.sandbox_max_inodes,
-                            "max_file_mb": args.sandbox_max_file_mb}
-    spec = args.intervention_spec()
+    if options.codeact:
+        extra["episode"] = episode_config(options).to_dict()
+        limits = ("backend", "timeout_s", "memory_mb", "cpu_seconds", "max_processes", "tmp_mb", "max_inodes",
+                  "max_file_mb")
+        extra["sandbox"] = {name: getattr(options.sandbox, name) for name in limits}
+    spec = options.intervention_spec()
     if spec is not None:
         extra["intervention"] = spec.to_dict()
     return extra

@@ -12,34 +12,35 @@ from typing import Any
 
 from sst_interp.errors import UsageError
 from sst_interp.model.limits import ModelLimits, check_weights_placed
-from sst_interp.record.options import RecordArgs
+from sst_interp.record.options import RecordOptions
 
 
-def check_against_model(args: RecordArgs, sst: Any, tokenizer: Any, questions: Sequence[Any]) -> None:
+def check_against_model(options: RecordOptions, sst: Any, tokenizer: Any, questions: Sequence[Any]) -> None:
     """Refuse flags the model cannot honour (UsageError): ``--top-k`` wider than the vocabulary, ``--sketch-k``
     above the hidden size, action token ids outside the vocabulary, a prompt plus ``--max-new-tokens`` beyond the
     model's context, a CodeACT first turn longer than ``--max-context-tokens``, or a device map that put every
     weight on the disk."""
     check_weights_placed(sst.backbone)
     limits = ModelLimits.of(sst)
-    limits.check_top_k(args.top_k)
-    limits.check_sketch_k(args.sketch_k)
-    longest, question_id = _longest_prompt(args, tokenizer, questions, limits)
-    limits.check_new_tokens(args.max_new_tokens, max(longest, 1))
-    if args.codeact and longest + args.max_new_tokens > args.max_context_tokens:
-        raise UsageError(f"--max-context-tokens {args.max_context_tokens} cannot hold the first turn of "
-                         f"{question_id} ({longest} prompt tokens) plus --max-new-tokens {args.max_new_tokens}; give "
-                         f"at least {longest + args.max_new_tokens}")
+    limits.check_top_k(options.top_k)
+    limits.check_sketch_k(options.sketch_k)
+    longest, question_id = _longest_prompt(options, tokenizer, questions, limits)
+    limits.check_new_tokens(options.max_new_tokens, max(longest, 1))
+    if options.codeact and longest + options.max_new_tokens > options.max_context_tokens:
+        raise UsageError(f"--max-context-tokens {options.max_context_tokens} cannot hold the first turn of "
+                         f"{question_id} ({longest} prompt tokens) plus --max-new-tokens "
+                         f"{options.max_new_tokens}; give "
+                         f"at least {longest + options.max_new_tokens}")
 
 
-def _longest_prompt(args: RecordArgs, tokenizer: Any, questions: Sequence[Any],
+def _longest_prompt(options: RecordOptions, tokenizer: Any, questions: Sequence[Any],
                     limits: ModelLimits) -> tuple[int, str | None]:
     """(tokens, question id) of the longest prompt as the recording will encode it (0, None without questions)."""
-    if args.codeact:
+    if options.codeact:
         from sst_interp.codeact.format import encode_with_actions
         from sst_interp.record.identity import action_tokens
 
-        actions = action_tokens(args)
+        actions = action_tokens(options)
         limits.check_token_ids(dict(actions), "--action-tokens")
 
         def length(text: str) -> int:

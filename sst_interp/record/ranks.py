@@ -19,7 +19,7 @@ from typing import Any, TypeVar
 
 from sst_interp.processes import Ranks, join_process_group, ranks_from_environment
 
-__all__ = ["Ranks", "batch_cost", "batches_of_work", "process_group", "rank_device", "ranks_from_environment",
+__all__ = ["Ranks", "batch_cost", "batches_of_work", "process_group", "ranks_from_environment",
            "share_of_work"]
 
 T = TypeVar("T")
@@ -42,13 +42,6 @@ def process_group(ranks: Ranks) -> Iterator[Ranks]:
         yield ranks
     finally:
         dist.destroy_process_group()
-
-
-def rank_device(device: str, ranks: Ranks) -> str:
-    """The device of this rank: ``cuda`` becomes ``cuda:<local_rank>`` when several processes record."""
-    if ranks.distributed and device == "cuda":
-        return f"cuda:{ranks.local_rank}"
-    return device
 
 
 def batches_of_work(remaining: dict[int, Sequence[Any]], depths: Sequence[int],

@@ -1,5 +1,6 @@
 """Recording a run: the library entry (:func:`record_questions`, which takes a loaded model and questions) and the
-CLI's :func:`record` (which loads them from :class:`RecordArgs`).
+entry :func:`record` (which loads them as :class:`~sst_interp.record.options.RecordOptions` say; the ``record``
+command builds those from its flags in :mod:`sst_interp.cli.record`).
 
 For each depth in ``depths`` a flat-depth run over all questions, in batches: hooks record hidden states, sketches
 and per-iteration logits from the passes that produce the tokens; answers (or episodes) are graded; each batch
@@ -18,59 +19,60 @@ from typing import Any
 
 from sst_interp.errors import UsageError
 from sst_interp.paths import ensure_writable_folder
-from sst_interp.record.options import RecordArgs
-from sst_interp.record.ranks import (Ranks, batch_cost, batches_of_work, process_group, rank_device,
+from sst_interp.record.options import RecordOptions
+from sst_interp.record.ranks import (Ranks, batch_cost, batches_of_work, process_group,
                                      ranks_from_environment, share_of_work)
 
 
-def record(args: RecordArgs) -> dict[int, float]:
-    """Record every depth of ``args``; resumes a run already at ``args.out_path()``. Returns accuracy per depth.
+def record(options: RecordOptions) -> dict[int, float]:
+    """Record every depth of ``options``; resumes a run already at ``options.out_path()``. Returns accuracy per depth.
 
     Under ``torchrun`` (``WORLD_SIZE`` > 1 in the environment) this is one of several processes recording into
     the same run; each returns the accuracy of the whole run."""
     from sst_interp.data import load_questions, questions_to_frame
     from sst_interp.data.question import select_questions
+    from sst_interp.model.devices import rank_device
     from sst_interp.model.loading import DEMO_PRESET_NOTE, build_sst, resolve_prompt_mode
     from sst_interp.record.identity import model_spec, questions_sha256, run_identity, sandbox_config
     from sst_interp.record.preflight import check_against_model
     from sst_interp.store import check_out
 
-    args.validate()
+    options.validate()
     ranks = ranks_from_environment()
-    if ranks.distributed and args.device_map != "none":
+    if ranks.distributed and options.device_map != "none":
         raise UsageError("--device-map spreads one model over several devices, torchrun runs one model per "
                          "process: use one or the other")
     # notes are printed once every input is checked: a refused command prints its error line only
     notes = []
-    if args.use_default_codeact_checkpoint():
+    if options.use_default_codeact_checkpoint():
         notes.append(f"[--protocol codeact without --checkpoint or --model: the shipped CodeACT demo SST "
-                     f"({args.checkpoint}); pass --checkpoint to use another]")
-    if args.codeact:
+                     f"({options.checkpoint}); pass --checkpoint to use another]")
+    if options.codeact:
         from sst_interp.sandbox import check_backend
 
-        check_backend(sandbox_config(args))  # a missing bwrap is a one-line error before the model loads
-    every = load_questions(args.questions, args.data, **args.source_options())
-    if args.codeact:
+        check_backend(sandbox_config(options))  # a missing bwrap is a one-line error before the model loads
+    every = load_questions(options.questions, options.data, **options.source_options)
+    if options.codeact:
         from sst_interp.codeact.prompts import codeact_question
 
         every = [codeact_question(q) for q in every]
-    selected = select_questions(every, limit=args.limit, ids=args.id_list())
+    selected = select_questions(every, limit=options.limit, ids=options.ids)
     data_sha = questions_sha256(questions_to_frame(every))
-    spec, demo = model_spec(args)
-    spec = dataclasses.replace(spec, device=rank_device(spec.device, ranks))
-    args.prompt_mode = resolve_prompt_mode(args.prompt_mode, demo)
-    identity = run_identity(args, spec.identity(), data_sha)
-    out = args.out_path()
+    spec, demo = model_spec(options)
+    spec = dataclasses.replace(spec, device=rank_device(spec.device, ranks.local_rank if ranks.distributed else None))
+    options.prompt_mode = resolve_prompt_mode(options.prompt_mode, demo)
+    identity = run_identity(options, spec.identity(), data_sha)
+    out = options.out_path()
     with process_group(ranks):
         # refuse a wrong --out before spending time on the model
         ranks.run_on_main(lambda: (check_out(out, identity), ensure_writable_folder(out)))
         if demo:
             notes.append(f"[{DEMO_PRESET_NOTE}]")
         sst, tokenizer = build_sst(spec)
-        check_against_model(args, sst, tokenizer, selected)
+        check_against_model(options, sst, tokenizer, selected)
         for note in notes:
             ranks.say(note)
-        return record_questions(sst, tokenizer, selected, args, out, identity, demo=demo, ranks=ranks)
+        return record_questions(sst, tokenizer, selected, options, out, identity, demo=demo, ranks=ranks)
 
 
 def completed_before(out: Path) -> dict[int, set[str]]:
@@ -97,7 +99,7 @@ def report_resume(report: Any) -> None:
         print(f"resume: {redo} question-depth(s) whose files were damaged or missing are recorded again")
 
 
-def record_questions(sst: Any, tokenizer: Any, questions: list[Any], args: RecordArgs, out: str | Path,
+def record_questions(sst: Any, tokenizer: Any, questions: list[Any], options: RecordOptions, out: str | Path,
                      identity: dict[str, Any] | None = None, demo: bool = False,
                      ranks: Ranks | None = None) -> dict[int, float]:
     """Record ``questions`` with a loaded model into the run directory ``out`` (created or resumed).
@@ -105,9 +107,9 @@ def record_questions(sst: Any, tokenizer: Any, questions: list[Any], args: Recor
     Args:
         sst: the :class:`~sst_interp.model.sst.SSTModel`.
         tokenizer: its tokenizer.
-        questions: :class:`~sst_interp.data.Question` objects; under ``args.protocol == "codeact"`` their prompts
+        questions: :class:`~sst_interp.data.Question` objects; under ``options.protocol == "codeact"`` their prompts
             are CodeACT first turns (:func:`sst_interp.codeact.prompts.codeact_question`).
-        args: the options (:class:`RecordArgs`; the model and data fields are not read here).
+        options: the options (:class:`RecordOptions`; the model and data fields are not read here).
         out: the run directory.
         identity: what must match to resume; None derives one from the model's SST config and the questions.
         demo: whether the untrained demo preset is on (recorded in the manifest).
@@ -123,16 +125,14 @@ def record_questions(sst: Any, tokenizer: Any, questions: list[Any], args: Recor
     from sst_interp.hooks import RecordConfig
     from sst_interp.model.generation import FixedDepth
     from sst_interp.record.identity import make_depth_policy, manifest_extra, questions_sha256, sandbox_config
-    from sst_interp.record.summary import print_summary
-    from sst_interp.store import RunWriter, estimate_remaining
-
     from sst_interp.record.preflight import check_against_model
+    from sst_interp.store import estimate_remaining
 
-    depths = args.validate()
-    if args.prompt_mode is None:
-        args.prompt_mode = "two_pass"
-    check_against_model(args, sst, tokenizer, questions)  # before the run directory is created or resumed
-    spec = args.intervention_spec()
+    depths = options.validate()
+    if options.prompt_mode is None:
+        options.prompt_mode = "two_pass"
+    check_against_model(options, sst, tokenizer, questions)  # before the run directory is created or resumed
+    spec = options.intervention_spec()
     if spec is not None:
         from sst_interp.interventions import check_spec
 
@@ -140,42 +140,42 @@ def record_questions(sst: Any, tokenizer: Any, questions: list[Any], args: Recor
     out = Path(out)
     if identity is None:
         identity = {"model": getattr(sst.backbone.config, "_name_or_path", type(sst.backbone).__name__),
-                    "sst": sst.config.to_dict(), "questions": args.questions,
-                    "data_sha256": questions_sha256(questions_to_frame(questions)), "protocol": args.protocol,
-                    "max_new_tokens": args.max_new_tokens, "prompt_mode": args.prompt_mode}
+                    "sst": sst.config.to_dict(), "questions": options.questions,
+                    "data_sha256": questions_sha256(questions_to_frame(questions)), "protocol": options.protocol,
+                    "max_new_tokens": options.max_new_tokens, "prompt_mode": options.prompt_mode}
         if spec is not None:
             from sst_interp.interventions import patch_runs
 
             identity.update(intervention=spec.to_dict(), intervention_runs=patch_runs(spec))
-    config = RecordConfig(full_positions=args.full_positions, sketch_positions=args.sketch_positions,
-                          sketch_k=args.sketch_k, top_k=args.top_k, dtype=args.dtype, gates=args.gates)
-    extra = manifest_extra(args, sst, tokenizer, config, depths, demo)
-    sandbox = sandbox_config(args, hidden_paths=(str(out.resolve()),)) if args.codeact else None
+    config = RecordConfig(full_positions=options.full_positions, sketch_positions=options.sketch_positions,
+                          sketch_k=options.sketch_k, top_k=options.top_k, dtype=options.dtype, gates=options.gates)
+    extra = manifest_extra(options, sst, tokenizer, config, depths, demo)
+    sandbox = sandbox_config(options, hidden_paths=(str(out.resolve()),)) if options.codeact else None
     if sandbox is not None:
         from sst_interp.sandbox import check_backend
 
         check_backend(sandbox)
-    batch_fn = _batch_function(args, sst, tokenizer, config, sandbox)
+    batch_fn = _batch_function(options, sst, tokenizer, config, sandbox)
     ranks = ranks or Ranks()
-    policy = make_depth_policy(args, depths)
+    policy = make_depth_policy(options, depths)
     if policy is not None and not getattr(policy, "per_position", False):
-        return _record_with_policy(args, policy, batch_fn, questions, identity, extra, out, ranks)
+        return _record_with_policy(options, policy, batch_fn, questions, identity, extra, out, ranks)
     if policy is not None:  # per-position: one batched run filed under the policy's maximum depth
         depths = [policy.max_depth]
         extra = dict(extra, depths=depths, depth_policy=policy.describe(), max_depth=policy.max_depth)
     sizes = dict(full_positions=config.full_positions, sketch_positions=config.sketch_positions,
-                 layers=sst.num_layers, d=sst.hidden_size, dtype=args.dtype, top_k=args.top_k,
-                 sketch_k=extra["sketch_k"], max_new_tokens=args.max_new_tokens, gates=args.gates,
+                 layers=sst.num_layers, d=sst.hidden_size, dtype=options.dtype, top_k=options.top_k,
+                 sketch_k=extra["sketch_k"], max_new_tokens=options.max_new_tokens, gates=options.gates,
                  ffn_size=extra.get("ffn_size") or 0)
 
     def check_space() -> Any:
         # Checked before the writer creates anything: a run that cannot fit is refused with nothing written.
         before = completed_before(out)
         # An episode records up to max_turns model turns, each like one completion: count it as that many.
-        per_question = args.max_turns if args.codeact else 1
+        per_question = options.max_turns if options.codeact else 1
         space = estimate_remaining(out, {k: sum(q.question_id not in before.get(k, set()) for q in questions)
                                          * per_question for k in depths}, **sizes)
-        if not space.fits and not args.allow_low_disk:
+        if not space.fits and not options.allow_low_disk:
             raise UsageError(f"{space.line()}; or pass --allow-low-disk to record anyway")
         return space
 
@@ -186,7 +186,7 @@ def record_questions(sst: Any, tokenizer: Any, questions: list[Any], args: Recor
             done = sum(len(questions) - len(v) for v in remaining.values())
             print(f"{space.line()}; {done} of {len(questions) * len(depths)} question-depths already recorded in "
                   f"{out}" + (f"; {ranks.world_size} processes share the rest" if ranks.distributed else ""))
-        mine = share_of_work(batches_of_work(remaining, depths, args.batch_size), ranks, cost=batch_cost)
+        mine = share_of_work(batches_of_work(remaining, depths, options.batch_size), ranks, cost=batch_cost)
         total = sum(len(batch) for _, batch in mine)
         desc = f"record (rank 0 of {ranks.world_size})" if ranks.distributed else "record"
         with tqdm(total=total, unit="q", desc=desc, disable=total == 0 or not ranks.is_main) as progress:
@@ -235,26 +235,27 @@ def _summary(out: Path, depths: list[int], ranks: Ranks) -> dict[int, float]:
     return print_summary(out, depths, show=ranks.is_main)
 
 
-def _batch_function(args: RecordArgs, sst: Any, tokenizer: Any, config: Any, sandbox: Any) -> Any:
-    """(batch, depth policy) -> the writer's submit keywords, for the protocol of ``args``."""
-    if args.codeact:
+def _batch_function(options: RecordOptions, sst: Any, tokenizer: Any, config: Any, sandbox: Any) -> Any:
+    """(batch, depth policy) -> the writer's submit keywords, for the protocol of ``options``."""
+    if options.codeact:
         from sst_interp.record.episodes import record_episode_batch
 
         def episodes(batch: list[Any], policy: Any) -> dict[str, Any]:
-            rows, episode_rows, columns, _ = record_episode_batch(sst, tokenizer, batch, policy, args, config, sandbox)
+            rows, episode_rows, columns, _ = record_episode_batch(sst, tokenizer, batch, policy, options, config,
+                                                                  sandbox)
             return dict(generations=rows, episodes=episode_rows, **columns)
 
         return episodes
     from sst_interp.record.completion import record_batch
 
     def completions(batch: list[Any], policy: Any) -> dict[str, Any]:
-        rows, columns = record_batch(sst, tokenizer, batch, policy, args, config)
+        rows, columns = record_batch(sst, tokenizer, batch, policy, options, config)
         return dict(generations=rows, **columns)
 
     return completions
 
 
-def _record_with_policy(args: RecordArgs, policy: Any, batch_fn: Any, questions: list[Any],
+def _record_with_policy(options: RecordOptions, policy: Any, batch_fn: Any, questions: list[Any],
                         identity: dict[str, Any], extra: dict[str, Any], out: Path, ranks: Ranks) -> dict[int, float]:
     """A run under a probe depth policy: one question per generation call (the policy picks one depth per
     call), each filed under the depth it chose (its first model turn's, for an episode). Resumes like a flat run;

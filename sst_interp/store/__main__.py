@@ -1,5 +1,5 @@
-"""``python -m sst_interp.store verify RUN``: see :mod:`sst_interp.store.cli`."""
+"""``python -m sst_interp.store verify RUN``: see :mod:`sst_interp.cli.store`."""
 
-from sst_interp.store.cli import main
+from sst_interp.cli.store import main
 
 raise SystemExit(main())

@@ -1,5 +1,5 @@
-"""``python -m sst_interp.train``: see :mod:`sst_interp.train.cli`."""
+"""``python -m sst_interp.train``: see :mod:`sst_interp.cli.train`."""
 
-from sst_interp.train.cli import main
+from sst_interp.cli.train import main
 
 raise SystemExit(main())

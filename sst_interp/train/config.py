@@ -32,6 +32,9 @@ PAPER_ACTION_TOKENS: dict[str, int] = dict(GEMMA3_ACTION_IDS)
 QUANTIZE_CHOICES: tuple[str, ...] = ("auto", "nf4", "none")
 
 
+#: What ``train --dtype`` accepts (training also runs float16 and float64, which recording does not store).
+TRAIN_DTYPES = ("auto", "float32", "bfloat16", "float16", "float64")
+
 @dataclass
 class TrainConfig:
     """One training run: the SST (two-pass) or, with ``baseline``, the matched one-pass LoRA baseline.
@@ -130,7 +133,7 @@ class TrainConfig:
         if self.fsdp and self.quantize == "nf4":
             raise UsageError("--fsdp shards plain (bfloat16/float32) weights, not 4-bit NF4 ones; pass --quantize none "
                              "(or auto) with --fsdp, or drop --fsdp to train QLoRA")
-        if self.dtype not in ("auto", "float32", "bfloat16", "float16", "float64"):
+        if self.dtype not in TRAIN_DTYPES:
             raise UsageError(f"unknown dtype {self.dtype!r}; use auto, float32, bfloat16, float16 or float64")
         if self.device not in ("auto", "cpu", "cuda"):
             raise UsageError(f"unknown device {self.device!r}; use auto, cpu or cuda")

@@ -235,16 +235,6 @@ def single_process_accelerate_warning(environ: Mapping[str, str] | None = None) 
     return None
 
 
-def rank_device(device: torch.device, dp: DataParallel) -> torch.device:
-    """The device of this rank: ``cuda`` becomes ``cuda:<local_rank>`` when several processes train."""
-    if dp.enabled and device.type == "cuda":
-        if dp.local_rank >= torch.cuda.device_count():
-            raise UsageError(f"LOCAL_RANK={dp.local_rank} but this machine has {torch.cuda.device_count()} CUDA "
-                             f"devices; start at most that many processes per machine")
-        return torch.device("cuda", dp.local_rank)
-    return device
-
-
 def join(dp: DataParallel, device: torch.device) -> bool:
     """Join the process group of ``dp`` for training on ``device`` (gloo on the CPU; NCCL for CUDA tensors and gloo
     for CPU ones on GPUs). Returns whether this call created it (an existing group, e.g. one the caller set up, is

@@ -46,7 +46,7 @@ from sst_interp.train.modeling import (
     TrainModel,
     build_train_model,
     load_training_backbone,
-    resolve_dtype,
+    training_dtype,
 )
 from sst_interp.train.optim import (
     build_optimizer,
@@ -195,7 +195,7 @@ class Trainer:
         if backbone is None:
             # under --fsdp the full backbone is only ever in host memory: it goes to the device shard by shard
             where = torch.device("cpu") if config.fsdp else self.device
-            backbone, tokenizer = load_training_backbone(config, where, resolve_dtype(config, self.device))
+            backbone, tokenizer = load_training_backbone(config, where, training_dtype(config, self.device))
         elif tokenizer is None:
             raise ValueError("pass the tokenizer together with the backbone")
         from sst_interp.model.backbone import backbone_identity

@@ -27,7 +27,7 @@ from transformers import PreTrainedModel
 from sst_interp.errors import UsageError
 from sst_interp.model import SSTConfig, SSTModel
 from sst_interp.model.checkpoint import quiet_tied_adapter_warning
-from sst_interp.train.config import TrainConfig
+from sst_interp.train.config import TRAIN_DTYPES, TrainConfig
 from sst_interp.train.data import Batch
 from sst_interp.train.loss import lm_head_logits
 
@@ -93,18 +93,20 @@ class TrainModel:
 
 
 # ------------------------------------------------------------------------------------------------ loading
-def resolve_device(config: TrainConfig) -> torch.device:
-    """``auto`` -> CUDA when available, else CPU; ``cuda`` without CUDA is a :class:`UsageError`."""
-    from sst_interp.model.devices import check_device
+def training_device(config: TrainConfig, local_rank: int | None = None) -> torch.device:
+    """The device ``config`` trains on as process ``local_rank`` of its machine (None: alone): ``--device`` resolved
+    by :func:`sst_interp.model.devices.check_device`, then :func:`~sst_interp.model.devices.rank_device`."""
+    from sst_interp.model.devices import check_device, rank_device
 
-    return torch.device(check_device(config.device))
+    return torch.device(rank_device(check_device(config.device), local_rank))
 
 
-def resolve_dtype(config: TrainConfig, device: torch.device) -> torch.dtype:
-    """``auto`` -> bfloat16 on CUDA, float32 on CPU (:func:`sst_interp.model.devices.auto_dtype`)."""
-    from sst_interp.model.devices import auto_dtype
+def training_dtype(config: TrainConfig, device: torch.device) -> torch.dtype:
+    """``--dtype`` of ``config`` on ``device`` (:func:`sst_interp.model.devices.resolve_dtype`: ``auto`` is
+    bfloat16 on CUDA, float32 on the CPU)."""
+    from sst_interp.model.devices import resolve_dtype
 
-    return getattr(torch, auto_dtype(device.type) if config.dtype == "auto" else config.dtype)
+    return getattr(torch, resolve_dtype(config.dtype, device.type, allowed=TRAIN_DTYPES))
 
 
 def wants_nf4(config: TrainConfig, device: torch.device) -> bool:

@@ -27,8 +27,7 @@ def check_launch(config: TrainConfig, dp: DataParallel, model: bool = True) -> t
         model: also check ``config.model`` (a missing path, an unreachable hub id); library callers that pass a
             loaded backbone skip it.
     """
-    from sst_interp.train import distributed
-    from sst_interp.train.modeling import resolve_device
+    from sst_interp.train.modeling import training_device
 
     if config.fsdp and not dp.enabled:
         raise UsageError("--fsdp shards the frozen backbone over several processes; launch with torchrun "
@@ -38,7 +37,7 @@ def check_launch(config: TrainConfig, dp: DataParallel, model: bool = True) -> t
             if name not in os.environ:
                 raise UsageError(f"WORLD_SIZE={dp.world_size} but {name} is unset; launch with torchrun, or set "
                                  "MASTER_ADDR and MASTER_PORT as torchrun does")
-    device = distributed.rank_device(resolve_device(config), dp)
+    device = training_device(config, dp.local_rank if dp.enabled else None)
     if model:
         from sst_interp.model.backbone import check_model_source
 

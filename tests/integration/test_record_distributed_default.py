@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from sst_interp.record import main as record_main
+from sst_interp.cli.record import main as record_main
 from sst_interp.store import Run
 from tests.integration.test_record_report_default import SHARED
 from tests.unit.distributed_helpers import assert_same_run, finish, torchrun_record

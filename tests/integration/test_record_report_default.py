@@ -10,8 +10,8 @@ import pytest
 
 from sst_interp.codeact.episode import end_of_turn_id
 from sst_interp.codeact.format import ActionFormat, encode_with_actions
-from sst_interp.record import main as record_main
-from sst_interp.report import main as report_main
+from sst_interp.cli.record import main as record_main, run as record_run
+from sst_interp.cli.report import main as report_main
 from sst_interp.store import Run
 
 pytestmark = pytest.mark.integration
@@ -42,7 +42,7 @@ def test_record_then_report_on_the_default_backbone(protocol, tmp_path, capsys):
                  "--max-new-tokens", "12", "--max-turns", "2"]
     else:
         argv += ["--questions", "demo", "--limit", "4", "--max-new-tokens", "6"]
-    accuracy = record_main(argv)
+    accuracy = record_run(argv)
     assert set(accuracy) == {1, 2}
     run = Run.open(out)
     assert run.protocol == protocol and run.num_layers == 18 and run.hidden_size == 640

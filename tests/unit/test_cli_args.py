@@ -9,12 +9,12 @@ from pathlib import Path
 
 import pytest
 
-from sst_interp import generate, report
+from sst_interp.cli import generate, report
 from sst_interp.cli.args import add_config_flags, arg, config_from_namespace, config_parser, given_fields
 from sst_interp.errors import UsageError
-from sst_interp.probe import cli as probe_cli
-from sst_interp.record import cli as record_cli
-from sst_interp.train import cli as train_cli
+from sst_interp.cli import probe as probe_cli
+from sst_interp.cli import record as record_cli
+from sst_interp.cli import train as train_cli
 from sst_interp.train.config import TrainConfig
 
 # Every flag the CLIs had before they were built from their configs (spelling pinned).

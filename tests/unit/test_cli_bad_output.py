@@ -6,9 +6,9 @@ import json
 
 import pytest
 
-from sst_interp.generate import main as generate_main
-from sst_interp.report import main as report_main
-from sst_interp.train.cli import main as train_main
+from sst_interp.cli.generate import main as generate_main
+from sst_interp.cli.report import main as report_main
+from sst_interp.cli.train import main as train_main
 
 
 def _one_line_exit_2(call, capsys) -> str:

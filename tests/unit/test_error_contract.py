@@ -59,19 +59,19 @@ TRAIN = ("--model", "{model}", "--train-data", "{data}/train_ok.jsonl", "--actio
 def _command(name: str) -> Callable[[list[str]], object]:
     """The in-process ``main`` of a command (imported late: collecting this module stays cheap)."""
     if name == "record":
-        from sst_interp.record import main
+        from sst_interp.cli.record import main
     elif name == "generate":
-        from sst_interp.generate import main
+        from sst_interp.cli.generate import main
     elif name == "train":
-        from sst_interp.train.cli import main
+        from sst_interp.cli.train import main
     elif name == "codeact_data":
-        from sst_interp.train.codeact_data import main
+        from sst_interp.cli.codeact_data import main
     elif name == "store":
-        from sst_interp.store.cli import main
+        from sst_interp.cli.store import main
     elif name == "report":
-        from sst_interp.report import main
+        from sst_interp.cli.report import main
     elif name == "probe":
-        from sst_interp.probe.cli import main
+        from sst_interp.cli.probe import main
     else:
         raise KeyError(name)
     return main
@@ -257,7 +257,7 @@ CASES = [
 @pytest.fixture(scope="module")
 def files(tmp_path_factory) -> dict[str, Path]:
     """The tiny model, a recorded run of it, bad data files and damaged synthetic runs, made once."""
-    from sst_interp.record import main as record_main
+    from sst_interp.cli.record import main as record_main
 
     root = tmp_path_factory.mktemp("contract")
     model = save_tiny_model(root / "model")

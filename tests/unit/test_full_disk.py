@@ -69,7 +69,7 @@ def _one_disk_full_line(capsys, out: Path) -> None:
 
 
 def test_report_on_a_full_disk(run, full_disk, capsys):
-    from sst_interp.report import main
+    from sst_interp.cli.report import main
 
     out = full_disk / "report"
     with pytest.raises(SystemExit) as info:
@@ -79,7 +79,7 @@ def test_report_on_a_full_disk(run, full_disk, capsys):
 
 
 def test_probe_train_on_a_full_disk(run, full_disk, capsys):
-    from sst_interp.probe.cli import main
+    from sst_interp.cli.probe import main
 
     with pytest.raises(SystemExit) as info:
         main(["train", "--run", str(run), "--out", str(full_disk / "probe")])
@@ -88,7 +88,7 @@ def test_probe_train_on_a_full_disk(run, full_disk, capsys):
 
 
 def test_codeact_data_on_a_full_disk(full_disk, tmp_path, capsys):
-    from sst_interp.train.codeact_data import main
+    from sst_interp.cli.codeact_data import main
 
     data = Path(__file__).parents[1] / "data" / "gsm8k_tiny.jsonl"
     with pytest.raises(SystemExit) as info:
@@ -99,7 +99,7 @@ def test_codeact_data_on_a_full_disk(full_disk, tmp_path, capsys):
 
 @pytest.mark.usefixtures("one_thread")
 def test_record_allow_low_disk_on_a_full_disk(full_disk, tmp_path, capsys):
-    from sst_interp.record import main
+    from sst_interp.cli.record import main
 
     model = save_tiny_model(tmp_path / "model")
     with pytest.raises(SystemExit) as info:

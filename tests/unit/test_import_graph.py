@@ -24,6 +24,7 @@ Rules:
 from __future__ import annotations
 
 import ast
+import re
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -34,14 +35,29 @@ ROOT = Path(__file__).resolve().parents[2]
 TOP = "sst_interp"
 #: Private imports tolerated, each with the reason: (importer, target) -> why. None today.
 PENDING_PRIVATE: dict[tuple[str, str], str] = {}
-#: Layers that must not reach up: package -> packages it must not import (module-level or inside functions).
-FORBIDDEN = {
-    "sst_interp.model": ("sst_interp.train", "sst_interp.record", "sst_interp.probe", "sst_interp.reporting",
-                         "sst_interp.analyses"),
-    "sst_interp.analyses": ("sst_interp.reporting", "sst_interp.probe", "sst_interp.record", "sst_interp.train"),
-    "sst_interp.outcomes": ("sst_interp.analyses", "sst_interp.probe", "sst_interp.record", "sst_interp.model"),
-    "sst_interp.paper": ("sst_interp.",),
+#: The floors, lowest first (README "Architecture" holds the same table): each package of ``sst_interp`` (its first
+#: name under ``sst_interp``; ``cli.args`` is the flag mechanism, apart from the commands in ``cli``; ``sst_interp``
+#: is the root ``__init__``; ``commands`` are the ``python -m`` shims, :data:`SHIMS`). A package may import the
+#: packages of lower floors, and of its own floor only those :data:`SAME_FLOOR` names; nothing imports upwards.
+FLOORS: dict[int, tuple[str, ...]] = {
+    1: ("sst_interp", "errors", "paper", "lazy", "paths", "processes", "outcomes", "checkpoints", "cli.args"),
+    2: ("store", "sandbox", "hooks", "data", "outputs", "synthetic"),
+    3: ("model",),
+    4: ("analyses", "codeact", "interventions"),
+    5: ("probe", "train"),
+    6: ("record", "reporting"),
+    7: ("cli", "commands"),
 }
+#: Package -> the packages of its own floor it may import (a floor's other packages are off limits).
+SAME_FLOOR: dict[str, frozenset[str]] = {
+    **{kernel: frozenset({"errors"}) for kernel in ("paths", "processes", "outcomes", "checkpoints", "cli.args")},
+    "store": frozenset(), "sandbox": frozenset(), "hooks": frozenset(),
+    "data": frozenset({"store", "sandbox"}), "outputs": frozenset({"store"}), "synthetic": frozenset({"store"}),
+    "cli": frozenset(),
+}
+#: The ``python -m`` modules outside ``sst_interp.cli`` besides the ``__main__`` ones: each only calls
+#: ``sst_interp.cli.<command>.main``.
+SHIMS = ("sst_interp.generate", "sst_interp.report", "sst_interp.probe.position_sim", "sst_interp.train.codeact_data")
 #: Folder -> package name, as pyproject's ``package-dir`` maps them.
 SOURCES = {ROOT / "sst_interp": "sst_interp", ROOT / "hooks": "sst_interp.hooks",
            ROOT / "analyses": "sst_interp.analyses"}
@@ -242,16 +258,61 @@ def test_no_private_import_across_packages(package):
     assert not bad, "private imports across packages:\n" + "\n".join(sorted(set(bad)))
 
 
-def test_lower_layers_do_not_reach_up(package):
+def package_of(module: str) -> str:
+    """The floor-table package of ``module`` (see :data:`FLOORS`)."""
+    if module in SHIMS or module.endswith(".__main__"):
+        return "commands"
+    parts = module.split(".")
+    if len(parts) == 1:
+        return TOP
+    if parts[1:3] == ["cli", "args"]:
+        return "cli.args"
+    return parts[1]
+
+
+def allowed_imports(package: str) -> frozenset[str]:
+    """The packages ``package`` may import: every package of a lower floor and the :data:`SAME_FLOOR` ones;
+    ``commands`` (the shims) only ``cli``."""
+    if package == "commands":
+        return frozenset({"cli"})
+    floor = next(f for f, members in FLOORS.items() if package in members)
+    below = {p for f, members in FLOORS.items() if f < floor for p in members} - {"commands"}
+    return frozenset(below | SAME_FLOOR.get(package, frozenset()))
+
+
+def test_every_package_has_a_floor(package):
+    modules, _, _ = package
+    placed = {p for members in FLOORS.values() for p in members}
+    assert {package_of(m) for m in modules} <= placed, "packages without a floor in FLOORS (and the README)"
+    assert sum(len(members) for members in FLOORS.values()) == len(placed)  # each package on one floor
+
+
+def test_every_import_is_in_the_layer_table(package):
+    """Module-level and function-level imports alike: a lazy import that reaches up is still an upward import."""
     modules, _, _ = package
     bad = []
     for module, path in modules.items():
-        for owner, banned in FORBIDDEN.items():
-            if module == owner or module.startswith(owner + "."):
-                bad += [f"{module}:{imp.line} imports {imp.target}" for imp in imports_of(module, path, modules)
-                        if any(imp.target == b or imp.target.startswith(b if b.endswith(".") else b + ".")
-                               for b in banned) and imp.target != "sst_interp.errors"]
-    assert not bad, "imports that reach up a layer:\n" + "\n".join(sorted(bad))
+        home = package_of(module)
+        for imp in imports_of(module, path, modules):
+            target = package_of(imp.target)
+            if target != home and target not in allowed_imports(home):
+                bad.append(f"{module}:{imp.line} imports {imp.target} ({home} may not import {target})")
+    assert not bad, "imports outside the layer table:\n" + "\n".join(sorted(bad))
+
+
+def test_the_readme_floor_table_is_this_one():
+    """README "Architecture" lists the same packages on the same floors (its rows: ``| N. name | `pkg` (what it is),
+    ... |``)."""
+    readme = (ROOT / "README.md").read_text()
+    section = readme[readme.index("## Architecture"):]
+    section = section[: section.index("\n## ", 1)]
+    floors: dict[int, set[str]] = {}
+    for line in section.splitlines():
+        cells = [cell.strip() for cell in line.strip().strip("|").split("|")]
+        if len(cells) >= 2 and cells[0][:1].isdigit() and "." in cells[0]:
+            names = re.sub(r"\([^)]*\)", "", cells[1])  # the packages, without their descriptions
+            floors[int(cells[0].split(".")[0])] = set(re.findall(r"`([a-z_.]+)`", names))
+    assert floors == {f: set(members) for f, members in FLOORS.items()}
 
 
 def test_the_checks_can_fail():
@@ -259,3 +320,14 @@ def test_the_checks_can_fail():
     graph = {"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}, "e": set()}
     assert cycles(graph) == [["a", "b", "c"]]
     assert reaches({"x": {"y"}, "y": {"m"}}, {"x"}, "m") and not reaches({"x": {"y"}}, {"x"}, "m")
+
+
+def test_the_layer_table_can_fail():
+    """The floor rule on names: upward and same-floor imports are refused, the shims reach only the commands."""
+    assert "model" in allowed_imports("analyses") and "probe" not in allowed_imports("analyses")
+    assert "sandbox" not in allowed_imports("store") and "store" in allowed_imports("data")
+    assert allowed_imports("paper") == {"sst_interp", "errors", "lazy", "paths", "processes", "outcomes",
+                                        "checkpoints", "cli.args"} - set(FLOORS[1])
+    assert allowed_imports("commands") == {"cli"} and "cli" not in allowed_imports("record")
+    assert package_of("sst_interp.cli.args") == "cli.args" and package_of("sst_interp.cli.record") == "cli"
+    assert package_of("sst_interp.record.__main__") == "commands" and package_of("sst_interp") == TOP

@@ -18,7 +18,7 @@ from nbclient import NotebookClient
 
 from sst_interp import analyses
 from sst_interp.model.testing import char_tokenizer, tiny_gemma3
-from sst_interp.record import main as record_main
+from sst_interp.cli.record import main as record_main
 from sst_interp.store import Run
 
 NOTEBOOK = Path(__file__).resolve().parents[2] / "examples" / "quickstart.ipynb"

@@ -6,7 +6,7 @@ import torch
 
 from sst_interp.probe.io import ProbeMeta, save_probe
 from sst_interp.probe.model import HaltingProbe, ProbeConfig
-from sst_interp.record import main as record_main
+from sst_interp.cli.record import main as record_main
 from sst_interp.store import Run
 from tests.unit.conftest import FAST, save_tiny_model
 from tests.unit.distributed_helpers import finish, torchrun_record

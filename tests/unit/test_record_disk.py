@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from sst_interp.record import main
+from sst_interp.cli.record import main
 from sst_interp.store import Run
 from tests.unit.conftest import FAST, save_tiny_model
 

@@ -6,8 +6,8 @@ import pytest
 import torch
 
 from sst_interp.model.halting import parse_position_policy
-from sst_interp.probe.position_sim import _rule_values, simulate_policy
-from sst_interp.record import main as record_main
+from sst_interp.probe.policy_simulation import _rule_values, simulate_policy
+from sst_interp.cli.record import main as record_main
 from sst_interp.store import Run
 from tests.unit.conftest import FAST, save_tiny_model
 
@@ -152,7 +152,7 @@ def test_simulation_refuses_what_it_cannot_compute_exactly(recorded, tmp_path):
 
 
 def test_simulation_cli_prints_one_row_per_policy_and_refuses_bad_strings(recorded, capsys, tmp_path):
-    from sst_interp.probe.position_sim import main as sim_main
+    from sst_interp.cli.position_sim import main as sim_main
 
     root, _, flat = recorded
     tau = float(np.median(_recorded_values(flat, "entropy")))

@@ -14,7 +14,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from sst_interp.record import main
+from sst_interp.cli.record import main
 from sst_interp.store import Run
 from sst_interp.store.verify import verify_run
 from tests.unit.conftest import FAST, save_tiny_model

@@ -11,7 +11,7 @@ import time
 import numpy as np
 import pytest
 
-from sst_interp.record import main
+from sst_interp.cli.record import main
 from sst_interp.store import Run
 from tests.unit.conftest import FAST, completed_question_depths, save_tiny_model
 

@@ -7,7 +7,7 @@ import json
 import numpy as np
 import pytest
 
-from sst_interp.record import main
+from sst_interp.cli.record import main, run as record_run
 from sst_interp.store import CorruptRunError, Run
 from tests.unit.conftest import FAST, save_tiny_model
 
@@ -27,7 +27,7 @@ def _argv(model, out, limit=3):
 
 def test_run_contents_match_the_generations(models, tmp_path, capsys):
     out = tmp_path / "run"
-    accuracy = main(_argv(models["gemma"], out))
+    accuracy = record_run(_argv(models["gemma"], out))
     assert set(accuracy) == {1, 2}
     printed = capsys.readouterr().out
     assert "demo preset" in printed and "staged capacity" in printed and f"run: {out}" in printed

@@ -192,3 +192,20 @@ def test_synthetic_run_recovers_planted_correctness(tmp_path):
     flows = ev.overthinking_sankey(run)
     assert flows.passes == tuple(int(x) for x in c.sum(0))
     assert flows.flows[0][3] == int((c[:, 0] & ~c[:, 1]).sum())  # pass -> fail at 1 -> 2
+
+
+def test_the_depth_precondition_has_one_wording():
+    """single_depth / depth_matrix_check: the one "needs two or more depths" check of the depth-comparing measurements."""
+    import pandas as pd
+
+    from sst_interp.analyses.results import depth_matrix_check, single_depth
+
+    assert single_depth([1, 2], "tab:x", "x needs two or more") is None
+    refused = single_depth([3], "tab:x", "x needs two or more", prefix="gsm8k: ")
+    assert refused.reason == "gsm8k: run has a single depth (3); x needs two or more" and refused.measurement == "tab:x"
+    assert single_depth([], "tab:x", "x needs two").reason == "run has no depth; x needs two"
+    empty = depth_matrix_check(pd.DataFrame(columns=[1, 2], dtype=bool), "tab:x", "x needs two or more")
+    assert empty.reason == "no question is recorded at every depth"
+    one = pd.DataFrame({4: [True, False]}, index=["a", "b"])
+    assert depth_matrix_check(one, "tab:x", "x needs two or more").reason.startswith("run has a single depth (4)")
+    assert depth_matrix_check(pd.DataFrame({1: [True], 2: [False]}), "tab:x", "x") is None

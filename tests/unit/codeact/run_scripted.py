@@ -11,15 +11,15 @@ import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from sst_interp.model.sst import SSTModel
-from sst_interp.record import RecordArgs, record_questions
+from sst_interp.record import RecordOptions, record_questions
 from tests.unit.codeact.scripted import SCRIPTS, question
 
 
-def scripted_args(batch_size: int = 3) -> RecordArgs:
-    return RecordArgs(questions="demo", protocol="codeact", depths="1,2", max_new_tokens=60, batch_size=batch_size,
+def scripted_args(batch_size: int = 3) -> RecordOptions:
+    return RecordOptions(questions="demo", protocol="codeact", depths=[1, 2], max_new_tokens=60, batch_size=batch_size,
                       full_positions=2, sketch_positions=3, top_k=6, device="cpu", max_turns=4,
                       max_context_tokens=600, tool_output_chars=400, prompt_mode="two_pass",
-                      action_tokens="<execute>=120,</execute>=121")
+                      action_tokens=(("<execute>", 120), ("</execute>", 121)))
 
 
 def record_scripted(model_dir: str, out: str, batch_size: int = 3) -> dict[int, float]:

@@ -134,7 +134,7 @@ def test_resume_after_kill_mid_episode_equals_an_uninterrupted_run(scripted_dir,
 
 
 def test_report_works_on_a_multi_turn_run_and_says_how_many_turns(recorded, tmp_path, capsys):
-    from sst_interp.report import main as report_main
+    from sst_interp.cli.report import main as report_main
 
     out, _ = recorded
     report_main(["--run", str(out), "--out", str(tmp_path / "report")])

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from sst_interp import analyses
-from sst_interp.record import main
+from sst_interp.cli.record import main
 from sst_interp.store import Run
 from tests.unit.conftest import FAST, save_tiny_model
 

@@ -5,7 +5,7 @@ import torch
 
 from sst_interp.errors import UsageError
 from sst_interp.model.backbone import load_backbone, parse_dtype
-from sst_interp.model.loading import ModelSpec, build_sst, parse_depths
+from sst_interp.model.loading import ModelSpec, build_sst, check_depths
 from sst_interp.model.testing import char_tokenizer, tiny_llama
 
 
@@ -34,15 +34,15 @@ def test_folder_without_config_is_refused(tmp_path):
         load_backbone(str(tmp_path))
 
 
-@pytest.mark.parametrize("text, expected", [("1,2,3,4", [1, 2, 3, 4]), ("3", [3]), (" 2 , 5 ", [2, 5])])
-def test_depth_lists_parse(text, expected):
-    assert parse_depths(text) == expected
+@pytest.mark.parametrize("depths", [[1, 2, 3, 4], [3], (2, 5)])
+def test_depth_lists_pass_the_check(depths):
+    assert check_depths(depths) == list(depths)
 
 
-@pytest.mark.parametrize("text", ["0", "1,0", "a", "", "1,1", "-1"])
-def test_invalid_depth_lists_are_refused(text):
+@pytest.mark.parametrize("depths", [[0], [1, 0], ["1"], [], [1, 1], [-1], [True], [1.5]])
+def test_invalid_depth_lists_are_refused(depths):
     with pytest.raises(UsageError, match="depth"):
-        parse_depths(text)
+        check_depths(depths)
 
 
 def test_unknown_dtype():

@@ -15,7 +15,7 @@ import pytest
 import torch
 
 from sst_interp.errors import UsageError
-from sst_interp.generate import main as generate_main
+from sst_interp.cli.generate import main as generate_main
 from sst_interp.hooks import RecordConfig, Recorder
 from sst_interp.model import GenerationConfig, SSTModel, generate
 from sst_interp.model.checkpoint import save_checkpoint
@@ -28,7 +28,7 @@ from sst_interp.model.placement import (
     parse_max_memory,
     placement_summary,
 )
-from sst_interp.record import main as record_main
+from sst_interp.cli.record import main as record_main
 from sst_interp.store import Run
 from tests.unit.conftest import FAST, save_tiny_model
 

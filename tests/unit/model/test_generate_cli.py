@@ -2,12 +2,12 @@
 
 import pytest
 
-from sst_interp.generate import main
+from sst_interp.cli.generate import main
 
 
 @pytest.mark.parametrize("argv, message", [
     (["--prompt", "x", "--depths", "0"], "invalid depth list '0'"),
-    (["--prompt", "x", "--depths", "two"], "invalid depth list 'two'"),
+    (["--prompt", "x", "--depths", "two"], "argument --depths: expected a comma-separated list of int, got 'two'"),
     (["--prompt", "x", "--checkpoint", "/nonexistent/ckpt"], "is not an SST checkpoint"),
     (["--prompt", "x", "--max-new-tokens", "0"], "--max-new-tokens must be at least 1"),
 ])

@@ -16,7 +16,7 @@ from sst_interp.checkpoints import NAMED_CHECKPOINTS, named_checkpoint_folder, r
 from sst_interp.errors import UsageError
 from sst_interp.model.baseline_checkpoint import is_baseline_checkpoint
 from sst_interp.model.checkpoint import read_checkpoint_config
-from sst_interp.record.options import RecordArgs
+from sst_interp.record.options import RecordOptions
 from sst_interp.train.config import codeact_demo_config
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -65,19 +65,19 @@ def test_resolution_leaves_paths_alone_and_prefers_a_local_folder(tmp_path, monk
 
 
 def test_codeact_record_defaults_to_the_demo_checkpoint_only_without_model_or_checkpoint():
-    args = RecordArgs(protocol="codeact")
+    args = RecordOptions(protocol="codeact")
     assert args.use_default_codeact_checkpoint()
     assert Path(args.checkpoint) == named_checkpoint_folder("demo-codeact")
-    for given in (RecordArgs(protocol="codeact", model="some/folder"), RecordArgs(protocol="completion"),
-                  RecordArgs(protocol="codeact", checkpoint="mine")):
+    for given in (RecordOptions(protocol="codeact", model="some/folder"), RecordOptions(protocol="completion"),
+                  RecordOptions(protocol="codeact", checkpoint="mine")):
         assert not given.use_default_codeact_checkpoint()
-    named = RecordArgs(protocol="codeact", checkpoint="demo-codeact-baseline")
+    named = RecordOptions(protocol="codeact", checkpoint="demo-codeact-baseline")
     named.validate()
     assert Path(named.checkpoint) == named_checkpoint_folder("demo-codeact-baseline")
 
 
 def test_train_codeact_demo_needs_the_trace_files(capsys):
-    from sst_interp.train.cli import main
+    from sst_interp.cli.train import main
 
     with pytest.raises(SystemExit) as stop:
         main(["--codeact-demo"])
@@ -99,7 +99,7 @@ def test_a_built_wheel_carries_the_checkpoints(tmp_path):
 
 
 def test_report_reads_the_shipped_training_logs_and_alpha_by_name(tmp_path, capsys):
-    from sst_interp.report import main as report_main
+    from sst_interp.cli.report import main as report_main
     from tests.unit.reporting.builders import write_tiny_run
 
     write_tiny_run(tmp_path / "run")

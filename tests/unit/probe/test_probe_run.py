@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from sst_interp.probe.cli import main
+from sst_interp.cli.probe import main
 from sst_interp.probe.dataset import load_probe_data, load_probe_data_layers
 from sst_interp.probe.evaluate import evaluate_probe
 from sst_interp.probe.features import greedy_prune, importance_ranking, topk_sweep

@@ -7,7 +7,7 @@ import os
 import pytest
 
 from sst_interp.errors import UsageError
-from sst_interp.report import main
+from sst_interp.cli.report import main
 from sst_interp.reporting.config import (
     ReportConfig,
     expand_run_paths,

@@ -14,7 +14,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from sst_interp.record import main as record_main
+from sst_interp.cli.record import main as record_main
 from sst_interp.store import schema as sch
 from sst_interp.store.contract import REQUIRED_FIELDS
 from tests.unit.conftest import FAST, save_tiny_model

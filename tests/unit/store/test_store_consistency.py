@@ -14,7 +14,7 @@ import pytest
 
 from sst_interp.store import CorruptRunError, Run, RunWriter
 from sst_interp.store import writer as writer_module
-from sst_interp.store.cli import main as store_main
+from sst_interp.cli.store import main as store_main
 from tests.unit.store.conftest import IDENTITY
 from tests.unit.store.test_store_integrity import _batch, _settings, write_run
 

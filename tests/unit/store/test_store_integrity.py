@@ -13,7 +13,7 @@ import pytest
 
 from sst_interp.store import CorruptRunError, Run, RunWriter
 from sst_interp.store import codecs
-from sst_interp.store.cli import main as store_main
+from sst_interp.cli.store import main as store_main
 from sst_interp.store.codecs import Codec
 from tests.unit.store.conftest import IDENTITY, extra, make_batch, planted_value, question_frame
 

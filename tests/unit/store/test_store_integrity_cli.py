@@ -42,7 +42,7 @@ def _one_error_line(capsys, target: Path) -> None:
 
 @pytest.mark.parametrize("kind", ["hidden", "generations"])
 def test_probe_train_refuses_a_damaged_run(pristine, tmp_path, capsys, kind):
-    from sst_interp.probe.cli import main
+    from sst_interp.cli.probe import main
 
     path, target = _damaged_copy(pristine, tmp_path, kind)
     with pytest.raises(SystemExit) as info:
@@ -53,7 +53,7 @@ def test_probe_train_refuses_a_damaged_run(pristine, tmp_path, capsys, kind):
 
 @pytest.mark.parametrize("kind", list(TARGETS))
 def test_report_refuses_a_damaged_run(pristine, tmp_path, capsys, kind):
-    from sst_interp.report import main
+    from sst_interp.cli.report import main
 
     path, target = _damaged_copy(pristine, tmp_path, kind)
     with pytest.raises(SystemExit) as info:

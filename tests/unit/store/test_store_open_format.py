@@ -287,7 +287,7 @@ def test_a_duplicated_shard_is_refused_on_open(tmp_path):
 
 
 def test_the_report_cli_turns_an_off_contract_run_into_one_error_line(tmp_path, capsys):
-    from sst_interp.report import main
+    from sst_interp.cli.report import main
 
     path = _foreign_run(tmp_path / "run", _data())
     _rewrite_shard(path, "hidden", lambda t: t.drop_columns(["layer"]))

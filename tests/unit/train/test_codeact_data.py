@@ -11,7 +11,8 @@ import pytest
 
 from sst_interp.codeact.format import ActionFormat
 from sst_interp.codeact.prompts import SYSTEM_TEXTS
-from sst_interp.train.codeact_data import TraceError, final_answer, main, trace_code
+from sst_interp.cli.codeact_data import main, run
+from sst_interp.train.codeact_traces import TraceError, final_answer, trace_code
 from sst_interp.train.data import DataFormat, model_turn_spans
 
 SHARED = Path(os.environ.get("SST_INTERP_SHARED_DATA") or (Path(__file__).parents[3] / "../shared/data")).resolve()
@@ -41,7 +42,7 @@ def test_unusable_solutions_say_why():
 
 def test_cli_writes_exact_deterministic_traces(tmp_path, capsys):
     a, b = tmp_path / "a", tmp_path / "b"
-    stats = main(["--gsm8k", str(TRAIN), "--out", str(a), "--limit", "120"])
+    stats = run(["--gsm8k", str(TRAIN), "--out", str(a), "--limit", "120"])
     main(["--gsm8k", str(TRAIN), "--out", str(b), "--limit", "120"])
     for name in ("train.jsonl", "validation.jsonl", "stats.json"):
         assert (a / name).read_bytes() == (b / name).read_bytes()

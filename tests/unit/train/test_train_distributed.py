@@ -33,7 +33,7 @@ from safetensors.torch import load_file
 
 from sst_interp.errors import UsageError
 from sst_interp.train import distributed
-from sst_interp.train.cli import main
+from sst_interp.cli.train import main
 from sst_interp.train.data import DataOrder, data_format_from_config, pack_examples, tokenize_row
 
 from .conftest import ACTIONS, chat_rows, chat_tokenizer, tiny_backbone, tiny_config, write_jsonl

@@ -15,7 +15,7 @@ from sst_interp.errors import UsageError
 from sst_interp.model import GenerationConfig, SSTConfig, SSTModel, generate
 from sst_interp.model.checkpoint import load_checkpoint
 from sst_interp.model.testing import tiny_gemma3
-from sst_interp.train.cli import main
+from sst_interp.cli.train import main
 from sst_interp.train.logs import ALPHA_COLUMNS, TRAIN_COLUMNS
 from sst_interp.train.loop import Trainer, TrainObserver
 

@@ -1,4 +1,5 @@
-"""``python -m sst_interp.probe {train,evaluate,sweep,loocv,ablate} --run runs/X [--layer L] [--out DIR]``.
+"""``python -m sst_interp.probe`` (also ``sst-probe``):
+``{train,evaluate,sweep,loocv,ablate} --run runs/X [--layer L] [--out DIR]``.
 
 * ``train``: label the run, train the probe at the layer, save it (safetensors + JSON) and its
   evaluation tables (``tab:halting_probe``, ``tab:halting_probe_per_iter``, ``fig:halt_signal`` data).
@@ -19,7 +20,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -38,7 +38,7 @@ if TYPE_CHECKING:  # the probe itself (torch) is imported by each command, after
 
 
 @dataclass(frozen=True)
-class CliConfig:
+class ProbeFlags:
     """Options shared by every subcommand (one flag per field)."""
 
     run: Path = arg(help="run directory (recorded at flat depths 1..i_max)")
@@ -56,19 +56,19 @@ class CliConfig:
 
 
 @dataclass(frozen=True)
-class SweepOptions:
+class SweepFlags:
     """Options of ``sweep``."""
 
-    layers: str | None = arg(None, help="comma-separated layers (default: the whole depth: every layer up to 32 "
+    layers: list[int] | None = arg(None, help="comma-separated layers (default: the whole depth: every layer up to 32 "
                                         "layers, else 16 evenly spaced including the first and last)")
-    loocv_layers: str = arg("", help="comma-separated layers to run LOOCV at (default: none)")
+    loocv_layers: list[int] = arg(default_factory=list, help="comma-separated layers to run LOOCV at (default: none)")
     permutations: int = arg(DEFAULT_PERMUTATIONS, help="label permutations of the out-of-sample LOOCV null at the "
                                                        "--loocv-layers (0: the paper's binomial test only)")
     permutation_seed: int = arg(0, help="seed of the permutations")
 
 
 @dataclass(frozen=True)
-class LoocvOptions:
+class LoocvFlags:
     """Options of ``loocv``."""
 
     criterion: str = arg("outcome", choices=("outcome", "detection"),
@@ -81,11 +81,11 @@ class LoocvOptions:
 
 
 @dataclass(frozen=True)
-class AblateOptions:
+class AblateFlags:
     """Options of ``ablate``."""
 
-    ks: str | None = arg(None, help="comma-separated K grid for the top-K sweep (default: powers of two and d)")
-    keep: str = arg("10,15,20,30", help="comma-separated keep-top-N neuron counts")
+    ks: list[int] | None = arg(None, help="comma-separated K grid for the top-K sweep (default: powers of two and d)")
+    keep: list[int] = arg(default_factory=lambda: [10, 15, 20, 30], help="comma-separated keep-top-N neuron counts")
     top: int = arg(10, help="size of the top ensemble for the complementary ablation")
     linear_loocv: bool = arg(False, help="LOOCV of the linear probe on the essential set")
     activation_swap: bool = arg(False, help="retrain with SiLU/GELU/ReLU (+ LOOCV)")
@@ -95,26 +95,19 @@ class AblateOptions:
 SUBCOMMANDS: dict[str, tuple[str, type | None]] = {
     "train": ("train, save and evaluate a probe", None),
     "evaluate": ("evaluate a saved probe (or train one)", None),
-    "sweep": ("layer sweep", SweepOptions),
-    "loocv": ("leave-one-MUST-HALT-question-out cross-validation", LoocvOptions),
-    "ablate": ("neuron and input-dimension ablations", AblateOptions),
+    "sweep": ("layer sweep", SweepFlags),
+    "loocv": ("leave-one-MUST-HALT-question-out cross-validation", LoocvFlags),
+    "ablate": ("neuron and input-dimension ablations", AblateFlags),
 }
 
 
-def _int_list(text: str) -> list[int]:
-    try:
-        return [int(v) for v in text.split(",") if v.strip()]
-    except ValueError as err:
-        raise UsageError(f"expected comma-separated integers, got {text!r}") from err
-
-
 def build_parser() -> argparse.ArgumentParser:
-    """The argument parser: one subcommand each, with the :class:`CliConfig` flags plus its own."""
+    """The argument parser: one subcommand each, with the :class:`ProbeFlags` flags plus its own."""
     parser = config_parser("python -m sst_interp.probe", __doc__.split("\n\n")[0])
     sub = parser.add_subparsers(dest="command", required=True)
     for name, (text, options) in SUBCOMMANDS.items():
         command = sub.add_parser(name, help=text, description=text)
-        add_config_flags(command, CliConfig)
+        add_config_flags(command, ProbeFlags)
         if options is not None:
             add_config_flags(command, options)
     return parser
@@ -141,13 +134,13 @@ def _open_run(path: Path) -> Any:
     return Run.open(path).check_tables()  # a damaged table is refused before any output
 
 
-def _default_out(cfg: CliConfig, layer: int | str) -> Path:
+def _default_out(cfg: ProbeFlags, layer: int | str) -> Path:
     if cfg.out is not None:
         return cfg.out
     return cfg.run / "probe" / (f"layer{layer}" if isinstance(layer, int) else layer)
 
 
-def _probe_for(cfg: CliConfig, data: ProbeData, hidden: int) -> tuple[HaltingProbe, dict[str, Any]]:
+def _probe_for(cfg: ProbeFlags, data: ProbeData, hidden: int) -> tuple[HaltingProbe, dict[str, Any]]:
     """Load ``--probe`` or train a fresh one on ``data``."""
     from sst_interp.probe.model import ProbeConfig
     from sst_interp.probe.io import load_probe
@@ -191,7 +184,7 @@ def _evaluation_tables(probe: HaltingProbe, data: ProbeData, threshold: float) -
     return tables, summary
 
 
-def cmd_train(cfg: CliConfig, evaluate_only: bool = False) -> int:
+def cmd_train(cfg: ProbeFlags, evaluate_only: bool = False) -> int:
     """``train`` and ``evaluate``."""
     from sst_interp.probe.dataset import load_probe_data
     from sst_interp.probe.io import ProbeMeta, save_probe
@@ -220,7 +213,7 @@ def _check_permutations(permutations: int) -> None:
         raise UsageError(f"--permutations must be >= 0, got {permutations}")
 
 
-def cmd_sweep(cfg: CliConfig, options: SweepOptions) -> int:
+def cmd_sweep(cfg: ProbeFlags, options: SweepFlags) -> int:
     """``sweep``."""
     from sst_interp.probe.dataset import load_probe_data_layers
     from sst_interp.probe.model import ProbeConfig
@@ -229,10 +222,10 @@ def cmd_sweep(cfg: CliConfig, options: SweepOptions) -> int:
 
     _check_permutations(options.permutations)
     run = _open_run(cfg.run)
-    layers = _int_list(options.layers) if options.layers else sweep_layers(run.num_layers)
+    layers = options.layers if options.layers else sweep_layers(run.num_layers)
     data = load_probe_data_layers(run, layers)
     config = ProbeConfig(run.hidden_size, hidden=cfg.hidden, activation=cfg.activation)
-    sweep = layer_sweep(data, config, TrainConfig(epochs=cfg.epochs, seed=cfg.seed), _int_list(options.loocv_layers),
+    sweep = layer_sweep(data, config, TrainConfig(epochs=cfg.epochs, seed=cfg.seed), options.loocv_layers,
                         cfg.threshold, permutations=options.permutations, permutation_seed=options.permutation_seed)
     heldout, reason = select_heldout_layer(sweep)
     out = _default_out(cfg, "sweep")
@@ -244,7 +237,7 @@ def cmd_sweep(cfg: CliConfig, options: SweepOptions) -> int:
     return 0
 
 
-def cmd_loocv(cfg: CliConfig, options: LoocvOptions) -> int:
+def cmd_loocv(cfg: ProbeFlags, options: LoocvFlags) -> int:
     """``loocv``."""
     from sst_interp.probe.dataset import load_probe_data
     from sst_interp.probe.model import ProbeConfig
@@ -268,7 +261,7 @@ def cmd_loocv(cfg: CliConfig, options: LoocvOptions) -> int:
     return 0
 
 
-def cmd_ablate(cfg: CliConfig, options: AblateOptions) -> int:
+def cmd_ablate(cfg: ProbeFlags, options: AblateFlags) -> int:
     """``ablate``."""
     from sst_interp.probe.dataset import load_probe_data
     from sst_interp.probe.train import TrainConfig
@@ -285,13 +278,13 @@ def cmd_ablate(cfg: CliConfig, options: AblateOptions) -> int:
     tables: dict[str, pd.DataFrame] = {}
     summary: dict[str, Any] = {"layer": data.layer}
     if not probe.is_linear:
-        neurons = neuron_analysis(probe, data, _int_list(options.keep), options.top, cfg.threshold)
+        neurons = neuron_analysis(probe, data, options.keep, options.top, cfg.threshold)
         tables["tab_halting_probe_ablation_sweep"] = neurons.table()
         tables["halting_probe_neuron_contributions"] = neurons.contribution_table()
         summary.update(direction_r_gradient=neurons.direction_r_gradient,
                        direction_r_ablated=neurons.direction_r_ablated,
                        top4_share=neurons.mass_share(4), top10_share=neurons.mass_share(10))
-    ks = _int_list(options.ks) if options.ks else None
+    ks = options.ks if options.ks else None
     sweep = topk_sweep(probe, data, ks, cfg.threshold)
     tables["tab_halting_probe_topk_sweep"] = sweep.table()
     summary["minimal_k"] = sweep.minimal_k
@@ -326,7 +319,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of ``python -m sst_interp.probe`` and ``sst-probe``."""
     args = build_parser().parse_args(argv)
     default_hidden = 64 if args.command in ("sweep", "ablate") else 10
-    cfg = config_from_namespace(CliConfig, args)
+    cfg = config_from_namespace(ProbeFlags, args)
     cfg = replace(cfg, hidden=default_hidden if cfg.hidden is None else cfg.hidden)
     if cfg.hidden < 1 or cfg.epochs < 1:
         raise UsageError(f"--hidden and --epochs must be >= 1, got {cfg.hidden} and {cfg.epochs}")
@@ -337,11 +330,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.command == "evaluate":
         return cmd_train(cfg, evaluate_only=True)
     if args.command == "sweep":
-        return cmd_sweep(cfg, config_from_namespace(SweepOptions, args))
+        return cmd_sweep(cfg, config_from_namespace(SweepFlags, args))
     if args.command == "loocv":
-        return cmd_loocv(cfg, config_from_namespace(LoocvOptions, args))
-    return cmd_ablate(cfg, config_from_namespace(AblateOptions, args))
+        return cmd_loocv(cfg, config_from_namespace(LoocvFlags, args))
+    return cmd_ablate(cfg, config_from_namespace(AblateFlags, args))
 
 
-if __name__ == "__main__":
-    sys.exit(main())
+def console() -> int:
+    """The ``sst-probe`` console script."""
+    return main()

@@ -28,10 +28,11 @@ import inspect
 import sys
 import traceback
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from sst_interp.cli.args import add_config_flags, config_parser, given_fields
+from sst_interp.cli.args import add_config_flags, arg, config_parser, given_fields
 from sst_interp.errors import UsageError, cli_entry
 from sst_interp.paths import ensure_writable_folder
 from sst_interp.train.config import TrainConfig, codeact_demo_config, demo_config
@@ -40,32 +41,41 @@ if TYPE_CHECKING:
     from sst_interp.train.distributed import DataParallel
 
 
-def build_parser() -> argparse.ArgumentParser:
-    """The argument parser: ``--demo`` plus one flag per :class:`TrainConfig` field.
+@dataclass
+class TrainFlags(TrainConfig):
+    """The flags of ``train``: every :class:`TrainConfig` field (the library config, whose fields carry their flag
+    help) plus the two presets. Never instantiated: :func:`config_from_args` lays the given flags over a preset's
+    :class:`TrainConfig`, so the command tells a flag that was given from one that was not."""
 
-    Flags that are not given stay out of the parsed namespace, so ``--demo`` can tell them from its own settings.
+    demo: bool = arg(False, help="demo preset: a small SST on the default backbone, CPU, a few minutes, procedural "
+                                 "data (changes some of the other flags' defaults; see "
+                                 "sst_interp.train.config.demo_config)")
+    codeact_demo: bool = arg(False, help="the recipe of the shipped demo-codeact checkpoint (with --baseline: of "
+                                         "demo-codeact-baseline) on CodeACT traces from python -m "
+                                         "sst_interp.train.codeact_data; needs --train-data and --val-data (see "
+                                         "sst_interp.train.config.codeact_demo_config)")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The argument parser: one flag per :class:`TrainFlags` field.
+
+    Flags that are not given stay out of the parsed namespace, so a preset can tell them from its own settings.
     """
     parser = config_parser(
         "python -m sst_interp.train",
         "Two-pass SST training (paper sec:two_pass) or the matched one-pass baseline (--baseline).",
     )
-    parser.add_argument("--demo", action="store_true",
-                        help="demo preset: a small SST on the default backbone, CPU, a few minutes, procedural data "
-                             "(changes some of the defaults below; see sst_interp.train.config.demo_config)")
-    parser.add_argument("--codeact-demo", action="store_true",
-                        help="the recipe of the shipped demo-codeact checkpoint (with --baseline: of "
-                             "demo-codeact-baseline) on CodeACT traces from python -m sst_interp.train.codeact_data; "
-                             "needs --train-data and --val-data (see sst_interp.train.config.codeact_demo_config)")
-    add_config_flags(parser, TrainConfig, omit_unset=True)
+    add_config_flags(parser, TrainFlags, omit_unset=True)
     return parser
 
 
 def config_from_args(args: argparse.Namespace) -> TrainConfig:
     """The :class:`TrainConfig` of parsed arguments (the demo preset or the paper's defaults, then the flags)."""
     given = given_fields(TrainConfig, args)
-    if args.demo and args.codeact_demo:
+    demo, codeact_demo = getattr(args, "demo", False), getattr(args, "codeact_demo", False)
+    if demo and codeact_demo:
         raise UsageError("--demo and --codeact-demo are two different presets; pass one")
-    if args.codeact_demo:
+    if codeact_demo:
         if given.get("train_data") is None or given.get("val_data") is None:
             raise UsageError("--codeact-demo trains on CodeACT traces: build them with python -m "
                              "sst_interp.train.codeact_data --gsm8k PATH/train.jsonl --out DIR, then pass "
@@ -75,10 +85,10 @@ def config_from_args(args: argparse.Namespace) -> TrainConfig:
         config = codeact_demo_config(**given)
         ensure_writable_folder(config.out)
         return config
-    default_out = inspect.signature(demo_config).parameters["out"].default if args.demo else \
+    default_out = inspect.signature(demo_config).parameters["out"].default if demo else \
         TrainConfig.__dataclass_fields__["out"].default
     ensure_writable_folder(given.get("out") or default_out)
-    if args.demo:
+    if demo:
         if given.get("baseline"):
             given.setdefault("out", "runs/train-demo-baseline")
         # the demo's procedural data is written into OUT/data by main, once every input has been checked
@@ -88,7 +98,7 @@ def config_from_args(args: argparse.Namespace) -> TrainConfig:
 
 def needs_demo_data(args: argparse.Namespace, config: TrainConfig) -> bool:
     """Whether ``--demo`` without ``--train-data`` will write the procedural demo data into ``OUT/data``."""
-    return bool(args.demo) and config.train_data is None
+    return bool(getattr(args, "demo", False)) and config.train_data is None
 
 
 @cli_entry
@@ -166,5 +176,6 @@ def _train(config: TrainConfig, dp: DataParallel) -> int:
     return 0
 
 
-if __name__ == "__main__":  # pragma: no cover
-    raise SystemExit(main())
+def console() -> int:
+    """The ``sst-train`` console script."""
+    return main()

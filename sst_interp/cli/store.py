@@ -87,3 +87,8 @@ def _repair(run: str) -> int:
     print(f"repaired: {Path(run) / mf.MANIFEST_NAME} rebuilt from the files: {report.question_depths} question-depths "
           f"in {report.batches} batches{removed}{backup}")
     return 0
+
+
+def console() -> int:
+    """The ``sst-store`` console script."""
+    return main()
