@@ -67,9 +67,17 @@ def _codeact(a: Any) -> str | None:
     return None
 
 
+def _replayable(a: Any) -> str | None:
+    # Replaying halting rules needs a fixed-depth run with per-iteration logits and a rule it can read.
+    from sst_interp.analyses.depth_policies import replay_reason
+
+    return replay_reason(a.run)
+
+
 #: Declarative requirements: name -> check (the reason it is unmet, or None). Each reads the manifest only.
 REQUIREMENTS: dict[str, Callable[[Any], str | None]] = {
     "iterations": _iterations,
+    "replayable": _replayable,
     "depths": _depths,
     "baseline": _baseline,
     "codeact": _codeact,
@@ -500,10 +508,10 @@ DEPTH_POLICY_MEASUREMENTS: tuple[Measurement, ...] = (
     Measurement("depth_pareto_front", "", "Accuracy against iterations per token (the Pareto table drawn).", (),
                 _pareto_figure, _figure_main, PARETO_DOC, kind="figure"),
     Measurement("depth_policy_histogram", "", "Iterations per position where each rule stops, low-overlap "
-                "positions against the rest.", ("iterations",), _lazy("depth_policies", "histogram_figure"),
-                _figure_main, HISTOGRAM_DOC, kind="figure"),
+                "positions against the rest.", ("iterations", "replayable"),
+                _lazy("depth_policies", "histogram_figure"), _figure_main, HISTOGRAM_DOC, kind="figure"),
     Measurement("depth_policy_convergence", "", "Where each rule stops against where L2 convergence monitoring "
-                "says the state converged.", ("iterations",), _lazy("depth_policies", "agreement"),
+                "says the state converged.", ("iterations", "replayable"), _lazy("depth_policies", "agreement"),
                 lambda r: tidy.renamed(r.table(), {}), AGREEMENT_DOC, notes=_agreement_notes),
 )
 MEASUREMENTS = (*MEASUREMENTS, *DEPTH_POLICY_MEASUREMENTS)
