@@ -411,8 +411,8 @@ def _token_iterations(gens: pd.DataFrame, depth: int) -> np.ndarray:
 
 
 def short_name(policy: Any) -> str:
-    """A policy's rules with 3-digit thresholds and its bounds when they are not the defaults (figure labels)."""
-    parts = [f"{name}:{tau:.3g}" for name, tau in policy.rules]
+    """A policy's rules with 6-digit thresholds and its bounds when they are not the defaults (figure labels)."""
+    parts = [f"{name}:{tau:.6g}" for name, tau in policy.rules]  # 6 digits: margins crowd just below 1
     if policy.probe_path is not None:
         parts.append("probe-pos")
     if policy.min_iterations != 1:
@@ -456,16 +456,16 @@ def default_policies(traj: Trajectories, rules: Sequence[str] | None = None,
 
 
 def pareto(run: Any, name: str | None = None, quantiles: Sequence[float] = QUANTILES,
-           wall_s: float | None = None) -> ParetoResult:
+           wall_s: float | None = None, traj: Trajectories | None = None) -> ParetoResult:
     """The Pareto rows of one run (module docstring): its measured rows, and for a replayable fixed-depth run the
-    simulated sweep of every rule it can replay."""
+    simulated sweep of every rule it can replay (``traj``: its trajectories, when already read)."""
     name = name or run.path.name
     rows = live_rows(run, name, wall_s)
     notes = ["runs record no wall time; live rows show it only where the caller measured it"
              if wall_s is None else f"wall time of {name}: {wall_s:.0f} s, measured around record"]
     if fixed_run_reason(run.manifest) is None:
         cannot = {r: why for r, why in sweepable_rules(run.manifest).items() if why is not None}
-        traj = collect_trajectories(run)
+        traj = collect_trajectories(run) if traj is None else traj
         rows += simulated_rows(run, name, traj, default_policies(traj, quantiles=quantiles))
         notes += [f"not simulated: {why}" for why in cannot.values()]
         notes.append("simulated rows: accuracy bounds from the questions the simulation reproduces exactly; mean "
@@ -589,12 +589,25 @@ def replay_reason(run: Any) -> str | None:
     return None
 
 
+def trajectories_of(analysis: Any) -> Trajectories:
+    """:func:`collect_trajectories` of a RunAnalysis' run, read once per analysis (the Pareto rows, the histogram
+    and the agreement share it)."""
+    return analysis._once("depth_trajectories", lambda: collect_trajectories(analysis.run))
+
+
+def pareto_of(analysis: Any) -> ParetoResult:
+    """:func:`pareto` of a RunAnalysis' run, named after its folder."""
+    run = analysis.run
+    traj = trajectories_of(analysis) if replay_reason(run) is None else None
+    return pareto(run, run.path.name, traj=traj)
+
+
 def positions_of(analysis: Any) -> PolicyPositions | NotApplicable:
     """The median-threshold policies' positions of a RunAnalysis' run (regimes at its GMM crossover)."""
     reason = replay_reason(analysis.run)
     if reason is not None:
         return NotApplicable(reason, "depth_policy_positions")
-    traj = collect_trajectories(analysis.run)
+    traj = trajectories_of(analysis)
     try:
         labels = analysis.regime_labels()
     except UsageError:

@@ -481,10 +481,6 @@ AGREEMENT_DOC = {"rule": "rule", "policy": "the rule at the median of its record
                  "spearman_rho": "Spearman correlation", "spearman_p": "its p"}
 
 
-def _pareto(a: Any) -> Any:
-    return _lazy("depth_policies", "pareto")(a.run, a.run.path.name)
-
-
 def _pareto_figure(a: Any) -> Any:
     from sst_interp.analyses.figure_data import FigureData
 
@@ -503,7 +499,8 @@ def _agreement_notes(a: Any, r: Any) -> list[str]:
 
 DEPTH_POLICY_MEASUREMENTS: tuple[Measurement, ...] = (
     Measurement("depth_pareto", "", "Accuracy against mean iterations per generated token: flat depths, staged "
-                "capacity, per-position policies (live, or simulated on a fixed-depth run).", (), _pareto,
+                "capacity, per-position policies (live, or simulated on a fixed-depth run).", (),
+                _lazy("depth_policies", "pareto_of"),
                 lambda r: tidy.renamed(r.table(), {}), PARETO_DOC, notes=lambda a, r: list(r.notes)),
     Measurement("depth_pareto_front", "", "Accuracy against iterations per token (the Pareto table drawn).", (),
                 _pareto_figure, _figure_main, PARETO_DOC, kind="figure"),

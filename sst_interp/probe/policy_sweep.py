@@ -103,7 +103,8 @@ def sweep(config: SweepConfig) -> dp.ParetoResult:
     run = Run.open(config.run)
     rules, policies = _check(config, run)
     live = [(item, Run.open(item.path)) for item in config.live]  # every run opens before anything is computed
-    traj = dp.collect_trajectories(run, rules)
+    extra = [name for policy in policies for name, _ in policy.rules if name not in rules]
+    traj = dp.collect_trajectories(run, [*rules, *dict.fromkeys(extra)])
     swept = dp.default_policies(traj, rules, config.quantiles)
     rows = dp.live_rows(run, run.path.name, config.run_wall_s)
     rows += dp.simulated_rows(run, run.path.name, traj, [*swept, *policies])
