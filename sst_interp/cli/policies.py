@@ -13,15 +13,19 @@ import io
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from sst_interp.analyses.depth_policies import QUANTILES
 from sst_interp.cli.args import add_config_flags, arg, config_from_namespace, config_parser
 from sst_interp.errors import cli_entry
-from sst_interp.outputs import write_output
 from sst_interp.paths import ensure_writable_folder
-from sst_interp.probe.policy_sweep import SweepConfig, parse_live, sweep
+
+if TYPE_CHECKING:  # the library (torch, the store) loads after the flags are parsed: --help stays fast
+    from sst_interp.probe.policy_sweep import SweepConfig
 
 PROG = "python -m sst_interp.probe policies"
+#: The library's default quantiles (sst_interp.analyses.depth_policies.QUANTILES, equal by test), written out so
+#: that --help does not load pandas.
+QUANTILES = (0.1, 0.25, 0.5, 0.75, 0.9)
 SHOWN = ["run", "condition", "source", "n_questions", "accuracy_pct", "accuracy_low_pct", "accuracy_high_pct",
          "exact_questions", "mean_iterations", "wall_s", "pareto"]
 
@@ -47,6 +51,8 @@ class PoliciesFlags:
 
 def to_config(flags: PoliciesFlags) -> SweepConfig:
     """The flags as the library's :class:`SweepConfig` (bad ``--live`` values are a UsageError)."""
+    from sst_interp.probe.policy_sweep import SweepConfig, parse_live
+
     return SweepConfig(run=flags.run, rules=tuple(r.strip() for r in flags.rules if r.strip()),
                        quantiles=tuple(flags.quantiles), policies=tuple(flags.policy),
                        live=tuple(parse_live(text) for text in flags.live), run_wall_s=flags.run_seconds)
@@ -55,15 +61,18 @@ def to_config(flags: PoliciesFlags) -> SweepConfig:
 @cli_entry
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the sweep, print the table, write ``tab_depth_pareto.csv`` and ``fig_depth_pareto_front.png``."""
+    parser = config_parser(PROG, __doc__.split("\n\n")[0])
+    add_config_flags(parser, PoliciesFlags)
+    flags = config_from_namespace(PoliciesFlags, parser.parse_args(argv))
+
     import pandas as pd
 
+    from sst_interp.outputs import write_output
+    from sst_interp.probe.policy_sweep import sweep
     from sst_interp.reporting.artefacts import ArtefactData
     from sst_interp.reporting.fig_common import PNG_DPI
     from sst_interp.reporting.fig_depth import draw_pareto
 
-    parser = config_parser(PROG, __doc__.split("\n\n")[0])
-    add_config_flags(parser, PoliciesFlags)
-    flags = config_from_namespace(PoliciesFlags, parser.parse_args(argv))
     config = to_config(flags)
     out = ensure_writable_folder(flags.out if flags.out is not None else flags.run / "policies")
     result = sweep(config)

@@ -65,6 +65,23 @@ def parse_live(text: str) -> LiveRun:
     return LiveRun(Path(path), wall)
 
 
+def _check_flags(config: SweepConfig) -> None:
+    """What can be refused without opening the run: rule names, quantiles, policy strings."""
+    for rule in config.rules:
+        if rule == "probe-pos":
+            raise UsageError("probe-pos cannot be swept over thresholds; replay a probe with "
+                             "python -m sst_interp.probe.position_sim --policy probe-pos:PATH")
+        if rule not in dp.SWEEPABLE:
+            raise UsageError(f"--rules: unknown rule {rule!r}; use {', '.join(dp.SWEEPABLE)}")
+    for q in config.quantiles:
+        if not 0.0 < q < 1.0:
+            raise UsageError(f"--quantiles must lie strictly between 0 and 1, got {q}")
+    for text in config.policies:
+        policy = parse_position_policy(text, 1)
+        if policy.probe_path is not None:
+            raise UsageError(f"--policy {text}: probe-pos is replayed by python -m sst_interp.probe.position_sim")
+
+
 def _check(config: SweepConfig, run: Run) -> tuple[list[str], list[PositionPolicy]]:
     reason = dp.fixed_run_reason(run.manifest)
     if reason is not None:
@@ -73,24 +90,14 @@ def _check(config: SweepConfig, run: Run) -> tuple[list[str], list[PositionPolic
     can = dp.sweepable_rules(run.manifest)
     rules = list(config.rules) or [r for r in dp.SWEEPABLE if can[r] is None]
     for rule in rules:
-        if rule == "probe-pos":
-            raise UsageError("probe-pos cannot be swept over thresholds; replay a probe with "
-                             "python -m sst_interp.probe.position_sim --policy probe-pos:PATH")
-        if rule not in can:
-            raise UsageError(f"--rules: unknown rule {rule!r}; use {', '.join(dp.SWEEPABLE)}")
         if can[rule] is not None:
             raise UsageError(f"--rules {rule}: cannot replay it on {config.run}: {can[rule]}")
     if not rules:
         raise UsageError(f"{config.run}: no rule can be replayed on this run")
-    for q in config.quantiles:
-        if not 0.0 < q < 1.0:
-            raise UsageError(f"--quantiles must lie strictly between 0 and 1, got {q}")
     policies = [parse_position_policy(text, depth) for text in config.policies]
     for text, policy in zip(config.policies, policies):
         if policy.max_depth > depth:
             raise UsageError(f"--policy {text}: max={policy.max_depth} exceeds the run's depth {depth}")
-        if policy.probe_path is not None:
-            raise UsageError(f"--policy {text}: probe-pos is replayed by python -m sst_interp.probe.position_sim")
         for name, _ in policy.rules:
             if can[name] is not None:
                 raise UsageError(f"--policy {text}: {can[name]}")
@@ -100,6 +107,7 @@ def _check(config: SweepConfig, run: Run) -> tuple[list[str], list[PositionPolic
 def sweep(config: SweepConfig) -> dp.ParetoResult:
     """The Pareto rows: the fixed-depth run's flat depths, staged oracle and swept rules, the explicit policies,
     and every live run's rows (:mod:`sst_interp.analyses.depth_policies`)."""
+    _check_flags(config)
     run = Run.open(config.run)
     rules, policies = _check(config, run)
     live = [(item, Run.open(item.path)) for item in config.live]  # every run opens before anything is computed

@@ -121,6 +121,12 @@ def test_bad_input_is_one_error_line_and_exit_2_with_nothing_written(recorded, c
     assert not (tmp_path / "bad").exists()
 
 
+def test_the_command_defaults_are_the_librarys():
+    from sst_interp.cli.policies import QUANTILES
+
+    assert QUANTILES == dp.QUANTILES
+
+
 def test_a_policy_run_cannot_be_swept_and_says_why(recorded, capsys, tmp_path):
     root, _, _, _ = recorded
     with pytest.raises(SystemExit):
