@@ -42,7 +42,7 @@ import pandas as pd
 
 from sst_interp.analyses.results import AnalysisResult, NotApplicable
 from sst_interp.errors import UsageError
-from sst_interp.outcomes import correctness_matrix
+from sst_interp.outcomes import correctness_matrix, outcome_rows
 
 #: Rules a recorded fixed-depth run can replay (``probe-pos`` needs a probe: use position_sim for it).
 SWEEPABLE: tuple[str, ...] = ("kl", "entropy", "margin", "state")
@@ -344,10 +344,21 @@ def live_rows(run: Any, name: str, wall_s: float | None = None) -> list[dict[str
     """Measured rows of one run: each flat depth (a fixed run) or the run's policy (per-position / per-turn), and
     the staged oracle of a run with several flat depths. Mean iterations are token-weighted over every turn."""
     gens = run.generations()
-    correct = correctness_matrix(run)
     policy = str(run.manifest.get("depth_policy", "fixed"))
-    rows: list[dict[str, Any]] = []
     wall = np.nan if wall_s is None else float(wall_s)
+    if policy != "fixed":
+        # One condition, whatever depth each question is filed under (a per-turn probe files it under its choice).
+        verdicts = outcome_rows(run).sort_values("turn", kind="stable").groupby("question_id").tail(1)
+        n = len(verdicts)
+        acc = 100.0 * float(verdicts["correct"].astype(bool).sum()) / n if n else np.nan
+        counts = np.concatenate([_token_iterations(gens[gens["depth"] == d], d) for d in sorted(run.depths)])
+        return [_row(run=name, condition=_policy_label(policy), policy=policy, source="live", n_questions=n,
+                     accuracy_pct=acc, accuracy_low_pct=acc, accuracy_high_pct=acc, exact_questions=n,
+                     mean_iterations=float(np.mean(counts)) if len(counts) else np.nan, basis="recorded",
+                     wall_s=wall)]
+    correct = correctness_matrix(run)
+    gens = gens[gens["question_id"].isin(correct.index)]  # the questions recorded at every depth
+    rows: list[dict[str, Any]] = []
     for depth in sorted(run.depths):
         part = gens[gens["depth"] == depth]
         if part.empty or depth not in correct.columns:
@@ -355,13 +366,12 @@ def live_rows(run: Any, name: str, wall_s: float | None = None) -> list[dict[str
         counts = _token_iterations(part, depth)
         n = int(correct[depth].notna().sum())
         acc = 100.0 * float(correct[depth].sum()) / n if n else np.nan
-        condition = f"fixed {depth}" if policy == "fixed" else _policy_label(policy)
-        rows.append(_row(run=name, condition=condition, policy=policy if policy != "fixed" else f"fixed:{depth}",
+        rows.append(_row(run=name, condition=f"fixed {depth}", policy=f"fixed:{depth}",
                          source="live", n_questions=n, accuracy_pct=acc, accuracy_low_pct=acc,
                          accuracy_high_pct=acc, exact_questions=n,
                          mean_iterations=float(np.mean(counts)) if len(counts) else np.nan, basis="recorded",
                          wall_s=wall if len(run.depths) == 1 else np.nan))
-    if policy == "fixed" and len(run.depths) >= 2 and not correct.empty:
+    if len(run.depths) >= 2 and not correct.empty:
         depths = sorted(int(d) for d in correct.columns)
         tokens = gens.assign(n=gens["token_ids"].map(len)).groupby(["question_id", "depth"])["n"].sum()
         spent, total, solved = 0.0, 0, 0

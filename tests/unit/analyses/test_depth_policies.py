@@ -144,3 +144,28 @@ def test_pareto_front_holds_only_measured_rows_no_other_beats():
     ], columns=list(dp.PARETO_COLUMNS))
     front = dp.mark_pareto(rows).set_index("condition")["pareto"]
     assert front.to_dict() == {"fixed 1": True, "fixed 4": False, "state": True, "staged": False, "sim": False}
+
+
+class _PlantedRun:
+    """A run recorded under a per-turn probe: questions filed under the depth the probe chose, no ``iterations``
+    column (the format allows that: each token then ran the row's ``chosen_depth``)."""
+
+    manifest = {"depth_policy": "probe:/some/probe.safetensors"}
+    depths = [1, 3]
+
+    def generations(self) -> pd.DataFrame:
+        return pd.DataFrame({"question_id": ["a", "b", "c"], "depth": [1, 3, 3], "turn": 0,
+                             "token_ids": [[1, 2], [1, 2, 3, 4], [5, 6]], "chosen_depth": [1, 3, 2],
+                             "correct": [True, False, True], "stop_reason": "eos"})
+
+    def episodes(self) -> pd.DataFrame:
+        gens = self.generations()
+        return gens[["question_id", "depth", "correct"]].assign(n_turns=1)
+
+
+def test_a_policy_run_is_one_live_row_over_every_question_whatever_depth_it_is_filed_under():
+    (row,) = dp.live_rows(_PlantedRun(), "probe-run", wall_s=3.0)
+    assert row["condition"] == "probe (per turn)" and row["source"] == "live" and row["n_questions"] == 3
+    assert row["accuracy_pct"] == pytest.approx(200 / 3)
+    assert row["mean_iterations"] == pytest.approx((1 * 2 + 3 * 4 + 2 * 2) / 8)
+    assert row["wall_s"] == 3.0
