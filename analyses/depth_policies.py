@@ -320,10 +320,11 @@ class ParetoResult(AnalysisResult):
 
 
 def mark_pareto(frame: pd.DataFrame) -> pd.DataFrame:
-    """``pareto`` = True for measured rows (``live``/``oracle``) that no other measured row beats on both accuracy
-    (higher) and mean iterations (lower). Simulated rows have no point accuracy and are never on the front."""
+    """``pareto`` = True for measured rows (``live``, ``oracle``, a ``replayed`` per-turn probe) that no other
+    measured row beats on both accuracy (higher) and mean iterations (lower). Simulated rows have no point accuracy
+    and are never on the front."""
     out = frame.copy()
-    measured = out["source"].isin(["live", "oracle"]) & out["accuracy_pct"].notna()
+    measured = out["source"].isin(["live", "oracle", "replayed"]) & out["accuracy_pct"].notna()
     front = np.zeros(len(out), dtype=bool)
     acc, it = out["accuracy_pct"].to_numpy(float), out["mean_iterations"].to_numpy(float)
     idx = np.flatnonzero(measured.to_numpy())
@@ -334,7 +335,8 @@ def mark_pareto(frame: pd.DataFrame) -> pd.DataFrame:
     return out
 
 
-def _row(**values: Any) -> dict[str, Any]:
+def row_of(**values: Any) -> dict[str, Any]:
+    """One Pareto row: ``values`` over NaN in every other column of :data:`PARETO_COLUMNS`."""
     row = {c: np.nan for c in PARETO_COLUMNS}
     row.update(values)
     return row
@@ -352,7 +354,7 @@ def live_rows(run: Any, name: str, wall_s: float | None = None) -> list[dict[str
         n = len(verdicts)
         acc = 100.0 * float(verdicts["correct"].astype(bool).sum()) / n if n else np.nan
         counts = np.concatenate([_token_iterations(gens[gens["depth"] == d], d) for d in sorted(run.depths)])
-        return [_row(run=name, condition=_policy_label(policy), policy=policy, source="live", n_questions=n,
+        return [row_of(run=name, condition=_policy_label(policy), policy=policy, source="live", n_questions=n,
                      accuracy_pct=acc, accuracy_low_pct=acc, accuracy_high_pct=acc, exact_questions=n,
                      mean_iterations=float(np.mean(counts)) if len(counts) else np.nan, basis="recorded",
                      wall_s=wall)]
@@ -366,7 +368,7 @@ def live_rows(run: Any, name: str, wall_s: float | None = None) -> list[dict[str
         counts = _token_iterations(part, depth)
         n = int(correct[depth].notna().sum())
         acc = 100.0 * float(correct[depth].sum()) / n if n else np.nan
-        rows.append(_row(run=name, condition=f"fixed {depth}", policy=f"fixed:{depth}",
+        rows.append(row_of(run=name, condition=f"fixed {depth}", policy=f"fixed:{depth}",
                          source="live", n_questions=n, accuracy_pct=acc, accuracy_low_pct=acc,
                          accuracy_high_pct=acc, exact_questions=n,
                          mean_iterations=float(np.mean(counts)) if len(counts) else np.nan, basis="recorded",
@@ -384,7 +386,7 @@ def live_rows(run: Any, name: str, wall_s: float | None = None) -> list[dict[str
             total += n_tok
         n = len(correct)
         acc = 100.0 * solved / n
-        rows.append(_row(run=name, condition="staged (oracle)", policy="staged:" + ",".join(map(str, depths)),
+        rows.append(row_of(run=name, condition="staged (oracle)", policy="staged:" + ",".join(map(str, depths)),
                          source="oracle", n_questions=n, accuracy_pct=acc, accuracy_low_pct=acc, accuracy_high_pct=acc,
                          exact_questions=n, mean_iterations=spent / total if total else np.nan,
                          basis="first correct depth, known in hindsight"))
@@ -445,7 +447,7 @@ def simulated_rows(run: Any, name: str, traj: Trajectories, policies: Sequence[A
         known = halt[halt > 0]
         low = 100.0 * float((right & exact).sum()) / n
         high = 100.0 * float((right & exact).sum() + (~exact).sum()) / n
-        rows.append(_row(run=name, condition=short_name(policy), policy=policy.describe(), source="simulated",
+        rows.append(row_of(run=name, condition=short_name(policy), policy=policy.describe(), source="simulated",
                          n_questions=n, accuracy_low_pct=low, accuracy_high_pct=high,
                          exact_questions=int(exact.sum()),
                          mean_iterations=float(known.mean()) if known.size else np.nan,

@@ -46,6 +46,8 @@ class PoliciesFlags:
                           help="a run recorded under a policy, as RUN or RUN=SECONDS with its measured wall time "
                                "(repeatable)")
     run_seconds: float | None = arg(None, help="measured wall time of --run (shown when it holds one depth)")
+    probe: Path | None = arg(None, help="a saved halting probe: add its per-turn choice replayed on --run (needs "
+                                        "flat depths 1..k)")
     out: Path | None = arg(None, help="output folder (default: <run>/policies)")
 
 
@@ -55,7 +57,8 @@ def to_config(flags: PoliciesFlags) -> SweepConfig:
 
     return SweepConfig(run=flags.run, rules=tuple(r.strip() for r in flags.rules if r.strip()),
                        quantiles=tuple(flags.quantiles), policies=tuple(flags.policy),
-                       live=tuple(parse_live(text) for text in flags.live), run_wall_s=flags.run_seconds)
+                       live=tuple(parse_live(text) for text in flags.live), run_wall_s=flags.run_seconds,
+                       probe=flags.probe)
 
 
 @cli_entry

@@ -14,6 +14,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 
 from sst_interp.analyses import depth_policies as dp
@@ -41,6 +42,7 @@ class SweepConfig:
         policies: further policy strings replayed as written (their ``max`` at most the run's depth).
         live: runs whose measured rows join the table.
         run_wall_s: the fixed-depth run's wall time, when it holds one depth and it was measured.
+        probe: a saved halting probe whose per-turn choice is replayed on the run (needs flat depths 1..k).
     """
 
     run: Path
@@ -49,6 +51,35 @@ class SweepConfig:
     policies: tuple[str, ...] = ()
     live: tuple[LiveRun, ...] = field(default_factory=tuple)
     run_wall_s: float | None = None
+    probe: Path | None = None
+
+
+def probe_row(run: Run, name: str, path: Path) -> dict:
+    """The per-turn halting probe replayed on a run with flat depths 1..k (Sec. 6, app:halting_eval): each question
+    runs at the depth the probe picks at position 0 of its first turn. One question's answer is then its flat run
+    at that depth, so the accuracy is exact for one-turn answers; a CodeACT episode keeps its first turn's choice
+    here, where a live probe decides again at every turn (``basis`` says which). Mean iterations are
+    token-weighted over the chosen depths' generations."""
+    from sst_interp.probe.dataset import load_probe_data
+    from sst_interp.probe.evaluate import evaluate_probe
+    from sst_interp.probe.io import load_probe
+
+    probe, meta = load_probe(path)
+    outcome = evaluate_probe(probe, load_probe_data(run, meta.layer), meta.threshold).outcome
+    gens = run.generations()
+    tokens = gens.assign(n=gens["token_ids"].map(len)).groupby(["question_id", "depth"])["n"].sum()
+    spent = total = 0
+    for qid, depth in zip(outcome.question_ids, outcome.chosen_depth):
+        n = int(tokens.get((qid, int(depth)), 0))
+        spent, total = spent + int(depth) * n, total + n
+    n_q = len(outcome.question_ids)
+    acc = 100.0 * float(np.sum(outcome.final_correct)) / n_q if n_q else float("nan")
+    multi_turn = run.manifest.get("protocol", "completion") == "codeact"
+    basis = ("first turn's position-0 choice held for the episode" if multi_turn else
+             "position-0 choice replayed on the flat runs (exact)")
+    return dp.row_of(run=name, condition="probe (per turn, replayed)", policy=f"probe:{path}", source="replayed",
+                   n_questions=n_q, accuracy_pct=acc, accuracy_low_pct=acc, accuracy_high_pct=acc,
+                   exact_questions=n_q, mean_iterations=spent / total if total else float("nan"), basis=basis)
 
 
 def parse_live(text: str) -> LiveRun:
@@ -66,7 +97,9 @@ def parse_live(text: str) -> LiveRun:
 
 
 def _check_flags(config: SweepConfig) -> None:
-    """What can be refused without opening the run: rule names, quantiles, policy strings."""
+    """What can be refused without opening the run: rule names, quantiles, policy strings, a missing probe."""
+    if config.probe is not None and not Path(config.probe).exists():
+        raise UsageError(f"--probe {config.probe}: no such probe; train one with python -m sst_interp.probe train")
     for rule in config.rules:
         if rule == "probe-pos":
             raise UsageError("probe-pos cannot be swept over thresholds; replay a probe with "
@@ -116,6 +149,8 @@ def sweep(config: SweepConfig) -> dp.ParetoResult:
     swept = dp.default_policies(traj, rules, config.quantiles)
     rows = dp.live_rows(run, run.path.name, config.run_wall_s)
     rows += dp.simulated_rows(run, run.path.name, traj, [*swept, *policies])
+    if config.probe is not None:
+        rows.append(probe_row(run, run.path.name, config.probe))
     results = [dp.ParetoResult(dp.mark_pareto(_frame(rows)), (
         "simulated rows: accuracy bounds from the questions the replay reproduces exactly; mean iterations on "
         "the full-depth trajectory (an estimate)",))]

@@ -3,6 +3,8 @@ by regime, and its agreement with L2 convergence monitoring."""
 
 from __future__ import annotations
 
+import pandas as pd
+
 from sst_interp.analyses.results import NotApplicable
 from sst_interp.reporting import fig_depth
 from sst_interp.reporting.artefacts import ArtefactData, ArtefactSpec
@@ -20,8 +22,21 @@ def _stacked(ctx: ReportContext) -> ArtefactData | NotApplicable:
     usable = [r for r in results if not isinstance(r, NotApplicable)]
     if not usable:
         return NotApplicable("; ".join(r.reason for r in results) or "no run", "tab_depth_pareto")
+    notes: list[str] = []
+    if ctx.inputs.probe is not None:
+        from sst_interp.analyses.depth_policies import ParetoResult, mark_pareto
+        from sst_interp.errors import UsageError
+        from sst_interp.probe.policy_sweep import probe_row
+
+        for item in ctx.inputs.runs:
+            try:
+                row = probe_row(item.run, item.path.name, ctx.inputs.probe)
+            except UsageError as why:  # a run without flat depths 1..k: the reason goes under the table
+                notes.append(f"{item.name}: no per-turn probe row ({why})")
+                continue
+            usable.append(ParetoResult(mark_pareto(pd.DataFrame([row]))))
     merged = combine(usable)
-    return ArtefactData({"main": merged.table()}, {"notes": list(merged.notes)})
+    return ArtefactData({"main": merged.table()}, {"notes": [*merged.notes, *notes]})
 
 
 def pareto_table(ctx: ReportContext, target: str | None) -> ArtefactData | NotApplicable:

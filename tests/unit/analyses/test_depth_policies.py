@@ -135,11 +135,11 @@ def test_sweep_thresholds_never_sit_on_a_recorded_value():
 
 def test_pareto_front_holds_only_measured_rows_no_other_beats():
     rows = pd.DataFrame([
-        dp._row(condition="fixed 1", source="live", accuracy_pct=5.0, mean_iterations=1.0),
-        dp._row(condition="fixed 4", source="live", accuracy_pct=5.0, mean_iterations=4.0),
-        dp._row(condition="state", source="live", accuracy_pct=6.0, mean_iterations=2.5),
-        dp._row(condition="staged", source="oracle", accuracy_pct=6.0, mean_iterations=3.0),
-        dp._row(condition="sim", source="simulated", accuracy_low_pct=0.0, accuracy_high_pct=100.0,
+        dp.row_of(condition="fixed 1", source="live", accuracy_pct=5.0, mean_iterations=1.0),
+        dp.row_of(condition="fixed 4", source="live", accuracy_pct=5.0, mean_iterations=4.0),
+        dp.row_of(condition="state", source="live", accuracy_pct=6.0, mean_iterations=2.5),
+        dp.row_of(condition="staged", source="oracle", accuracy_pct=6.0, mean_iterations=3.0),
+        dp.row_of(condition="sim", source="simulated", accuracy_low_pct=0.0, accuracy_high_pct=100.0,
                 mean_iterations=1.5),
     ], columns=list(dp.PARETO_COLUMNS))
     front = dp.mark_pareto(rows).set_index("condition")["pareto"]

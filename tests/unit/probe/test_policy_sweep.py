@@ -29,6 +29,7 @@ def recorded(tmp_path_factory):
     common = [*FAST, "--model", str(model), "--demo-preset", "--limit", "6", "--batch-size", "2",
               "--top-k", str(VOCAB), "--full-positions", "5", "--max-new-tokens", "5"]
     record_main([*common, "--depths", f"1,{MAX}", "--out", str(root / "flat")])
+    record_main([*common, "--depths", ",".join(map(str, range(1, MAX + 1))), "--out", str(root / "flat123")])
     flat = Run.open(root / "flat")
     traj = dp.collect_trajectories(flat)
     tau = dp.sweep_thresholds(traj, "entropy", (0.5,))[0]
@@ -146,3 +147,36 @@ def test_report_draws_the_depth_artefacts_over_every_run(recorded, tmp_path):
     assert table.loc[table["run"] == "live", "source"].tolist() == ["live"]
     assert list(out.glob("fig_depth_pareto_front*.png")) and list(out.glob("fig_depth_policy_histogram*.png"))
     assert list(out.glob("tab_depth_policy_convergence*.csv"))
+
+
+def _probe_at(path, hidden_size, threshold):
+    """A random probe at layer 1 that halts where its logit exceeds ``threshold``."""
+    import torch
+
+    from sst_interp.probe.io import ProbeMeta, save_probe
+    from sst_interp.probe.model import HaltingProbe, ProbeConfig
+
+    torch.manual_seed(3)
+    save_probe(path, HaltingProbe(ProbeConfig(input_size=hidden_size, hidden=4)).eval(),
+               ProbeMeta(layer=1, threshold=threshold, max_depth=MAX))
+    return path
+
+
+def test_a_per_turn_probe_replayed_on_flat_runs_is_the_flat_depth_it_picks(recorded, tmp_path):
+    from sst_interp.probe.policy_sweep import SweepConfig, probe_row, sweep
+
+    root, _, _, _ = recorded
+    run = Run.open(root / "flat123")
+    fixed = {r["condition"]: r for r in dp.live_rows(run, "flat123")}
+    always = probe_row(run, "flat123", _probe_at(tmp_path / "always", run.hidden_size, -1e9))
+    never = probe_row(run, "flat123", _probe_at(tmp_path / "never", run.hidden_size, 1e9))
+    for row, depth in ((always, 1), (never, MAX)):
+        assert row["source"] == "replayed" and row["n_questions"] == 6
+        assert row["mean_iterations"] == depth
+        assert row["accuracy_pct"] == fixed[f"fixed {depth}"]["accuracy_pct"]
+    table = sweep(SweepConfig(run=root / "flat123", rules=("entropy",), probe=tmp_path / "never")).table()
+    assert table["source"].tolist().count("replayed") == 1
+    with pytest.raises(SystemExit):
+        probe_main(["policies", "--run", str(root / "flat123"), "--probe", str(tmp_path / "none"), "--out",
+                    str(tmp_path / "bad")])
+    assert not (tmp_path / "bad").exists()
