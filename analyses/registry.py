@@ -96,10 +96,18 @@ def _training_log(which: str) -> Callable[[Any], str | None]:
     return check
 
 
+def _replayable(a: Any) -> str | None:
+    # Replaying halting rules needs a fixed-depth run with per-iteration logits and a rule it can read.
+    from sst_interp.analyses.depth_policies import replay_reason
+
+    return replay_reason(a.run)
+
+
 #: Declarative requirements: name -> check (the reason it is unmet, or None). Each reads the manifest (or whether
 #: an input was given) only.
 REQUIREMENTS: dict[str, Callable[[Any], str | None]] = {
     "iterations": _iterations,
+    "replayable": _replayable,
     "depths": _depths,
     "baseline": _baseline,
     "codeact": _codeact,
@@ -156,14 +164,14 @@ class Measurement:
 
     @property
     def artefact(self) -> str:
-        """The report artefact it backs: the label with ``:`` -> ``_`` (``fig_overlap_heatmap``), or
-        ``tab_<name>`` for a table of this project's own."""
-        return self.label.replace(":", "_", 1) if self.label else f"tab_{self.name}"
+        """The report artefact it backs: the label with ``:`` -> ``_`` (``fig_overlap_heatmap``), or :attr:`key`
+        for a table or figure of this project's own."""
+        return self.label.replace(":", "_", 1) if self.label else self.key
 
     @property
     def key(self) -> str:
-        """The paper label, or ``tab_<name>`` for a table of this project's own."""
-        return self.label or f"tab_{self.name}"
+        """The paper label, or ``tab_<name>`` (``fig_<name>``) for a table (figure) of this project's own."""
+        return self.label or f"{'fig' if self.kind == 'figure' else 'tab'}_{self.name}"
 
     def present(self, result: Any) -> tuple[pd.DataFrame, list[str]]:
         """(the paper layout, notes the analysis left in its ``attrs``): the frame is a copy without attrs."""
@@ -556,6 +564,61 @@ MEASUREMENTS: tuple[Measurement, ...] = (
                 _lazy("checkpoint_figures", "alpha_over_training"), _figure_main, ALPHA_TRAINING_DOC, kind="figure",
                 scope="training"),
 )
+
+#: Per-position depth policies (issue 23): accuracy against compute, where the rules stop (analyses/depth_policies.py).
+PARETO_DOC = {"run": "run directory name", "condition": "short label of the row", "policy": "fixed:D, staged:D,..., "
+              "or the canonical policy string", "source": "live (recorded), oracle (staged capacity, in hindsight), "
+              "replayed (a per-turn probe on the flat runs) or simulated (a rule replayed on a fixed-depth run)", "n_questions": "questions",
+              "accuracy_pct": "accuracy (live and oracle rows; NaN for simulated)",
+              "accuracy_low_pct": "lower bound: diverged questions counted wrong",
+              "accuracy_high_pct": "upper bound: diverged questions counted right",
+              "exact_questions": "questions whose outcome is known exactly",
+              "mean_iterations": "mean iterations per generated token", "basis": "what mean_iterations is "
+              "measured on", "wall_s": "wall time of the run, seconds, where measured", "pareto": "on the "
+              "accuracy/iterations front of the measured rows"}
+HISTOGRAM_DOC = {"rule": "kl, entropy, margin or state", "policy": "the rule at the median of its recorded values",
+                 "regime": "low_overlap, stable or unlabelled (no overlap label: past the full-state window, or a "
+                 "later turn)", "iterations": "where the rule stops on the full-depth trajectory",
+                 "positions": "positions", "fraction": "of the rule's positions in the regime"}
+AGREEMENT_DOC = {"rule": "rule", "policy": "the rule at the median of its recorded values",
+                 "positions": "positions with both decisions", "agree": "fraction stopping at the same iteration",
+                 "earlier": "fraction where the rule stops before the L2 convergence point",
+                 "later": "fraction where it stops after", "mean_difference": "rule minus convergence, iterations",
+                 "cohen_kappa": "Cohen's kappa of the two stopping iterations",
+                 "spearman_rho": "Spearman correlation", "spearman_p": "its p"}
+
+
+def _pareto_figure(a: Any) -> Any:
+    from sst_interp.analyses.figure_data import FigureData
+
+    result = a.attempt("tab_depth_pareto")
+    if isinstance(result, NotApplicable):
+        return result
+    return FigureData({"points": result.table()}, {"notes": list(result.notes)})
+
+
+def _agreement_notes(a: Any, r: Any) -> list[str]:
+    return [f"convergence point: the first iteration >= 2 whose L2 change of layer {r.layer}'s state is below "
+            f"{r.l2_threshold:.4g} (the median change of the run), else {r.depth}",
+            "decisions read on the recorded full-depth trajectory (every position's own iterations), not on a live "
+            "policy run"]
+
+
+DEPTH_POLICY_MEASUREMENTS: tuple[Measurement, ...] = (
+    Measurement("depth_pareto", "", "Accuracy against mean iterations per generated token: flat depths, staged "
+                "capacity, per-position policies (live, or simulated on a fixed-depth run).", (),
+                _lazy("depth_policies", "pareto_of"),
+                lambda r: tidy.renamed(r.table(), {}), PARETO_DOC, notes=lambda a, r: list(r.notes)),
+    Measurement("depth_pareto_front", "", "Accuracy against iterations per token (the Pareto table drawn).", (),
+                _pareto_figure, _figure_main, PARETO_DOC, kind="figure"),
+    Measurement("depth_policy_histogram", "", "Iterations per position where each rule stops, low-overlap "
+                "positions against the rest.", ("iterations", "replayable"),
+                _lazy("depth_policies", "histogram_figure"), _figure_main, HISTOGRAM_DOC, kind="figure"),
+    Measurement("depth_policy_convergence", "", "Where each rule stops against where L2 convergence monitoring "
+                "says the state converged.", ("iterations", "replayable"), _lazy("depth_policies", "agreement"),
+                lambda r: tidy.renamed(r.table(), {}), AGREEMENT_DOC, notes=_agreement_notes),
+)
+MEASUREMENTS = (*MEASUREMENTS, *DEPTH_POLICY_MEASUREMENTS)
 
 
 #: Modules of the floors above this package that declare measurements of their own (the halting probe's tables):

@@ -14,7 +14,9 @@ Then, side by side in one run and interleaved (fixed k, each policy, fixed k, ..
   ``<= (m / k) x 1.10`` (logit rules run the LM head at every iteration, ``state`` only where a row halts, as
   fixed depth does: its target is to cost at most 2% over fixed depth m);
 - at batch > 1 every row is re-run until the slowest row of the batch halts, so the cost follows ``m_batch``: the
-  mean over positions of the most iterations any row ran there; ``efficiency`` = counted ratio / (m / k).
+  mean over positions of the most iterations any row ran there; ``efficiency`` = counted ratio / (m / k);
+  ``kept`` = m / m_batch, the share of the computed row-iterations that a row kept (the rest are the passes of
+  rows that had halted, computed with the batch and thrown away: :mod:`sst_interp.model.per_position`).
 """
 
 from __future__ import annotations
@@ -177,7 +179,7 @@ def main() -> None:
 
         print(f"\nbatch {batch}: fixed depth {k}: {t_fixed * 1000 / (n - 1):.1f} ms per decode step; one decoder "
               f"pass {t_pass * 1000:.1f} ms, one LM head {t_head * 1000:.1f} ms (mean over every call)")
-        print("rule      m     m_batch  passes heads  wall ratio  counted ratio  target(m/k x1.10)  efficiency")
+        print("rule      m     m_batch  passes heads  wall ratio  counted ratio  target(m/k x1.10)  efficiency  kept")
         for rule in RULES:
             mean, mean_batch = shape[rule]
             ratio = statistics.median(samples[rule]) / t_fixed
@@ -186,7 +188,8 @@ def main() -> None:
             # The (m / k) x 1.10 target is for batch size 1; at larger batches the efficiency is what is reported.
             verdict = ("ok" if counted <= target else "MISSED") if batch == 1 else "-"
             print(f"{rule:8} {mean:5.2f} {mean_batch:8.2f} {work[rule][0]:7d} {work[rule][1]:5d} {ratio:10.2f} "
-                  f"{counted:14.2f} {target:12.2f} {verdict:>6} {counted / (mean / k):10.2f}")
+                  f"{counted:14.2f} {target:12.2f} {verdict:>6} {counted / (mean / k):10.2f} "
+                  f"{mean / mean_batch:6.2f}")
         print(f"fixed    {k:5.2f} {k:8.2f} {work['fixed'][0]:7d} {work['fixed'][1]:5d}")
 
 

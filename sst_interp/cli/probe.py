@@ -1,5 +1,6 @@
 """``python -m sst_interp.probe`` (also ``sst-probe``):
-``{train,evaluate,sweep,loocv,ablate} --run runs/X [--layer L] [--out DIR]``.
+``{train,evaluate,sweep,loocv,ablate} --run runs/X [--layer L] [--out DIR]`` (and ``policies``: the per-position
+depth policy sweep, :mod:`sst_interp.cli.policies`).
 
 * ``train``: label the run, train the probe at the layer, save it (safetensors + JSON) and its
   evaluation tables (``tab:halting_probe``, ``tab:halting_probe_per_iter``, ``fig:halt_signal`` data).
@@ -20,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -317,6 +319,11 @@ def cmd_ablate(cfg: ProbeFlags, options: AblateFlags) -> int:
 @cli_entry
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of ``python -m sst_interp.probe`` and ``sst-probe``."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv[:1] == ["policies"]:  # a command module of its own (sst_interp/cli/policies.py)
+        from sst_interp.cli.policies import main as policies_main
+
+        return policies_main(argv[1:])
     args = build_parser().parse_args(argv)
     default_hidden = 64 if args.command in ("sweep", "ablate") else 10
     cfg = config_from_namespace(ProbeFlags, args)

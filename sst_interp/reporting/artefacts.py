@@ -36,6 +36,7 @@ FAMILIES: tuple[str, ...] = (
     "Basin shifts (punctuated equilibrium)",
     "Logit dynamics",
     "Precision and convergence monitoring",
+    "Per-position depth",
     "Halting probe",
     "Learned blend coefficients and training",
 )

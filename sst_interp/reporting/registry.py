@@ -13,6 +13,7 @@ from pathlib import Path
 from sst_interp.reporting import (
     specs_alpha,
     specs_basins,
+    specs_depth,
     specs_evaluation,
     specs_logits,
     specs_monitoring,
@@ -35,7 +36,7 @@ UNSUPPORTED: dict[str, str] = {
 def all_specs() -> list[ArtefactSpec]:
     """Every spec, in page order."""
     specs = [*specs_evaluation.SPECS, *specs_basins.SPECS, *specs_logits.SPECS, *specs_monitoring.SPECS,
-             *specs_probe.SPECS, *specs_alpha.SPECS]
+             *specs_depth.SPECS, *specs_probe.SPECS, *specs_alpha.SPECS]
     names = [s.name for s in specs]
     dup = {n for n in names if names.count(n) > 1}
     if dup:

@@ -1,0 +1,71 @@
+"""Per-position depth policies (issue 23): accuracy against compute across the report's runs, where each rule stops
+by regime, and its agreement with L2 convergence monitoring."""
+
+from __future__ import annotations
+
+import pandas as pd
+
+from sst_interp.analyses.results import NotApplicable
+from sst_interp.reporting import fig_depth
+from sst_interp.reporting.artefacts import ArtefactData, ArtefactSpec
+from sst_interp.reporting.context import ReportContext
+from sst_interp.reporting.measured import measured_figure_spec, measured_spec
+
+FAMILY = "Per-position depth"
+
+
+def _stacked(ctx: ReportContext) -> ArtefactData | NotApplicable:
+    """The registry's ``tab_depth_pareto`` of every run, in one table with the front recomputed over all rows."""
+    from sst_interp.analyses.depth_policies import combine
+
+    results = [ctx.analysis(item.name).attempt("tab_depth_pareto") for item in ctx.inputs.runs]
+    usable = [r for r in results if not isinstance(r, NotApplicable)]
+    if not usable:
+        return NotApplicable("; ".join(r.reason for r in results) or "no run", "tab_depth_pareto")
+    notes: list[str] = []
+    if ctx.inputs.probe is not None:
+        from sst_interp.analyses.depth_policies import ParetoResult, mark_pareto
+        from sst_interp.errors import UsageError
+        from sst_interp.probe.policy_sweep import probe_row
+
+        for item in ctx.inputs.runs:
+            try:
+                row = probe_row(item.run, item.path.name, ctx.inputs.probe)
+            except UsageError as why:  # a run without flat depths 1..k: the reason goes under the table
+                notes.append(f"{item.name}: no per-turn probe row ({why})")
+                continue
+            usable.append(ParetoResult(mark_pareto(pd.DataFrame([row]))))
+    merged = combine(usable)
+    return ArtefactData({"main": merged.table()}, {"notes": [*merged.notes, *notes]})
+
+
+def pareto_table(ctx: ReportContext, target: str | None) -> ArtefactData | NotApplicable:
+    """tab_depth_pareto over every run of the report (a fixed-depth run and the runs recorded under policies)."""
+    return ctx.memo(("depth_pareto",), lambda: _stacked(ctx))
+
+
+def pareto_figure(ctx: ReportContext, target: str | None) -> ArtefactData | NotApplicable:
+    """fig_depth_pareto_front: the same rows, drawn."""
+    data = pareto_table(ctx, target)
+    if isinstance(data, NotApplicable):
+        return data
+    return ArtefactData({"points": data.tables["main"]}, dict(data.meta))
+
+
+SPECS: list[ArtefactSpec] = [
+    ArtefactSpec("tab_depth_pareto", "table", "", FAMILY,
+                 "Accuracy against mean iterations per generated token, every run of the report: flat depths, "
+                 "staged capacity (an oracle), per-position policies run live, and threshold sweeps simulated on a "
+                 "fixed-depth run (accuracy bounds and an iteration estimate, never a point guess).",
+                 "report", ("runs",), pareto_table),
+    ArtefactSpec("fig_depth_pareto_front", "figure", "", FAMILY,
+                 "Accuracy against iterations per token: measured rows as points with their front, simulated rows "
+                 "as accuracy bounds; right: the questions each simulated policy reproduces exactly.",
+                 "report", ("runs",), pareto_figure, fig_depth.draw_pareto),
+    measured_figure_spec("fig_depth_policy_histogram", FAMILY,
+                         "Where each rule, at the median of its recorded values, stops on the full-depth trajectory: "
+                         "low-overlap (basin-shift) positions against the rest.", fig_depth.draw_histogram),
+    measured_spec("tab_depth_policy_convergence", FAMILY,
+                  "Each rule's stopping iteration against the L2 convergence point of the state (the first "
+                  "iteration whose change is below the run's median change): agreement, Cohen's kappa, Spearman."),
+]
