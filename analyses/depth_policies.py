@@ -18,7 +18,7 @@ Three measurements, all from recorded runs:
 from the recorded iterations of that position (the same numbers the live rule reads:
 :mod:`sst_interp.model.halting`). That decision is the live one only until the first early exit: afterwards the
 live run continues from a state and KV entry the recording lacks (see
-:mod:`sst_interp.probe.position_sim`, whose exactness rule :func:`exact_questions` reproduces). So a simulated
+:mod:`sst_interp.probe.policy_simulation`, whose exactness rule :func:`exact_questions` reproduces). So a simulated
 row gives
 
 - ``exact_questions``: questions the simulation reproduces whole (no early exit, or only at the last token with the
@@ -253,7 +253,7 @@ def convergence_iterations(traj: Trajectories, max_depth: int | None = None,
 
 
 def exact_questions(traj: Trajectories, halt: np.ndarray) -> pd.Series:
-    """question_id -> bool: whether the simulation of :mod:`sst_interp.probe.position_sim` reproduces the
+    """question_id -> bool: whether the simulation of :mod:`sst_interp.probe.policy_simulation` reproduces the
     question's every turn (the live run is then the full-depth run, up to a last-token exit that keeps its token).
 
     The simulation walks each turn's positions in order and stops at the first one that is unknown (``window``) or

@@ -50,8 +50,8 @@ def test_each_report_table_and_figure_has_exactly_one_registry_entry():
     # tables (tab:main_results, tab:staged_breakdown, tab:repetition) stack the entry of their label over runs
     measurements = all_measurements()
     for spec in all_specs():
-        backing = [m for m in measurements if m.artefact == spec.name or (spec.scope == "report" and
-                                                                          m.label == spec.label)]
+        backing = [m for m in measurements if m.artefact == spec.name or (spec.scope == "report" and spec.label
+                                                                          and m.label == spec.label)]
         assert len(backing) == 1, (spec.name, [m.name for m in backing])
 
 

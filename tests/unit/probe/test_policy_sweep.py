@@ -10,9 +10,9 @@ import pytest
 
 from sst_interp.analyses import depth_policies as dp
 from sst_interp.model.halting import parse_position_policy
-from sst_interp.probe.cli import main as probe_main
-from sst_interp.probe.position_sim import simulate_policy
-from sst_interp.record import main as record_main
+from sst_interp.cli.probe import main as probe_main
+from sst_interp.probe.policy_simulation import simulate_policy
+from sst_interp.cli.record import main as record_main
 from sst_interp.store import Run
 from tests.unit.conftest import FAST, save_tiny_model
 
@@ -136,7 +136,7 @@ def test_a_policy_run_cannot_be_swept_and_says_why(recorded, capsys, tmp_path):
 
 
 def test_report_draws_the_depth_artefacts_over_every_run(recorded, tmp_path):
-    from sst_interp.report import main as report_main
+    from sst_interp.cli.report import main as report_main
 
     root, _, _, _ = recorded
     out = tmp_path / "report"
