@@ -35,13 +35,14 @@ class Intervener:
     Args:
         sst: the model (its layer count and hidden size validate the spec).
         spec: what to change.
-        question_ids: the question of each batch row, needed by ``patch`` operations.
+        question_ids: the question of each batch row, needed by ``patch`` operations; a row whose id is None is
+            never patched.
     """
 
-    def __init__(self, sst: Any, spec: InterventionSpec, question_ids: Sequence[str] | None = None) -> None:
+    def __init__(self, sst: Any, spec: InterventionSpec, question_ids: Sequence[str | None] | None = None) -> None:
         self.sst = sst
         self.spec = spec
-        self.question_ids = None if question_ids is None else [str(q) for q in question_ids]
+        self.question_ids = None if question_ids is None else [None if q is None else str(q) for q in question_ids]
         self._coords: tuple[int, int, int] | None = None  # (turn, position, iteration) of the pass in progress
         self._active: torch.Tensor | None = None
         self._depth = 0
@@ -102,9 +103,12 @@ class Intervener:
         if kind == "patch":
             assert self._coords is not None and self.question_ids is not None
             turn, position, iteration = self._coords
-            patched = self._patches[id(item)].values(self.question_ids, self._depth, turn, position, iteration,
-                                                     layer, self._active)
-            rows = self._active.to(value.device)[:, None, None]
+            source_iteration = item.operation.source_iteration or iteration
+            patched = self._patches[id(item)].values(self.question_ids, self._depth, turn, position,
+                                                     source_iteration, layer, self._active)
+            # A row whose question id is None is left alone (an experiment patches only the rows it measures).
+            chosen = torch.tensor([q is not None for q in self.question_ids], dtype=torch.bool)
+            rows = (self._active.cpu() & chosen).to(value.device)[:, None, None]
             return torch.where(rows, patched.to(device=value.device, dtype=value.dtype)[:, None, :], value)
         raise AssertionError(f"operation {kind} has no tensor form")
 
@@ -172,7 +176,7 @@ def patch_runs(spec: InterventionSpec) -> dict[str, str]:
 
 
 @contextmanager
-def intervene(sst: Any, spec: InterventionSpec, question_ids: Sequence[str] | None = None) -> Iterator[Intervener]:
+def intervene(sst: Any, spec: InterventionSpec, question_ids: Sequence[str | None] | None = None) -> Iterator[Intervener]:
     """Install an :class:`Intervener` on ``sst`` for the block (removed on exit, also on error); pass it to
     ``generate`` as the observer (or inside an :class:`~sst_interp.model.observers.ObserverGroup`)."""
     context = sst.context
@@ -223,13 +227,13 @@ class _PatchSource:
             self._cache[key] = blocks[0]
         return self._cache[key]
 
-    def values(self, question_ids: Sequence[str], generated_depth: int, turn: int, position: int, iteration: int,
+    def values(self, question_ids: Sequence[str | None], generated_depth: int, turn: int, position: int, iteration: int,
                layer: int, active: torch.Tensor | None) -> torch.Tensor:
         """[B, d] float32: each active row's recorded state at (turn, position, iteration, layer)."""
         depth = self.depth or generated_depth
         rows = []
         for row, question_id in enumerate(question_ids):
-            if active is not None and not bool(active[row]):
+            if question_id is None or (active is not None and not bool(active[row])):
                 rows.append(None)
                 continue
             block = self._block(question_id, depth, turn)

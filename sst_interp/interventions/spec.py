@@ -18,7 +18,9 @@ Operations:
 - ``freeze``: the carried state is not updated (``layer_out`` only): the next pass reads the state this pass read,
   while the layer's output to the next layer is unchanged;
 - ``patch``: ``layer_out`` becomes the value recorded in ``run`` (a run directory) at the same question, turn,
-  position, iteration and layer, at depth ``depth`` (default: the depth being generated).
+  position and layer, at depth ``depth`` (default: the depth being generated) and iteration ``source_iteration``
+  (default: the iteration being generated; causal tracing across depths patches depth k's last iteration into
+  iteration 1 of a depth-1 pass).
 """
 
 from __future__ import annotations
@@ -91,6 +93,7 @@ class Operation:
     value: float | None = None
     run: str | None = None
     depth: int | None = None
+    source_iteration: int | None = None
 
     def __post_init__(self) -> None:
         if self.kind not in OPERATIONS:
@@ -104,6 +107,9 @@ class Operation:
             raise UsageError("a 'set_alpha' intervention needs value (the blend coefficient, e.g. 0)")
         if self.kind == "patch" and not self.run:
             raise UsageError("a 'patch' intervention needs run (the run directory to read the states from)")
+        if self.source_iteration is not None and (self.kind != "patch" or int(self.source_iteration) < 1):
+            raise UsageError(f"source_iteration (1-based) belongs to 'patch' operations, got {self.source_iteration!r} "
+                             f"on {self.kind!r}")
 
 
 @dataclass(frozen=True)
