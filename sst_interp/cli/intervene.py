@@ -6,7 +6,8 @@
 - ``steer``: steering the halt (add the halting probe's direction with a scale sweep).
 
 Each records its conditions as ordinary run directories under ``--out``/runs (rerunning the same command resumes
-them), writes tidy Parquet/CSV tables and ``experiment.json``; ``python -m sst_interp.report --experiment OUT``
+them; the three may share one ``--out`` and so its clean run), writes tidy Parquet/CSV tables and
+``experiment-<kind>.json``; ``python -m sst_interp.report --experiment OUT``
 puts its tables and heatmaps into the report. Bad input is one ``error:`` line and exit 2 before anything is
 written.
 """
@@ -156,7 +157,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     from sst_interp.experiments import manifest as files
     from sst_interp.experiments import setup as experiment_setup
 
-    files.check_out(common.out, name)
+    files.check_out(common.out)
     config = library_config(name, common, own)
     if name == "steer":
         from sst_interp.probe.io import load_probe
@@ -183,7 +184,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         probe_direction(config.probe, setup.sst.hidden_size, setup.num_layers)
         table = run_steer(setup, common.out, config)
     with_pandas_width(lambda: print(table.to_string(index=False)))
-    print(f"wrote {common.out}/{files.MANIFEST}; python -m sst_interp.report --experiment {common.out} adds it to "
+    print(f"wrote {common.out}/{files.manifest_name(name)}; python -m sst_interp.report --experiment {common.out} adds it to "
           f"the report", file=sys.stderr)
     return 0
 

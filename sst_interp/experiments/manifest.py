@@ -1,6 +1,7 @@
-"""An experiment folder's results: tidy tables (Parquet + CSV) and ``experiment.json``, its manifest.
+"""An experiment folder's results: tidy tables (Parquet + CSV) and ``experiment-<kind>.json``, its manifest.
 
-``experiment.json``::
+The three experiments may share one folder (and so its clean run, recorded once when their record options
+agree); each writes its own manifest and tables. ``experiment-<kind>.json``::
 
     {"format": "sst_interp.intervention_experiment", "format_version": 1,
      "experiment": "window" | "trace" | "steer",
@@ -32,8 +33,12 @@ from sst_interp.outputs import write_output
 
 FORMAT = "sst_interp.intervention_experiment"
 FORMAT_VERSION = 1
-MANIFEST = "experiment.json"
 KINDS = ("window", "trace", "steer")
+
+
+def manifest_name(kind: str) -> str:
+    """The manifest file of experiment ``kind`` in its folder."""
+    return f"experiment-{kind}.json"
 
 
 def file_sha256(path: Path) -> str:
@@ -62,51 +67,50 @@ def write_table(out: Path, name: str, frame: pd.DataFrame) -> dict[str, str]:
 
 def write_manifest(out: Path, kind: str, config: Any, record: Any, conditions: dict[str, Any],
                    tables: dict[str, Any], sources: dict[str, Any] | None = None) -> Path:
-    """Write ``experiment.json`` (see the module docstring)."""
+    """Write ``experiment-<kind>.json`` (see the module docstring)."""
     from sst_interp import __version__
 
     payload = {"format": FORMAT, "format_version": FORMAT_VERSION, "experiment": kind,
                "config": _plain(dataclasses.asdict(config)), "record": _plain(dataclasses.asdict(record)),
                "conditions": conditions, "sources": sources or {}, "tables": tables,
                "package_version": __version__}
-    return write_output(Path(out) / MANIFEST, json.dumps(payload, indent=1, sort_keys=True) + "\n")
+    return write_output(Path(out) / manifest_name(kind), json.dumps(payload, indent=1, sort_keys=True) + "\n")
 
 
-def check_out(out: Path, kind: str) -> None:
-    """Refuse an ``--out`` that holds another kind of experiment, or something that is not an experiment folder."""
+def check_out(out: Path) -> None:
+    """Refuse an ``--out`` that is a file, or a non-empty folder that is not an experiment folder."""
     out = Path(out)
     if out.exists() and not out.is_dir():
         raise UsageError(f"--out {out} is a file; pass a folder for the experiment")
-    manifest = out / MANIFEST
-    if manifest.is_file():
-        found = read_manifest(out)["experiment"]
-        if found != kind:
-            raise UsageError(f"--out {out} holds a {found!r} experiment; pass another folder for {kind!r}")
-    elif out.is_dir() and any(p.name not in ("runs", "specs") for p in out.iterdir()):
-        raise UsageError(f"--out {out} is not empty and holds no {MANIFEST}; pass a new folder")
+    if out.is_dir() and not kinds_in(out) and any(p.name not in ("runs", "specs") for p in out.iterdir()):
+        raise UsageError(f"--out {out} is not empty and holds no experiment-*.json; pass a new folder")
 
 
-def read_manifest(folder: Path) -> dict[str, Any]:
-    """The ``experiment.json`` of an experiment folder (UsageError when missing or not one)."""
-    path = Path(folder) / MANIFEST
+def kinds_in(folder: Path) -> list[str]:
+    """The experiments whose manifests ``folder`` holds, in :data:`KINDS` order."""
+    return [kind for kind in KINDS if (Path(folder) / manifest_name(kind)).is_file()]
+
+
+def read_manifest(folder: Path, kind: str) -> dict[str, Any]:
+    """The manifest of experiment ``kind`` in ``folder`` (UsageError when missing or not one)."""
+    path = Path(folder) / manifest_name(kind)
     if not path.is_file():
-        raise UsageError(f"{folder} is not an intervention experiment folder (no {MANIFEST}); write one with "
-                         f"python -m sst_interp.intervene window|trace|steer")
+        raise UsageError(f"{folder} holds no {kind} experiment ({path.name} is missing); write one with "
+                         f"python -m sst_interp.intervene {kind}")
     try:
         data = json.loads(path.read_text())
     except ValueError as err:
         raise UsageError(f"{path}: not valid JSON ({err})") from err
-    if not isinstance(data, dict) or data.get("format") != FORMAT or data.get("experiment") not in KINDS:
+    if not isinstance(data, dict) or data.get("format") != FORMAT or data.get("experiment") != kind:
         raise UsageError(f"{path}: not an intervention experiment manifest")
     return data
 
 
-def read_table(folder: Path, name: str) -> pd.DataFrame:
-    """A table of an experiment folder, checked against the sha256 its manifest records."""
-    manifest = read_manifest(folder)
-    entry = manifest["tables"].get(name)
+def read_table(folder: Path, kind: str, name: str) -> pd.DataFrame:
+    """A table of experiment ``kind`` in ``folder``, checked against the sha256 its manifest records."""
+    entry = read_manifest(folder, kind)["tables"].get(name)
     if entry is None:
-        raise UsageError(f"{folder}: the {manifest['experiment']} experiment has no table {name!r}")
+        raise UsageError(f"{folder}: the {kind} experiment has no table {name!r}")
     path = Path(folder) / entry["parquet"]
     if not path.is_file() or file_sha256(path) != entry["sha256"]:
         raise UsageError(f"{path}: missing or changed since the experiment wrote it (sha256 mismatch); rerun it")

@@ -3,7 +3,7 @@ ordinary run directory by ``record``'s own :func:`~sst_interp.record.runner.reco
 
 An experiment folder holds ``runs/<condition>/`` (run directories: resumable, readable by every analysis and by
 ``report``), ``specs/<condition>.json`` (the spec each intervened condition was recorded with), the experiment's
-tidy tables and ``experiment.json`` (its manifest, :mod:`sst_interp.experiments.manifest`).
+tidy tables and ``experiment-<kind>.json`` (its manifest, :mod:`sst_interp.experiments.manifest`).
 """
 
 from __future__ import annotations

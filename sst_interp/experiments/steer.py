@@ -109,7 +109,7 @@ def steer_spec(direction_file: Path, layer: int, scale: float, depth: int,
 
 
 def run_steer(setup: Setup, out: Path, config: SteerConfig) -> pd.DataFrame:
-    """Record the clean run and one run per non-zero scale; write the table and ``experiment.json``."""
+    """Record the clean run and one run per non-zero scale; write the table and ``experiment-<kind>.json``."""
     from sst_interp.store import Run
 
     config.check()

@@ -110,7 +110,7 @@ def patch_spec(run: Path, depth: int, layer: int, position: int, source_iteratio
 
 
 def run_trace(setup: Setup, out: Path, config: TraceConfig) -> dict[str, pd.DataFrame]:
-    """Record the clean run, measure both maps, write the tables and ``experiment.json`` under ``out``.
+    """Record the clean run, measure both maps, write the tables and ``experiment-<kind>.json`` under ``out``.
 
     Returns:
         {``trace_effects``: one row per (question, map, layer, position, iteration) measured;

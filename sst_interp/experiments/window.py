@@ -90,7 +90,7 @@ def window_spec(layers: tuple[int, ...], depth: int, mode: WindowMode) -> Interv
 
 def run_window(setup: Setup, out: Path, config: WindowConfig) -> pd.DataFrame:
     """Record the clean run (depths 1 and k) and one run per window (depth k) under ``out``; write the table
-    (``window.parquet``/``.csv``) and ``experiment.json``. Returns the table (columns :data:`COLUMNS`)."""
+    (``window.parquet``/``.csv``) and ``experiment-<kind>.json``. Returns the table (columns :data:`COLUMNS`)."""
     config.check(setup.num_layers)
     k = config.depth
     clean = record_condition(setup, out, "clean", [1, k])

@@ -9,7 +9,9 @@ Usage::
 The :class:`Intervener` is a generation observer (it learns each pass's turn, position and iteration from
 ``on_pass_start``) and, while the ``with`` block lasts, the hook object of the model's state-stream context
 (:class:`~sst_interp.model.layer.StateStreamContext`), which every SST layer offers its streams to. Passes that emit
-no token (prompt passes, two-pass pass 1) and layers without a state stream are never changed. In a pass that
+no token (prompt passes, two-pass pass 1) are never changed; ``state_in``, ``alpha`` and ``blended`` exist only in
+layers with a state stream in passes that read one, while ``layer_out`` can be changed in every layer of every
+pass that emits a token (also position 0 under the prompt mode ``none``, where the stream is off). In a pass that
 covers several columns (the two-pass prefill's pass 2 is generated position 0, iteration 1), only the last column,
 the one whose coordinates the pass carries, is changed. With an empty spec the model computes exactly what it
 computes without one.

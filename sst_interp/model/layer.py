@@ -41,7 +41,8 @@ class StateStreamContext:
         capture_kind: ``"output"`` stores o [B, T, d]; ``"state"`` stores the updated state C [B, T, d].
         intervention: while an intervention is active (:class:`sst_interp.interventions.Intervener`), the object
             whose ``state_in``/``alpha``/``blended``/``layer_out`` methods may change those streams and whose
-            ``freeze`` may keep the carried state; passes without a state stream never call it.
+            ``freeze`` may keep the carried state; the blend's streams are offered only where a state is read,
+            ``layer_out`` in every layer and pass.
     """
 
     mode: StateMode = "off"
@@ -81,7 +82,10 @@ class SSTLayerMixin:
             previous = ctx.carry[index].unsqueeze(1).to(h.device)
             h_tilde = _blend(params, h, previous, ctx.intervention, index)
         output = adapter.ffn_half(self, h_tilde)
-        intervention = ctx.intervention if previous is not None else None
+        # layer_out exists in every layer and pass (also without a state stream, or with it off, as in position 0 of
+        # the prompt mode none), so causal tracing can patch any layer; the Intervener leaves passes that emit no
+        # token alone.
+        intervention = ctx.intervention
         if intervention is not None:
             output = intervention.layer_out(index, output)
         if ctx.mode == "carry" and params is not None:
