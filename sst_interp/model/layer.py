@@ -95,7 +95,12 @@ class SSTLayerMixin:
                 ctx.carry[index] = params.update(previous, output).squeeze(1)
         if ctx.capture is not None:
             if ctx.capture_kind == "state" and params is not None and previous is not None:
-                ctx.capture[index] = params.update(previous, output)
+                state = params.update(previous, output)
+                if intervention is not None and intervention.freeze(index):
+                    # the two-pass prefill's last column is position 0, iteration 1: its carried state stays the
+                    # state it read (the Intervener freezes only the last column of a multi-column pass)
+                    state = torch.cat([state[:, :-1], previous[:, -1:].to(state.dtype)], dim=1)
+                ctx.capture[index] = state
             else:
                 ctx.capture[index] = output
         return output
