@@ -79,7 +79,8 @@ class SteerFlags:
 
     probe: Path = arg(help="a saved halting probe (python -m sst_interp.probe train)")
     scales: list[float] = arg(default_factory=lambda: [-1.0, -0.5, 0.5, 1.0],
-                              help="scale sweep in units of the state's mean norm (default: -1,-0.5,0.5,1)")
+                              help="scale sweep in units of the state's mean norm; write --scales=-1,1 when it "
+                                   "starts with a minus (default: -1,-0.5,0.5,1)")
     steer_positions: str = arg("0", help="generated positions steered: all, or e.g. 0,1")
     resamples: int = arg(10_000, help="bootstrap resamples")
     seed: int = arg(0, help="bootstrap seed")
