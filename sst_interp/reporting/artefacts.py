@@ -38,6 +38,7 @@ FAMILIES: tuple[str, ...] = (
     "Precision and convergence monitoring",
     "Halting probe",
     "Learned blend coefficients and training",
+    "Interventions",
 )
 
 
@@ -73,7 +74,7 @@ class ArtefactSpec:
         caption: one line on what the artefact shows.
         scope: "report", "run", "checkpoint" or "training" (module docstring).
         needs: inputs whose content keys the cache: any of "run", "runs", "baseline", "probe", "checkpoint",
-            "training".
+            "training", "experiments".
         compute: ``(context, target) -> ArtefactData | NotApplicable``; ``target`` is the run name, the checkpoint
             path or None.
         draw: figures only: ``ArtefactData -> Figure``.

@@ -97,3 +97,24 @@ def test_bad_trace_and_steer_flags_write_nothing(tmp_path, capsys):
     _fails(capsys, ["trace", "--out", str(tmp_path / "busy"), *common], "holds no experiment-*.json")
     assert not (tmp_path / "t").exists() and not (tmp_path / "s").exists()
     assert sorted(p.name for p in (tmp_path / "busy").iterdir()) == ["notes.txt"]
+
+
+def test_the_report_shows_the_experiment_and_refuses_a_folder_without_one(tmp_path, capsys):
+    from sst_interp.report import main as report
+
+    model = save_tiny_model(tmp_path / "model")
+    out = tmp_path / "exp"
+    assert main(_argv(model, out, "--size", "2", "--stride", "1")) == 0
+    argv = ["--run", str(out / "runs" / "clean"), "--out", str(tmp_path / "rep"), "--quiet",
+            "--only", "tab_intervention_*"]
+    assert report([*argv, "--experiment", str(out)]) == 0
+    shown = pd.read_csv(tmp_path / "rep" / "tab_intervention_window.csv")
+    written = pd.read_csv(out / "window.csv")
+    assert list(shown["experiment"].unique()) == ["exp"]
+    pd.testing.assert_frame_equal(shown.drop(columns="experiment"), written)
+    assert not (tmp_path / "rep" / "tab_intervention_steer.csv").exists()  # skipped: no steer experiment
+    capsys.readouterr()
+    with pytest.raises(SystemExit) as info:
+        report([*argv, "--out", str(tmp_path / "rep2"), "--experiment", str(tmp_path / "model")])
+    assert info.value.code == 2 and "holds no experiment-*.json" in capsys.readouterr().err
+    assert not (tmp_path / "rep2").exists()
