@@ -166,7 +166,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         config.check()
         load_probe(config.probe)  # a missing or broken probe stops here, before the model loads
     elif name == "window":
-        config.check(10**9)  # what needs no model; the layer bounds are checked once it is loaded
+        config.check()  # what needs no model; the layer bounds are checked once it is loaded
     setup = experiment_setup.load(record_args(common))
     config = library_config(name, common, own, setup.num_layers)
     if name == "window":

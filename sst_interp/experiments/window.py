@@ -57,13 +57,15 @@ class WindowConfig:
     resamples: int = 10_000
     seed: int = 0
 
-    def check(self, num_layers: int) -> None:
-        """UsageError for a config this model cannot take."""
+    def check(self, num_layers: int | None = None) -> None:
+        """UsageError for a config this model (None: any model) cannot take."""
         require_depth(self.depth)
         if self.mode not in ("freeze", "zero"):
             raise UsageError(f"--mode must be freeze or zero, got {self.mode!r}")
-        if not 1 <= self.size <= num_layers:
-            raise UsageError(f"--size must be between 1 and the model's {num_layers} layers, got {self.size}")
+        if self.size < 1:
+            raise UsageError(f"--size must be at least 1, got {self.size}")
+        if num_layers is not None and self.size > num_layers:
+            raise UsageError(f"--size {self.size} exceeds the model's {num_layers} layers")
         if self.stride < 1:
             raise UsageError(f"--stride must be at least 1, got {self.stride}")
         if self.resamples < 1:

@@ -76,8 +76,9 @@ def test_freezing_every_layer_is_depth_one(tmp_path, capsys, mode, tolerance):
 
 @pytest.mark.parametrize("extra, pattern", [
     (["--depth", "1"], "--depth must be at least 2"),
-    (["--size", "9"], "--size must be between 1 and the model's 3 layers"),
+    (["--size", "9"], "--size 9 exceeds the model's 3 layers"),
     (["--stride", "0"], "--stride must be at least 1"),
+    (["--size", "0"], "--size must be at least 1"),
     (["--mode", "melt"], "invalid choice"),
 ])
 def test_bad_window_flags_write_nothing(tmp_path, capsys, extra, pattern):
