@@ -71,6 +71,9 @@ class TraceFlags:
 
     positions: int = arg(6, help="look for the first depth-1/depth-k difference at positions 0..N-1")
     layers: str = arg("all", help="layers patched: all, or e.g. 0,3,5-7")
+    target_position: int | None = arg(None, help="target depth k's token at this position, for questions whose "
+                                                 "tokens agree before it (default: the first position where the "
+                                                 "depths' tokens differ)")
 
 
 @dataclass(frozen=True)
@@ -141,7 +144,8 @@ def library_config(name: str, common: CommonFlags, own: Any, num_layers: int | N
         from sst_interp.experiments.trace import TraceConfig
 
         layers = None if num_layers is None else parse_layers(own.layers, num_layers)
-        return TraceConfig(depth=common.depth, positions=own.positions, layers=layers)
+        return TraceConfig(depth=common.depth, positions=own.positions, layers=layers,
+                           target_position=own.target_position)
     from sst_interp.experiments.steer import SteerConfig
 
     return SteerConfig(probe=own.probe, depth=common.depth, scales=tuple(own.scales),

@@ -4,7 +4,9 @@
 2. Per question, the *target* is the first generated position T of turn 0 where the depth-k tokens differ from the
    depth-1 tokens, and the target token is depth k's token there (questions whose traces agree on the first
    ``positions`` tokens have no target and are counted as such). Positions 0..T-1 hold the same tokens at both
-   depths, so the two runs' passes at positions 0..T line up.
+   depths, so the two runs' passes at positions 0..T line up. With ``target_position`` P set, the target is depth
+   k's token at P instead, for the questions whose tokens agree before P (a model whose extra iterations rarely
+   change a token still changes its log-probs).
 3. Every measurement is a depth-1 pass of the question in which the tokens of positions < T are forced to the
    shared ones (a patch cannot change the context the target is read in; only the model's states differ), reading
    the log-probability of the target token at position T. Without a patch this is ``logprob_depth1``; the same
@@ -49,11 +51,14 @@ class TraceConfig:
         positions: targets are looked for at generated positions 0..positions-1 (at most ``--full-positions``,
             where the clean run holds the states to patch).
         layers: the layers patched (None: every layer).
+        target_position: None (the first position where the depths' tokens differ) or a fixed position P <
+            ``positions`` (depth k's token there, for questions whose tokens agree before P).
     """
 
     depth: int = 2
     positions: int = 6
     layers: tuple[int, ...] | None = None
+    target_position: int | None = None
 
     def check(self, num_layers: int, full_positions: int) -> None:
         """UsageError for a config this model or recording cannot take."""
@@ -63,6 +68,9 @@ class TraceConfig:
         if self.positions > full_positions:
             raise UsageError(f"--positions {self.positions} exceeds --full-positions {full_positions}: the clean run "
                              f"holds the states to patch only at positions recorded in full")
+        if self.target_position is not None and not 0 <= self.target_position < self.positions:
+            raise UsageError(f"--target-position must be in 0..--positions-1 ({self.positions - 1}), got "
+                             f"{self.target_position}")
         bad = [layer for layer in (self.layers or ()) if not 0 <= layer < num_layers]
         if bad:
             raise UsageError(f"--layers {bad} do not exist in a model with {num_layers} layers")
@@ -78,8 +86,10 @@ class Target:
     prefix: tuple[int, ...]  # the shared tokens of positions 0..position-1
 
 
-def find_targets(clean: Any, depth: int, positions: int) -> tuple[dict[str, Target], dict[str, str]]:
-    """({question: Target}, {question: why it has none}) from a clean run holding depths 1 and ``depth``."""
+def find_targets(clean: Any, depth: int, positions: int,
+                 fixed: int | None = None) -> tuple[dict[str, Target], dict[str, str]]:
+    """({question: Target}, {question: why it has none}) from a clean run holding depths 1 and ``depth``; ``fixed``
+    is the target position (None: the first difference)."""
     from sst_interp.outcomes import NEVER, first_divergence
 
     rows = clean.generations()
@@ -92,7 +102,14 @@ def find_targets(clean: Any, depth: int, positions: int) -> tuple[dict[str, Targ
             continue
         shallow, deep = tokens[(question, 1)], tokens[(question, depth)]
         where = first_divergence(shallow, deep)
-        if where == NEVER or where >= len(deep):
+        if fixed is not None:
+            if where != NEVER and where < fixed:
+                skipped[question] = f"tokens differ at position {where}, before --target-position {fixed}"
+            elif len(deep) <= fixed:
+                skipped[question] = f"fewer than {fixed + 1} tokens"
+            else:
+                targets[question] = Target(question, fixed, int(deep[fixed]), tuple(int(t) for t in deep[:fixed]))
+        elif where == NEVER or where >= len(deep):
             skipped[question] = "same tokens at both depths"
         elif where >= positions:
             skipped[question] = f"first difference at position {where} >= --positions {positions}"
@@ -123,7 +140,7 @@ def run_trace(setup: Setup, out: Path, config: TraceConfig) -> dict[str, pd.Data
     clean_path = record_condition(setup, out, "clean", [1, k])
     from sst_interp.store import Run
 
-    targets, skipped = find_targets(Run.open(clean_path), k, config.positions)
+    targets, skipped = find_targets(Run.open(clean_path), k, config.positions, config.target_position)
     measure = _Measure(setup, targets)
     base1, basek = measure(1, None, 0), measure(k, None, 0)
     effects = []

@@ -50,11 +50,15 @@ def planted_setup(questions: int = 8) -> Setup:
     return Setup(sst, char_tokenizer(), load_questions("demo", None)[:questions], base, {"model": "planted"}, "0")
 
 
-def test_trace_finds_the_planted_path_and_nothing_else(tmp_path):
-    tables = run_trace(planted_setup(), tmp_path, TraceConfig(depth=DEPTH, positions=6))
+# the first differing token, or depth k's token at a fixed position (for questions whose tokens agree before it)
+@pytest.mark.parametrize("fixed", [None, 3])
+def test_trace_finds_the_planted_path_and_nothing_else(tmp_path, fixed):
+    tables = run_trace(planted_setup(), tmp_path, TraceConfig(depth=DEPTH, positions=6, target_position=fixed))
     targets = tables["trace_targets"]
     measured = targets[targets["skipped"] == ""].set_index("question_id")
     assert len(measured) >= 1 and (measured["target_position"] >= 1).any(), targets
+    if fixed is not None:  # more questions than those whose tokens differ
+        assert (measured["target_position"] == fixed).all() and len(measured) > 2
     effects = tables["trace_effects"]
     for question, target in measured.iterrows():
         mine = effects[effects["question_id"] == question]
