@@ -89,17 +89,30 @@ def _position0(run: Any, depth: int, questions: list[str]) -> dict[str, tuple[in
     return out
 
 
-def _first_token_change(clean: Any, intervened: Any, depth: int, questions: list[str]) -> tuple[float, int, int]:
-    before, after = _position0(clean, depth, questions), _position0(intervened, depth, questions)
-    changes, censored = [], 0
+def first_token_logprob_changes(clean: Any, intervened: Any, depth: int, questions: list[str],
+                                intervened_depth: int | None = None) -> pd.Series:
+    """Per question: the intervened log-prob of the clean run's first token (turn 0, position 0, final iteration)
+    minus the clean one; NaN where the token fell out of the intervened run's recorded top-K (censored).
+    ``intervened_depth`` (default ``depth``) reads the intervened run at another depth, e.g. clean depth 1 against
+    clean depth k.
+
+    Returns:
+        float Series indexed by question id (questions missing from either run are absent).
+    """
+    before = _position0(clean, depth, questions)
+    after = _position0(intervened, depth if intervened_depth is None else intervened_depth, questions)
+    out = {}
     for question, (token, ids, logprobs) in before.items():
         if question not in after:
             continue
         clean_logprob = logprobs[np.flatnonzero(ids == token)[0]]
         _, other_ids, other_logprobs = after[question]
         found = np.flatnonzero(other_ids == token)
-        if len(found) == 0:
-            censored += 1
-            continue
-        changes.append(float(other_logprobs[found[0]] - clean_logprob))
-    return (float(np.mean(changes)) if changes else float("nan")), len(changes), censored
+        out[question] = float(other_logprobs[found[0]] - clean_logprob) if len(found) else float("nan")
+    return pd.Series(out, dtype=float, name="first_token_logprob_change")
+
+
+def _first_token_change(clean: Any, intervened: Any, depth: int, questions: list[str]) -> tuple[float, int, int]:
+    changes = first_token_logprob_changes(clean, intervened, depth, questions)
+    kept = changes.dropna()
+    return (float(kept.mean()) if len(kept) else float("nan")), len(kept), int(changes.isna().sum())

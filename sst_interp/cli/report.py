@@ -44,6 +44,9 @@ class ReportFlags:
     only: list[str] = arg(default_factory=list, metavar="NAME,...",
                           help="comma-separated artefact names or globs to produce (default: all)")
     runs_root: Path = arg(Path("runs"), help="where to look for the most recent run when no --run is given")
+    experiment: list[Path] = arg(default_factory=list, repeat=True,
+                                 help="intervention experiment folder (python -m sst_interp.intervene ... --out), "
+                                      "repeatable: its tables and heatmaps join the report")
     quiet: bool = arg(False, help="no progress lines")
 
 
@@ -71,7 +74,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         runs=tuple(args.run), baselines=tuple(args.baseline), probe=args.probe,
         checkpoint=_named(args.checkpoint), training_logs=tuple(_named(p) for p in args.training_log), out=args.out,
         only=tuple(args.only), runs_root=args.runs_root,
-        progress=not args.quiet,
+        progress=not args.quiet, experiments=tuple(args.experiment),
     )
     result = build_report(config)
     ok, skipped, failed = (result.names(s) for s in ("ok", "skipped", "failed"))

@@ -9,7 +9,9 @@ Usage::
 The :class:`Intervener` is a generation observer (it learns each pass's turn, position and iteration from
 ``on_pass_start``) and, while the ``with`` block lasts, the hook object of the model's state-stream context
 (:class:`~sst_interp.model.layer.StateStreamContext`), which every SST layer offers its streams to. Passes that emit
-no token (prompt passes, two-pass pass 1) and layers without a state stream are never changed. In a pass that
+no token (prompt passes, two-pass pass 1) are never changed; ``state_in``, ``alpha`` and ``blended`` exist only in
+layers with a state stream in passes that read one, while ``layer_out`` can be changed in every layer of every
+pass that emits a token (also position 0 under the prompt mode ``none``, where the stream is off). In a pass that
 covers several columns (the two-pass prefill's pass 2 is generated position 0, iteration 1), only the last column,
 the one whose coordinates the pass carries, is changed. With an empty spec the model computes exactly what it
 computes without one.
@@ -26,7 +28,7 @@ import numpy as np
 import torch
 
 from sst_interp.errors import UsageError
-from sst_interp.interventions.spec import Intervention, InterventionSpec, Operation
+from sst_interp.interventions.spec import READS_RUN, Intervention, InterventionSpec, Operation
 
 
 class Intervener:
@@ -35,19 +37,22 @@ class Intervener:
     Args:
         sst: the model (its layer count and hidden size validate the spec).
         spec: what to change.
-        question_ids: the question of each batch row, needed by ``patch`` operations.
+        question_ids: the question of each batch row, needed by ``patch`` operations; a row whose id is None is
+            never patched.
     """
 
-    def __init__(self, sst: Any, spec: InterventionSpec, question_ids: Sequence[str] | None = None) -> None:
+    def __init__(self, sst: Any, spec: InterventionSpec, question_ids: Sequence[str | None] | None = None) -> None:
         self.sst = sst
         self.spec = spec
-        self.question_ids = None if question_ids is None else [str(q) for q in question_ids]
+        self.question_ids = None if question_ids is None else [None if q is None else str(q) for q in question_ids]
         self._coords: tuple[int, int, int] | None = None  # (turn, position, iteration) of the pass in progress
         self._active: torch.Tensor | None = None
         self._depth = 0
         self._directions: dict[int, torch.Tensor] = {}
-        self._patches = {id(i): _PatchSource(i.operation) for i in spec.interventions if i.operation.kind == "patch"}
         self._validate()
+        self._patches = {id(i): _PatchSource(i.operation) for i in spec.interventions
+                         if i.operation.kind in ("patch", "resample")}
+        self._means = {id(i): _MeanSource(i.operation) for i in spec.interventions if i.operation.kind == "mean"}
 
     # ------------------------------------------------------------------------------------------ set-up
     def _validate(self) -> None:
@@ -55,8 +60,9 @@ class Intervener:
         for number, item in enumerate(self.spec.interventions, 1):
             if item.operation.kind == "add":
                 self._directions[id(item)] = _direction(item.operation)
-            if item.operation.kind == "patch" and self.question_ids is None:
-                raise UsageError(f"intervention {number}: 'patch' reads states per question: pass question_ids")
+            if item.operation.kind in ("patch", "resample") and self.question_ids is None:
+                raise UsageError(f"intervention {number}: {item.operation.kind!r} reads states per question: pass "
+                                 f"question_ids")
 
     # ------------------------------------------------------------------------------------------ observer
     def on_pass_start(self, info: Any) -> None:
@@ -99,12 +105,24 @@ class Intervener:
             wide = torch.promote_types(value.dtype, torch.float32)  # bf16 adds in float32 and rounds once
             direction = self._directions[id(item)].to(device=value.device, dtype=wide)
             return (value.to(wide) + item.operation.scale * direction).to(value.dtype)
-        if kind == "patch":
+        if kind == "mean":
+            assert self._coords is not None
+            turn, position, iteration = self._coords
+            mean = self._means[id(item)].value(self._depth, turn, position, iteration, layer)
+            rows = self._active.to(value.device)[:, None, None]
+            return torch.where(rows, mean.to(device=value.device, dtype=value.dtype)[None, None, :], value)
+        if kind in ("patch", "resample"):
             assert self._coords is not None and self.question_ids is not None
             turn, position, iteration = self._coords
-            patched = self._patches[id(item)].values(self.question_ids, self._depth, turn, position, iteration,
-                                                     layer, self._active)
-            rows = self._active.to(value.device)[:, None, None]
+            source_iteration = item.operation.source_iteration or iteration
+            source = self._patches[id(item)]
+            questions = (self.question_ids if kind == "patch"
+                         else [None if q is None else source.other(q, item.operation.seed or 0)
+                               for q in self.question_ids])
+            patched = source.values(questions, self._depth, turn, position, source_iteration, layer, self._active)
+            # A row whose question id is None is left alone (an experiment patches only the rows it measures).
+            chosen = torch.tensor([q is not None for q in self.question_ids], dtype=torch.bool)
+            rows = (self._active.cpu() & chosen).to(value.device)[:, None, None]
             return torch.where(rows, patched.to(device=value.device, dtype=value.dtype)[:, None, :], value)
         raise AssertionError(f"operation {kind} has no tensor form")
 
@@ -144,25 +162,51 @@ def check_spec(spec: InterventionSpec, num_layers: int, hidden_size: int) -> Non
             if tuple(direction.shape) != (hidden_size,):
                 raise UsageError(f"intervention {number}: the direction has shape {tuple(direction.shape)}; this "
                                  f"model's states have d = {hidden_size}")
-        if item.operation.kind == "patch":
-            from sst_interp.store import Run
+        if item.operation.kind in READS_RUN:
+            _check_reference(number, item, hidden_size)
 
-            run = Run.open(str(item.operation.run))
-            if run.hidden_size != hidden_size:
-                raise UsageError(f"intervention {number}: {run.path} holds states of d = {run.hidden_size}; this "
-                                 f"model's are d = {hidden_size}")
-            if item.operation.depth is not None and item.operation.depth not in run.depths:
-                raise UsageError(f"intervention {number}: patch: {run.path} has no depth {item.operation.depth} "
-                                 f"(it holds {run.depths})")
+
+def _check_reference(number: int, item: Intervention, hidden_size: int) -> None:
+    """The reference run of a patch, mean or resample holds hidden states of this model's size at the site."""
+    from sst_interp.store import Run
+
+    kind, operation, site = item.operation.kind, item.operation, item.site
+    run = Run.open(str(operation.run))
+    where = f"intervention {number}: {kind}: {run.path}"
+    if run.hidden_size != hidden_size:
+        raise UsageError(f"{where} holds states of d = {run.hidden_size}; this model's are d = {hidden_size}")
+    if operation.depth is not None and operation.depth not in run.depths:
+        raise UsageError(f"{where} has no depth {operation.depth} (it holds {run.depths})")
+    full = int(run.manifest.get("full_positions", 0))
+    if full < 1:
+        raise UsageError(f"{where} recorded no hidden states (full_positions 0); record it with --full-positions")
+    if site.positions is not None and max(site.positions) >= full:
+        raise UsageError(f"{where} holds hidden states only at positions 0-{full - 1}, not at positions "
+                         f"{[p for p in site.positions if p >= full]}")
+    if run.num_layers and site.layers is not None and max(site.layers) >= run.num_layers:
+        raise UsageError(f"{where} has {run.num_layers} layers; the site asks for {list(site.layers)}")
+    deepest = operation.depth or max(run.depths, default=0)
+    wanted = [operation.source_iteration] if operation.source_iteration else list(site.iterations or ())
+    if wanted and max(wanted) > deepest:
+        raise UsageError(f"{where} holds iterations 1-{deepest} at depth {deepest}; the site asks for iteration "
+                         f"{max(wanted)}")
+    if kind == "resample" and len(recorded_questions(run)) < 2:
+        raise UsageError(f"{where} holds fewer than 2 questions; resample needs another question to draw from")
+
+
+def recorded_questions(run: Any) -> list[str]:
+    """The question ids a run has recorded at any depth (its manifest's ``status``), sorted."""
+    return sorted({str(q) for ids in run.manifest.get("status", {}).values() for q in ids})
 
 
 def patch_runs(spec: InterventionSpec) -> dict[str, str]:
-    """{run directory: sha256 of its manifest} of every run a spec patches from (part of a run's identity)."""
+    """{run directory: sha256 of its manifest} of every run a spec reads states from (patch, mean, resample; part of
+    a run's identity)."""
     import hashlib
 
     out = {}
     for item in spec.interventions:
-        if item.operation.kind == "patch":
+        if item.operation.kind in READS_RUN:
             folder = Path(str(item.operation.run)).resolve()
             manifest = folder / "manifest.json"
             if not manifest.is_file():
@@ -172,7 +216,7 @@ def patch_runs(spec: InterventionSpec) -> dict[str, str]:
 
 
 @contextmanager
-def intervene(sst: Any, spec: InterventionSpec, question_ids: Sequence[str] | None = None) -> Iterator[Intervener]:
+def intervene(sst: Any, spec: InterventionSpec, question_ids: Sequence[str | None] | None = None) -> Iterator[Intervener]:
     """Install an :class:`Intervener` on ``sst`` for the block (removed on exit, also on error); pass it to
     ``generate`` as the observer (or inside an :class:`~sst_interp.model.observers.ObserverGroup`)."""
     context = sst.context
@@ -208,6 +252,7 @@ class _PatchSource:
         self.run = Run.open(str(operation.run))
         self.depth = operation.depth
         self._cache: dict[tuple[str, int, int], Any] = {}
+        self._questions: list[str] | None = None
 
     def _block(self, question_id: str, depth: int, turn: int) -> Any:
         key = (question_id, depth, turn)
@@ -223,13 +268,23 @@ class _PatchSource:
             self._cache[key] = blocks[0]
         return self._cache[key]
 
-    def values(self, question_ids: Sequence[str], generated_depth: int, turn: int, position: int, iteration: int,
+    def other(self, question_id: str, seed: int) -> str:
+        """Another question of the run for ``question_id``, the same for the same (question, seed)."""
+        import zlib
+
+        if self._questions is None:
+            self._questions = recorded_questions(self.run)
+        others = [q for q in self._questions if q != question_id]
+        rng = np.random.default_rng([int(seed), zlib.crc32(question_id.encode())])
+        return others[int(rng.integers(len(others)))]
+
+    def values(self, question_ids: Sequence[str | None], generated_depth: int, turn: int, position: int, iteration: int,
                layer: int, active: torch.Tensor | None) -> torch.Tensor:
         """[B, d] float32: each active row's recorded state at (turn, position, iteration, layer)."""
         depth = self.depth or generated_depth
         rows = []
         for row, question_id in enumerate(question_ids):
-            if active is not None and not bool(active[row]):
+            if question_id is None or (active is not None and not bool(active[row])):
                 rows.append(None)
                 continue
             block = self._block(question_id, depth, turn)
@@ -246,3 +301,50 @@ class _PatchSource:
             rows.append(torch.from_numpy(np.ascontiguousarray(value)))
         d = next(r.shape[0] for r in rows if r is not None) if any(r is not None for r in rows) else 0
         return torch.stack([r if r is not None else torch.zeros(d) for r in rows])
+
+
+class _MeanSource:
+    """The mean over a run's questions of its recorded states, per (depth, turn): summed one question at a time, so
+    memory is one [positions, iterations, layers, d] sum whatever the question count."""
+
+    def __init__(self, operation: Operation) -> None:
+        from sst_interp.store import Run
+
+        self.run = Run.open(str(operation.run))
+        self.depth = operation.depth
+        self._means: dict[tuple[int, int], Any] = {}
+
+    def _mean(self, depth: int, turn: int) -> Any:
+        key = (depth, turn)
+        if key not in self._means:
+            if depth not in self.run.depths:
+                raise UsageError(f"mean: {self.run.path} has no depth {depth} (it holds {self.run.depths})")
+            total = count = None
+            axes = None
+            for block in self.run.hidden(depth, turn=turn):
+                values = block.values.astype(np.float64)
+                if total is None:
+                    axes = (block.positions, block.iterations, block.layers)
+                    total, count = np.zeros(values.shape), np.zeros(values.shape[:3])
+                if values.shape != total.shape:
+                    raise UsageError(f"mean: {self.run.path} holds blocks of different shapes at depth {depth}, "
+                                     f"turn {turn} ({values.shape} vs {total.shape}); record it with one setting")
+                seen = ~np.isnan(values).any(axis=-1)
+                total += np.where(seen[..., None], values, 0.0)
+                count += seen
+            if total is None:
+                raise UsageError(f"mean: {self.run.path} has no hidden states at depth {depth}, turn {turn}")
+            self._means[key] = (axes, total, count)
+        return self._means[key]
+
+    def value(self, generated_depth: int, turn: int, position: int, iteration: int, layer: int) -> torch.Tensor:
+        """[d] float32: the mean state at (turn, position, iteration, layer)."""
+        depth = self.depth or generated_depth
+        (positions, iterations, layers), total, count = self._mean(depth, turn)
+        where = (np.flatnonzero(positions == position), np.flatnonzero(iterations == iteration),
+                 np.flatnonzero(layers == layer))
+        n = count[where[0][0], where[1][0], where[2][0]] if all(len(w) for w in where) else 0
+        if n == 0:
+            raise UsageError(f"mean: {self.run.path} recorded no hidden state at turn {turn}, position {position}, "
+                             f"iteration {iteration}, layer {layer} (depth {depth})")
+        return torch.from_numpy((total[where[0][0], where[1][0], where[2][0]] / n).astype(np.float32))

@@ -18,7 +18,14 @@ Operations:
 - ``freeze``: the carried state is not updated (``layer_out`` only): the next pass reads the state this pass read,
   while the layer's output to the next layer is unchanged;
 - ``patch``: ``layer_out`` becomes the value recorded in ``run`` (a run directory) at the same question, turn,
-  position, iteration and layer, at depth ``depth`` (default: the depth being generated).
+  position and layer, at depth ``depth`` (default: the depth being generated) and iteration ``source_iteration``
+  (default: the iteration being generated; causal tracing across depths patches depth k's last iteration into
+  iteration 1 of a depth-1 pass).
+- ``mean``: ``layer_out`` becomes the mean over every question of ``run`` of its recorded state at the same turn,
+  position, iteration and layer (at depth ``depth``, default the depth being generated), computed streaming one
+  question at a time;
+- ``resample``: ``layer_out`` becomes the state ``run`` recorded at the same site for another question, drawn per
+  question with ``seed`` (the same question always draws the same other question).
 """
 
 from __future__ import annotations
@@ -31,10 +38,13 @@ from typing import Any
 from sst_interp.errors import UsageError
 
 STREAMS: tuple[str, ...] = ("state_in", "alpha", "blended", "layer_out")
-OPERATIONS: tuple[str, ...] = ("zero", "add", "set_alpha", "freeze", "patch")
+OPERATIONS: tuple[str, ...] = ("zero", "add", "set_alpha", "freeze", "patch", "mean", "resample")
+#: Operations that read a reference run's recorded states (its ``hidden`` shards: the layers' outputs).
+READS_RUN: tuple[str, ...] = ("patch", "mean", "resample")
 _STREAMS_OF: dict[str, tuple[str, ...]] = {
     "zero": ("state_in", "blended", "layer_out"), "add": ("state_in", "blended", "layer_out"),
-    "set_alpha": ("alpha",), "freeze": ("layer_out",), "patch": ("layer_out",),
+    "set_alpha": ("alpha",), "freeze": ("layer_out",), "patch": ("layer_out",), "mean": ("layer_out",),
+    "resample": ("layer_out",),
 }
 
 
@@ -91,6 +101,8 @@ class Operation:
     value: float | None = None
     run: str | None = None
     depth: int | None = None
+    source_iteration: int | None = None
+    seed: int | None = None
 
     def __post_init__(self) -> None:
         if self.kind not in OPERATIONS:
@@ -102,8 +114,11 @@ class Operation:
             object.__setattr__(self, "direction", tuple(float(x) for x in self.direction))
         if self.kind == "set_alpha" and self.value is None:
             raise UsageError("a 'set_alpha' intervention needs value (the blend coefficient, e.g. 0)")
-        if self.kind == "patch" and not self.run:
-            raise UsageError("a 'patch' intervention needs run (the run directory to read the states from)")
+        if self.kind in READS_RUN and not self.run:
+            raise UsageError(f"a {self.kind!r} intervention needs run (the run directory to read the states from)")
+        if self.source_iteration is not None and (self.kind != "patch" or int(self.source_iteration) < 1):
+            raise UsageError(f"source_iteration (1-based) belongs to 'patch' operations, got {self.source_iteration!r} "
+                             f"on {self.kind!r}")
 
 
 @dataclass(frozen=True)

@@ -41,7 +41,8 @@ class StateStreamContext:
         capture_kind: ``"output"`` stores o [B, T, d]; ``"state"`` stores the updated state C [B, T, d].
         intervention: while an intervention is active (:class:`sst_interp.interventions.Intervener`), the object
             whose ``state_in``/``alpha``/``blended``/``layer_out`` methods may change those streams and whose
-            ``freeze`` may keep the carried state; passes without a state stream never call it.
+            ``freeze`` may keep the carried state; the blend's streams are offered only where a state is read,
+            ``layer_out`` in every layer and pass.
     """
 
     mode: StateMode = "off"
@@ -81,7 +82,10 @@ class SSTLayerMixin:
             previous = ctx.carry[index].unsqueeze(1).to(h.device)
             h_tilde = _blend(params, h, previous, ctx.intervention, index)
         output = adapter.ffn_half(self, h_tilde)
-        intervention = ctx.intervention if previous is not None else None
+        # layer_out exists in every layer and pass (also without a state stream, or with it off, as in position 0 of
+        # the prompt mode none), so causal tracing can patch any layer; the Intervener leaves passes that emit no
+        # token alone.
+        intervention = ctx.intervention
         if intervention is not None:
             output = intervention.layer_out(index, output)
         if ctx.mode == "carry" and params is not None:
@@ -91,7 +95,12 @@ class SSTLayerMixin:
                 ctx.carry[index] = params.update(previous, output).squeeze(1)
         if ctx.capture is not None:
             if ctx.capture_kind == "state" and params is not None and previous is not None:
-                ctx.capture[index] = params.update(previous, output)
+                state = params.update(previous, output)
+                if intervention is not None and intervention.freeze(index):
+                    # the two-pass prefill's last column is position 0, iteration 1: its carried state stays the
+                    # state it read (the Intervener freezes only the last column of a multi-column pass)
+                    state = torch.cat([state[:, :-1], previous[:, -1:].to(state.dtype)], dim=1)
+                ctx.capture[index] = state
             else:
                 ctx.capture[index] = output
         return output

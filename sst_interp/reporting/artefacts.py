@@ -39,6 +39,7 @@ FAMILIES: tuple[str, ...] = (
     "Per-position depth",
     "Halting probe",
     "Learned blend coefficients and training",
+    "Interventions",
 )
 
 
@@ -74,7 +75,7 @@ class ArtefactSpec:
         caption: one line on what the artefact shows.
         scope: "report", "run", "checkpoint" or "training" (module docstring).
         needs: inputs whose content keys the cache: any of "run", "runs", "baseline", "probe", "checkpoint",
-            "training".
+            "training", "experiments".
         compute: ``(context, target) -> ArtefactData | NotApplicable``; ``target`` is the run name, the checkpoint
             path or None.
         draw: figures only: ``ArtefactData -> Figure``.

@@ -116,6 +116,8 @@ class Fingerprints:
             return self.path(ckpt)
         if need == "training":
             return [self.path(inputs.training.sst), self.path(inputs.training.baseline)]
+        if need == "experiments":
+            return [self.path(p) for p in inputs.experiments]
         raise ValueError(f"unknown need {need!r}")
 
 

@@ -44,6 +44,8 @@ class ReportConfig:
         only: artefact names or shell-style globs to produce (empty: all).
         runs_root: where to look for the most recent run when ``runs`` is empty.
         progress: print one line per artefact to stderr.
+        experiments: intervention experiment folders (``python -m sst_interp.intervene``) whose tables and
+            heatmaps join the report.
     """
 
     runs: tuple[Path, ...] = ()
@@ -55,6 +57,7 @@ class ReportConfig:
     only: tuple[str, ...] = ()
     runs_root: Path = Path("runs")
     progress: bool = True
+    experiments: tuple[Path, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -104,6 +107,7 @@ class ReportInputs:
         missing_checkpoints: {run name: why no checkpoint} for runs without one.
         training: the training logs.
         out: the output folder.
+        experiments: intervention experiment folders (each holds at least one ``experiment-<kind>.json``).
     """
 
     runs: tuple[RunInput, ...]
@@ -113,6 +117,7 @@ class ReportInputs:
     missing_checkpoints: dict[str, str] = field(default_factory=dict)
     training: TrainingLogs = TrainingLogs()
     out: Path = Path("reports")
+    experiments: tuple[Path, ...] = ()
 
     def run(self, name: str) -> RunInput:
         """The run called ``name``."""
@@ -284,4 +289,19 @@ def resolve_inputs(config: ReportConfig) -> ReportInputs:
         missing_checkpoints=missing,
         training=resolve_training_logs(tuple(Path(p) for p in config.training_logs)),
         out=Path(config.out),
+        experiments=resolve_experiments(tuple(Path(p) for p in config.experiments)),
     )
+
+
+def resolve_experiments(paths: tuple[Path, ...]) -> tuple[Path, ...]:
+    """The intervention experiment folders; a path holding no experiment manifest is a UsageError."""
+    from sst_interp.experiments.manifest import kinds_in, read_manifest
+
+    for path in paths:
+        kinds = kinds_in(path) if path.is_dir() else []
+        if not kinds:
+            raise UsageError(f"--experiment {path} holds no experiment-*.json; pass the --out of "
+                             f"python -m sst_interp.intervene window|trace|steer")
+        for kind in kinds:
+            read_manifest(path, kind)  # a damaged manifest stops the report before anything is written
+    return paths

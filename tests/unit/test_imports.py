@@ -27,6 +27,7 @@ HEAVY = ("torch", "sklearn", "transformers")
 COMMANDS = [
     ["sst_interp.record"], ["sst_interp.report"], ["sst_interp.generate"], ["sst_interp.train"],
     ["sst_interp.train.codeact_data"], ["sst_interp.probe"], ["sst_interp.probe.position_sim"], ["sst_interp.store"],
+    ["sst_interp.intervene"], *(["sst_interp.intervene", sub] for sub in ("window", "trace", "steer")),
     *(["sst_interp.probe", sub] for sub in ("train", "evaluate", "sweep", "loocv", "ablate", "policies")),
     *(["sst_interp.store", sub] for sub in ("verify", "repair")),
 ]

@@ -1,0 +1,141 @@
+"""What every intervention experiment shares: the model and questions loaded once, and each condition recorded as an
+ordinary run directory by ``record``'s own :func:`~sst_interp.record.runner.record_questions`.
+
+An experiment folder holds ``runs/<condition>/`` (run directories: resumable, readable by every analysis and by
+``report``), ``specs/<condition>.json`` (the spec each intervened condition was recorded with), the experiment's
+tidy tables and ``experiment-<kind>.json`` (its manifest, :mod:`sst_interp.experiments.manifest`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from sst_interp.errors import UsageError
+from sst_interp.record.options import RecordOptions
+
+RUNS = "runs"
+SPECS = "specs"
+
+
+@dataclass
+class Setup:
+    """A loaded model and its questions, with the record options every condition is recorded under.
+
+    Args:
+        sst: the :class:`~sst_interp.model.sst.SSTModel`.
+        tokenizer: its tokenizer.
+        questions: the selected questions (CodeACT first turns under ``protocol == "codeact"``).
+        base: the record options shared by every condition (``depths``, ``out`` and ``intervention`` are set per
+            condition).
+        model_identity: the model part of each run's identity (``ModelSpec.identity()``).
+        data_sha256: the sha256 of the whole question set (part of each run's identity).
+        demo: whether the untrained demo preset is on.
+    """
+
+    sst: Any
+    tokenizer: Any
+    questions: list[Any]
+    base: RecordOptions
+    model_identity: dict[str, Any]
+    data_sha256: str
+    demo: bool = False
+
+    @property
+    def num_layers(self) -> int:
+        return int(self.sst.num_layers)
+
+
+def prepare(base: RecordOptions) -> tuple[RecordOptions, list[Any], Any, bool, str]:
+    """Check ``base`` and load the questions, without loading the model (so bad input stops in seconds).
+
+    Returns:
+        (the validated options, the selected questions, the model spec, demo preset on, questions sha256).
+    """
+    from sst_interp.data import load_questions, questions_to_frame
+    from sst_interp.data.question import select_questions
+    from sst_interp.model.loading import resolve_prompt_mode
+    from sst_interp.record.identity import model_spec, questions_sha256, sandbox_config
+
+    base.validate()
+    base.use_default_codeact_checkpoint()
+    if base.codeact:
+        from sst_interp.sandbox import check_backend
+
+        check_backend(sandbox_config(base))
+    every = load_questions(base.questions, base.data, **base.source_options())
+    if base.codeact:
+        from sst_interp.codeact.prompts import codeact_question
+
+        every = [codeact_question(q) for q in every]
+    selected = select_questions(every, limit=base.limit, ids=base.ids())
+    spec, demo = model_spec(base)
+    base.prompt_mode = resolve_prompt_mode(base.prompt_mode, demo)
+    return base, selected, spec, demo, questions_sha256(questions_to_frame(every))
+
+
+def load(base: RecordOptions) -> Setup:
+    """:func:`prepare`, then load the model and check the questions fit it (UsageError before anything is written)."""
+    from sst_interp.model.loading import build_sst
+    from sst_interp.record.preflight import check_against_model
+
+    base, questions, spec, demo, data_sha = prepare(base)
+    sst, tokenizer = build_sst(spec)
+    check_against_model(base, sst, tokenizer, questions)
+    return Setup(sst, tokenizer, questions, base, spec.identity(), data_sha, demo)
+
+
+def condition_path(out: Path, name: str) -> Path:
+    """The run directory of condition ``name`` in experiment folder ``out``."""
+    return Path(out) / RUNS / name
+
+
+def record_condition(setup: Setup, out: Path, name: str, depths: list[int], spec: Any | None = None) -> Path:
+    """Record (or resume) condition ``name`` at ``depths`` with ``spec`` (None: clean) as an ordinary run.
+
+    The spec is written to ``specs/<name>.json`` and passed to ``record`` as ``--intervention`` would be, so it is
+    in the run's manifest and identity. Returns the run directory."""
+    from sst_interp.record.identity import run_identity
+    from sst_interp.record.runner import record_questions
+
+    folder = condition_path(out, name)
+    intervention = None
+    if spec is not None:
+        spec_file = Path(out) / SPECS / f"{name}.json"
+        spec_file.parent.mkdir(parents=True, exist_ok=True)
+        spec_file.write_text(json.dumps(spec.to_dict(), indent=1, sort_keys=True) + "\n")
+        intervention = str(spec_file)
+    args = dataclasses.replace(setup.base, depths=list(depths), out=str(folder),
+                               intervention=intervention)
+    identity = run_identity(args, setup.model_identity, setup.data_sha256)
+    print(f"[condition {name}: depths {','.join(map(str, depths))}]")
+    record_questions(setup.sst, setup.tokenizer, setup.questions, args, folder, identity, demo=setup.demo)
+    return folder
+
+
+def require_depth(depth: int) -> None:
+    """Experiments compare depth k with depth 1: k must be at least 2."""
+    if depth < 2:
+        raise UsageError(f"--depth must be at least 2 (the experiment compares depth k with depth 1), got {depth}")
+
+
+def parse_layers(text: str | None, num_layers: int, flag: str = "--layers") -> tuple[int, ...]:
+    """``all``/None, ``a-b`` ranges and comma lists of layer indices, checked against the model's layer count."""
+    if text is None or text.strip() == "all":
+        return tuple(range(num_layers))
+    out: set[int] = set()
+    for part in text.split(","):
+        part = part.strip()
+        first, sep, last = part.partition("-")
+        try:
+            out.update(range(int(first), int(last) + 1) if sep else [int(part)])
+        except ValueError as err:
+            raise UsageError(f"{flag} {text!r}: write layer indices like 0,3,5-7 or all") from err
+    bad = sorted(layer for layer in out if not 0 <= layer < num_layers)
+    if bad or not out:
+        raise UsageError(f"{flag} {text!r}: layers {bad} do not exist in a model with {num_layers} layers "
+                         f"(0-{num_layers - 1})")
+    return tuple(sorted(out))

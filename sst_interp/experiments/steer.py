@@ -1,0 +1,177 @@
+"""Experiment c, steering the halt: add the halting probe's direction at its layer, with a scale sweep.
+
+The direction u (unit length, [d]) is the probe's input direction that raises its halting logit: ``fc2.weight`` for
+the linear probe, ``fc2.weight @ fc1.weight`` for the MLP probe (the logit's gradient with every hidden unit at
+the same slope, which for SiLU is its slope at 0), with the probe's ``dims`` mapped back into d. A scale s adds
+``s * r * u`` to ``layer_out`` of the probe's layer at the chosen positions (default: generated position 0, where
+the probe reads) at iterations 2..k, where r is the mean L2 norm of that state (position 0, final iteration) in
+the clean depth-k run: s = 1 moves the state by its own typical length. Positive s pushes towards "halt".
+
+Each scale is one condition recorded at depth k. Against the clean run, per scale: accuracy at depth k,
+overthinking (regressions: correct at clean depth 1, wrong at steered depth k) and recoveries (the reverse), with
+their changes from the clean depth-k run's, the exact McNemar test of steered vs clean depth-k flips, and the
+change of the clean depth-k answer's first-token log-prob with a 95% percentile bootstrap interval over questions
+(scipy.stats.bootstrap, seeded).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from sst_interp.errors import UsageError
+from sst_interp.experiments import manifest as files
+from sst_interp.experiments.setup import Setup, record_condition, require_depth
+from sst_interp.interventions import Intervention, InterventionSpec, Operation, Site
+
+TABLE = "steer"
+DIRECTION = "direction.npy"
+COLUMNS = ("condition", "scale", "depth", "n_questions", "accuracy_pct", "regressions", "recoveries",
+           "regressions_change", "recoveries_change", "broken", "fixed", "mcnemar_exact_p", "logprob_change_mean",
+           "logprob_change_ci_low", "logprob_change_ci_high", "logprob_compared", "logprob_censored")
+
+
+@dataclass(frozen=True)
+class SteerConfig:
+    """Experiment c.
+
+    Args:
+        probe: a saved halting probe (``python -m sst_interp.probe train``).
+        depth: k (>= 2).
+        scales: the sweep, in units of the state's mean norm (0 is the clean run and is not recorded again).
+        positions: generated positions steered (None: every position).
+        resamples: bootstrap resamples.
+        seed: bootstrap seed.
+    """
+
+    probe: Path
+    depth: int = 2
+    scales: tuple[float, ...] = (-1.0, -0.5, 0.5, 1.0)
+    positions: tuple[int, ...] | None = (0,)
+    resamples: int = 10_000
+    seed: int = 0
+
+    def check(self) -> None:
+        """UsageError for a config no model can take."""
+        require_depth(self.depth)
+        if not self.scales:
+            raise UsageError("--scales is empty; give e.g. -1,-0.5,0.5,1")
+        if self.resamples < 1:
+            raise UsageError(f"--resamples must be at least 1, got {self.resamples}")
+
+
+def probe_direction(path: Path, hidden_size: int, num_layers: int) -> tuple[np.ndarray, int]:
+    """(unit direction [d] float32, the probe's layer) of a saved probe; UsageError when it does not fit."""
+    from sst_interp.probe.io import load_probe
+
+    probe, meta = load_probe(path)
+    if probe.config.input_size != hidden_size:
+        raise UsageError(f"probe {path} reads states of d = {probe.config.input_size}; this model's are "
+                         f"d = {hidden_size}")
+    if not 0 <= meta.layer < num_layers:
+        raise UsageError(f"probe {path} reads layer {meta.layer}; this model has {num_layers} layers")
+    weight = probe.fc2.weight.detach().double()
+    if probe.fc1 is not None:
+        weight = weight @ probe.fc1.weight.detach().double()
+    direction = np.zeros(hidden_size)
+    direction[probe.dim_index.numpy()] = weight.numpy().ravel()
+    norm = np.linalg.norm(direction)
+    if norm == 0:
+        raise UsageError(f"probe {path} has an all-zero input direction; nothing to steer along")
+    return (direction / norm).astype(np.float32), int(meta.layer)
+
+
+def state_norm(run: Any, depth: int, layer: int) -> float:
+    """Mean L2 norm of ``layer``'s output at turn 0, position 0, final iteration, over the run's questions."""
+    norms = []
+    for block in run.hidden(depth, positions=[0], turn=0):
+        layers = np.flatnonzero(block.layers == layer)
+        if len(layers) == 0:
+            continue
+        values = block.values[0, :, layers[0]]
+        recorded = np.flatnonzero(~np.isnan(values).any(axis=1))
+        norms.append(float(np.linalg.norm(values[recorded[-1]])))
+    if not norms:
+        raise UsageError(f"{run.path} holds no hidden state of layer {layer} at position 0; record it in full")
+    return float(np.mean(norms))
+
+
+def steer_spec(direction_file: Path, layer: int, scale: float, depth: int,
+               positions: tuple[int, ...] | None) -> InterventionSpec:
+    """``scale`` times the direction in ``direction_file`` added to ``layer_out`` of ``layer`` at iterations 2..k."""
+    site = Site("layer_out", layers=(layer,), positions=positions, iterations=tuple(range(2, depth + 1)))
+    return InterventionSpec((Intervention(site, Operation("add", scale=float(scale),
+                                                          direction_file=str(direction_file))),))
+
+
+def run_steer(setup: Setup, out: Path, config: SteerConfig) -> pd.DataFrame:
+    """Record the clean run and one run per non-zero scale; write the table and ``experiment-<kind>.json``."""
+    from sst_interp.store import Run
+
+    config.check()
+    direction, layer = probe_direction(config.probe, setup.sst.hidden_size, setup.num_layers)
+    k = config.depth
+    clean_path = record_condition(setup, out, "clean", [1, k])
+    clean = Run.open(clean_path)
+    radius = state_norm(clean, k, layer)
+    direction_file = Path(out) / DIRECTION
+    direction_file.parent.mkdir(parents=True, exist_ok=True)
+    np.save(direction_file, direction * np.float32(radius))  # the scale multiplies r * u
+    conditions = {"clean": files.condition_entry(out, clean_path, None)}
+    rows = [_row(clean, clean, "clean", 0.0, k, config)]
+    for scale in config.scales:
+        if scale == 0:
+            continue
+        name = f"scale{scale:+g}"
+        spec = steer_spec(direction_file, layer, scale, k, config.positions)
+        folder = record_condition(setup, out, name, [k], spec)
+        conditions[name] = files.condition_entry(out, folder, spec)
+        rows.append(_row(clean, Run.open(folder), name, float(scale), k, config))
+    table = pd.DataFrame(rows, columns=list(COLUMNS))
+    tables = {TABLE: files.write_table(out, TABLE, table)}
+    sources = {"probe": {"path": str(Path(config.probe).resolve()), "layer": layer, "state_norm": radius,
+                         "sha256": _probe_sha(Path(config.probe))},
+               "direction": {"path": DIRECTION, "sha256": files.file_sha256(direction_file)}}
+    files.write_manifest(out, "steer", config, setup.base, conditions, tables, sources)
+    return table
+
+
+def _probe_sha(path: Path) -> str:
+    from sst_interp.record.identity import folder_sha256
+
+    return folder_sha256(path) if path.is_dir() else files.file_sha256(path)
+
+
+def _row(clean: Any, run: Any, name: str, scale: float, k: int, config: SteerConfig) -> dict[str, object]:
+    from sst_interp.analyses.intervention_effect import first_token_logprob_changes
+    from sst_interp.analyses.stats import bootstrap_ci, mcnemar_exact
+    from sst_interp.outcomes import correctness_matrix
+
+    reference = correctness_matrix(clean)
+    mine = correctness_matrix(run)[k]
+    questions = [q for q in reference.index if q in set(mine.index)]
+    shallow = reference.loc[questions, 1].to_numpy(bool)
+    deep = reference.loc[questions, k].to_numpy(bool)
+    steered = mine.loc[questions].to_numpy(bool)
+    regressions, recoveries = int((shallow & ~steered).sum()), int((~shallow & steered).sum())
+    broken, fixed = int((deep & ~steered).sum()), int((~deep & steered).sum())
+    changes = first_token_logprob_changes(clean, run, k, questions)
+    kept = changes.dropna().to_numpy(float)
+    ci = bootstrap_ci(kept, n_resamples=config.resamples, seed=config.seed) if len(kept) else None
+    return {
+        "condition": name, "scale": scale, "depth": k, "n_questions": len(questions),
+        "accuracy_pct": 100.0 * steered.mean() if len(steered) else float("nan"),
+        "regressions": regressions, "recoveries": recoveries,
+        "regressions_change": regressions - int((shallow & ~deep).sum()),
+        "recoveries_change": recoveries - int((~shallow & deep).sum()),
+        "broken": broken, "fixed": fixed,
+        "mcnemar_exact_p": float(mcnemar_exact(broken, fixed).pvalue) if broken + fixed else 1.0,
+        "logprob_change_mean": float(np.mean(kept)) if len(kept) else float("nan"),
+        "logprob_change_ci_low": ci.low if ci else float("nan"),
+        "logprob_change_ci_high": ci.high if ci else float("nan"),
+        "logprob_compared": int(len(kept)), "logprob_censored": int(changes.isna().sum()),
+    }

@@ -1,0 +1,147 @@
+"""Experiment a, where the depth gain lives: deny iterations 2..k the state stream in sliding windows of layers.
+
+For depth k and each window W of layers, one condition is recorded at depth k with:
+
+- ``freeze`` (default): the carried state of W's layers is not updated by iterations 1..k-1, so iterations 2..k
+  read the state iteration 1 read (the previous position's); iteration k updates it as usual, so later positions
+  see a normal hand-over. With W = every layer this is exactly depth 1 (tested): iterations 2..k repeat
+  iteration 1 bit for bit.
+- ``zero``: ``state_in`` of W's layers is zeroed at iterations 2..k (the blend reads S = 0 there).
+
+Per window, against the clean run at depth k over the same questions: accuracy and its change, and the change in
+log-probability of the clean depth-k answer's first token (turn 0, position 0, final iteration; censored where it
+left the intervened top-K), each with a 95% percentile bootstrap interval over questions
+(:func:`sst_interp.analyses.stats.bootstrap_ci`: scipy.stats.bootstrap, 10,000 resamples, seed 0), and the exact
+McNemar test of the flips. The clean depth-1 run is the reference row (the depth gain that a window could remove).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Literal
+
+import numpy as np
+import pandas as pd
+
+from sst_interp.errors import UsageError
+from sst_interp.experiments import manifest as files
+from sst_interp.experiments.setup import Setup, record_condition, require_depth
+from sst_interp.interventions import Intervention, InterventionSpec, Operation, Site
+
+WindowMode = Literal["freeze", "zero"]
+TABLE = "window"
+COLUMNS = ("condition", "first_layer", "last_layer", "depth", "n_questions", "accuracy_pct", "accuracy_change_pp",
+           "accuracy_change_ci_low", "accuracy_change_ci_high", "broken", "fixed", "mcnemar_exact_p",
+           "logprob_change_mean", "logprob_change_ci_low", "logprob_change_ci_high", "logprob_compared",
+           "logprob_censored")
+
+
+@dataclass(frozen=True)
+class WindowConfig:
+    """Experiment a.
+
+    Args:
+        depth: k (>= 2).
+        size: layers per window.
+        stride: layers between the first layers of consecutive windows.
+        mode: ``freeze`` or ``zero`` (module docstring).
+        resamples: bootstrap resamples.
+        seed: bootstrap seed.
+    """
+
+    depth: int = 2
+    size: int = 4
+    stride: int = 4
+    mode: WindowMode = "freeze"
+    resamples: int = 10_000
+    seed: int = 0
+
+    def check(self, num_layers: int | None = None) -> None:
+        """UsageError for a config this model (None: any model) cannot take."""
+        require_depth(self.depth)
+        if self.mode not in ("freeze", "zero"):
+            raise UsageError(f"--mode must be freeze or zero, got {self.mode!r}")
+        if self.size < 1:
+            raise UsageError(f"--size must be at least 1, got {self.size}")
+        if num_layers is not None and self.size > num_layers:
+            raise UsageError(f"--size {self.size} exceeds the model's {num_layers} layers")
+        if self.stride < 1:
+            raise UsageError(f"--stride must be at least 1, got {self.stride}")
+        if self.resamples < 1:
+            raise UsageError(f"--resamples must be at least 1, got {self.resamples}")
+
+
+def windows(num_layers: int, size: int, stride: int) -> list[tuple[int, ...]]:
+    """Windows of ``size`` consecutive layers starting every ``stride`` layers; a last window ending at the top
+    layer is added when the stride skips it, so every layer is in some window."""
+    starts = list(range(0, num_layers - size + 1, stride))
+    if starts[-1] + size < num_layers:
+        starts.append(num_layers - size)
+    return [tuple(range(s, s + size)) for s in starts]
+
+
+def window_spec(layers: tuple[int, ...], depth: int, mode: WindowMode) -> InterventionSpec:
+    """The spec that denies iterations 2..``depth`` the state stream in ``layers`` (module docstring)."""
+    if mode == "freeze":
+        item = Intervention(Site("layer_out", layers=layers, iterations=tuple(range(1, depth))), Operation("freeze"))
+    else:
+        item = Intervention(Site("state_in", layers=layers, iterations=tuple(range(2, depth + 1))), Operation("zero"))
+    return InterventionSpec((item,))
+
+
+def run_window(setup: Setup, out: Path, config: WindowConfig) -> pd.DataFrame:
+    """Record the clean run (depths 1 and k) and one run per window (depth k) under ``out``; write the table
+    (``window.parquet``/``.csv``) and ``experiment-<kind>.json``. Returns the table (columns :data:`COLUMNS`)."""
+    config.check(setup.num_layers)
+    k = config.depth
+    clean = record_condition(setup, out, "clean", [1, k])
+    conditions = {"clean": files.condition_entry(out, clean, None)}
+    rows = [_row(clean, clean, "clean depth 1", None, 1, k, config), _row(clean, clean, f"clean depth {k}", None, k, k,
+                                                                          config)]
+    for layers in windows(setup.num_layers, config.size, config.stride):
+        name = f"window-{layers[0]}-{layers[-1]}"
+        spec = window_spec(layers, k, config.mode)
+        folder = record_condition(setup, out, name, [k], spec)
+        conditions[name] = files.condition_entry(out, folder, spec)
+        rows.append(_row(clean, folder, name, layers, k, k, config))
+    table = pd.DataFrame(rows, columns=list(COLUMNS))
+    tables = {TABLE: files.write_table(out, TABLE, table)}
+    files.write_manifest(out, "window", config, setup.base, conditions, tables)
+    return table
+
+
+def _row(clean_path: Path, path: Path, name: str, layers: tuple[int, ...] | None, depth: int, k: int,
+         config: WindowConfig) -> dict[str, object]:
+    """One table row: the run at ``path`` (its ``depth``) against the clean run at depth k."""
+    from sst_interp.analyses.intervention_effect import first_token_logprob_changes
+    from sst_interp.analyses.stats import bootstrap_ci, mcnemar_exact
+    from sst_interp.outcomes import correctness_matrix
+    from sst_interp.store import Run
+
+    clean, run = Run.open(clean_path), Run.open(path)
+    reference = correctness_matrix(clean)[k]
+    mine = correctness_matrix(run)[depth]
+    questions = [q for q in reference.index if q in set(mine.index)]
+    a = reference.loc[questions].to_numpy(bool)
+    b = mine.loc[questions].to_numpy(bool)
+    diff = b.astype(float) - a.astype(float)
+    broken, fixed = int((a & ~b).sum()), int((~a & b).sum())
+    accuracy_ci = bootstrap_ci(diff, n_resamples=config.resamples, seed=config.seed) if len(diff) else None
+    changes = first_token_logprob_changes(clean, run, k, questions, intervened_depth=depth)
+    kept = changes.dropna().to_numpy(float)
+    change_ci = bootstrap_ci(kept, n_resamples=config.resamples, seed=config.seed) if len(kept) else None
+    return {
+        "condition": name, "first_layer": -1 if layers is None else layers[0],
+        "last_layer": -1 if layers is None else layers[-1], "depth": depth, "n_questions": len(questions),
+        "accuracy_pct": 100.0 * b.mean() if len(b) else float("nan"),
+        "accuracy_change_pp": 100.0 * diff.mean() if len(diff) else float("nan"),
+        "accuracy_change_ci_low": 100.0 * accuracy_ci.low if accuracy_ci else float("nan"),
+        "accuracy_change_ci_high": 100.0 * accuracy_ci.high if accuracy_ci else float("nan"),
+        "broken": broken, "fixed": fixed,
+        "mcnemar_exact_p": float(mcnemar_exact(broken, fixed).pvalue) if broken + fixed else 1.0,
+        "logprob_change_mean": float(np.mean(kept)) if len(kept) else float("nan"),
+        "logprob_change_ci_low": change_ci.low if change_ci else float("nan"),
+        "logprob_change_ci_high": change_ci.high if change_ci else float("nan"),
+        "logprob_compared": int(len(kept)), "logprob_censored": int(changes.isna().sum()),
+    }

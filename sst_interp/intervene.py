@@ -1,0 +1,6 @@
+"""``python -m sst_interp.intervene {window,trace,steer}`` (the command lives in :mod:`sst_interp.cli.intervene`)."""
+
+from sst_interp.cli.intervene import main
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,74 @@
+"""Experiment c: the probe's direction, added at its layer at iterations 2..k, moves exactly that state by
+scale x r x u; the table pairs each scale with the clean run."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import pytest
+import torch
+
+from sst_interp.cli.intervene import main
+from sst_interp.errors import UsageError
+from sst_interp.experiments.manifest import read_manifest
+from sst_interp.experiments.steer import probe_direction
+from sst_interp.probe.io import ProbeMeta, save_probe
+from sst_interp.probe.model import HaltingProbe, ProbeConfig
+from sst_interp.store import Run
+from tests.unit.conftest import save_tiny_model
+
+pytestmark = pytest.mark.usefixtures("one_thread")
+D = 32  # the tiny model's hidden size
+LAYER = 1
+
+
+def _probe(folder, hidden=None, dims=None, layer=LAYER, seed=0):
+    torch.manual_seed(seed)
+    probe = HaltingProbe(ProbeConfig(input_size=D, hidden=hidden, dims=dims))
+    save_probe(folder, probe, ProbeMeta(layer=layer))
+    return probe
+
+
+def test_the_direction_is_the_probes_input_gradient(tmp_path):
+    linear = _probe(tmp_path / "linear")
+    u, layer = probe_direction(tmp_path / "linear", D, 3)
+    w = linear.fc2.weight.detach().double().numpy().ravel()
+    np.testing.assert_allclose(u, w / np.linalg.norm(w), rtol=1e-6)
+    assert layer == LAYER
+    mlp = _probe(tmp_path / "mlp", hidden=10, dims=(1, 4, 9))
+    u, _ = probe_direction(tmp_path / "mlp", D, 3)
+    w = (mlp.fc2.weight.detach().double() @ mlp.fc1.weight.detach().double()).numpy().ravel()
+    expected = np.zeros(D)
+    expected[[1, 4, 9]] = w / np.linalg.norm(w)
+    np.testing.assert_allclose(u, expected, rtol=1e-6, atol=1e-12)
+    with pytest.raises(UsageError, match="d = 32; this model's are d = 64"):
+        probe_direction(tmp_path / "linear", 64, 3)
+    _probe(tmp_path / "deep", layer=5)
+    with pytest.raises(UsageError, match="reads layer 5; this model has 3 layers"):
+        probe_direction(tmp_path / "deep", D, 3)
+
+
+def test_steering_adds_scale_times_radius_times_direction(tmp_path, capsys):
+    model = save_tiny_model(tmp_path / "model")
+    _probe(tmp_path / "probe")
+    out = tmp_path / "exp"
+    argv = ["steer", "--out", str(out), "--model", str(model), "--demo-preset", "--prompt-mode", "sequential",
+            "--limit", "4", "--batch-size", "2", "--max-new-tokens", "5", "--full-positions", "2", "--top-k", "6",
+            "--device", "cpu", "--depth", "3", "--probe", str(tmp_path / "probe"), "--scales=-2,0,2",
+            "--resamples", "200"]
+    assert main(argv) == 0
+    table = pd.read_parquet(out / "steer.parquet").set_index("condition")
+    assert list(table.index) == ["clean", "scale-2", "scale+2"]
+    assert table.loc["clean", "broken"] == table.loc["clean", "fixed"] == 0
+    assert table.loc["clean", "regressions_change"] == table.loc["clean", "recoveries_change"] == 0
+    manifest = read_manifest(out, "steer")
+    radius = manifest["sources"]["probe"]["state_norm"]
+    shift = np.load(out / "direction.npy")
+    assert np.linalg.norm(shift) == pytest.approx(radius, rel=1e-5)
+    clean, steered = Run.open(out / "runs" / "clean"), Run.open(out / "runs" / "scale+2")
+    for before, after in zip(clean.hidden(3, positions=[0]), steered.hidden(3, positions=[0])):
+        layer = int(np.flatnonzero(before.layers == LAYER)[0])
+        # iteration 1 and the layer below are untouched; iteration 2 of the probe's layer moves by exactly 2 r u
+        np.testing.assert_array_equal(after.values[0, 0], before.values[0, 0])
+        np.testing.assert_array_equal(after.values[0, 1, :layer], before.values[0, 1, :layer])
+        np.testing.assert_allclose(after.values[0, 1, layer] - before.values[0, 1, layer], 2 * shift, atol=1e-5)

@@ -1,0 +1,121 @@
+"""Experiment a through its command: a window over every layer in freeze mode is exactly depth 1, each condition is
+an ordinary run, and bad input is one error: line with nothing written."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from sst_interp.cli.intervene import main
+from sst_interp.experiments.manifest import read_manifest
+from sst_interp.experiments.window import window_spec, windows
+from sst_interp.store import Run
+from tests.unit.conftest import save_tiny_model
+
+pytestmark = pytest.mark.usefixtures("one_thread")
+
+
+def _argv(model, out, *extra, mode="sequential"):
+    return ["window", "--out", str(out), "--model", str(model), "--demo-preset", "--prompt-mode", mode,
+            "--limit", "4", "--batch-size", "2", "--max-new-tokens", "6", "--full-positions", "3", "--top-k", "6",
+            "--device", "cpu", "--depth", "3", "--resamples", "200", *extra]
+
+
+def _fails(capsys, argv, pattern):
+    capsys.readouterr()
+    with pytest.raises(SystemExit) as info:
+        main(argv)
+    assert info.value.code == 2
+    err = capsys.readouterr().err
+    errors = [line for line in err.splitlines() if line.startswith("error: ")]
+    assert len(errors) == 1 and pattern in errors[0] and "Traceback" not in err, err
+
+
+def test_windows_cover_every_layer():
+    assert windows(18, 6, 6) == [tuple(range(0, 6)), tuple(range(6, 12)), tuple(range(12, 18))]
+    assert windows(5, 2, 2) == [(0, 1), (2, 3), (3, 4)]  # the last window ends at the top layer
+    zero = window_spec((1, 2), 3, "zero").interventions[0]
+    assert (zero.site.stream, zero.site.iterations, zero.operation.kind) == ("state_in", (2, 3), "zero")
+    freeze = window_spec((1, 2), 3, "freeze").interventions[0]
+    assert (freeze.site.stream, freeze.site.iterations, freeze.operation.kind) == ("layer_out", (1, 2), "freeze")
+
+
+# sequential: position 0 is a one-column pass like the iterations after it, so depth 1 is reproduced bit for bit;
+# two_pass: position 0's iteration 1 is the last column of the prompt pass, which rounds differently from a
+# one-column pass (the same 1e-6 as alpha 0 vs the backbone), but its carried state is frozen too
+@pytest.mark.parametrize("mode, tolerance", [("sequential", 0.0), ("two_pass", 1e-5)])
+def test_freezing_every_layer_is_depth_one(tmp_path, capsys, mode, tolerance):
+    model = save_tiny_model(tmp_path / "model")
+    out = tmp_path / "exp"
+    assert main(_argv(model, out, "--size", "3", "--stride", "3", mode=mode)) == 0
+    table = pd.read_parquet(out / "window.parquet").set_index("condition")
+    clean, frozen = Run.open(out / "runs" / "clean"), Run.open(out / "runs" / "window-0-2")
+    deep = clean.generations().set_index(["question_id", "depth"])
+    shallow_tokens = {q: list(t) for q, t in deep.xs(1, level="depth")["token_ids"].items()}
+    frozen_tokens = {q: list(t) for q, t in frozen.generations().set_index("question_id")["token_ids"].items()}
+    assert frozen_tokens == shallow_tokens
+    # iterations 2..3 repeat iteration 1: the recorded states are depth 1's at every iteration
+    for one, three in zip(clean.hidden(1), frozen.hidden(3)):
+        for iteration in range(3):
+            np.testing.assert_allclose(three.values[:, iteration], one.values[:, 0], rtol=0, atol=tolerance)
+    # so the window's row is the clean depth-1 row: accuracy, flips, first-token log-prob change
+    for column in ("accuracy_pct", "accuracy_change_pp", "broken", "fixed", "logprob_change_mean"):
+        assert table.loc["window-0-2", column] == pytest.approx(table.loc["clean depth 1", column], abs=1e-4)
+    assert table.loc["clean depth 3", "logprob_change_mean"] == 0.0
+    manifest = read_manifest(out, "window")
+    assert set(manifest["conditions"]) == {"clean", "window-0-2"}
+    assert manifest["conditions"]["window-0-2"]["spec"]["interventions"][0]["operation"]["kind"] == "freeze"
+    assert Run.open(out / "runs" / "window-0-2").manifest["intervention"] == manifest["conditions"]["window-0-2"]["spec"]
+    # rerunning resumes: nothing is recorded again, the same table comes out
+    before = (out / "runs" / "clean" / "manifest.json").read_bytes()
+    assert main(_argv(model, out, "--size", "3", "--stride", "3", mode=mode)) == 0
+    assert (out / "runs" / "clean" / "manifest.json").read_bytes() == before
+    pd.testing.assert_frame_equal(pd.read_parquet(out / "window.parquet").set_index("condition"), table)
+
+
+@pytest.mark.parametrize("extra, pattern", [
+    (["--depth", "1"], "--depth must be at least 2"),
+    (["--size", "9"], "--size 9 exceeds the model's 3 layers"),
+    (["--stride", "0"], "--stride must be at least 1"),
+    (["--size", "0"], "--size must be at least 1"),
+    (["--mode", "melt"], "invalid choice"),
+])
+def test_bad_window_flags_write_nothing(tmp_path, capsys, extra, pattern):
+    model = save_tiny_model(tmp_path / "model")
+    _fails(capsys, _argv(model, tmp_path / "out", *extra), pattern)
+    assert not (tmp_path / "out").exists()
+
+
+def test_bad_trace_and_steer_flags_write_nothing(tmp_path, capsys):
+    model = save_tiny_model(tmp_path / "model")
+    common = ["--model", str(model), "--demo-preset", "--limit", "2", "--device", "cpu", "--full-positions", "3"]
+    _fails(capsys, ["trace", "--out", str(tmp_path / "t"), *common, "--layers", "0,7"], "layers [7] do not exist")
+    _fails(capsys, ["trace", "--out", str(tmp_path / "t"), *common, "--positions", "4"], "--full-positions 3")
+    _fails(capsys, ["steer", "--out", str(tmp_path / "s"), *common, "--probe", str(tmp_path / "nope")], "no probe at")
+    (tmp_path / "busy").mkdir()
+    (tmp_path / "busy" / "notes.txt").write_text("mine")
+    _fails(capsys, ["trace", "--out", str(tmp_path / "busy"), *common], "holds no experiment-*.json")
+    assert not (tmp_path / "t").exists() and not (tmp_path / "s").exists()
+    assert sorted(p.name for p in (tmp_path / "busy").iterdir()) == ["notes.txt"]
+
+
+def test_the_report_shows_the_experiment_and_refuses_a_folder_without_one(tmp_path, capsys):
+    from sst_interp.report import main as report
+
+    model = save_tiny_model(tmp_path / "model")
+    out = tmp_path / "exp"
+    assert main(_argv(model, out, "--size", "2", "--stride", "1")) == 0
+    argv = ["--run", str(out / "runs" / "clean"), "--out", str(tmp_path / "rep"), "--quiet",
+            "--only", "tab_intervention_*"]
+    assert report([*argv, "--experiment", str(out)]) == 0
+    shown = pd.read_csv(tmp_path / "rep" / "tab_intervention_window.csv")
+    written = pd.read_csv(out / "window.csv")
+    assert list(shown["experiment"].unique()) == ["exp"]
+    pd.testing.assert_frame_equal(shown.drop(columns="experiment"), written)
+    assert not (tmp_path / "rep" / "tab_intervention_steer.csv").exists()  # skipped: no steer experiment
+    capsys.readouterr()
+    with pytest.raises(SystemExit) as info:
+        report([*argv, "--out", str(tmp_path / "rep2"), "--experiment", str(tmp_path / "model")])
+    assert info.value.code == 2 and "holds no experiment-*.json" in capsys.readouterr().err
+    assert not (tmp_path / "rep2").exists()

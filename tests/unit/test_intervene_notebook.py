@@ -1,0 +1,47 @@
+"""examples/intervene_window.ipynb (experiment a in a notebook) executed headless with a real kernel on a tiny
+model: its table is the experiment's window table, and the window run reads as an ordinary run."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import nbformat
+import pandas as pd
+from nbclient import NotebookClient
+
+from tests.unit.conftest import save_tiny_model
+
+NOTEBOOK = Path(__file__).resolve().parents[2] / "examples" / "intervene_window.ipynb"
+
+
+def _text(cell) -> str:
+    return "\n".join(o.get("text", "") or o.get("data", {}).get("text/plain", "") for o in cell.get("outputs", []))
+
+
+def test_the_window_notebook_runs_experiment_a(tmp_path):
+    model = save_tiny_model(tmp_path / "model")
+    out, figure = tmp_path / "exp", tmp_path / "window.png"
+    keys = ("SST_INTERP_MODEL", "SST_INTERP_OUT", "SST_INTERP_FIGURE", "OMP_NUM_THREADS")
+    before = {k: os.environ.get(k) for k in keys}
+    os.environ.update(SST_INTERP_MODEL=str(model), SST_INTERP_OUT=str(out), SST_INTERP_FIGURE=str(figure),
+                      OMP_NUM_THREADS="1")
+    notebook = nbformat.read(NOTEBOOK, as_version=4)
+    try:
+        NotebookClient(notebook, timeout=120, kernel_name="python3",
+                       resources={"metadata": {"path": str(tmp_path)}}).execute()
+    finally:
+        for key, value in before.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
+    code = [cell for cell in notebook.cells if cell.cell_type == "code"]
+    assert all(not any(o.get("output_type") == "error" for o in cell.get("outputs", [])) for cell in code)
+    assert "3 layers, 4 questions" in _text(code[0])
+    table = pd.read_parquet(out / "window.parquet")
+    assert list(table["condition"]) == ["clean depth 1", "clean depth 2", "window-0-0", "window-1-1", "window-2-2"]
+    for condition in table["condition"]:
+        assert condition in _text(code[1])
+    assert "mcnemar_exact_p" in _text(code[2])  # intervention_effect of the first window against the clean run
+    assert figure.is_file() and figure.stat().st_size > 1000
