@@ -66,12 +66,12 @@ def prepare(base: RecordOptions) -> tuple[RecordOptions, list[Any], Any, bool, s
         from sst_interp.sandbox import check_backend
 
         check_backend(sandbox_config(base))
-    every = load_questions(base.questions, base.data, **base.source_options())
+    every = load_questions(base.questions, base.data, **base.source_options)
     if base.codeact:
         from sst_interp.codeact.prompts import codeact_question
 
         every = [codeact_question(q) for q in every]
-    selected = select_questions(every, limit=base.limit, ids=base.ids())
+    selected = select_questions(every, limit=base.limit, ids=base.ids)
     spec, demo = model_spec(base)
     base.prompt_mode = resolve_prompt_mode(base.prompt_mode, demo)
     return base, selected, spec, demo, questions_sha256(questions_to_frame(every))

@@ -70,6 +70,10 @@ COMMANDS = {
                             "traces/stats.json"),
     "position_sim": Command(None, "sst_interp.probe.position_sim",
                             ("--run", "{recorded}", "--policy", "entropy:1.0,max=2")),
+    "intervene": Command("sst-intervene", "sst_interp.intervene",
+                         ("window", "--out", "{out}/window", "--model", "{model}", "--demo-preset", "--limit", "1",
+                          "--batch-size", "1", "--max-new-tokens", "2", "--full-positions", "2", "--top-k", "4",
+                          "--device", "cpu", "--depth", "2", "--size", "2", "--resamples", "50"), "window/experiment-window.json"),
 }
 #: Every way to start each command: ("sst-record", argv prefix) and ("-m sst_interp.record", argv prefix).
 FORMS = [pytest.param(name, [str(BIN / c.script)], id=c.script) for name, c in COMMANDS.items() if c.script] + \
