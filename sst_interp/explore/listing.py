@@ -74,13 +74,15 @@ def question_rows(run: Run, questions: pd.DataFrame, episodes: pd.DataFrame, gen
     """
     matrix = correctness_matrix(episodes.assign(turn=episodes["n_turns"] - 1)) if len(episodes) else \
         pd.DataFrame(dtype=bool)
-    staged = staged_depth(matrix) if len(matrix) else pd.Series(dtype=np.int64)
+    # staged compute tries every depth of the run in turn: its stop is known once all of them are recorded
+    complete = len(matrix) > 0 and list(matrix.columns) == run.depths
+    staged = staged_depth(matrix) if complete else pd.Series(dtype=np.int64)
     reference, reference_name = _reference(run, baseline, matrix) if len(matrix) else (pd.Series(dtype=bool), "")
     must_halt: dict[str, list[int]] = {}
     halt_note = ""
     if run.depths != list(range(1, max(run.depths, default=0) + 1)) or len(run.depths) < 2:
         halt_note = f"MUST HALT labels need flat depths 1..i_max (>= 2); the run has {run.depths}"
-    elif len(matrix) and list(matrix.columns) == run.depths:
+    elif complete:
         labels = make_labels(matrix, generations[generations["question_id"].isin(matrix.index)]
                              [["question_id", "depth", "turn"]])
         flagged = labels.timesteps[labels.timesteps["must_halt"]]

@@ -180,6 +180,7 @@ def create_app(explorer: Explorer) -> Starlette:
     page = STATIC / "index.html"
     routes = [
         Route("/", lambda request: FileResponse(page)),
+        Route("/favicon.ico", lambda request: Response(status_code=204)),  # none: keeps the browser's log clean
         Route("/static/plotly.min.js", lambda request: FileResponse(plotly_js(), media_type="text/javascript")),
         Mount("/static", StaticFiles(directory=STATIC), name="static"),
         Route("/api/run", _json(explorer.run_summary)),
