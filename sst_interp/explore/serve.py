@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import socket
-import sys
 
 from sst_interp.errors import UsageError
 from sst_interp.explore.server import Explorer, create_app
@@ -43,7 +42,11 @@ def serve(explorer: Explorer, sock: socket.socket) -> None:
 
     server = uvicorn.Server(uvicorn.Config(create_app(explorer), log_level="warning", access_log=False))
     print(f"exploring {explorer.config.run} at {url_of(sock)} (Ctrl-C stops)", flush=True)
-    server.run(sockets=[sock])
-    sys.stdout.flush()
+    try:
+        server.run(sockets=[sock])
+    except KeyboardInterrupt:
+        # uvicorn shuts down on Ctrl-C, then raises the signal again; stopping is what the user asked for
+        pass
+    print("stopped", flush=True)
 
 

@@ -29,6 +29,7 @@ COMMANDS = [
     ["sst_interp.train.codeact_data"], ["sst_interp.probe"], ["sst_interp.store"],
     *(["sst_interp.probe", sub] for sub in ("train", "evaluate", "sweep", "loocv", "ablate")),
     *(["sst_interp.store", sub] for sub in ("verify", "repair")),
+    ["sst_interp.explore"],
 ]
 
 
