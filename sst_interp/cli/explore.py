@@ -1,4 +1,4 @@
-"""``python -m sst_interp.explore RUN``: browse a run one question at a time, every iteration, in the browser.
+"""Browse a run in the browser, one question at a time, every iteration: python -m sst_interp.explore RUN.
 
     python -m sst_interp.explore runs/demo                                  # prints http://127.0.0.1:8765/
     python -m sst_interp.explore runs/gsm8k-codeact --baseline runs/base --probe runs/gsm8k-codeact/probe

@@ -6,6 +6,7 @@ import json
 import shutil
 
 import numpy as np
+import pandas as pd
 import pytest
 
 from sst_interp.analyses.basins import classify_positions
@@ -168,3 +169,21 @@ def test_a_run_being_recorded_shows_what_is_committed(planted, tmp_path):
     rows = client.get("/api/questions").json()["rows"]
     assert all("4" in r["correct"] for r in rows)
     assert client.get("/api/position?q=syn0001&depth=4&pos=0").status_code == 200
+
+
+def test_halting_view_reproduces_the_probes_own_halting_depths(planted, tmp_path):
+    from sst_interp.probe.cli import main as probe_main
+
+    root, truth = planted
+    probe_main(["train", "--run", str(root / "sst"), "--out", str(tmp_path / "probe")])
+    chosen = pd.read_csv(tmp_path / "probe" / "halting_probe_questions.csv").set_index("question_id")["chosen_depth"]
+    client = client_for(root / "sst", probe=tmp_path / "probe")
+    assert client.get("/api/run").json()["probe"] == str(tmp_path / "probe")
+    for qid in truth.question_ids:
+        view = client.get(f"/api/halting?q={qid}").json()
+        assert view["available"] and view["layer"] == json.loads((tmp_path / "probe" / "probe.json").read_text())["layer"]
+        # the policy halts after the first iteration d whose position-0 state scores above the threshold
+        # (app:halting_eval; the state after iteration d is the last iteration of the flat depth-d run)
+        above = [d for d in (1, 2, 3) if view["depths"][str(d)]["0"][d - 1] > view["threshold"]]
+        assert (above[0] if above else 4) == chosen[qid], qid
+        assert [len(view["depths"][str(d)]["0"]) for d in (1, 2, 3, 4)] == [1, 2, 3, 4]
