@@ -2,4 +2,5 @@
 
 from sst_interp.cli.explore import main
 
-raise SystemExit(main())
+if __name__ == "__main__":  # the GMM fit's spawned child imports this module again: it must not serve
+    raise SystemExit(main())

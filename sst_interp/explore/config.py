@@ -23,6 +23,8 @@ class ExploreConfig:
         host: interface to bind (127.0.0.1: reachable from this machine only).
         port: TCP port (0: any free port).
         top_n: how many tokens the hover and the logit lens show per iteration.
+        fit_gmm: fit the run's own low-overlap threshold (its GMM crossover; a child process makes one pass over
+            the hidden window) for the regime mark; False: the paper's 0.976 throughout.
     """
 
     run: Path
@@ -32,3 +34,4 @@ class ExploreConfig:
     host: str = DEFAULT_HOST
     port: int = DEFAULT_PORT
     top_n: int = 10
+    fit_gmm: bool = True

@@ -47,6 +47,12 @@ def _states(run: Run, qid: str, depth: int, turn: int, position: int) -> tuple[s
                      f"{run.manifest.get('sketch_positions')} sketch positions)")
 
 
+def _cached_states(source: RunSource, qid: str, depth: int, turn: int, position: int
+                   ) -> tuple[str, np.ndarray, np.ndarray, int]:
+    """:func:`_states` through the source's cache (the position view and its regime read the same blocks)."""
+    return source.block(("states", qid, depth, turn, position), lambda r: _states(r, qid, depth, turn, position))
+
+
 def _consecutive_overlap(kind: str, states: np.ndarray, k: int, d: int) -> np.ndarray:
     """``[I-1, L]`` overlap of iteration i with i+1."""
     if states.shape[0] < 2:
@@ -64,8 +70,8 @@ def _regime(source: RunSource, qid: str, turn: int, position: int) -> dict[str, 
     lo, hi = run.depths[0], run.depths[-1]
     if qid not in run.question_ids(lo) or qid not in run.question_ids(hi):
         return {"available": False, "reason": f"the question is not recorded at depths {lo} and {hi} yet"}
-    kind_lo, _, lo_states, k = _states(run, qid, lo, turn, position)
-    kind_hi, _, hi_states, _ = _states(run, qid, hi, turn, position)
+    kind_lo, _, lo_states, k = _cached_states(source, qid, lo, turn, position)
+    kind_hi, _, hi_states, _ = _cached_states(source, qid, hi, turn, position)
     if kind_lo != kind_hi:
         return {"available": False, "reason": "the two depths hold this position in different forms"}
     first, last = lo_states[0], hi_states[hi_states.shape[0] - 1]
@@ -94,8 +100,7 @@ def position_view(source: RunSource, qid: str, depth: int, turn: int, position: 
     """
     check_question(source, qid, depth)
     run = source.run
-    kind, iterations, states, k = source.block(("states", qid, depth, turn, position),
-                                               lambda r: _states(r, qid, depth, turn, position))
+    kind, iterations, states, k = _cached_states(source, qid, depth, turn, position)
     overlap = _consecutive_overlap(kind, states, k, run.hidden_size)
     out: dict[str, Any] = {
         "question_id": qid, "depth": depth, "turn": turn, "position": position, "states": kind, "k": k,

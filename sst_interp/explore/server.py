@@ -198,11 +198,12 @@ def create_app(explorer: Explorer) -> Starlette:
 def open_explorer(config: ExploreConfig) -> Explorer:
     """Check the inputs (a run, the optional baseline, probe and report) and open them; UsageError on bad input.
 
-    The run's tables are read whole here, with their page checksums (as ``report`` and ``probe`` do): the list is
-    built from them, so a damaged table is refused before the server starts, naming the file. Shards are checked
-    as they are read, per request.
+    The run's tables are read whole here, every page with its checksum (as ``report`` and ``probe`` check them): the
+    list is built from them, so a damaged table is refused before the server starts, naming the file. Shards are
+    checked as they are read, per request.
     """
     check_report(config.report)
     explorer = Explorer(config)
-    explorer.source.run.check_tables()
+    for name in ("questions", "generations", "episodes"):
+        explorer.source.table(name)  # every page read with its checksum: a damaged table stops here
     return explorer

@@ -7,10 +7,12 @@ through :class:`~sst_interp.store.Run` (one question's row groups). A run still 
 
 from __future__ import annotations
 
+import multiprocessing
 import threading
 from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass
+from multiprocessing.connection import Connection
 from pathlib import Path
 from typing import Any
 
@@ -20,6 +22,19 @@ from sst_interp.explore.config import ExploreConfig
 from sst_interp.explore.tokens import TokenText
 from sst_interp.store import Run
 from sst_interp.store.manifest import MANIFEST_NAME
+
+
+def fit_threshold(run_path: str, send: Connection) -> None:
+    """Child process: send ``(threshold, where it came from)`` of the run's GMM fit, or ``(None, the reason)``."""
+    from sst_interp import analyses
+
+    try:
+        value, source = analyses.open(run_path).threshold
+        send.send((float(value), source))
+    except Exception as err:  # noqa: BLE001 - any failure is reported to the page as the reason the fit is missing
+        send.send((None, " ".join(str(err).split())))
+    finally:
+        send.close()
 
 
 @dataclass(frozen=True)
@@ -43,10 +58,9 @@ class RunSource:
 
     Args:
         config: the explorer's configuration.
-        fit_threshold: start the run's GMM fit (a full pass over the hidden window) in a background thread.
     """
 
-    def __init__(self, config: ExploreConfig, fit_threshold: bool = True) -> None:
+    def __init__(self, config: ExploreConfig) -> None:
         self.config = config
         self._lock = threading.RLock()
         self._stamp: tuple[int, int] | None = None
@@ -57,7 +71,7 @@ class RunSource:
         self.run  # noqa: B018 - opens and validates now, so a bad path fails before the server starts
         self.tokens = TokenText(self.run.manifest).start()
         self._threshold: Threshold | None = None
-        if fit_threshold:
+        if config.fit_gmm:
             threading.Thread(target=self._fit, name="explore-gmm", daemon=True).start()
 
     # ------------------------------------------------------------------------------------------ the run
@@ -104,15 +118,25 @@ class RunSource:
 
     # ------------------------------------------------------------------------------------------ threshold
     def _fit(self) -> None:
-        from sst_interp import analyses
-
+        """Fit the run's GMM in a child process (a full pass over the hidden window: it must not hold the server's
+        GIL or memory), then publish its threshold. The child is a daemon: it dies with the server."""
+        context = multiprocessing.get_context("spawn")  # never fork a process that runs threads
+        receive, send = context.Pipe(duplex=False)
+        child = context.Process(target=fit_threshold, args=(str(self.config.run), send), daemon=True,
+                                name="explore-gmm")
+        child.start()
+        send.close()
         try:
-            value, source = analyses.open(Run.open(self.config.run)).threshold  # its own Run: no shared reader state
+            value, source = receive.recv()
+        except EOFError:  # the child died without an answer (killed, out of memory)
+            child.join(timeout=5)
+            value, source = None, f"its process ended with exit code {child.exitcode} before answering"
+        child.join(timeout=5)
+        if value is None:
+            self._threshold = Threshold(self._paper_threshold(), f"the paper's GMM crossover (this run's fit "
+                                        f"failed: {source})", True)
+        else:
             self._threshold = Threshold(float(value), source, True)
-        except Exception as err:  # noqa: BLE001 - the page says why the run's own fit is missing
-            value = self._paper_threshold()
-            reason = " ".join(str(err).split())
-            self._threshold = Threshold(value, f"the paper's GMM crossover (this run's fit failed: {reason})", True)
 
     @staticmethod
     def _paper_threshold() -> float:

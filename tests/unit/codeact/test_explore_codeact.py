@@ -26,7 +26,7 @@ def test_question_view_is_turn_by_turn_with_code_and_tool_output(recorded, scrip
     from tokenizers import Tokenizer
 
     run = Run.open(recorded)
-    client = TestClient(create_app(open_explorer(ExploreConfig(run=recorded))))
+    client = TestClient(create_app(open_explorer(ExploreConfig(run=recorded, fit_gmm=False))))
     tok = Tokenizer.from_file(str(scripted_dir / "tokenizer.json"))
     gens = run.generations()
     episodes = run.episodes().set_index(["question_id", "depth"])
@@ -61,7 +61,7 @@ def test_the_browser_shows_each_turns_code_and_status(recorded):
     gens = run.generations()
     qid = gens.loc[gens["tool_status"].notna(), "question_id"].iloc[0]
     expected = gens[(gens["question_id"] == qid) & (gens["depth"] == 1)].sort_values("turn")
-    with served(ExploreConfig(run=recorded)) as url, browser() as driver:
+    with served(ExploreConfig(run=recorded, fit_gmm=False)) as url, browser() as driver:
         driver.get(f"{url}?q={qid}")
         WebDriverWait(driver, 20).until(lambda d: d.find_elements(By.CSS_SELECTOR, '.depth-col[data-depth="1"] .turn'))
         turns = driver.find_elements(By.CSS_SELECTOR, '.depth-col[data-depth="1"] .turn')

@@ -22,6 +22,7 @@ def planted(tmp_path_factory):
 
 
 def client_for(run: Path, **options) -> TestClient:
-    """A TestClient of the explorer on ``run`` (the GMM fit waits for nothing: tests that need it say so)."""
+    """A TestClient of the explorer on ``run`` (without the GMM fit's child process unless ``fit_gmm=True``)."""
+    options.setdefault("fit_gmm", False)
     explorer = open_explorer(ExploreConfig(run=run, **options))
     return TestClient(create_app(explorer))

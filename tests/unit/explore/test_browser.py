@@ -152,7 +152,7 @@ def test_a_recorded_run_shows_its_tokenizer_pieces(tiny_recorded):
     tok = Tokenizer.from_file(str(Path(model) / "tokenizer.json"))
     qid = run.question_ids()[0]
     ids = list(run.generations().set_index(["question_id", "depth"]).loc[(qid, 2), "token_ids"])
-    with served(ExploreConfig(run=run_dir)) as url, browser() as driver:
+    with served(ExploreConfig(run=run_dir, fit_gmm=False)) as url, browser() as driver:
         driver.get(f"{url}?q={qid}")
         _wait(driver, lambda d: d.find_elements(By.CSS_SELECTOR, '.tok[data-depth="2"]'))
         spans = driver.find_elements(By.CSS_SELECTOR, '.tok[data-depth="2"]')
