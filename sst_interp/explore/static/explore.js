@@ -68,8 +68,11 @@ function syncFilterInputs() {
   const p = params();
   for (const [key, id] of Object.entries(FILTERS)) $(id).value = p.get("f_" + key) || "";
 }
+let listRequest = 0;
 async function loadList() {
+  const mine = ++listRequest;
   const data = await api("/api/questions?" + filterQuery());
+  if (mine !== listRequest) return;  // a newer filter's answer is on its way: this one is stale
   const depths = data.meta.depths;
   const stop = $("filter-stop");
   if (stop.options.length === 1) {
@@ -78,9 +81,14 @@ async function loadList() {
   }
   $("list-meta").textContent = `${data.meta.shown} of ${data.meta.total} questions · overthinks/recoveries vs ` +
     `${data.meta.reference}` + (data.meta.must_halt_note ? ` · ${data.meta.must_halt_note}` : "");
-  const head = el("tr", {}, el("th", {text: "question"}), ...depths.map(d => el("th", {text: "d" + d})),
-                  el("th", {text: "staged"}), el("th", {text: "overthink"}), el("th", {text: "recover"}),
-                  el("th", {text: "MUST HALT"}), el("th", {text: "turns"}), el("th", {text: "stop"}));
+  const th = (text, title) => el("th", {text, title});
+  const head = el("tr", {}, th("question", "question id (hover a row: its prompt)"),
+                  ...depths.map(d => th("d" + d, `correct at flat depth ${d}`)),
+                  th("staged", "staged depth: first correct depth, else the deepest"),
+                  th("over", `overthinks: depths that fail where ${data.meta.reference} passes`),
+                  th("rec", `recoveries: depths that pass where ${data.meta.reference} fails`),
+                  th("halt", "MUST HALT depths (app:halting_training)"), th("turns", "model turns per depth"),
+                  th("stop", "stop reasons"));
   $("qlist").tHead.replaceChildren(head);
   const selected = params().get("q");
   const rows = data.rows.map(row => {
@@ -95,12 +103,12 @@ async function loadList() {
                          "data-qid": row.question_id, title: row.prompt,
                          onclick: () => { setParams({q: row.question_id, depth: null, turn: null, pos: null});
                                           route(); }},
-                  el("td", {text: row.question_id}), ...cells,
+                  el("td", {class: "qid", text: row.question_id}), ...cells,
                   el("td", {text: row.staged_depth ?? "·"}),
                   el("td", {class: "bad", text: row.overthinks.join(",")}),
                   el("td", {class: "ok", text: row.recoveries.join(",")}),
                   el("td", {}, row.must_halt.length ? el("span", {class: "halt", text: row.must_halt.join(",")}) : ""),
-                  el("td", {text: turns}), el("td", {text: stops}));
+                  el("td", {text: turns}), el("td", {class: "stop", text: stops, title: stops}));
     return tr;
   });
   $("qlist").tBodies[0].replaceChildren(...rows);
@@ -302,6 +310,7 @@ async function loadHalting(q) {
 async function route() {
   clearError();
   syncFilterInputs();
+  try { await loadRun(); } catch (err) { /* shown in the banner */ }  // the threshold and the commits move on
   try { await loadList(); } catch (err) { /* shown in the banner */ }
   const p = params();
   const q = p.get("q");
@@ -339,4 +348,4 @@ function wire() {
 }
 
 wire();
-loadRun().then(route).catch(() => {});
+route();

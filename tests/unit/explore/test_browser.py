@@ -37,7 +37,9 @@ def _wait(driver, condition, seconds: float = 20):
 
 
 def _rows(driver) -> list[str]:
-    return [r.get_attribute("data-qid") for r in driver.find_elements(By.CSS_SELECTOR, "#qlist tr.qrow")]
+    # read in one script call: the list re-renders while a filter's answer arrives
+    return driver.execute_script(
+        "return [...document.querySelectorAll('#qlist tr.qrow')].map(r => r.dataset.qid)")
 
 
 def _hover(driver, selector: str) -> None:
