@@ -57,9 +57,12 @@ def _consecutive_overlap(kind: str, states: np.ndarray, k: int, d: int) -> np.nd
     """``[I-1, L]`` overlap of iteration i with i+1."""
     if states.shape[0] < 2:
         return np.zeros((0, states.shape[1]))
-    if kind == "hidden":
-        return topk_overlap(states[:-1], states[1:], k)
-    return overlap_from_indices(states[:-1], states[1:], d)
+    if kind == "sketch":
+        return overlap_from_indices(states[:-1], states[1:], d)  # NaN where a set was not recorded
+    overlap = topk_overlap(np.nan_to_num(states[:-1]), np.nan_to_num(states[1:]), k)
+    # an iteration a per-position depth policy did not run is NaN in the block: no overlap there
+    missing = np.isnan(states).any(axis=-1)  # [I, L]
+    return np.where(missing[:-1] | missing[1:], np.nan, overlap)
 
 
 def _regime(source: RunSource, qid: str, turn: int, position: int) -> dict[str, Any]:
