@@ -133,8 +133,9 @@ class Explorer:
     def questions(self, request: Request) -> dict[str, Any]:
         flt = list_filter(request)
         questions = self.source.table("questions")
-        rows, meta = question_rows(self.source.run, questions, self.source.table("episodes"),
-                                   self.source.table("generations"), self.source.baseline)
+        # built once per commit of the run (the cache is cleared when it re-opens); filters only select rows
+        rows, meta = self.source.block(("question list",), lambda run: question_rows(
+            run, questions, self.source.table("episodes"), self.source.table("generations"), self.source.baseline))
         prompts = dict(zip(questions["question_id"], questions["prompt"]))
         shown = apply_filter(rows, flt, prompts)
         return {"rows": shown, "meta": {**meta, "shown": len(shown)}}
