@@ -187,3 +187,16 @@ def test_halting_view_reproduces_the_probes_own_halting_depths(planted, tmp_path
         above = [d for d in (1, 2, 3) if view["depths"][str(d)]["0"][d - 1] > view["threshold"]]
         assert (above[0] if above else 4) == chosen[qid], qid
         assert [len(view["depths"][str(d)]["0"]) for d in (1, 2, 3, 4)] == [1, 2, 3, 4]
+
+
+def test_report_artefacts_are_linked_and_served(planted, tmp_path):
+    from sst_interp.report import main as report_main
+
+    root, _ = planted
+    report_main(["--run", str(root / "sst"), "--out", str(tmp_path / "report"), "--only", "tab_overthinking"])
+    client = client_for(root / "sst", report=tmp_path / "report")
+    links = client.get("/api/run").json()["report"]
+    assert [link["name"] for link in links] == ["index.html", "tab_overthinking.csv", "tab_overthinking.md",
+                                                "tab_overthinking.tex"]
+    served = client.get(links[1]["href"])
+    assert served.status_code == 200 and served.content == (tmp_path / "report" / "tab_overthinking.csv").read_bytes()
