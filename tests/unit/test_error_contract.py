@@ -72,6 +72,8 @@ def _command(name: str) -> Callable[[list[str]], object]:
         from sst_interp.cli.report import main
     elif name == "probe":
         from sst_interp.cli.probe import main
+    elif name == "explore":
+        from sst_interp.cli.explore import main
     else:
         raise KeyError(name)
     return main
@@ -83,7 +85,7 @@ class Case:
 
     Args:
         id: the test id.
-        command: record | generate | train | codeact_data | store | report | probe.
+        command: record | generate | train | codeact_data | store | report | probe | explore.
         argv: the arguments; ``{model}``, ``{run}``, ``{out}``, ``{data}``, ``{syn}``, ``{ro}`` are filled in.
         expect: a phrase of the one error line.
         env: environment variables set for the call.
@@ -260,6 +262,17 @@ CASES = [
     Case("generate-empty-prompt", "generate", ("--model", "{model}", "--prompt", "  "), "--prompt is empty"),
     Case("store-verify-not-a-run", "store", ("verify", "{data}"), "not a run directory"),
     Case("report-no-such-run", "report", ("--run", "{data}/no-run", "--out", "{out}"), "no-run"),
+    # ---- the explorer (issue 24): refused before it serves anything (a port in use: tests/unit/explore)
+    Case("explore-not-a-run", "explore", ("{data}", "--port", "0"), "not a run directory"),
+    Case("explore-no-run", "explore", (), "see python -m sst_interp.explore --help"),
+    Case("explore-bad-port", "explore", ("{run}", "--port", "70000"), "--port must be 0..65535"),
+    Case("explore-report-not-a-report", "explore", ("{run}", "--port", "0", "--report", "{data}"),
+         "is not a report folder"),
+    Case("explore-baseline-not-a-run", "explore", ("{run}", "--port", "0", "--baseline", "{data}"),
+         "not a run directory"),
+    Case("explore-flipped-questions", "explore", ("{syn}/flipped-questions", "--port", "0"), "questions.parquet"),
+    Case("explore-truncated-generations", "explore", ("{syn}/truncated-generations", "--port", "0"),
+         "generations.parquet"),
 ]
 
 

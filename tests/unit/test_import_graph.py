@@ -45,7 +45,7 @@ FLOORS: dict[int, tuple[str, ...]] = {
     3: ("model",),
     4: ("analyses", "codeact", "interventions"),
     5: ("probe", "train"),
-    6: ("record", "reporting"),
+    6: ("record", "experiments", "reporting", "explore"),
     7: ("cli", "commands"),
 }
 #: Package -> the packages of its own floor it may import (a floor's other packages are off limits).
@@ -54,10 +54,13 @@ SAME_FLOOR: dict[str, frozenset[str]] = {
     "store": frozenset(), "sandbox": frozenset(), "hooks": frozenset(),
     "data": frozenset({"store", "sandbox"}), "outputs": frozenset({"store"}), "synthetic": frozenset({"store"}),
     "cli": frozenset(),
+    # the intervention experiments record their conditions with record's runner; the report reads their folders
+    "experiments": frozenset({"record"}), "reporting": frozenset({"experiments"}),
 }
 #: The ``python -m`` modules outside ``sst_interp.cli`` besides the ``__main__`` ones: each only calls
 #: ``sst_interp.cli.<command>.main``.
-SHIMS = ("sst_interp.generate", "sst_interp.report", "sst_interp.probe.position_sim", "sst_interp.train.codeact_data")
+SHIMS = ("sst_interp.generate", "sst_interp.report", "sst_interp.probe.position_sim", "sst_interp.train.codeact_data",
+         "sst_interp.intervene")
 #: Folder -> package name, as pyproject's ``package-dir`` maps them.
 SOURCES = {ROOT / "sst_interp": "sst_interp", ROOT / "hooks": "sst_interp.hooks",
            ROOT / "analyses": "sst_interp.analyses"}

@@ -30,6 +30,7 @@ COMMANDS = [
     ["sst_interp.intervene"], *(["sst_interp.intervene", sub] for sub in ("window", "trace", "steer")),
     *(["sst_interp.probe", sub] for sub in ("train", "evaluate", "sweep", "loocv", "ablate", "policies")),
     *(["sst_interp.store", sub] for sub in ("verify", "repair")),
+    ["sst_interp.explore"],
 ]
 
 

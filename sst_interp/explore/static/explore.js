@@ -1,0 +1,351 @@
+// The explorer's page: the question list, a question, a position and the halting view, driven by the URL.
+// Every view's state lives in the query string (q, depth, turn, pos, a, b, colour and the list's filters), so a
+// view can be bookmarked; the server answers JSON (see sst_interp/explore/server.py).
+"use strict";
+
+const FILTERS = {search: "filter-search", correct: "filter-correct", staged: "filter-staged",
+                 change: "filter-change", must_halt: "filter-must-halt", min_turns: "filter-min-turns",
+                 stop_reason: "filter-stop"};
+const state = {run: null, question: null, tokenCache: new Map()};
+
+function $(id) { return document.getElementById(id); }
+function el(tag, attrs, ...children) {
+  const node = document.createElement(tag);
+  for (const [k, v] of Object.entries(attrs || {})) {
+    if (k === "class") node.className = v; else if (k === "text") node.textContent = v;
+    else if (k.startsWith("on")) node.addEventListener(k.slice(2), v); else node.setAttribute(k, v);
+  }
+  for (const c of children) node.append(c);
+  return node;
+}
+function params() { return new URLSearchParams(location.search); }
+function setParams(changes, push = true) {
+  const p = params();
+  for (const [k, v] of Object.entries(changes)) {
+    if (v === null || v === undefined || v === "") p.delete(k); else p.set(k, v);
+  }
+  const url = "?" + p.toString();
+  if (push) history.pushState(null, "", url); else history.replaceState(null, "", url);
+}
+function showError(message) {
+  const box = $("error");
+  box.textContent = message;
+  box.hidden = false;
+}
+function clearError() { $("error").hidden = true; $("error").textContent = ""; }
+
+async function api(path) {
+  const response = await fetch(path);
+  const body = await response.json();
+  if (!response.ok) {
+    const prefix = body.damaged ? "Damaged file: " : "Error: ";
+    showError(prefix + body.error);
+    throw new Error(body.error);
+  }
+  return body;
+}
+function fmt(x, digits = 3) { return x === null || x === undefined ? "–" : Number(x).toFixed(digits); }
+
+// ------------------------------------------------------------------------------------------------ run
+async function loadRun() {
+  const run = await api("/api/run");
+  state.run = run;
+  const done = Object.entries(run.recorded).map(([d, n]) => `d${d}: ${n}`).join(", ");
+  $("run-info").textContent = `${run.name} · ${run.protocol} · depths ${run.depths.join(",")} (${done} of ` +
+    `${run.questions} recorded) · L=${run.num_layers}, d=${run.hidden_size} · threshold ${fmt(run.threshold, 4)} ` +
+    `(${run.threshold_source})`;
+  const links = $("report-links");
+  links.replaceChildren(...run.report.slice(0, 40).map(r => el("a", {href: r.href, target: "_blank", text: r.name})));
+}
+
+// ------------------------------------------------------------------------------------------------ list
+function filterQuery() {
+  const p = params(), q = new URLSearchParams();
+  for (const key of Object.keys(FILTERS)) if (p.get("f_" + key)) q.set(key, p.get("f_" + key));
+  return q.toString();
+}
+function syncFilterInputs() {
+  const p = params();
+  for (const [key, id] of Object.entries(FILTERS)) $(id).value = p.get("f_" + key) || "";
+}
+let listRequest = 0;
+async function loadList() {
+  const mine = ++listRequest;
+  const data = await api("/api/questions?" + filterQuery());
+  if (mine !== listRequest) return;  // a newer filter's answer is on its way: this one is stale
+  const depths = data.meta.depths;
+  const stop = $("filter-stop");
+  if (stop.options.length === 1) {
+    for (const s of data.meta.stop_reasons) stop.append(el("option", {value: s, text: s}));
+    stop.value = params().get("f_stop_reason") || "";
+  }
+  $("list-meta").textContent = `${data.meta.shown} of ${data.meta.total} questions · overthinks/recoveries vs ` +
+    `${data.meta.reference}` + (data.meta.must_halt_note ? ` · ${data.meta.must_halt_note}` : "");
+  const th = (text, title) => el("th", {text, title});
+  const head = el("tr", {}, th("question", "question id (hover a row: its prompt)"),
+                  ...depths.map(d => th("d" + d, `correct at flat depth ${d}`)),
+                  th("staged", "staged depth: first correct depth, else the deepest"),
+                  th("over", `overthinks: depths that fail where ${data.meta.reference} passes`),
+                  th("rec", `recoveries: depths that pass where ${data.meta.reference} fails`),
+                  th("halt", "MUST HALT depths (app:halting_training)"), th("turns", "model turns per depth"),
+                  th("stop", "stop reasons"));
+  $("qlist").tHead.replaceChildren(head);
+  const selected = params().get("q");
+  const rows = data.rows.map(row => {
+    const cells = depths.map(d => {
+      const c = row.correct[d];
+      return el("td", {class: c === undefined ? "na" : c ? "ok" : "bad", "data-depth": d,
+                       text: c === undefined ? "·" : c ? "✓" : "✗"});
+    });
+    const turns = depths.map(d => row.turns[d] ?? "·").join("/");
+    const stops = [...new Set(Object.values(row.stop_reason))].join(",");
+    const tr = el("tr", {class: "qrow" + (row.question_id === selected ? " selected" : ""),
+                         "data-qid": row.question_id, title: row.prompt,
+                         onclick: () => { setParams({q: row.question_id, depth: null, turn: null, pos: null});
+                                          route(); }},
+                  el("td", {class: "qid", text: row.question_id}), ...cells,
+                  el("td", {text: row.staged_depth ?? "·"}),
+                  el("td", {class: "bad", text: row.overthinks.join(",")}),
+                  el("td", {class: "ok", text: row.recoveries.join(",")}),
+                  el("td", {}, row.must_halt.length ? el("span", {class: "halt", text: row.must_halt.join(",")}) : ""),
+                  el("td", {text: turns}), el("td", {class: "stop", text: stops, title: stops}));
+    return tr;
+  });
+  $("qlist").tBodies[0].replaceChildren(...rows);
+}
+
+// ------------------------------------------------------------------------------------------------ question
+function entropyColour(h, hmax) {
+  const t = Math.max(0, Math.min(1, h / Math.max(hmax, 1e-9)));
+  return `rgba(66, 133, 244, ${0.08 + 0.6 * t})`;
+}
+function renderTokens(turn, depth, colour, hmax) {
+  const box = el("div", {class: "tokens"});
+  for (const tok of turn.tokens) {
+    const recorded = tok.argmax !== undefined;
+    const span = el("span", {class: "tok" + (recorded ? "" : " unrec"), "data-depth": depth, "data-turn": turn.turn,
+                             "data-pos": tok.position, text: tok.piece});
+    if (recorded && colour === "changed" && tok.changed) span.classList.add("changed");
+    if (recorded && colour === "entropy") {
+      const h = tok.entropy[tok.entropy.length - 1];
+      if (h !== null) span.style.background = entropyColour(h, hmax);
+    }
+    if (recorded) {
+      span.addEventListener("mouseenter", ev => showTip(ev, depth, turn.turn, tok.position));
+      span.addEventListener("mouseleave", () => { $("tip").hidden = true; });
+      span.addEventListener("click", () => { setParams({depth, turn: turn.turn, pos: tok.position}); route(); });
+    }
+    box.append(span);
+  }
+  return box;
+}
+function renderQuestion(view) {
+  const p = params();
+  $("question").hidden = false;
+  $("qtitle").textContent = `${view.question_id}` + (view.reference ? ` · reference ${view.reference}` : "");
+  $("prompt").textContent = view.prompt;
+  const colour = p.get("colour") || "changed";
+  $("colour").value = colour;
+  const depths = view.depths.map(d => d.depth);
+  for (const id of ["div-a", "div-b"]) {
+    $(id).replaceChildren(...depths.map(d => el("option", {value: d, text: d})));
+  }
+  const a = Number(p.get("a") || depths[0]), b = Number(p.get("b") || depths[depths.length - 1]);
+  $("div-a").value = a; $("div-b").value = b;
+  let hmax = 0;
+  for (const d of view.depths) for (const t of d.turns) for (const tok of t.tokens)
+    if (tok.entropy) for (const h of tok.entropy) if (h !== null) hmax = Math.max(hmax, h);
+  const columns = view.depths.map(d => {
+    const col = el("div", {class: "depth-col", "data-depth": d.depth});
+    const verdict = d.correct === null ? "" : d.correct ? " ✓" : " ✗";
+    col.append(el("h4", {class: d.correct ? "ok" : "bad",
+                         text: `depth ${d.depth}${verdict} · ${d.n_turns} turn(s) · ${d.stop_reason ?? ""}` +
+                               (d.final_answer ? ` · answer ${d.final_answer}` : "")}));
+    for (const t of d.turns) {
+      const block = el("div", {class: "turn", "data-turn": t.turn},
+                       el("div", {class: "turn-head", text: `turn ${t.turn} · ${t.tokens.length} tokens · ${t.stop_reason}`}),
+                       renderTokens(t, d.depth, colour, hmax));
+      if (t.code) block.append(el("div", {class: "tool"}, el("b", {text: "code"}), el("pre", {text: t.code})));
+      if (t.tool_status) {
+        block.append(el("div", {class: "tool"}, el("b", {text: "tool "}),
+                        el("span", {class: "status-" + t.tool_status, text: t.tool_status}),
+                        el("pre", {text: t.tool_output ?? ""})));
+      }
+      col.append(block);
+    }
+    return col;
+  });
+  $("transcripts").replaceChildren(...columns);
+  markDivergence(view, a, b);
+}
+function markDivergence(view, a, b) {
+  document.querySelectorAll(".tok.div-mark").forEach(n => n.classList.remove("div-mark"));
+  if (a === b) { $("div-info").textContent = "pick two different depths"; return; }
+  const key = `${Math.min(a, b)}-${Math.max(a, b)}`;
+  const per = view.divergence[key] || {};
+  const parts = [];
+  for (const [turn, pos] of Object.entries(per)) {
+    if (pos < 0) { parts.push(`turn ${turn}: identical`); continue; }
+    parts.push(`turn ${turn}: position ${pos}`);
+    for (const d of [a, b]) {
+      const node = document.querySelector(`.tok[data-depth="${d}"][data-turn="${turn}"][data-pos="${pos}"]`);
+      if (node) node.classList.add("div-mark");
+    }
+  }
+  $("div-info").textContent = parts.join("; ") || "no shared turns";
+  $("div-info").dataset.key = key;
+}
+async function tokenDetail(depth, turn, pos) {
+  const q = params().get("q");
+  const key = `${q}|${depth}|${turn}|${pos}`;
+  if (!state.tokenCache.has(key)) {
+    state.tokenCache.set(key, api(`/api/token?q=${encodeURIComponent(q)}&depth=${depth}&turn=${turn}&pos=${pos}`));
+  }
+  return state.tokenCache.get(key);
+}
+function lensTable(detail, table) {
+  const head = el("tr", {}, el("th", {text: "iteration"}), el("th", {text: "argmax"}), el("th", {text: "entropy"}),
+                  el("th", {text: "top tokens (log-prob)"}));
+  const rows = detail.iterations.map((it, i) => el("tr", {"data-iteration": it},
+    el("td", {text: it}), el("td", {text: detail.argmax[i]}), el("td", {class: "entropy", text: fmt(detail.entropy[i])}),
+    el("td", {}, ...detail.top[i].map(t => el("span", {class: "top", "data-id": t.id, "data-logprob": t.logprob,
+                                                       text: `${JSON.stringify(t.piece)} ${fmt(t.logprob, 2)}  `})))));
+  const tracked = el("tr", {}, el("td", {text: "tracked"}), el("td", {colspan: 3},
+    el("span", {text: detail.tracked.pieces.slice(0, 5).map((s, j) =>
+      `${JSON.stringify(s)}: ${detail.tracked.logprobs.map(r => fmt(r[j], 2)).join(" → ")}`).join(" · ")})));
+  table.replaceChildren(head, ...rows, tracked);
+}
+async function showTip(ev, depth, turn, pos) {
+  const tip = $("tip");
+  tip.style.left = Math.min(ev.clientX + 12, window.innerWidth - 660) + "px";
+  tip.style.top = (ev.clientY + 16) + "px";
+  const detail = await tokenDetail(depth, turn, pos);
+  const table = el("table", {id: "tip-table", "data-depth": depth, "data-turn": turn, "data-pos": pos});
+  lensTable(detail, table);
+  tip.replaceChildren(el("div", {text: `depth ${depth} · turn ${turn} · position ${pos}`}), table);
+  tip.hidden = false;
+}
+
+// ------------------------------------------------------------------------------------------------ position
+function heat(div, z, x, y, title, extra) {
+  Plotly.react(div, [{type: "heatmap", z, x, y, colorscale: "Viridis", zmin: extra?.zmin, zmax: extra?.zmax,
+                      hovertemplate: "layer %{x}<br>%{y}<br>%{z:.4f}<extra></extra>"}],
+               {title: {text: title, font: {size: 13}}, margin: {l: 60, r: 10, t: 30, b: 35},
+                xaxis: {title: {text: "layer"}}}, {displayModeBar: false});
+}
+async function loadPosition(q, depth, turn, pos) {
+  const view = await api(`/api/position?q=${encodeURIComponent(q)}&depth=${depth}&turn=${turn}&pos=${pos}`);
+  $("position").hidden = false;
+  $("pos-title").textContent = `position ${pos} · turn ${turn} · depth ${depth} · ${view.states} states, top-${view.k}`;
+  document.querySelectorAll(".tok.sel").forEach(n => n.classList.remove("sel"));
+  const node = document.querySelector(`.tok[data-depth="${depth}"][data-turn="${turn}"][data-pos="${pos}"]`);
+  if (node) node.classList.add("sel");
+  const rows = view.iterations.slice(0, -1).map((it, i) => `iter ${it}→${view.iterations[i + 1]}`);
+  heat("ov-heat", view.overlap, view.layers, rows, "top-k overlap, consecutive iterations", {zmin: 0, zmax: 1});
+  const table = $("ov-table");
+  table.replaceChildren(el("tr", {}, el("th", {text: ""}), ...view.layers.map(l => el("th", {text: "L" + l}))),
+    ...view.overlap.map((r, i) => el("tr", {}, el("th", {text: rows[i]}),
+      ...r.map((v, l) => el("td", {"data-row": i, "data-layer": l, "data-value": v, text: fmt(v, 4)})))));
+  const regime = view.regime;
+  const status = $("regime-status");
+  if (regime.available) {
+    status.textContent = regime.low_overlap ? "low-overlap" : "stable";
+    status.className = regime.low_overlap ? "low" : "stable";
+    $("regime-threshold").textContent = `${regime.compared}: min over layers ${fmt(Math.min(...regime.per_layer.filter(v => v !== null)), 4)} ` +
+      `(layer ${regime.min_layer}) vs threshold ${fmt(regime.threshold, 4)} (${regime.threshold_source})` +
+      (regime.pre_divergence ? "" : ` · after the first divergence (${regime.first_divergence}) of those depths`);
+    Plotly.react("regime-plot", [
+      {x: view.layers, y: regime.per_layer, mode: "lines+markers", name: "overlap"},
+      {x: [view.layers[0], view.layers[view.layers.length - 1]], y: [regime.threshold, regime.threshold],
+       mode: "lines", name: "GMM threshold", line: {dash: "dash", color: "#d93025"}}],
+      {title: {text: "regime: " + regime.compared, font: {size: 13}}, margin: {l: 45, r: 10, t: 30, b: 35},
+       xaxis: {title: {text: "layer"}}, showlegend: false}, {displayModeBar: false});
+  } else {
+    status.textContent = "regime n/a"; status.className = "";
+    $("regime-threshold").textContent = regime.reason;
+    Plotly.purge("regime-plot");
+  }
+  if (view.l2_delta) {
+    const traces = view.layers.map((l, j) => ({x: rows, y: view.l2_delta.map(r => r[j]), mode: "lines+markers",
+                                               name: "L" + l}));
+    Plotly.react("l2-plot", traces, {title: {text: "state L2 change ||h(i+1) − h(i)|| per layer", font: {size: 13}},
+                                     margin: {l: 45, r: 10, t: 30, b: 35}}, {displayModeBar: false});
+  } else {
+    Plotly.purge("l2-plot");
+  }
+  if (view.lens.error) {
+    $("lens").replaceChildren(el("tr", {}, el("td", {text: view.lens.error})));
+    Plotly.purge("tracked-plot");
+  } else {
+    lensTable(view.lens, $("lens"));
+    const tr = view.lens.tracked;
+    Plotly.react("tracked-plot", tr.ids.slice(0, 5).map((id, j) => ({x: view.lens.iterations,
+      y: tr.logprobs.map(r => r[j]), mode: "lines+markers", name: tr.pieces[j]})),
+      {title: {text: "tracked log-probs (iteration-1 top 5)", font: {size: 13}},
+       margin: {l: 45, r: 10, t: 30, b: 35}, xaxis: {title: {text: "iteration"}, dtick: 1}}, {displayModeBar: false});
+  }
+}
+
+// ------------------------------------------------------------------------------------------------ halting
+async function loadHalting(q) {
+  if (!state.run.probe) { $("halting").hidden = true; return; }
+  const view = await api(`/api/halting?q=${encodeURIComponent(q)}`);
+  $("halting").hidden = false;
+  $("halting-info").textContent = `${view.probe} · layer ${view.layer} · halts above ${fmt(view.threshold, 4)}`;
+  const traces = [];
+  let maxIt = 1;
+  for (const [depth, turns] of Object.entries(view.depths)) {
+    for (const [turn, scores] of Object.entries(turns)) {
+      maxIt = Math.max(maxIt, scores.length);
+      traces.push({x: scores.map((_, i) => i + 1), y: scores, mode: "lines+markers", name: `d${depth} turn ${turn}`});
+    }
+  }
+  traces.push({x: [1, maxIt], y: [view.threshold, view.threshold], mode: "lines", name: "threshold",
+               line: {dash: "dash", color: "#d93025"}});
+  Plotly.react("halting-plot", traces, {title: {text: "probe logit per model turn and iteration", font: {size: 13}},
+    margin: {l: 45, r: 10, t: 30, b: 35}, xaxis: {title: {text: "iteration"}, dtick: 1}}, {displayModeBar: false});
+}
+
+// ------------------------------------------------------------------------------------------------ routing
+async function route() {
+  clearError();
+  syncFilterInputs();
+  try { await loadRun(); } catch (err) { /* shown in the banner */ }  // the threshold and the commits move on
+  try { await loadList(); } catch (err) { /* shown in the banner */ }
+  const p = params();
+  const q = p.get("q");
+  if (!q) { $("question").hidden = true; $("position").hidden = true; $("halting").hidden = true; return; }
+  try {
+    if (!state.question || state.question.question_id !== q) {
+      state.question = await api(`/api/question/${encodeURIComponent(q)}`);
+      state.tokenCache.clear();
+    }
+    renderQuestion(state.question);
+  } catch (err) { return; }
+  if (p.get("pos") !== null && p.get("depth") !== null) {
+    try { await loadPosition(q, p.get("depth"), p.get("turn") || 0, p.get("pos")); } catch (err) { /* banner */ }
+  } else {
+    $("position").hidden = true;
+  }
+  try { await loadHalting(q); } catch (err) { /* banner */ }
+  document.body.dataset.ready = "1";
+}
+
+function wire() {
+  for (const [key, id] of Object.entries(FILTERS)) {
+    const input = $(id);
+    const apply = () => { setParams({["f_" + key]: input.value}, false); loadList().catch(() => {}); };
+    input.addEventListener(input.tagName === "SELECT" ? "change" : "input", apply);
+  }
+  $("colour").addEventListener("change", () => { setParams({colour: $("colour").value}, false);
+                                                 renderQuestion(state.question); });
+  for (const id of ["div-a", "div-b"]) {
+    $(id).addEventListener("change", () => { setParams({a: $("div-a").value, b: $("div-b").value}, false);
+                                             markDivergence(state.question, Number($("div-a").value),
+                                                            Number($("div-b").value)); });
+  }
+  window.addEventListener("popstate", route);
+}
+
+wire();
+route();

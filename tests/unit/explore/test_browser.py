@@ -1,0 +1,170 @@
+"""The explorer in a real browser (headless Debian Chromium through chromium-driver, no browser download): open a
+run, filter the list, click a question, hover a token, open a position, and check the numbers the page shows
+against the Run API and the synthetic run's planted truth; then a tiny recorded run with its own tokenizer.
+
+``SST_INTERP_SCREENSHOT=docs/explore.png`` also writes the screenshot the README shows.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from pathlib import Path
+from urllib.parse import parse_qs, urlparse
+
+import numpy as np
+import pytest
+
+from sst_interp.analyses.basins import classify_positions
+from sst_interp.explore.config import ExploreConfig
+from sst_interp.store import Run
+from tests.unit.conftest import FAST, save_tiny_model
+from tests.unit.explore.browser import CHROMIUM, browser, chromedriver, served
+from tests.unit.reporting.builders import CORRECT
+
+pytestmark = [pytest.mark.timeout(180)]
+if not (os.path.exists(CHROMIUM) and chromedriver()):
+    pytestmark.append(pytest.mark.skip(reason="needs /usr/bin/chromium and chromedriver (apt-get install chromium "
+                                              "chromium-driver; .ci/run installs them)"))
+
+By = pytest.importorskip("selenium.webdriver.common.by").By
+
+
+def _wait(driver, condition, seconds: float = 20):
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    return WebDriverWait(driver, seconds).until(lambda d: condition(d))
+
+
+def _rows(driver) -> list[str]:
+    # read in one script call: the list re-renders while a filter's answer arrives
+    return driver.execute_script(
+        "return [...document.querySelectorAll('#qlist tr.qrow')].map(r => r.dataset.qid)")
+
+
+def _hover(driver, selector: str) -> None:
+    from selenium.webdriver.common.action_chains import ActionChains
+
+    ActionChains(driver).move_to_element(driver.find_element(By.CSS_SELECTOR, selector)).perform()
+
+
+def test_the_planted_run_in_the_browser(planted, tmp_path):
+    root, truth = planted
+    run = Run.open(root / "sst")
+    ids = np.array(truth.question_ids)
+    config = ExploreConfig(run=root / "sst", baseline=root / "base")
+    with served(config) as url, browser() as driver:
+        driver.get(url)
+        _wait(driver, lambda d: len(_rows(d)) == len(ids))
+        # filter the list: overthinks against the baseline (correct on every even question)
+        from selenium.webdriver.support.ui import Select
+
+        Select(driver.find_element(By.ID, "filter-change")).select_by_value("overthink")
+        base = np.arange(len(ids)) % 2 == 0
+        expected = list(ids[(base[:, None] & ~CORRECT).any(axis=1)])
+        _wait(driver, lambda d: _rows(d) == expected)
+        assert "f_change=overthink" in driver.current_url
+        # click a question
+        qid = expected[0]
+        qi = truth.question_ids.index(qid)
+        driver.find_element(By.CSS_SELECTOR, f'#qlist tr.qrow[data-qid="{qid}"]').click()
+        _wait(driver, lambda d: d.find_element(By.ID, "qtitle").text.startswith(qid))
+        assert parse_qs(urlparse(driver.current_url).query)["q"] == [qid]
+        columns = driver.find_elements(By.CSS_SELECTOR, ".depth-col")
+        assert [int(c.get_attribute("data-depth")) for c in columns] == [1, 2, 3, 4]
+        gens = run.generations().set_index(["question_id", "depth"])
+        shown = driver.find_elements(By.CSS_SELECTOR, '.tok[data-depth="3"]')
+        assert len(shown) == len(gens.loc[(qid, 3), "token_ids"])
+        # tokens whose argmax changed across iterations are marked (planted: a later iteration-1 rank is not 0)
+        for tok in shown[:6]:
+            p = int(tok.get_attribute("data-pos"))
+            assert ("changed" in tok.get_attribute("class")) == bool((truth.winners[qi, p, :3] != 0).any())
+        # the first divergence between depths 1 and 4 is marked on both transcripts
+        first = truth.first_divergence(qi, 1, 4)
+        marked = driver.find_elements(By.CSS_SELECTOR, ".tok.div-mark")
+        assert sorted((m.get_attribute("data-depth"), int(m.get_attribute("data-pos"))) for m in marked) == \
+            ([] if first is None else [("1", first), ("4", first)])
+        # hover a token: the top-K per iteration and the tracked log-probs of the recorded logits
+        _hover(driver, '.tok[data-depth="3"][data-pos="1"]')
+        _wait(driver, lambda d: d.find_element(By.ID, "tip").is_displayed()
+              and d.find_elements(By.CSS_SELECTOR, '#tip-table[data-pos="1"] tr[data-iteration]'))
+        block = next(run.logits(3, [qid]))
+        j = block.positions.tolist().index(1)
+        for i, row in enumerate(driver.find_elements(By.CSS_SELECTOR, "#tip-table tr[data-iteration]")):
+            tops = row.find_elements(By.CSS_SELECTOR, "span.top")
+            assert [int(t.get_attribute("data-id")) for t in tops] == block.top_ids[j, i, :10].tolist()
+            assert [float(t.get_attribute("data-logprob")) for t in tops] == \
+                pytest.approx(block.top_logprobs[j, i, :10], abs=1e-5)
+        # open a position: the overlap heatmap is the planted overlap of consecutive iterations
+        driver.find_element(By.CSS_SELECTOR, '.tok[data-depth="4"][data-pos="0"]').click()
+        _wait(driver, lambda d: d.find_element(By.ID, "regime-status").text in ("low-overlap", "stable"))
+        cells = driver.find_elements(By.CSS_SELECTOR, "#ov-table td[data-value]")
+        shown_overlap = np.array([float(c.get_attribute("data-value")) for c in cells]).reshape(3, run.num_layers)
+        planted_overlap = np.stack([truth.overlap(i, i + 1)[qi, 0] for i in (1, 2, 3)])
+        assert shown_overlap == pytest.approx(planted_overlap, abs=1e-6)
+        plotted = driver.execute_script("return document.getElementById('ov-heat').data[0].z")
+        assert np.array(plotted) == pytest.approx(planted_overlap, abs=1e-6)
+        # the regime mark: depth 1 iteration 1 vs depth 4 iteration 4 against the threshold the page names
+        threshold = driver.execute_script(
+            "return document.getElementById('regime-plot').data[1].y[0]")
+        across = truth.overlap(1, 4)[qi, 0]
+        low = bool(classify_positions(across[None, None], threshold)[0, 0])
+        assert driver.find_element(By.ID, "regime-status").text == ("low-overlap" if low else "stable")
+        query = parse_qs(urlparse(driver.current_url).query)
+        assert (query["depth"], query["turn"], query["pos"]) == (["4"], ["0"], ["0"])
+        target = os.environ.get("SST_INTERP_SCREENSHOT")
+        # move the hover off the transcript so the screenshot shows the position view whole
+        _hover(driver, "#qtitle")
+        driver.save_screenshot(str(tmp_path / "explore.png"))
+        if target:
+            shutil.copyfile(tmp_path / "explore.png", target)
+        # the URL of a view opens that view: a bookmark of a sketch position (beyond the full window)
+        driver.get(f"{url}?q={qid}&depth=4&turn=0&pos=8")
+        _wait(driver, lambda d: "sketch states" in d.find_element(By.ID, "pos-title").text)
+        cells = driver.find_elements(By.CSS_SELECTOR, "#ov-table td[data-value]")
+        shown_overlap = np.array([float(c.get_attribute("data-value")) for c in cells]).reshape(3, run.num_layers)
+        assert shown_overlap == pytest.approx(np.stack([truth.overlap(i, i + 1)[qi, 8] for i in (1, 2, 3)]),
+                                              abs=1e-6)
+
+
+@pytest.fixture(scope="module")
+def tiny_recorded(tmp_path_factory):
+    """A run recorded by ``record`` with a tiny random Gemma 3 and its character tokenizer (depths 1, 2)."""
+    import torch
+
+    from sst_interp.record import main as record_main
+
+    root = tmp_path_factory.mktemp("tiny")
+    model = save_tiny_model(root / "model")
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        record_main([*FAST, "--model", str(model), "--out", str(root / "run"), "--depths", "1,2", "--limit", "2",
+                     "--batch-size", "2", "--demo-preset"])
+    finally:
+        torch.set_num_threads(before)
+    return root / "run", model
+
+
+def test_a_recorded_run_shows_its_tokenizer_pieces(tiny_recorded):
+    from tokenizers import Tokenizer
+
+    run_dir, model = tiny_recorded
+    run = Run.open(run_dir)
+    tok = Tokenizer.from_file(str(Path(model) / "tokenizer.json"))
+    qid = run.question_ids()[0]
+    ids = list(run.generations().set_index(["question_id", "depth"]).loc[(qid, 2), "token_ids"])
+    with served(ExploreConfig(run=run_dir, fit_gmm=False)) as url, browser() as driver:
+        driver.get(f"{url}?q={qid}")
+        _wait(driver, lambda d: d.find_elements(By.CSS_SELECTOR, '.tok[data-depth="2"]'))
+        spans = driver.find_elements(By.CSS_SELECTOR, '.tok[data-depth="2"]')
+        pieces = [s.get_attribute("textContent") for s in spans]
+        assert pieces == [tok.id_to_token(i) for i in ids]
+        _hover(driver, '.tok[data-depth="2"][data-pos="0"]')
+        _wait(driver, lambda d: d.find_elements(By.CSS_SELECTOR, '#tip-table[data-pos="0"] tr[data-iteration]'))
+        block = next(run.logits(2, [qid]))
+        rows = driver.find_elements(By.CSS_SELECTOR, "#tip-table tr[data-iteration]")
+        assert len(rows) == 2
+        for i, row in enumerate(rows):
+            tops = row.find_elements(By.CSS_SELECTOR, "span.top")
+            assert [int(t.get_attribute("data-id")) for t in tops] == block.top_ids[0, i, :6].tolist()
