@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
 import tomllib
@@ -45,6 +46,7 @@ class Command:
     module: str
     tiny: tuple[str, ...]
     makes: str | None = None
+    serves: bool = False  # a server: the tiny run starts it, reads one page and stops it with Ctrl-C
 
 
 COMMANDS = {
@@ -74,6 +76,7 @@ COMMANDS = {
                          ("window", "--out", "{out}/window", "--model", "{model}", "--demo-preset", "--limit", "1",
                           "--batch-size", "1", "--max-new-tokens", "2", "--full-positions", "2", "--top-k", "4",
                           "--device", "cpu", "--depth", "2", "--size", "2", "--resamples", "50"), "window/experiment-window.json"),
+    "explore": Command("sst-explore", "sst_interp.explore", ("{synthetic}", "--port", "0"), serves=True),
 }
 #: Every way to start each command: ("sst-record", argv prefix) and ("-m sst_interp.record", argv prefix).
 FORMS = [pytest.param(name, [str(BIN / c.script)], id=c.script) for name, c in COMMANDS.items() if c.script] + \
@@ -128,10 +131,29 @@ def test_a_bad_flag_is_one_error_line_and_exit_2(name, prefix, tmp_path):
     assert "--help" in lines[0] and not done.stdout and not list(tmp_path.iterdir())
 
 
+def _serve_once(argv: list[str], cwd: Path) -> None:
+    """Start a server command, check it answers at the URL it prints, stop it with Ctrl-C: exit 0."""
+    import httpx
+
+    process = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=cwd,
+                               env={**ENV, "PYTHONUNBUFFERED": "1"})
+    try:
+        line = process.stdout.readline()
+        assert " at http://127.0.0.1:" in line, line + process.stderr.read()
+        assert httpx.get(line.split(" at ")[1].split()[0] + "api/run", timeout=60).status_code == 200
+    finally:
+        process.send_signal(signal.SIGINT)
+        process.wait(timeout=60)
+    assert process.returncode == 0, process.stderr.read()[-3000:]
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("name, prefix", FORMS)
 def test_a_tiny_run_exits_0(name, prefix, workspace, tmp_path):
     argv = [part.format(out=tmp_path, **workspace) for part in COMMANDS[name].tiny]
+    if COMMANDS[name].serves:
+        _serve_once([*prefix, *argv], tmp_path)
+        return
     done = _run([*prefix, *argv], tmp_path)
     assert done.returncode == 0, done.stderr[-3000:]
     assert "Traceback" not in done.stderr

@@ -132,7 +132,7 @@ def tiny_recorded(tmp_path_factory):
     """A run recorded by ``record`` with a tiny random Gemma 3 and its character tokenizer (depths 1, 2)."""
     import torch
 
-    from sst_interp.record import main as record_main
+    from sst_interp.cli.record import main as record_main
 
     root = tmp_path_factory.mktemp("tiny")
     model = save_tiny_model(root / "model")

@@ -172,7 +172,7 @@ def test_a_run_being_recorded_shows_what_is_committed(planted, tmp_path):
 
 
 def test_halting_view_reproduces_the_probes_own_halting_depths(planted, tmp_path):
-    from sst_interp.probe.cli import main as probe_main
+    from sst_interp.cli.probe import main as probe_main
 
     root, truth = planted
     probe_main(["train", "--run", str(root / "sst"), "--out", str(tmp_path / "probe")])
@@ -190,7 +190,7 @@ def test_halting_view_reproduces_the_probes_own_halting_depths(planted, tmp_path
 
 
 def test_report_artefacts_are_linked_and_served(planted, tmp_path):
-    from sst_interp.report import main as report_main
+    from sst_interp.cli.report import main as report_main
 
     root, _ = planted
     report_main(["--run", str(root / "sst"), "--out", str(tmp_path / "report"), "--only", "tab_overthinking"])
