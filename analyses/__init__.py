@@ -22,18 +22,20 @@ from sst_interp.lazy import lazy_exports
 if TYPE_CHECKING:
     from sst_interp.analyses.api import (
         CheckpointAnalysis,
+        ExperimentAnalysis,
         NotAvailable,
         RunAnalysis,
         TrainingAnalysis,
         open_checkpoint,
+        open_experiment,
         open_run,
         open_training,
     )
 
 #: Importing the package loads nothing heavy; torch and scikit-learn load when a measurement needs them.
 __getattr__, __dir__ = lazy_exports(__name__, {name: "sst_interp.analyses.api" for name in (
-    "CheckpointAnalysis", "NotAvailable", "RunAnalysis", "TrainingAnalysis", "open_checkpoint", "open_run",
-    "open_training")})
+    "CheckpointAnalysis", "ExperimentAnalysis", "NotAvailable", "RunAnalysis", "TrainingAnalysis", "open_checkpoint",
+    "open_experiment", "open_run", "open_training")})
 
 
 def open(run: Any, **kwargs: Any) -> RunAnalysis:  # noqa: A001 - ``analyses.open(run)``: the notebook entry point
@@ -42,5 +44,5 @@ def open(run: Any, **kwargs: Any) -> RunAnalysis:  # noqa: A001 - ``analyses.ope
 
     return open_run(run, **kwargs)
 
-__all__ = ["CheckpointAnalysis", "NotAvailable", "RunAnalysis", "TrainingAnalysis", "open", "open_checkpoint",
-           "open_run", "open_training"]
+__all__ = ["CheckpointAnalysis", "ExperimentAnalysis", "NotAvailable", "RunAnalysis", "TrainingAnalysis", "open",
+           "open_checkpoint", "open_experiment", "open_run", "open_training"]

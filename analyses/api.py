@@ -89,7 +89,8 @@ class Measured:
         measurement = lookup(key)
         if measurement.scope != self.scope:
             opener = {"run": "analyses.open(run)", "checkpoint": "analyses.open_checkpoint(folder)",
-                      "training": "analyses.open_training(sst=..., baseline=...)"}[measurement.scope]
+                      "training": "analyses.open_training(sst=..., baseline=...)",
+                      "experiment": "analyses.open_experiment(folder)"}[measurement.scope]
             raise UsageError(f"{measurement.key} is a measurement of a {measurement.scope}, not of a {self.scope}; "
                              f"use {opener}")
         return measurement
@@ -312,8 +313,25 @@ class TrainingAnalysis(Measured):
         return f"TrainingAnalysis(sst={self.sst}, baseline={self.baseline})"
 
 
+class ExperimentAnalysis(Measured):
+    """The tables and figure of an intervention experiment folder (``python -m sst_interp.intervene ... --out``).
+
+    Args:
+        folder: the experiment folder (``experiment-<kind>.json`` and its tables).
+    """
+
+    scope = "experiment"
+
+    def __init__(self, folder: str | Path) -> None:
+        super().__init__()
+        self.folder = Path(folder)
+
+    def __repr__(self) -> str:
+        return f"ExperimentAnalysis({self.folder})"
+
+
 _ANALYSES: dict[str, type[Measured]] = {"run": RunAnalysis, "checkpoint": CheckpointAnalysis,
-                                        "training": TrainingAnalysis}
+                                        "training": TrainingAnalysis, "experiment": ExperimentAnalysis}
 for _measurement in MEASUREMENTS:
     _owner = _ANALYSES[_measurement.scope]
     if not hasattr(_owner, _measurement.name):
@@ -338,6 +356,13 @@ def open_checkpoint(checkpoint: str | Path) -> CheckpointAnalysis:
         raise UsageError(f"{folder} is not a folder; pass an SST checkpoint folder (sst_config.json + "
                          f"sst_state.safetensors)")
     return CheckpointAnalysis(folder)
+
+
+def open_experiment(folder: str | Path) -> ExperimentAnalysis:
+    """:class:`ExperimentAnalysis` of an intervention experiment folder (``analyses.open_experiment``)."""
+    if not Path(folder).is_dir():
+        raise UsageError(f"{folder} is not a folder; pass the --out of python -m sst_interp.intervene")
+    return ExperimentAnalysis(folder)
 
 
 def open_training(sst: str | Path | None = None, baseline: str | Path | None = None) -> TrainingAnalysis:

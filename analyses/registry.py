@@ -145,8 +145,9 @@ class Measurement:
         kind: ``table``, or ``figure`` (the result is :class:`~sst_interp.analyses.figure_data.FigureData`: named
             frames and the numbers the figure annotates; ``tidy`` gives its main frame).
         scope: what it measures: a ``run`` (:class:`~sst_interp.analyses.api.RunAnalysis`), a ``checkpoint``
-            (:class:`~sst_interp.analyses.api.CheckpointAnalysis`) or ``training`` logs
-            (:class:`~sst_interp.analyses.api.TrainingAnalysis`); ``compute`` receives that object.
+            (:class:`~sst_interp.analyses.api.CheckpointAnalysis`), ``training`` logs
+            (:class:`~sst_interp.analyses.api.TrainingAnalysis`) or an intervention ``experiment`` folder
+            (:class:`~sst_interp.analyses.api.ExperimentAnalysis`); ``compute`` receives that object.
     """
 
     name: str
@@ -623,12 +624,20 @@ MEASUREMENTS = (*MEASUREMENTS, *DEPTH_POLICY_MEASUREMENTS)
 
 #: Modules of the floors above this package that declare measurements of their own (the halting probe's tables):
 #: imported by name the first time the registry is listed or searched, since this package never imports upwards.
-EXTENSIONS: tuple[str, ...] = ("sst_interp.probe.measurements",)
+EXTENSIONS: tuple[str, ...] = ("sst_interp.probe.measurements", "sst_interp.experiments.measurements")
 
 
 BY_KEY: dict[str, Measurement] = {}
 _REGISTERED: list[Measurement] = []
 _extensions_loaded = False
+
+
+def register_requirement(name: str, check: Callable[[Any], str | None]) -> None:
+    """Add a declarative requirement (an extension's: e.g. "the folder holds a window experiment"); ``check``
+    returns the reason it is unmet, or None, and must compute nothing."""
+    if name in REQUIREMENTS:
+        raise ValueError(f"requirement {name!r} declared twice")
+    REQUIREMENTS[name] = check
 
 
 def register(*entries: Measurement) -> None:

@@ -25,14 +25,12 @@ import pandas as pd
 
 from sst_interp.errors import UsageError
 from sst_interp.experiments import manifest as files
+from sst_interp.experiments.tables import STEER_COLUMNS, STEER_TABLE
 from sst_interp.experiments.setup import Setup, record_condition, require_depth
 from sst_interp.interventions import Intervention, InterventionSpec, Operation, Site
 
-TABLE = "steer"
+TABLE, COLUMNS = STEER_TABLE, STEER_COLUMNS
 DIRECTION = "direction.npy"
-COLUMNS = ("condition", "scale", "depth", "n_questions", "accuracy_pct", "regressions", "recoveries",
-           "regressions_change", "recoveries_change", "broken", "fixed", "mcnemar_exact_p", "logprob_change_mean",
-           "logprob_change_ci_low", "logprob_change_ci_high", "logprob_compared", "logprob_censored")
 
 
 @dataclass(frozen=True)

@@ -33,13 +33,17 @@ import pandas as pd
 
 from sst_interp.errors import UsageError
 from sst_interp.experiments import manifest as files
+from sst_interp.experiments.tables import (
+    TRACE_EFFECTS,
+    TRACE_LAYER_ITERATION,
+    TRACE_LAYER_POSITION,
+    TRACE_TARGETS,
+)
 from sst_interp.experiments.setup import Setup, record_condition, require_depth
 from sst_interp.interventions import Intervention, InterventionSpec, Operation, Site
 
-EFFECTS = "trace_effects"
-LAYER_POSITION = "trace_layer_position"
-LAYER_ITERATION = "trace_layer_iteration"
-TARGETS = "trace_targets"
+EFFECTS, LAYER_POSITION, LAYER_ITERATION, TARGETS = (TRACE_EFFECTS, TRACE_LAYER_POSITION, TRACE_LAYER_ITERATION,
+                                                     TRACE_TARGETS)
 
 
 @dataclass(frozen=True)

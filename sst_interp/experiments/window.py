@@ -26,15 +26,12 @@ import pandas as pd
 
 from sst_interp.errors import UsageError
 from sst_interp.experiments import manifest as files
+from sst_interp.experiments.tables import WINDOW_COLUMNS, WINDOW_TABLE
 from sst_interp.experiments.setup import Setup, record_condition, require_depth
 from sst_interp.interventions import Intervention, InterventionSpec, Operation, Site
 
 WindowMode = Literal["freeze", "zero"]
-TABLE = "window"
-COLUMNS = ("condition", "first_layer", "last_layer", "depth", "n_questions", "accuracy_pct", "accuracy_change_pp",
-           "accuracy_change_ci_low", "accuracy_change_ci_high", "broken", "fixed", "mcnemar_exact_p",
-           "logprob_change_mean", "logprob_change_ci_low", "logprob_change_ci_high", "logprob_compared",
-           "logprob_censored")
+TABLE, COLUMNS = WINDOW_TABLE, WINDOW_COLUMNS
 
 
 @dataclass(frozen=True)

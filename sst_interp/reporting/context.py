@@ -15,7 +15,7 @@ from typing import Any, TypeVar
 import pandas as pd
 
 from sst_interp.analyses.results import NotApplicable
-from sst_interp.analyses.api import CheckpointAnalysis, RunAnalysis, TrainingAnalysis
+from sst_interp.analyses.api import CheckpointAnalysis, ExperimentAnalysis, RunAnalysis, TrainingAnalysis
 from sst_interp.analyses.checkpoint_figures import AlphaMatrix
 from sst_interp.reporting.config import ReportInputs, RunInput
 
@@ -92,6 +92,10 @@ class ReportContext:
             missing = reasons[0] if reasons else "no SST checkpoint given (--checkpoint)"
             return self.memo(("checkpoint", ""), lambda: CheckpointAnalysis(None, missing))
         return self.memo(("checkpoint", checkpoint), lambda: CheckpointAnalysis(Path(checkpoint)))
+
+    def experiment_analysis(self, folder: Path) -> ExperimentAnalysis:
+        """The :class:`~sst_interp.analyses.ExperimentAnalysis` of an intervention experiment folder."""
+        return self.memo(("experiment", str(folder)), lambda: ExperimentAnalysis(folder))
 
     def training_analysis(self) -> TrainingAnalysis:
         """The :class:`~sst_interp.analyses.TrainingAnalysis` of the report's training logs."""

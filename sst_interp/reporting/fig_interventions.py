@@ -1,5 +1,5 @@
-"""fig_intervention_trace: causal tracing across depths as two heatmaps per experiment (layer x position, and layer
-x iteration at position 0), coloured by the mean indirect effect on the target token's log-prob."""
+"""fig_intervention_trace_heatmap: causal tracing across depths as two heatmaps per experiment (layer x position, and
+layer x iteration at position 0), coloured by the mean indirect effect on the target token's log-prob."""
 
 from __future__ import annotations
 

@@ -1,18 +1,19 @@
 """Intervention experiments (``python -m sst_interp.intervene``) in the report, from ``report --experiment DIR``.
 
-Each artefact reads the tidy tables its experiments wrote (checked against the sha256 their manifests record) and
-stacks them with an ``experiment`` column naming the folder; an artefact is skipped, saying why, when no folder
-given holds its experiment.
+Each artefact stacks the registry entry of its name (declared in :mod:`sst_interp.experiments.measurements`: the
+tidy tables the experiment wrote, checked against the sha256 its manifest records) over the folders given, with an
+``experiment`` column naming the folder; it is skipped, saying why, when no folder holds its experiment.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 
 import pandas as pd
 
+from sst_interp.analyses.registry import lookup
 from sst_interp.analyses.results import NotApplicable
-from sst_interp.experiments.manifest import kinds_in, read_manifest, read_table
 from sst_interp.reporting import fig_interventions
 from sst_interp.reporting.artefacts import ArtefactData, ArtefactSpec
 from sst_interp.reporting.context import ReportContext
@@ -21,68 +22,54 @@ FAMILY = "Interventions"
 NEEDS = ("experiments",)
 
 
-def _stacked(ctx: ReportContext, kind: str, table: str, name: str) -> tuple[pd.DataFrame, list[str]] | NotApplicable:
-    folders = [p for p in ctx.inputs.experiments if kind in kinds_in(p)]
-    if not folders:
-        return NotApplicable(f"no --experiment folder holds a {kind} experiment (python -m sst_interp.intervene "
-                             f"{kind} --out DIR, then report --experiment DIR)", name)
-    frames, notes = [], []
-    for folder in folders:
-        frames.append(read_table(folder, kind, table).assign(experiment=Path(folder).name))
-        manifest = read_manifest(folder, kind)
-        record = manifest["record"]
-        notes.append(f"{Path(folder).name}: {kind} {manifest['config']}; {record['questions']} "
-                     f"({record['protocol']}), batch {record['batch_size']}, "
-                     f"{len(manifest['conditions'])} condition run(s) under {Path(folder).name}/runs")
-    frame = pd.concat(frames, ignore_index=True)
-    return frame[["experiment", *[c for c in frame.columns if c != "experiment"]]], notes
+def _stacked(key: str) -> Callable[[ReportContext, str | None], ArtefactData | NotApplicable]:
+    """The registry entry ``key`` of every ``--experiment`` folder that holds its experiment, stacked with an
+    ``experiment`` column naming the folder (each frame of a figure's data likewise)."""
+    measurement = lookup(key)
 
-
-def _table(kind: str, table: str, name: str, note: str):
     def compute(ctx: ReportContext, target: str | None) -> ArtefactData | NotApplicable:
-        found = _stacked(ctx, kind, table, name)
-        if isinstance(found, NotApplicable):
-            return found
-        frame, notes = found
-        return ArtefactData({"main": frame}, {"notes": [*notes, note]})
+        results, reasons = [], []
+        for folder in ctx.inputs.experiments:
+            result = ctx.experiment_analysis(folder).attempt(key)
+            if isinstance(result, NotApplicable):
+                reasons.append(result.reason)
+            else:
+                results.append((Path(folder).name, result))
+        if not results:
+            return NotApplicable("; ".join(reasons) or "no --experiment folder given (python -m sst_interp.intervene "
+                                 "... --out DIR, then report --experiment DIR)", measurement.artefact)
+        if measurement.kind == "figure":
+            tables = {name: _with_experiment([(folder, r.tables[name]) for folder, r in results])
+                      for name in results[0][1].tables}
+            return ArtefactData(tables, {"notes": [n for _, r in results for n in r.meta.get("notes", [])]})
+        frame = _with_experiment([(folder, r.table()) for folder, r in results])
+        notes = [n for _, r in results for n in r.notes[:-1]] + [results[0][1].notes[-1]]
+        return ArtefactData({"main": frame}, {"notes": notes})
 
-    compute.__doc__ = f"{name}: the {kind} experiment's {table} table"
+    compute.__doc__ = f"{measurement.artefact}: {measurement.title} (every --experiment folder, stacked)"
     return compute
 
 
-def trace_figure(ctx: ReportContext, target: str | None) -> ArtefactData | NotApplicable:
-    """fig_intervention_trace: both heatmaps of every trace experiment."""
-    name = "fig_intervention_trace"
-    positions = _stacked(ctx, "trace", "trace_layer_position", name)
-    if isinstance(positions, NotApplicable):
-        return positions
-    iterations = _stacked(ctx, "trace", "trace_layer_iteration", name)
-    assert not isinstance(iterations, NotApplicable)
-    return ArtefactData({"layer_position": positions[0], "layer_iteration": iterations[0]},
-                        {"notes": positions[1]})
+def _with_experiment(frames: list[tuple[str, pd.DataFrame]]) -> pd.DataFrame:
+    stacked = pd.concat([frame.assign(experiment=folder) for folder, frame in frames], ignore_index=True)
+    return stacked[["experiment", *[c for c in stacked.columns if c != "experiment"]]]
 
 
 SPECS = [
     ArtefactSpec("tab_intervention_window", "table", "", FAMILY,
                  "Where the depth gain lives: iterations 2..k denied the state stream in windows of layers; accuracy "
                  "and first-token log-prob change against clean depth k, with bootstrap CIs over questions.",
-                 "report", NEEDS, _table("window", "window", "tab_intervention_window",
-                                         "CIs: 95% percentile bootstrap over questions (scipy.stats.bootstrap, "
-                                         "seeded); McNemar: exact, window vs clean depth k")),
+                 "report", NEEDS, _stacked("tab_intervention_window")),
     ArtefactSpec("tab_intervention_trace", "table", "", FAMILY,
                  "Causal tracing across depths: mean indirect effect of patching depth k's last-iteration layer "
                  "output into depth 1, per (layer, position), on the log-prob of depth k's first differing token.",
-                 "report", NEEDS, _table("trace", "trace_layer_position", "tab_intervention_trace",
-                                         "indirect effect = patched - depth-1 log-prob of the target token, tokens "
-                                         "before the target forced to the shared ones")),
-    ArtefactSpec("fig_intervention_trace", "figure", "", FAMILY,
+                 "report", NEEDS, _stacked("tab_intervention_trace")),
+    ArtefactSpec("fig_intervention_trace_heatmap", "figure", "", FAMILY,
                  "Causal tracing heatmaps: layer x position, and layer x depth-k iteration at position 0.",
-                 "report", NEEDS, trace_figure, fig_interventions.draw_trace),
+                 "report", NEEDS, _stacked("fig_intervention_trace_heatmap"), fig_interventions.draw_trace),
     ArtefactSpec("tab_intervention_steer", "table", "", FAMILY,
                  "Steering the halt: the halting probe's direction added at its layer (iterations 2..k) with a "
                  "scale sweep; overthinking (regressions) and recoveries against clean depth 1, flips against clean "
                  "depth k.", "report", NEEDS,
-                 _table("steer", "steer", "tab_intervention_steer",
-                        "scale in units of the state's mean norm at the probe's layer (position 0, clean depth k); "
-                        "CIs: 95% percentile bootstrap over questions")),
+                 _stacked("tab_intervention_steer")),
 ]

@@ -7,6 +7,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from sst_interp import analyses
+from sst_interp.analyses.registry import lookup
 from sst_interp.cli.intervene import main
 from sst_interp.experiments.manifest import read_manifest
 from sst_interp.experiments.window import window_spec, windows
@@ -101,7 +103,7 @@ def test_bad_trace_and_steer_flags_write_nothing(tmp_path, capsys):
 
 
 def test_the_report_shows_the_experiment_and_refuses_a_folder_without_one(tmp_path, capsys):
-    from sst_interp.report import main as report
+    from sst_interp.cli.report import main as report
 
     model = save_tiny_model(tmp_path / "model")
     out = tmp_path / "exp"
@@ -114,6 +116,15 @@ def test_the_report_shows_the_experiment_and_refuses_a_folder_without_one(tmp_pa
     assert list(shown["experiment"].unique()) == ["exp"]
     pd.testing.assert_frame_equal(shown.drop(columns="experiment"), written)
     assert not (tmp_path / "rep" / "tab_intervention_steer.csv").exists()  # skipped: no steer experiment
+    # the same table through the registry entry the report stacks: documented columns, the numbers as written
+    experiment = analyses.open_experiment(out)
+    support = experiment.available().set_index("label")
+    assert support.loc["tab_intervention_window", "available"]
+    assert "holds no steer experiment" in support.loc["tab_intervention_steer", "reason"]
+    tidy = experiment.intervention_window()
+    assert list(tidy.columns) == list(lookup("tab_intervention_window").columns)
+    pd.testing.assert_frame_equal(tidy.astype({"condition": object}), written, check_dtype=False)
+    assert any("window" in note for note in experiment.notes("tab_intervention_window"))
     capsys.readouterr()
     with pytest.raises(SystemExit) as info:
         report([*argv, "--out", str(tmp_path / "rep2"), "--experiment", str(tmp_path / "model")])

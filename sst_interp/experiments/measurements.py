@@ -1,0 +1,133 @@
+"""The intervention experiments' tables and figure as registry entries (scope ``experiment``).
+
+An experiment folder (``python -m sst_interp.intervene {window,trace,steer} --out DIR``) is measured like a run:
+``e = analyses.open_experiment(DIR)``, then ``e.data("tab_intervention_window")``, ``e.notes(...)``,
+``e.available()``. The report's Interventions artefacts stack these entries over the ``--experiment`` folders.
+This package sits above :mod:`sst_interp.analyses`, so it registers its entries itself (the registry imports this
+module by name: :data:`sst_interp.analyses.registry.EXTENSIONS`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from sst_interp.analyses import tidy
+from sst_interp.analyses.figure_data import FigureData
+from sst_interp.analyses.registry import Measurement, register, register_requirement
+from sst_interp.analyses.results import AnalysisResult
+from sst_interp.experiments.manifest import KINDS, kinds_in, read_manifest, read_table
+from sst_interp.experiments.tables import STEER_COLUMNS, TRACE_LAYER_ITERATION, TRACE_LAYER_POSITION, WINDOW_COLUMNS
+
+
+@dataclass(frozen=True)
+class ExperimentTable(AnalysisResult):
+    """One table an experiment wrote (checked against the sha256 its manifest records), with provenance notes.
+
+    Args:
+        frame: the table as written (tidy: one row per condition or heatmap cell).
+        notes: what the experiment ran (its config, question set, condition runs) and how its statistics are made.
+    """
+
+    frame: pd.DataFrame
+    notes: list[str] = field(default_factory=list)
+
+    def table(self) -> pd.DataFrame:
+        """The table."""
+        return self.frame
+
+
+def _provenance(folder: Path, kind: str) -> str:
+    manifest = read_manifest(folder, kind)
+    record = manifest["record"]
+    return (f"{Path(folder).name}: {kind} {manifest['config']}; {record['questions']} ({record['protocol']}), batch "
+            f"{record['batch_size']}, {len(manifest['conditions'])} condition run(s) under {Path(folder).name}/runs")
+
+
+def _holds(kind: str) -> Callable[[Any], str | None]:
+    def check(e: Any) -> str | None:
+        if kind not in kinds_in(e.folder):
+            return (f"{e.folder} holds no {kind} experiment (python -m sst_interp.intervene {kind} --out DIR, then "
+                    f"report --experiment DIR)")
+        return None
+
+    return check
+
+
+for _kind in KINDS:
+    register_requirement(f"{_kind}_experiment", _holds(_kind))
+
+
+def _table(kind: str, table: str, note: str) -> Callable[[Any], ExperimentTable]:
+    def compute(e: Any) -> ExperimentTable:
+        return ExperimentTable(read_table(e.folder, kind, table), [_provenance(e.folder, kind), note])
+
+    return compute
+
+
+def _trace_figure(e: Any) -> FigureData:
+    return FigureData({"layer_position": read_table(e.folder, "trace", TRACE_LAYER_POSITION),
+                       "layer_iteration": read_table(e.folder, "trace", TRACE_LAYER_ITERATION)},
+                      {"notes": [_provenance(e.folder, "trace")]}, main="layer_position")
+
+
+def _notes(e: Any, result: ExperimentTable) -> list[str]:
+    return list(result.notes)
+
+
+def _as_is(result: Any) -> pd.DataFrame:
+    return tidy.renamed(result.table(), {})
+
+
+SHARED_DOC = {
+    "depth": "the depth the condition was recorded at", "n_questions": "questions",
+    "accuracy_pct": "accuracy", "broken": "questions right in the clean depth-k run, wrong here",
+    "fixed": "questions wrong in the clean depth-k run, right here", "mcnemar_exact_p": "exact McNemar p of the flips",
+    "logprob_change_mean": "mean change of the clean depth-k token's log-prob (nats)",
+    "logprob_change_ci_low": "its 95% bootstrap bound over questions, low (nats)",
+    "logprob_change_ci_high": "the high bound (nats)", "logprob_compared": "questions with the token in both top-Ks",
+    "logprob_censored": "questions where it left the recorded top-K",
+}
+WINDOW_DOC = {"condition": "clean depth 1, clean depth k, or the window", "first_layer": "the window's first layer",
+              "last_layer": "its last layer", "accuracy_change_pp": "accuracy minus clean depth k's, points",
+              "accuracy_change_ci_low": "its 95% bootstrap bound over questions, low",
+              "accuracy_change_ci_high": "the high bound", **SHARED_DOC}
+STEER_DOC = {"condition": "clean depth 1, clean depth k, or the steering scale", "scale": "the scale (units of the "
+             "state's mean norm at the probe's layer)", "regressions": "right at clean depth 1, wrong here",
+             "recoveries": "wrong at clean depth 1, right here", "regressions_change": "regressions minus clean "
+             "depth k's", "recoveries_change": "recoveries minus clean depth k's", **SHARED_DOC}
+TRACE_DOC = {"layer": "decoder layer patched", "position": "generated position patched",
+             "indirect_effect_mean": "mean indirect effect on the target token's log-prob (nats)",
+             "n_questions": "questions in the cell", "indirect_effect_sem": "its standard error (nats)"}
+TRACE_ITERATION_DOC = {"layer": "decoder layer patched", "iteration": "depth k's iteration patched (position 0)",
+                       "indirect_effect_mean": TRACE_DOC["indirect_effect_mean"], "n_questions": "questions",
+                       "indirect_effect_sem": TRACE_DOC["indirect_effect_sem"]}
+
+MEASUREMENTS: tuple[Measurement, ...] = (
+    Measurement("intervention_window", "", "Where the depth gain lives: iterations 2..k denied the state stream in "
+                "windows of layers (experiment a).", ("window_experiment",),
+                _table("window", "window", "CIs: 95% percentile bootstrap over questions (scipy.stats.bootstrap, "
+                       "seeded); McNemar: exact, window vs clean depth k"), _as_is,
+                {c: WINDOW_DOC[c] for c in WINDOW_COLUMNS}, notes=_notes, scope="experiment"),
+    Measurement("intervention_trace", "", "Causal tracing across depths: indirect effect per (layer, position) "
+                "(experiment b).", ("trace_experiment",),
+                _table("trace", TRACE_LAYER_POSITION, "indirect effect = patched - depth-1 log-prob of the target token, "
+                       "tokens before the target forced to the shared ones"), _as_is,
+                {c: TRACE_DOC[c] for c in ("layer", "position", "indirect_effect_mean", "n_questions",
+                                           "indirect_effect_sem")}, notes=_notes, scope="experiment"),
+    Measurement("intervention_trace_heatmap", "", "Causal tracing heatmaps: layer x position and layer x iteration "
+                "(experiment b).", ("trace_experiment",), _trace_figure, _as_is,
+                {c: TRACE_DOC[c] for c in ("layer", "position", "indirect_effect_mean", "n_questions",
+                                           "indirect_effect_sem")}, kind="figure", scope="experiment"),
+    Measurement("intervention_steer", "", "Steering the halt along the probe's direction (experiment c).",
+                ("steer_experiment",),
+                _table("steer", "steer", "scale in units of the state's mean norm at the probe's layer (position 0, "
+                       "clean depth k); CIs: 95% percentile bootstrap over questions"), _as_is,
+                {c: STEER_DOC[c] for c in STEER_COLUMNS}, notes=_notes, scope="experiment"),
+)
+
+register(*MEASUREMENTS)
