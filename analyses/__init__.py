@@ -10,14 +10,15 @@ For notebooks, start here::
     analyses.open_training(sst="train/sst")          # TrainingAnalysis: loss and alpha curves
 
 The modules (``basins``, ``basin_profiles``, ``divergence``, ``logit_dynamics``, ``evaluation``, ``repetition``,
-``convergent``, ``convergence``, ``precision``, ``alpha``, ``stats``) hold the functions the methods call.
+``convergent``, ``convergence``, ``precision``, ``alpha``, ...) hold the functions the methods call; the statistics
+and result types they share are in :mod:`sst_interp.kernels`.
 """
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from sst_interp.lazy import lazy_exports
+from sst_interp.kernels.lazy import lazy_exports
 
 if TYPE_CHECKING:
     from sst_interp.analyses.api import (

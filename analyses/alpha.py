@@ -1,6 +1,6 @@
 """Learned blend coefficients (sec:learned_alpha, app:alpha_analysis): data for the alpha figures.
 
-``alpha_l = a_min + (a_max - a_min) * sigmoid(theta_l)`` (:func:`sst_interp.paper.alpha_from_theta`, with the
+``alpha_l = a_min + (a_max - a_min) * sigmoid(theta_l)`` (:func:`sst_interp.kernels.paper.alpha_from_theta`, with the
 paper's constants), so every coefficient starts at ``alpha_init`` ~= 0.0271. Deviations are
 always measured from this fixed ``alpha_init`` (not from a data-derived mean), as the paper does.
 
@@ -18,11 +18,11 @@ import numpy as np
 import pandas as pd
 
 from sst_interp.analyses.layers import paper_layer
-from sst_interp.analyses.results import AnalysisResult, NotApplicable
-from sst_interp.errors import UsageError
-# eq:alpha is defined in sst_interp.paper; imported here so that ``alpha.alpha_from_theta`` and
+from sst_interp.kernels.results import AnalysisResult, NotApplicable
+from sst_interp.kernels.errors import UsageError
+# eq:alpha is defined in sst_interp.kernels.paper; imported here so that ``alpha.alpha_from_theta`` and
 # ``alpha.alpha_init`` read naturally next to the analyses that use them.
-from sst_interp.paper import alpha_from_theta, alpha_init
+from sst_interp.kernels.paper import alpha_from_theta, alpha_init
 
 PAPER_SELECTED_LAYERS = (0, 30, 40, 61)  # fig:alpha_panels_*_selected (62-layer numbering)
 

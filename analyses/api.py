@@ -32,9 +32,9 @@ from sst_interp.analyses.basin_profiles import punctuated_equilibrium
 from sst_interp.analyses.basins import GMMFit
 from sst_interp.analyses.convergence import convergence_monitoring
 from sst_interp.analyses.registry import MEASUREMENTS, Measurement, all_measurements, lookup
-from sst_interp.analyses.results import NotApplicable
-from sst_interp.errors import UsageError
-from sst_interp.outcomes import correctness_matrix
+from sst_interp.kernels.results import NotApplicable
+from sst_interp.kernels.errors import UsageError
+from sst_interp.kernels.outcomes import correctness_matrix
 from sst_interp.store import Run
 
 

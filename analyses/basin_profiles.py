@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import pandas as pd
 
-from sst_interp.analyses.results import AnalysisResult, NotApplicable, single_depth
+from sst_interp.kernels.results import AnalysisResult, NotApplicable, single_depth
 from sst_interp.analyses.basins import (
     BasinSummary,
     GMMFit,

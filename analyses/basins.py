@@ -26,9 +26,9 @@ import numpy as np
 import pandas as pd
 from scipy import optimize, stats
 
-from sst_interp.analyses.results import AnalysisResult, NotApplicable
+from sst_interp.kernels.results import AnalysisResult, NotApplicable
 from sst_interp.analyses.overlap import OverlapResult
-from sst_interp.errors import UsageError
+from sst_interp.kernels.errors import UsageError
 
 if TYPE_CHECKING:  # scikit-learn is imported by the fit, not by importing the module
     from sklearn.mixture import GaussianMixture

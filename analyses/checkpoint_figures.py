@@ -20,9 +20,9 @@ import pandas as pd
 from sst_interp.analyses import alpha as alpha_analysis
 from sst_interp.analyses.figure_data import FigureData
 from sst_interp.analyses.layers import paper_layer
-from sst_interp.analyses.results import NotApplicable
-from sst_interp.errors import UsageError
-from sst_interp.paper import A_MAX, A_MIN, THETA_INIT, alpha_from_theta, alpha_init
+from sst_interp.kernels.results import NotApplicable
+from sst_interp.kernels.errors import UsageError
+from sst_interp.kernels.paper import A_MAX, A_MIN, THETA_INIT, alpha_from_theta, alpha_init
 
 LOSS_COLUMNS = ("step", "train_loss", "val_loss")
 
@@ -45,7 +45,7 @@ class AlphaMatrix:
 
 
 def read_alpha(folder: Path) -> AlphaMatrix:
-    """eq:alpha (:func:`sst_interp.paper.alpha_from_theta`) for every layer of a checkpoint folder (read from its
+    """eq:alpha (:func:`sst_interp.kernels.paper.alpha_from_theta`) for every layer of a checkpoint folder (read from its
     safetensors; no model is built)."""
     from safetensors.numpy import load_file
 

@@ -29,9 +29,9 @@ from scipy import stats
 
 from sst_interp.analyses import hidden_pass
 from sst_interp.analyses.hidden_pass import l2_deltas
-from sst_interp.analyses.results import AnalysisResult, NotApplicable, single_depth
-from sst_interp.errors import UsageError
-from sst_interp.outcomes import NEVER, first_correct_depth
+from sst_interp.kernels.results import AnalysisResult, NotApplicable, single_depth
+from sst_interp.kernels.errors import UsageError
+from sst_interp.kernels.outcomes import NEVER, first_correct_depth
 
 if TYPE_CHECKING:
     from sst_interp.store import Run
@@ -59,7 +59,7 @@ class ConvergenceResult(AnalysisResult):
         positions: [P] positions used.
         layer: the layer of the hidden states.
         deltas: [Q, P, T] L2 deltas, T = transitions 1->2 .. (I-1)->I.
-        groups: [Q] first correct depth (:data:`~sst_interp.outcomes.NEVER` when never correct).
+        groups: [Q] first correct depth (:data:`~sst_interp.kernels.outcomes.NEVER` when never correct).
         points: per (question, position, decision iteration): current_delta, next_delta, outcome.
         kruskal: per transition: statistic and p-value across correct-depth groups (NaN-free; absent when fewer
             than two groups have data).

@@ -9,7 +9,7 @@ all-correct count with the count expected if correctness were independent across
 (``N * prod_d accuracy_d``).
 
 A question's trace at a depth is the text of all its turns at that depth, joined in turn order;
-its correctness is that of its last turn (as in :mod:`sst_interp.outcomes`).
+its correctness is that of its last turn (as in :mod:`sst_interp.kernels.outcomes`).
 """
 
 from __future__ import annotations
@@ -20,11 +20,11 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from sst_interp.analyses import stats
+from sst_interp.kernels import stats
 from sst_interp.analyses.evaluation import load_generations
-from sst_interp.analyses.results import AnalysisResult, NotApplicable, depth_matrix_check
-from sst_interp.errors import UsageError
-from sst_interp.outcomes import correctness_matrix
+from sst_interp.kernels.results import AnalysisResult, NotApplicable, depth_matrix_check
+from sst_interp.kernels.errors import UsageError
+from sst_interp.kernels.outcomes import correctness_matrix
 
 TURN_SEPARATOR = "\n\x1e\n"  # record separator between turns of one trace
 

@@ -40,9 +40,9 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from sst_interp.analyses.results import AnalysisResult, NotApplicable
-from sst_interp.errors import UsageError
-from sst_interp.outcomes import correctness_matrix, outcome_rows
+from sst_interp.kernels.results import AnalysisResult, NotApplicable
+from sst_interp.kernels.errors import UsageError
+from sst_interp.kernels.outcomes import correctness_matrix, outcome_rows
 
 #: Rules a recorded fixed-depth run can replay (``probe-pos`` needs a probe: use position_sim for it).
 SWEEPABLE: tuple[str, ...] = ("kl", "entropy", "margin", "state")

@@ -21,8 +21,8 @@ from typing import TYPE_CHECKING
 import numpy as np
 import pandas as pd
 
-from sst_interp.analyses.results import AnalysisResult, NotApplicable, single_depth
-from sst_interp.outcomes import NEVER, first_divergence
+from sst_interp.kernels.results import AnalysisResult, NotApplicable, single_depth
+from sst_interp.kernels.outcomes import NEVER, first_divergence
 
 if TYPE_CHECKING:
     from sst_interp.store import Run

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import pandas as pd
 
-from sst_interp.analyses.results import NotApplicable
+from sst_interp.kernels.results import NotApplicable
 from sst_interp.store import Run
 
 COLUMNS = ["depth", "episodes", "first_turn_action", "finished", "accuracy", "mean_model_turns"]

@@ -4,9 +4,9 @@ Inputs are generations tables (docs/format.md columns: ``question_id``, ``depth`
 ``correct``, ...) or :class:`~sst_interp.store.Run` objects (their ``episodes()`` are read). Sentence repetition
 and loops (tab:repetition) are in :mod:`sst_interp.analyses.repetition`.
 
-Definitions (paper sec:evaluation; the outcomes themselves are defined in :mod:`sst_interp.outcomes`):
+Definitions (paper sec:evaluation; the outcomes themselves are defined in :mod:`sst_interp.kernels.outcomes`):
 
-- A question's correctness at a depth is its episode's verdict (:func:`~sst_interp.outcomes.correctness_matrix`).
+- A question's correctness at a depth is its episode's verdict (:func:`~sst_interp.kernels.outcomes.correctness_matrix`).
 - Only questions recorded at every depth of the run enter (N is reported).
 - Staged compute (sec:capacity, tab:staged_breakdown): questions are tried at depth 1, then 2, ...;
   the capacity through stage ``i`` is the fraction solved at some depth <= ``i``. Under greedy decoding
@@ -29,10 +29,10 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from sst_interp.analyses import stats
-from sst_interp.analyses.results import AnalysisResult, NotApplicable, depth_matrix_check
-from sst_interp.errors import UsageError
-from sst_interp.outcomes import correctness_matrix, outcome_rows, staged_capacity
+from sst_interp.kernels import stats
+from sst_interp.kernels.results import AnalysisResult, NotApplicable, depth_matrix_check
+from sst_interp.kernels.errors import UsageError
+from sst_interp.kernels.outcomes import correctness_matrix, outcome_rows, staged_capacity
 
 
 def load_generations(source: Any) -> pd.DataFrame:

@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from sst_interp.analyses.results import AnalysisResult, NotApplicable
+from sst_interp.kernels.results import AnalysisResult, NotApplicable
 
 
 @dataclass(frozen=True)

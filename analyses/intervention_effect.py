@@ -4,7 +4,7 @@ Per depth both runs hold:
 
 - accuracy of each, and staged capacity (a question counts when solved at some depth up to this one);
 - answer flips per question: right -> wrong (``broken``) and wrong -> right (``fixed``), with the exact McNemar test
-  of the two discordant counts (:func:`sst_interp.analyses.stats.mcnemar_exact`);
+  of the two discordant counts (:func:`sst_interp.kernels.stats.mcnemar_exact`);
 - the change in log-probability of the clean answer's first token at generated position 0, final iteration, turn 0:
   the clean run's argmax there, looked up in the intervened run's recorded top-K log-probs. When the token fell out
   of the intervened top-K its log-prob is only bounded above by the K-th one; such questions are counted
@@ -19,9 +19,9 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from sst_interp.analyses.results import AnalysisResult, NotApplicable
-from sst_interp.analyses.stats import mcnemar_exact
-from sst_interp.outcomes import correctness_matrix
+from sst_interp.kernels.results import AnalysisResult, NotApplicable
+from sst_interp.kernels.stats import mcnemar_exact
+from sst_interp.kernels.outcomes import correctness_matrix
 
 
 @dataclass(frozen=True)

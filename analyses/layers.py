@@ -9,8 +9,8 @@ top-k to another hidden size the same way.
 
 from __future__ import annotations
 
-from sst_interp.errors import UsageError
-from sst_interp.paper import PAPER_HIDDEN_SIZE, PAPER_NUM_LAYERS, PAPER_TOP_K
+from sst_interp.kernels.errors import UsageError
+from sst_interp.kernels.paper import PAPER_HIDDEN_SIZE, PAPER_NUM_LAYERS, PAPER_TOP_K
 
 # Named layer bands of the paper (inclusive layer numbers of the 62-layer model).
 PAPER_BANDS: dict[str, tuple[int, int]] = {

@@ -25,8 +25,8 @@ import pandas as pd
 
 from sst_interp.analyses import hidden_pass
 from sst_interp.analyses.layers import scaled_top_k
-from sst_interp.analyses.results import AnalysisResult, NotApplicable
-from sst_interp.errors import UsageError
+from sst_interp.kernels.results import AnalysisResult, NotApplicable
+from sst_interp.kernels.errors import UsageError
 
 if TYPE_CHECKING:
     from sst_interp.store import Run

@@ -27,11 +27,11 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import pandas as pd
 
-from sst_interp.analyses import stats
+from sst_interp.kernels import stats
 from sst_interp.analyses.layers import paper_layer
-from sst_interp.analyses.results import AnalysisResult, NotApplicable
+from sst_interp.kernels.results import AnalysisResult, NotApplicable
 from sst_interp.analyses.logit_dynamics.regimes import check_labels
-from sst_interp.errors import UsageError
+from sst_interp.kernels.errors import UsageError
 
 if TYPE_CHECKING:  # torch is imported by the functions that compute in a dtype, not by importing the module
     import torch

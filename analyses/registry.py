@@ -23,7 +23,7 @@ from typing import Any
 import pandas as pd
 
 from sst_interp.analyses import tidy
-from sst_interp.analyses.results import NotApplicable
+from sst_interp.kernels.results import NotApplicable
 
 # The functions below take the RunAnalysis of sst_interp.analyses.api (annotated Any: api imports this module).
 
@@ -676,7 +676,7 @@ def all_measurements() -> tuple[Measurement, ...]:
 
 def lookup(key: str) -> Measurement:
     """The measurement named by a paper label (``tab:overthinking``), a method name or an artefact name."""
-    from sst_interp.errors import UsageError
+    from sst_interp.kernels.errors import UsageError
 
     if key not in BY_KEY:
         all_measurements()

@@ -22,11 +22,11 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from sst_interp.analyses import stats
+from sst_interp.kernels import stats
 from sst_interp.analyses.evaluation import load_generations
-from sst_interp.analyses.results import AnalysisResult, NotApplicable
-from sst_interp.errors import UsageError
-from sst_interp.outcomes import correctness_matrix, staged_depth
+from sst_interp.kernels.results import AnalysisResult, NotApplicable
+from sst_interp.kernels.errors import UsageError
+from sst_interp.kernels.outcomes import correctness_matrix, staged_depth
 
 
 _SENTENCE_SPLIT = re.compile(r"(?<=[.!?])\s+|\n+")

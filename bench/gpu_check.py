@@ -54,7 +54,7 @@ if str(ROOT) not in sys.path:
 
 # The checks import what they use when they run: the refusal without CUDA and --help stay quick.
 from sst_interp.cli.args import add_config_flags, arg, config_parser, given_fields  # noqa: E402
-from sst_interp.errors import UsageError, cli_entry  # noqa: E402
+from sst_interp.kernels.errors import UsageError, cli_entry  # noqa: E402
 
 CHECKS: tuple[str, ...] = ("precision", "qlora", "record", "episodes", "codeact", "device-map")
 OK, FAIL, SKIPPED = "ok", "FAIL", "skipped"

@@ -10,7 +10,7 @@ from sst_interp.hooks.capture import LayerCapture, layer_output, top_abs_indices
 from sst_interp.hooks.config import PassState, RecordConfig, default_sketch_k
 from sst_interp.hooks.gates import GateCapture, gate_projection, pack_signs
 from sst_interp.hooks.logits import LogitCapture, logit_summary
-from sst_interp.hooks.owned import OwnedHooks
+from sst_interp.kernels.owned import OwnedHooks
 from sst_interp.hooks.recorder import Recorder
 
 __all__ = [

@@ -15,7 +15,7 @@ import torch
 from torch import nn
 
 from sst_interp.hooks.config import PassState, RecordConfig
-from sst_interp.hooks.owned import OwnedHooks
+from sst_interp.kernels.owned import OwnedHooks
 
 
 def layer_output(output: Any) -> torch.Tensor:

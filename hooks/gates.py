@@ -13,10 +13,10 @@ from typing import Any
 import torch
 from torch import nn
 
-from sst_interp.errors import UsageError
+from sst_interp.kernels.errors import UsageError
 from sst_interp.hooks.capture import _Entries, layer_output, rows_to_columns
 from sst_interp.hooks.config import PassState
-from sst_interp.hooks.owned import OwnedHooks
+from sst_interp.kernels.owned import OwnedHooks
 
 _BIT_WEIGHTS = (128, 64, 32, 16, 8, 4, 2, 1)
 

@@ -24,7 +24,7 @@ from sst_interp.hooks.capture import LayerCapture
 from sst_interp.hooks.config import PassState, RecordConfig
 from sst_interp.hooks.gates import GateCapture
 from sst_interp.hooks.logits import LogitCapture
-from sst_interp.hooks.owned import OwnedHooks
+from sst_interp.kernels.owned import OwnedHooks
 
 
 class Recorder:

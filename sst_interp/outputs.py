@@ -13,7 +13,7 @@ import errno
 import shutil
 from pathlib import Path
 
-from sst_interp.errors import UsageError
+from sst_interp.kernels.errors import UsageError
 from sst_interp.store.atomic import atomic_open
 
 

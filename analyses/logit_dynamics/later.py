@@ -27,8 +27,8 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from sst_interp.analyses import stats
-from sst_interp.analyses.results import AnalysisResult, NotApplicable
+from sst_interp.kernels import stats
+from sst_interp.kernels.results import AnalysisResult, NotApplicable
 from sst_interp.analyses.logit_dynamics.records import LogitRecords
 from sst_interp.analyses.logit_dynamics.regimes import check_labels
 from sst_interp.analyses.logit_dynamics.tables import LogitTable, _both, _wide

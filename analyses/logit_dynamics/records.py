@@ -33,8 +33,8 @@ import numpy as np
 import pandas as pd
 
 from sst_interp.analyses.logit_dynamics.regimes import attach_labels
-from sst_interp.errors import UsageError
-from sst_interp.outcomes import first_divergence
+from sst_interp.kernels.errors import UsageError
+from sst_interp.kernels.outcomes import first_divergence
 
 N_TOP5 = 5
 
@@ -140,10 +140,10 @@ def _final_index(block: LogitLike) -> np.ndarray:
 
 def window_divergence(lo: LogitLike, hi: LogitLike, max_positions: int | None) -> tuple[np.ndarray, int]:
     """Common window positions ``[P]`` of two runs' logit blocks and the index into them of the first emitted-token
-    disagreement (:data:`~sst_interp.outcomes.NEVER`: none in the window).
+    disagreement (:data:`~sst_interp.kernels.outcomes.NEVER`: none in the window).
 
     The emitted token of a position is its argmax at the deepest recorded iteration; the comparison is
-    :func:`sst_interp.outcomes.first_divergence` of the two runs' emitted tokens over the common positions.
+    :func:`sst_interp.kernels.outcomes.first_divergence` of the two runs' emitted tokens over the common positions.
     """
     common = np.intersect1d(lo.positions[_window(lo, max_positions)], hi.positions[_window(hi, max_positions)])
     a = final_argmax(lo)[np.searchsorted(lo.positions, common)]

@@ -34,7 +34,7 @@ from typing import Any, Literal
 import numpy as np
 import pandas as pd
 
-from sst_interp.errors import UsageError
+from sst_interp.kernels.errors import UsageError
 
 LABEL_COLUMNS = ("depth", "question_id", "turn", "position", "iter_a", "iter_b", "low_overlap")
 PAPER_THRESHOLD = 0.976

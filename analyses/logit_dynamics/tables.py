@@ -14,10 +14,10 @@ from typing import Any, ClassVar
 import numpy as np
 import pandas as pd
 
-from sst_interp.analyses import stats
-from sst_interp.analyses.results import AnalysisResult, NotApplicable
+from sst_interp.kernels import stats
+from sst_interp.kernels.results import AnalysisResult, NotApplicable
 from sst_interp.analyses.logit_dynamics.records import N_TOP5, LogitRecords
-from sst_interp.errors import UsageError
+from sst_interp.kernels.errors import UsageError
 
 LOW, STABLE = "low_overlap", "stable"
 GAP_SMALL, GAP_NAT = 0.25, 1.0

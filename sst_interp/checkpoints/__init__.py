@@ -13,7 +13,7 @@ from __future__ import annotations
 from importlib import resources
 from pathlib import Path
 
-from sst_interp.errors import UsageError
+from sst_interp.kernels.errors import UsageError
 
 #: name -> folder under ``sst_interp/checkpoints`` (each folder's TRAINING.md says what it is).
 NAMED_CHECKPOINTS: dict[str, str] = {

@@ -15,7 +15,7 @@ adds one per subcommand), converts the parsed flags once into the library's type
 returns an exit code from ``main(argv) -> int``; ``console()`` is its ``[project.scripts]`` entry. The library never
 sees a flags object, and nothing below this package imports it: the ``python -m`` modules elsewhere
 (``sst_interp/record/__main__.py``, ``sst_interp/train/codeact_data.py``, ...) are shims that only call
-``sst_interp.cli.<command>.main``. Errors follow one contract (:func:`sst_interp.errors.cli_entry`): bad input is one
+``sst_interp.cli.<command>.main``. Errors follow one contract (:func:`sst_interp.kernels.errors.cli_entry`): bad input is one
 ``error:`` line on stderr and exit code 2. Device, dtype and rank are resolved in
 :mod:`sst_interp.model.devices` only.
 

@@ -10,8 +10,8 @@ Every field of a config dataclass becomes one documented flag, the same way in a
   list, or with ``arg(..., repeat=True)`` one value per repetition of the flag; ``dict[str, int]`` takes
   ``KEY=ID,KEY=ID``;
 - a field without a default is a required flag; ``arg(..., choices=...)`` restricts the values;
-- bad input (an unknown flag, a missing value, a bad number) is a :class:`~sst_interp.errors.UsageError`, so
-  under :func:`~sst_interp.errors.cli_entry` it is one ``error: ...`` line on stderr and exit code 2, the same as
+- bad input (an unknown flag, a missing value, a bad number) is a :class:`~sst_interp.kernels.errors.UsageError`, so
+  under :func:`~sst_interp.kernels.errors.cli_entry` it is one ``error: ...`` line on stderr and exit code 2, the same as
   every other input error.
 
 Why not transformers' ``HfArgumentParser`` (it reads the same ``metadata["help"]``): it cannot express flags the
@@ -32,7 +32,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
 
-from sst_interp.errors import UsageError
+from sst_interp.kernels.errors import UsageError
 
 C = TypeVar("C")
 

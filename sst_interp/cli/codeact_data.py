@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from sst_interp.cli.args import add_config_flags, arg, config_from_namespace, config_parser
-from sst_interp.errors import cli_entry
+from sst_interp.kernels.errors import cli_entry
 from sst_interp.train.codeact_traces import TraceSetConfig, write_trace_set
 
 

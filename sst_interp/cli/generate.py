@@ -14,7 +14,7 @@ import time
 from dataclasses import dataclass
 
 from sst_interp.cli.args import add_config_flags, arg, config_from_namespace, config_parser
-from sst_interp.errors import UsageError, cli_entry
+from sst_interp.kernels.errors import UsageError, cli_entry
 from sst_interp.model.config import PROMPT_MODES
 from sst_interp.checkpoints import resolve_checkpoint
 

@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from sst_interp.cli.args import add_config_flags, arg, config_from_namespace, config_parser, given_fields
-from sst_interp.errors import UsageError, cli_entry
+from sst_interp.kernels.errors import UsageError, cli_entry
 
 PROG = "python -m sst_interp.intervene"
 

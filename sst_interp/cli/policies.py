@@ -16,8 +16,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from sst_interp.cli.args import add_config_flags, arg, config_from_namespace, config_parser
-from sst_interp.errors import cli_entry
-from sst_interp.paths import ensure_writable_folder
+from sst_interp.kernels.errors import cli_entry
+from sst_interp.kernels.paths import ensure_writable_folder
 
 if TYPE_CHECKING:  # the library (torch, the store) loads after the flags are parsed: --help stays fast
     from sst_interp.probe.policy_sweep import SweepConfig

@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from sst_interp.cli.args import add_config_flags, arg, config_from_namespace, config_parser
-from sst_interp.errors import UsageError, cli_entry
+from sst_interp.kernels.errors import UsageError, cli_entry
 from sst_interp.probe.defaults import ACTIVATION_NAMES, DEFAULT_PERMUTATIONS, DEFAULT_THRESHOLD
 from sst_interp.outputs import write_output
 

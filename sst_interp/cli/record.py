@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from sst_interp.cli.args import add_config_flags, arg, config_from_namespace, config_parser
-from sst_interp.errors import UsageError, cli_entry
+from sst_interp.kernels.errors import UsageError, cli_entry
 from sst_interp.record.options import ACTION_TOKEN_TEXTS, DEFAULT_DEPTHS, PROTOCOLS, RecordOptions
 from sst_interp.sandbox.config import BACKENDS, SandboxConfig
 
@@ -162,7 +162,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def parse_args(argv: Sequence[str] | None = None) -> RecordFlags:
-    """Parse the command line into :class:`RecordFlags` (bad input is a :class:`~sst_interp.errors.UsageError`)."""
+    """Parse the command line into :class:`RecordFlags` (bad input is a :class:`~sst_interp.kernels.errors.UsageError`)."""
     return config_from_namespace(RecordFlags, build_parser().parse_args(argv))
 
 

@@ -20,9 +20,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from sst_interp.cli.args import add_config_flags, arg, config_from_namespace, config_parser
-from sst_interp.errors import cli_entry
+from sst_interp.kernels.errors import cli_entry
 from sst_interp.checkpoints import resolve_checkpoint
-from sst_interp.paths import ensure_writable_folder
+from sst_interp.kernels.paths import ensure_writable_folder
 
 
 @dataclass(frozen=True)

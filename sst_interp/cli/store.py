@@ -16,7 +16,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from sst_interp.cli.args import config_parser
-from sst_interp.errors import cli_entry
+from sst_interp.kernels.errors import cli_entry
 from sst_interp.store import manifest as mf
 from sst_interp.store.consistency import REPAIR_COMMAND
 from sst_interp.store.rebuild import rebuild_manifest

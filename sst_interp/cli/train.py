@@ -33,8 +33,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from sst_interp.cli.args import add_config_flags, arg, config_parser, given_fields
-from sst_interp.errors import UsageError, cli_entry
-from sst_interp.paths import ensure_writable_folder
+from sst_interp.kernels.errors import UsageError, cli_entry
+from sst_interp.kernels.paths import ensure_writable_folder
 from sst_interp.train.config import TrainConfig, codeact_demo_config, demo_config
 
 if TYPE_CHECKING:

@@ -32,7 +32,7 @@ from sst_interp.codeact.format import (
     encode_with_actions,
     extract_code,
 )
-from sst_interp.errors import UsageError
+from sst_interp.kernels.errors import UsageError
 from sst_interp.model.generation import (
     DepthPolicy,
     GenerationConfig,

@@ -14,7 +14,7 @@ from typing import Any
 
 from sst_interp.data.grading import GRADERS, GradeResult
 from sst_interp.data.question import Question
-from sst_interp.errors import UsageError
+from sst_interp.kernels.errors import UsageError
 
 FINISH_STUB = "def finish_session(*args, **kwargs):\n    return None\n"
 

@@ -44,7 +44,7 @@ from dataclasses import replace
 from sst_interp.codeact.format import ActionFormat
 from sst_interp.data.prompts import GSM8K_TEMPLATE, MATH_TEMPLATE, MCQ_HEADER
 from sst_interp.data.question import Question
-from sst_interp.errors import UsageError
+from sst_interp.kernels.errors import UsageError
 
 _ACT = "Write code between <execute> and </execute>; you will see what it prints."
 SYSTEM_TEXTS: dict[str, str] = {

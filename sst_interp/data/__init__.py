@@ -14,7 +14,7 @@ Modules: :mod:`~sst_interp.data.question` (the record and its table), :mod:`~sst
 
 from typing import TYPE_CHECKING
 
-from sst_interp.lazy import lazy_exports
+from sst_interp.kernels.lazy import lazy_exports
 
 if TYPE_CHECKING:
     from sst_interp.data.demo import load_demo

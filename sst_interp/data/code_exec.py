@@ -7,7 +7,7 @@ directory and ``HOME``. The socket constructors are disabled as well, so a progr
 with ``OSError("network access is disabled ...")``. The program passes only when it ran to its end within the
 time limit (the driver reports that ``exec`` returned; the exit status plays no part, so ``os._exit(0)`` or
 ``sys.exit(0)`` after a failed check fail). Without ``bwrap`` on ``PATH`` this raises a one-line
-:class:`~sst_interp.errors.UsageError`; a sandbox that cannot start raises
+:class:`~sst_interp.kernels.errors.UsageError`; a sandbox that cannot start raises
 :class:`~sst_interp.sandbox.SandboxError` (never a graded failure). Pass
 ``sandbox=SandboxConfig(backend="subprocess")`` to run without isolation (unsafe for untrusted code).
 """

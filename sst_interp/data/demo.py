@@ -21,7 +21,7 @@ from dataclasses import dataclass
 
 from sst_interp.data.prompts import demo_prompt
 from sst_interp.data.question import Question
-from sst_interp.errors import UsageError
+from sst_interp.kernels.errors import UsageError
 
 FAMILIES: tuple[str, ...] = ("add", "mul", "seq", "add_mixed")
 DEFAULT_SIZE = 24

@@ -24,7 +24,7 @@ from typing import Any
 
 import pyarrow.parquet as pq
 
-from sst_interp.errors import UsageError
+from sst_interp.kernels.errors import UsageError
 
 DATA_DIR_ENV = "SST_INTERP_DATA_DIR"
 

@@ -31,7 +31,7 @@ from pathlib import Path
 from sst_interp.data.files import HUB_FILES, resolve_file
 from sst_interp.data.prompts import OPTION_LETTERS, mcq_prompt
 from sst_interp.data.question import Question
-from sst_interp.errors import UsageError
+from sst_interp.kernels.errors import UsageError
 
 GPQA_PASSWORD = "deserted-untie-orchid"
 GPQA_SUBSETS = ("diamond", "main", "extended")

@@ -29,7 +29,7 @@ from sst_interp.data.code_exec import DEFAULT_TIMEOUT_S, humaneval_program, run_
 from sst_interp.data.math_answer import extract_boxed_answer, math_answers_equal
 from sst_interp.data.prompts import STOP_STRINGS, truncate_at_stop
 from sst_interp.data.question import Question
-from sst_interp.errors import UsageError
+from sst_interp.kernels.errors import UsageError
 from sst_interp.sandbox import SandboxConfig
 
 

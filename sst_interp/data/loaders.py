@@ -21,7 +21,7 @@ from pathlib import Path
 from sst_interp.data.files import HUB_FILES, read_records, resolve_file
 from sst_interp.data.prompts import gsm8k_prompt, math_prompt
 from sst_interp.data.question import Question
-from sst_interp.errors import UsageError
+from sst_interp.kernels.errors import UsageError
 
 GSM8K_FORMAT = 'GSM8K JSONL with {"question", "answer"} per line, the answer ending in "#### N"'
 MATH500_FORMAT = 'MATH-500 JSONL with {"problem", "solution", "answer", "subject", "level", "unique_id"} per line'

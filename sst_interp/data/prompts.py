@@ -47,7 +47,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from sst_interp.errors import UsageError
+from sst_interp.kernels.errors import UsageError
 
 OPTION_LETTERS = "ABCDEFGHIJ"
 

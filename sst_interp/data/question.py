@@ -12,7 +12,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from sst_interp.errors import UsageError
+from sst_interp.kernels.errors import UsageError
 from sst_interp.store.schema import QUESTIONS_SCHEMA
 
 if TYPE_CHECKING:  # pandas is imported by the conversion that builds a frame

@@ -25,7 +25,7 @@ from sst_interp.data.demo import load_demo
 from sst_interp.data.gpqa import gpqa_file, load_gpqa
 from sst_interp.data.loaders import gsm8k_file, humaneval_file, load_gsm8k, load_humaneval, load_math500, math500_file
 from sst_interp.data.question import Question, select_questions
-from sst_interp.errors import UsageError
+from sst_interp.kernels.errors import UsageError
 
 LOADERS: dict[str, Callable[..., list[Question]]] = {
     "demo": load_demo,

@@ -28,7 +28,7 @@ from typing import Any
 
 import pandas as pd
 
-from sst_interp.errors import UsageError
+from sst_interp.kernels.errors import UsageError
 from sst_interp.outputs import write_output
 
 FORMAT = "sst_interp.intervention_experiment"

@@ -19,7 +19,7 @@ import pandas as pd
 from sst_interp.analyses import tidy
 from sst_interp.analyses.figure_data import FigureData
 from sst_interp.analyses.registry import Measurement, register, register_requirement
-from sst_interp.analyses.results import AnalysisResult
+from sst_interp.kernels.results import AnalysisResult
 from sst_interp.experiments.manifest import KINDS, kinds_in, read_manifest, read_table
 from sst_interp.experiments.tables import STEER_COLUMNS, TRACE_LAYER_ITERATION, TRACE_LAYER_POSITION, WINDOW_COLUMNS
 

@@ -23,7 +23,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from sst_interp.errors import UsageError
+from sst_interp.kernels.errors import UsageError
 from sst_interp.experiments import manifest as files
 from sst_interp.experiments.tables import STEER_COLUMNS, STEER_TABLE
 from sst_interp.experiments.setup import Setup, record_condition, require_depth
@@ -146,8 +146,8 @@ def _probe_sha(path: Path) -> str:
 
 def _row(clean: Any, run: Any, name: str, scale: float, k: int, config: SteerConfig) -> dict[str, object]:
     from sst_interp.analyses.intervention_effect import first_token_logprob_changes
-    from sst_interp.analyses.stats import bootstrap_ci, mcnemar_exact
-    from sst_interp.outcomes import correctness_matrix
+    from sst_interp.kernels.stats import bootstrap_ci, mcnemar_exact
+    from sst_interp.kernels.outcomes import correctness_matrix
 
     reference = correctness_matrix(clean)
     mine = correctness_matrix(run)[k]

@@ -31,7 +31,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from sst_interp.errors import UsageError
+from sst_interp.kernels.errors import UsageError
 from sst_interp.experiments import manifest as files
 from sst_interp.experiments.tables import (
     TRACE_EFFECTS,
@@ -94,7 +94,7 @@ def find_targets(clean: Any, depth: int, positions: int,
                  fixed: int | None = None) -> tuple[dict[str, Target], dict[str, str]]:
     """({question: Target}, {question: why it has none}) from a clean run holding depths 1 and ``depth``; ``fixed``
     is the target position (None: the first difference)."""
-    from sst_interp.outcomes import NEVER, first_divergence
+    from sst_interp.kernels.outcomes import NEVER, first_divergence
 
     rows = clean.generations()
     rows = rows[rows["turn"] == 0]

@@ -11,7 +11,7 @@ For depth k and each window W of layers, one condition is recorded at depth k wi
 Per window, against the clean run at depth k over the same questions: accuracy and its change, and the change in
 log-probability of the clean depth-k answer's first token (turn 0, position 0, final iteration; censored where it
 left the intervened top-K), each with a 95% percentile bootstrap interval over questions
-(:func:`sst_interp.analyses.stats.bootstrap_ci`: scipy.stats.bootstrap, 10,000 resamples, seed 0), and the exact
+(:func:`sst_interp.kernels.stats.bootstrap_ci`: scipy.stats.bootstrap, 10,000 resamples, seed 0), and the exact
 McNemar test of the flips. The clean depth-1 run is the reference row (the depth gain that a window could remove).
 """
 
@@ -24,7 +24,7 @@ from typing import Literal
 import numpy as np
 import pandas as pd
 
-from sst_interp.errors import UsageError
+from sst_interp.kernels.errors import UsageError
 from sst_interp.experiments import manifest as files
 from sst_interp.experiments.tables import WINDOW_COLUMNS, WINDOW_TABLE
 from sst_interp.experiments.setup import Setup, record_condition, require_depth
@@ -112,8 +112,8 @@ def _row(clean_path: Path, path: Path, name: str, layers: tuple[int, ...] | None
          config: WindowConfig) -> dict[str, object]:
     """One table row: the run at ``path`` (its ``depth``) against the clean run at depth k."""
     from sst_interp.analyses.intervention_effect import first_token_logprob_changes
-    from sst_interp.analyses.stats import bootstrap_ci, mcnemar_exact
-    from sst_interp.outcomes import correctness_matrix
+    from sst_interp.kernels.stats import bootstrap_ci, mcnemar_exact
+    from sst_interp.kernels.outcomes import correctness_matrix
     from sst_interp.store import Run
 
     clean, run = Run.open(clean_path), Run.open(path)

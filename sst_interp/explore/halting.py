@@ -13,7 +13,7 @@ from typing import Any
 
 import numpy as np
 
-from sst_interp.errors import UsageError
+from sst_interp.kernels.errors import UsageError
 from sst_interp.explore.arrays import plain
 from sst_interp.explore.question import check_question
 from sst_interp.explore.source import RunSource

@@ -1,7 +1,7 @@
 """The question list: one row per question with its outcomes at every depth, and the list's filters.
 
 Everything here comes from the run's tables (no shard is read): correctness per depth and the staged depth
-(:mod:`sst_interp.outcomes`), overthinks and recoveries against the matched baseline (or, without one, against the
+(:mod:`sst_interp.kernels.outcomes`), overthinks and recoveries against the matched baseline (or, without one, against the
 run's smallest flat depth, the reference of tab:overthinking), MUST HALT labels (:mod:`sst_interp.probe.labels`, only
 when the run has every flat depth 1..i_max), turns and stop reasons per depth.
 """
@@ -14,8 +14,8 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from sst_interp.errors import UsageError
-from sst_interp.outcomes import NEVER, correctness_matrix, first_correct_depths, staged_depth
+from sst_interp.kernels.errors import UsageError
+from sst_interp.kernels.outcomes import NEVER, correctness_matrix, first_correct_depths, staged_depth
 from sst_interp.probe.labels import make_labels
 from sst_interp.store import Run
 
@@ -30,7 +30,7 @@ class ListFilter:
     Args:
         search: a case-insensitive substring of the question id or its prompt.
         correct_at: ``{depth: wanted correctness}``.
-        staged: the wanted staged depth (:func:`sst_interp.outcomes.staged_depth`).
+        staged: the wanted staged depth (:func:`sst_interp.kernels.outcomes.staged_depth`).
         change: "overthink" (some depth fails where the reference passes), "recovery" (the reverse), "any" (either)
             or "none" (neither).
         must_halt: True: questions with a MUST HALT label; False: without.

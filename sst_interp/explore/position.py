@@ -23,11 +23,11 @@ from sst_interp.analyses.basins import classify_positions
 from sst_interp.analyses.hidden_pass import l2_deltas
 from sst_interp.analyses.layers import scaled_top_k
 from sst_interp.analyses.overlap import overlap_from_indices, topk_overlap
-from sst_interp.errors import UsageError
+from sst_interp.kernels.errors import UsageError
 from sst_interp.explore.arrays import plain
 from sst_interp.explore.question import check_question, token_detail
 from sst_interp.explore.source import RunSource
-from sst_interp.outcomes import NEVER, first_divergence
+from sst_interp.kernels.outcomes import NEVER, first_divergence
 from sst_interp.store import Run
 
 

@@ -3,7 +3,7 @@
 Each token of a turn carries what its recorded logits say across the iterations of its position (the pass that
 chose it): the argmax of every iteration (did it change?) and the entropy. The full top-K of one token (the hover)
 is :func:`token_detail`, read from the same cached logits block. First divergences between every pair of depths
-come from :func:`sst_interp.outcomes.first_divergence`, per turn.
+come from :func:`sst_interp.kernels.outcomes.first_divergence`, per turn.
 """
 
 from __future__ import annotations
@@ -14,10 +14,10 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from sst_interp.errors import UsageError
+from sst_interp.kernels.errors import UsageError
 from sst_interp.explore.arrays import plain
 from sst_interp.explore.source import RunSource
-from sst_interp.outcomes import first_divergence
+from sst_interp.kernels.outcomes import first_divergence
 from sst_interp.store import LogitBlock
 from sst_interp.store.schema import CODEACT_GENERATION_COLUMNS
 

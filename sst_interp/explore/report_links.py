@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from sst_interp.errors import UsageError
+from sst_interp.kernels.errors import UsageError
 
 #: Artefact files linked (the report writes each table as Markdown, CSV and LaTeX, each figure as PNG and PDF).
 LINKED_SUFFIXES = (".html", ".png", ".md", ".csv", ".pdf", ".tex")

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import socket
 
-from sst_interp.errors import UsageError
+from sst_interp.kernels.errors import UsageError
 from sst_interp.explore.server import Explorer, create_app
 
 

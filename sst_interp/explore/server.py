@@ -31,7 +31,7 @@ from starlette.responses import FileResponse, JSONResponse, Response
 from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 
-from sst_interp.errors import UsageError
+from sst_interp.kernels.errors import UsageError
 from sst_interp.explore.config import ExploreConfig
 from sst_interp.explore.halting import ProbeScorer, halting_view
 from sst_interp.explore.listing import ListFilter, apply_filter, question_rows

@@ -27,7 +27,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from sst_interp.errors import UsageError
+from sst_interp.kernels.errors import UsageError
 from sst_interp.interventions.spec import READS_RUN, Intervention, InterventionSpec, Operation
 
 

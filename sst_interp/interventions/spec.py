@@ -35,7 +35,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from sst_interp.errors import UsageError
+from sst_interp.kernels.errors import UsageError
 
 STREAMS: tuple[str, ...] = ("state_in", "alpha", "blended", "layer_out")
 OPERATIONS: tuple[str, ...] = ("zero", "add", "set_alpha", "freeze", "patch", "mean", "resample")

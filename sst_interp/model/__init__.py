@@ -10,7 +10,7 @@ Main entry points::
 
 from typing import TYPE_CHECKING
 
-from sst_interp.lazy import lazy_exports
+from sst_interp.kernels.lazy import lazy_exports
 
 if TYPE_CHECKING:
     from sst_interp.model.adapters import ADAPTERS, ArchitectureAdapter, adapter_for, supported_model_types

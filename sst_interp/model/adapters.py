@@ -23,7 +23,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from sst_interp.errors import UsageError
+from sst_interp.kernels.errors import UsageError
 
 
 def _gemma3_attention_half(layer: nn.Module, x: torch.Tensor, attn_kwargs: dict[str, Any]) -> torch.Tensor:

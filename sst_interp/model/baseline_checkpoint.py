@@ -11,7 +11,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from sst_interp.errors import UsageError
+from sst_interp.kernels.errors import UsageError
 from sst_interp.model.checkpoint import ADAPTER_DIR, quiet_tied_adapter_warning
 
 #: The marker file of a baseline checkpoint (its presence is what tells a baseline from an SST checkpoint).

@@ -17,7 +17,7 @@ import torch
 from safetensors.torch import load_file, save_file
 
 from sst_interp import __version__
-from sst_interp.errors import UsageError
+from sst_interp.kernels.errors import UsageError
 from sst_interp.model.config import SSTConfig
 from sst_interp.model.sst import SSTModel
 

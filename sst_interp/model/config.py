@@ -5,8 +5,8 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any, Literal
 
-from sst_interp.errors import UsageError
-from sst_interp.paper import A_MAX, A_MIN, THETA_INIT, alpha_init
+from sst_interp.kernels.errors import UsageError
+from sst_interp.kernels.paper import A_MAX, A_MIN, THETA_INIT, alpha_init
 
 UpdateRule = Literal["direct", "ema_linked"]
 StateScale = Literal["unit", "hidden"]

@@ -4,14 +4,14 @@ anything loads (one default each: ``--device auto``, ``--dtype auto``).
 torch accepts a device string lazily: ``torch.device("bogus")`` raises a RuntimeError listing every backend torch
 knows, and ``cuda`` on a machine without CUDA fails only when the first tensor moves (an AssertionError deep inside
 the model load). Both are bad input, so :func:`check_device` turns them into one-line
-:class:`~sst_interp.errors.UsageError` s before the model is loaded.
+:class:`~sst_interp.kernels.errors.UsageError` s before the model is loaded.
 """
 
 from __future__ import annotations
 
 import torch
 
-from sst_interp.errors import UsageError
+from sst_interp.kernels.errors import UsageError
 
 #: What ``--device`` accepts, in words (for messages).
 DEVICE_HELP = "auto, cpu, cuda or cuda:N (the GPU index), or mps"

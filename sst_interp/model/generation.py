@@ -25,7 +25,7 @@ from typing import Protocol, runtime_checkable
 import torch
 from transformers import DynamicCache
 
-from sst_interp.errors import UsageError
+from sst_interp.kernels.errors import UsageError
 from sst_interp.model.config import PROMPT_MODES, PromptMode
 from sst_interp.model.per_position import HaltedRows, signals_for
 from sst_interp.model.scan import shift_states

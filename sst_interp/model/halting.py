@@ -31,7 +31,7 @@ from pathlib import Path
 
 import torch
 
-from sst_interp.errors import UsageError
+from sst_interp.kernels.errors import UsageError
 
 RULES: tuple[str, ...] = ("kl", "entropy", "margin", "state", "probe-pos")
 PAIRWISE: frozenset[str] = frozenset({"kl", "state"})  # rules that compare iteration i with i - 1

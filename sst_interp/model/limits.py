@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from sst_interp.errors import UsageError
+from sst_interp.kernels.errors import UsageError
 
 
 @dataclass(frozen=True)

@@ -12,7 +12,7 @@ from pathlib import Path
 
 from transformers import PreTrainedTokenizerBase
 
-from sst_interp.errors import UsageError
+from sst_interp.kernels.errors import UsageError
 from sst_interp.model.backbone import DEFAULT_MODEL, backbone_identity, load_backbone
 from sst_interp.model.baseline_checkpoint import is_baseline_checkpoint, load_baseline_checkpoint
 from sst_interp.model.checkpoint import ADAPTER_DIR, load_checkpoint, read_checkpoint_config

@@ -16,8 +16,8 @@ import re
 import torch
 from transformers import Gemma3ForCausalLM, Gemma3TextConfig
 
-from sst_interp.errors import UsageError
-from sst_interp.paper import PAPER_HIDDEN_SIZE, PAPER_NUM_LAYERS
+from sst_interp.kernels.errors import UsageError
+from sst_interp.kernels.paper import PAPER_HIDDEN_SIZE, PAPER_NUM_LAYERS
 
 #: Gemma 3 27B's text decoder, as published with the model (``text_config`` of ``google/gemma-3-27b-pt``).
 GEMMA3_27B_TEXT: dict = dict(

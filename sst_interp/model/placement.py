@@ -18,7 +18,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from sst_interp.errors import UsageError
+from sst_interp.kernels.errors import UsageError
 
 #: The values of ``--device-map``: ``none`` (the whole model on ``--device``) or ``auto`` (accelerate decides).
 DEVICE_MAP_CHOICES: tuple[str, ...] = ("none", "auto")

@@ -20,7 +20,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from sst_interp.model.config import SSTConfig
-from sst_interp.paper import alpha_from_theta
+from sst_interp.kernels.paper import alpha_from_theta
 
 
 class StateStreamParams(nn.Module):

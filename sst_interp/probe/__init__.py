@@ -22,7 +22,7 @@ Modules, one concern each:
 
 from typing import TYPE_CHECKING
 
-from sst_interp.lazy import lazy_exports
+from sst_interp.kernels.lazy import lazy_exports
 
 if TYPE_CHECKING:
     from sst_interp.probe.dataset import ProbeData, load_probe_data, load_probe_data_layers

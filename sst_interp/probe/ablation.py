@@ -23,8 +23,8 @@ import numpy as np
 import pandas as pd
 import torch
 
-from sst_interp.analyses.results import AnalysisResult
-from sst_interp.errors import UsageError
+from sst_interp.kernels.results import AnalysisResult
+from sst_interp.kernels.errors import UsageError
 from sst_interp.probe.dataset import ProbeData
 from sst_interp.probe.evaluate import evaluate_probe
 from sst_interp.probe.model import DEFAULT_THRESHOLD, HaltingProbe

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 import numpy as np
 from scipy.stats import rankdata
 
-from sst_interp.errors import UsageError
+from sst_interp.kernels.errors import UsageError
 from sst_interp.probe.dataset import ProbeData
 from sst_interp.probe.evaluate import DetectionTable, HaltingOutcome, simulate_halting
 from sst_interp.probe.model import DEFAULT_THRESHOLD, ProbeConfig

@@ -29,7 +29,7 @@ from typing import Any
 import numpy as np
 
 from sst_interp.analyses.layers import paper_layer
-from sst_interp.errors import UsageError
+from sst_interp.kernels.errors import UsageError
 from sst_interp.probe.labels import HaltLabels, check_depths, labels_from_generations
 
 #: The paper's probe layer (of 62), ``sec:halting_probe_method``.

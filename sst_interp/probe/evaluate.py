@@ -26,9 +26,9 @@ from typing import ClassVar
 import numpy as np
 import pandas as pd
 
-from sst_interp.analyses.results import AnalysisResult
-from sst_interp.analyses.stats import mcnemar_exact
-from sst_interp.outcomes import first_correct_depth
+from sst_interp.kernels.results import AnalysisResult
+from sst_interp.kernels.stats import mcnemar_exact
+from sst_interp.kernels.outcomes import first_correct_depth
 from sst_interp.probe.dataset import ProbeData
 from sst_interp.probe.model import DEFAULT_THRESHOLD, HaltingProbe
 from sst_interp.probe.train import probe_logits

@@ -28,8 +28,8 @@ from typing import ClassVar
 import numpy as np
 import pandas as pd
 
-from sst_interp.analyses.results import AnalysisResult
-from sst_interp.errors import UsageError
+from sst_interp.kernels.results import AnalysisResult
+from sst_interp.kernels.errors import UsageError
 from sst_interp.probe.dataset import ProbeData
 from sst_interp.probe.evaluate import ProbeEvaluation, evaluate_probe
 from sst_interp.probe.model import DEFAULT_THRESHOLD, HaltingProbe, ProbeConfig

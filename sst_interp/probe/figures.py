@@ -25,7 +25,7 @@ from typing import ClassVar
 import numpy as np
 import pandas as pd
 
-from sst_interp.analyses.results import AnalysisResult
+from sst_interp.kernels.results import AnalysisResult
 from sst_interp.probe.dataset import ProbeData
 from sst_interp.probe.evaluate import ProbeEvaluation
 

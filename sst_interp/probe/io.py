@@ -24,7 +24,7 @@ import torch
 from safetensors.torch import load_file, save
 
 from sst_interp import __version__
-from sst_interp.errors import UsageError
+from sst_interp.kernels.errors import UsageError
 from sst_interp.outputs import write_output
 from sst_interp.probe.model import DEFAULT_THRESHOLD, HaltingProbe, ProbeConfig
 

@@ -26,8 +26,8 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from sst_interp.errors import UsageError
-from sst_interp.outcomes import NEVER, correctness_matrix, first_correct_depths
+from sst_interp.kernels.errors import UsageError
+from sst_interp.kernels.outcomes import NEVER, correctness_matrix, first_correct_depths
 
 TIMESTEP_COLUMNS = ["question_id", "turn", "depth", "must_halt", "correct_depth"]
 
@@ -48,7 +48,7 @@ def check_depths(depths: list[int] | np.ndarray) -> int:
 def question_correctness(generations: pd.DataFrame, question_ids: list[str] | None = None) -> pd.DataFrame:
     """Question-level correctness per flat depth from a generations table (every question at every depth).
 
-    :func:`sst_interp.outcomes.correctness_matrix` with ``require_every_depth``: a question missing at some depth
+    :func:`sst_interp.kernels.outcomes.correctness_matrix` with ``require_every_depth``: a question missing at some depth
     is a UsageError, since a halting label needs every flat depth.
 
     Args:

@@ -43,9 +43,9 @@ import numpy as np
 import pandas as pd
 from scipy.stats import poisson_binom
 
-from sst_interp.analyses.results import AnalysisResult
-from sst_interp.analyses.stats import binomial_test, wilson_interval
-from sst_interp.errors import UsageError
+from sst_interp.kernels.results import AnalysisResult
+from sst_interp.kernels.stats import binomial_test, wilson_interval
+from sst_interp.kernels.errors import UsageError
 from sst_interp.probe.dataset import ProbeData
 from sst_interp.probe.defaults import DEFAULT_PERMUTATIONS
 from sst_interp.probe.evaluate import evaluate_probe

@@ -26,7 +26,7 @@ import pandas as pd
 from sst_interp.analyses import tidy
 from sst_interp.analyses.figure_data import FigureData
 from sst_interp.analyses.registry import Measurement, register
-from sst_interp.analyses.results import AnalysisResult, NotApplicable
+from sst_interp.kernels.results import AnalysisResult, NotApplicable
 
 #: Width of the reported halting probe and of the probe the neuron analysis reads (paper sec:halting_probe_method).
 REPORTED_PROBE_WIDTH = 10

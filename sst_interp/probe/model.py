@@ -25,7 +25,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from sst_interp.errors import UsageError
+from sst_interp.kernels.errors import UsageError
 from sst_interp.probe.defaults import DEFAULT_THRESHOLD  # noqa: F401 - re-exported: the probe's halting threshold
 
 

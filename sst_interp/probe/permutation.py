@@ -31,8 +31,8 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from sst_interp.errors import UsageError
-from sst_interp.outcomes import NEVER
+from sst_interp.kernels.errors import UsageError
+from sst_interp.kernels.outcomes import NEVER
 from sst_interp.probe.dataset import ProbeData
 from sst_interp.probe.labels import correct_depths, make_labels
 

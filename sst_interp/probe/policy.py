@@ -13,7 +13,7 @@ from pathlib import Path
 
 import torch
 
-from sst_interp.errors import UsageError
+from sst_interp.kernels.errors import UsageError
 from sst_interp.probe.io import load_probe
 from sst_interp.probe.model import HaltingProbe
 

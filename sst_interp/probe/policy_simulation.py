@@ -31,7 +31,7 @@ import numpy as np
 import pandas as pd
 import torch
 
-from sst_interp.errors import UsageError
+from sst_interp.kernels.errors import UsageError
 from sst_interp.model.halting import PositionPolicy, margin_from_top2, relative_change
 
 

@@ -18,7 +18,7 @@ import numpy as np
 import pandas as pd
 
 from sst_interp.analyses import depth_policies as dp
-from sst_interp.errors import UsageError
+from sst_interp.kernels.errors import UsageError
 from sst_interp.model.halting import PositionPolicy, parse_position_policy
 from sst_interp.store import Run
 

@@ -19,7 +19,7 @@ import torch
 from torch import nn
 from torch.utils.data import WeightedRandomSampler
 
-from sst_interp.errors import UsageError
+from sst_interp.kernels.errors import UsageError
 from sst_interp.probe.model import HaltingProbe, ProbeConfig
 
 

@@ -18,7 +18,7 @@ under torchrun), :mod:`~sst_interp.record.summary`.
 
 from typing import TYPE_CHECKING
 
-from sst_interp.lazy import lazy_exports
+from sst_interp.kernels.lazy import lazy_exports
 from sst_interp.record.options import DEFAULT_DEPTHS, PROTOCOLS, RecordOptions
 
 if TYPE_CHECKING:

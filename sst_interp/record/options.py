@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from sst_interp.checkpoints import DEFAULT_CODEACT_CHECKPOINT, resolve_checkpoint
-from sst_interp.errors import UsageError
+from sst_interp.kernels.errors import UsageError
 from sst_interp.model.config import PROMPT_MODES
 from sst_interp.sandbox.config import SandboxConfig
 

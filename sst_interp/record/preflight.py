@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from sst_interp.errors import UsageError
+from sst_interp.kernels.errors import UsageError
 from sst_interp.model.limits import ModelLimits, check_weights_placed
 from sst_interp.record.options import RecordOptions
 

@@ -17,7 +17,7 @@ from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any, TypeVar
 
-from sst_interp.processes import Ranks, join_process_group, ranks_from_environment
+from sst_interp.kernels.processes import Ranks, join_process_group, ranks_from_environment
 
 __all__ = ["Ranks", "batch_cost", "batches_of_work", "process_group", "ranks_from_environment",
            "share_of_work"]

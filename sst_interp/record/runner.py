@@ -17,8 +17,8 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from sst_interp.errors import UsageError
-from sst_interp.paths import ensure_writable_folder
+from sst_interp.kernels.errors import UsageError
+from sst_interp.kernels.paths import ensure_writable_folder
 from sst_interp.record.options import RecordOptions
 from sst_interp.record.ranks import (Ranks, batch_cost, batches_of_work, process_group,
                                      ranks_from_environment, share_of_work)

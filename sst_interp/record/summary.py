@@ -7,8 +7,8 @@ from typing import Any
 
 import pandas as pd
 
-# staged_capacity is re-exported by sst_interp.record (its one definition is in sst_interp.outcomes).
-from sst_interp.outcomes import staged_capacity
+# staged_capacity is re-exported by sst_interp.record (its one definition is in sst_interp.kernels.outcomes).
+from sst_interp.kernels.outcomes import staged_capacity
 
 
 def print_summary(out: Path, depths: list[int], show: bool = True) -> dict[int, float]:

@@ -24,7 +24,7 @@ Typical use::
 
 from typing import TYPE_CHECKING
 
-from sst_interp.lazy import lazy_exports
+from sst_interp.kernels.lazy import lazy_exports
 
 if TYPE_CHECKING:
     from sst_interp.reporting.artefacts import ArtefactData, ArtefactSpec

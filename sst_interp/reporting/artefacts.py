@@ -2,7 +2,7 @@
 
 An :class:`ArtefactSpec` is one table or figure of the paper (named after its label: ``tab:main_results`` ->
 ``tab_main_results``). Its ``compute`` turns the report's inputs into :class:`ArtefactData` (named DataFrames plus
-JSON-able notes) or a :class:`~sst_interp.analyses.results.NotApplicable` saying why the inputs cannot support it;
+JSON-able notes) or a :class:`~sst_interp.kernels.results.NotApplicable` saying why the inputs cannot support it;
 a figure's ``draw`` turns that data into a matplotlib ``Figure``. Only :class:`ArtefactData` is cached, so redrawing
 a figure never reruns an analysis. Which specs exist, and binding them to runs, is
 :mod:`sst_interp.reporting.registry`; the ``specs_*`` modules import this one, never the registry.
@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 import pandas as pd
 
-from sst_interp.analyses.results import NotApplicable
+from sst_interp.kernels.results import NotApplicable
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure

@@ -18,8 +18,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from sst_interp.analyses.results import NotApplicable
-from sst_interp.errors import UsageError
+from sst_interp.kernels.results import NotApplicable
+from sst_interp.kernels.errors import UsageError
 from sst_interp.reporting import fig_common
 from sst_interp.reporting.artefacts import Artefact, ArtefactData
 from sst_interp.reporting.cache import ResultCache, code_fingerprint, make_key, path_fingerprint, source_fingerprint

@@ -29,7 +29,7 @@ from typing import Any
 import pandas as pd
 import pyarrow as pa
 
-from sst_interp.analyses.results import NotApplicable
+from sst_interp.kernels.results import NotApplicable
 from sst_interp.outputs import write_output
 from sst_interp.reporting.artefacts import ArtefactData
 
@@ -77,12 +77,13 @@ def code_fingerprint() -> str:
     """Fingerprint of the code that computes artefact data (module docstring)."""
     import sst_interp.analyses as analyses
     import sst_interp.probe as probe
-    from sst_interp import outcomes, paper
+    import sst_interp.kernels as kernels
 
     here = Path(__file__).parent
-    # outcomes and paper hold definitions the analyses compute with (correctness, eq:alpha), so they key the cache too.
-    return source_fingerprint([Path(analyses.__file__).parent, Path(probe.__file__).parent, Path(outcomes.__file__),
-                               Path(paper.__file__), here / "context.py", *sorted(here.glob("specs_*.py"))])
+    # the kernels hold definitions the analyses compute with (correctness, eq:alpha, the statistics, the result
+    # types), so they key the cache too.
+    return source_fingerprint([Path(analyses.__file__).parent, Path(probe.__file__).parent,
+                               Path(kernels.__file__).parent, here / "context.py", *sorted(here.glob("specs_*.py"))])
 
 
 def make_key(parts: Mapping[str, Any]) -> str:

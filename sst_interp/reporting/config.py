@@ -1,6 +1,6 @@
 """What the report is asked to do (:class:`ReportConfig`) and the inputs it resolves to (:class:`ReportInputs`).
 
-Resolution rules (each failure is a one-line :class:`~sst_interp.errors.UsageError`):
+Resolution rules (each failure is a one-line :class:`~sst_interp.kernels.errors.UsageError`):
 
 - ``runs``: each path is a run directory (has ``manifest.json``) or a folder of run directories (every
   sub-directory with a manifest, sorted by name). No path at all means the most recently modified run under
@@ -22,7 +22,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from sst_interp.errors import UsageError
+from sst_interp.kernels.errors import UsageError
 from sst_interp.store import Run
 
 MANIFEST = "manifest.json"

@@ -14,7 +14,7 @@ from typing import Any, TypeVar
 
 import pandas as pd
 
-from sst_interp.analyses.results import NotApplicable
+from sst_interp.kernels.results import NotApplicable
 from sst_interp.analyses.api import CheckpointAnalysis, ExperimentAnalysis, RunAnalysis, TrainingAnalysis
 from sst_interp.analyses.checkpoint_figures import AlphaMatrix
 from sst_interp.reporting.config import ReportInputs, RunInput

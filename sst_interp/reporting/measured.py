@@ -12,7 +12,7 @@ from collections.abc import Callable
 from typing import Any
 
 from sst_interp.analyses.registry import lookup
-from sst_interp.analyses.results import NotApplicable
+from sst_interp.kernels.results import NotApplicable
 from sst_interp.reporting.artefacts import ArtefactData, ArtefactSpec
 from sst_interp.reporting.context import ReportContext
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pandas as pd
 
 from sst_interp.analyses.api import NotAvailable
-from sst_interp.analyses.results import NotApplicable
+from sst_interp.kernels.results import NotApplicable
 from sst_interp.reporting import fig_evaluation
 from sst_interp.reporting.artefacts import ArtefactData, ArtefactSpec
 from sst_interp.reporting.context import ReportContext

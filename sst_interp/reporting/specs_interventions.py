@@ -13,7 +13,7 @@ from pathlib import Path
 import pandas as pd
 
 from sst_interp.analyses.registry import lookup
-from sst_interp.analyses.results import NotApplicable
+from sst_interp.kernels.results import NotApplicable
 from sst_interp.reporting import fig_interventions
 from sst_interp.reporting.artefacts import ArtefactData, ArtefactSpec
 from sst_interp.reporting.context import ReportContext

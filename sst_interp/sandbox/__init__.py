@@ -3,7 +3,7 @@
 Public API:
 
 - :class:`SandboxConfig` (``config.py``): backend and limits; :func:`check_backend` says, as one-line
-  :class:`~sst_interp.errors.UsageError` s, whether it can run here.
+  :class:`~sst_interp.kernels.errors.UsageError` s, whether it can run here.
 - :class:`PythonSession` (``session.py``): one persistent interpreter per episode; ``execute(code)`` returns
   a :class:`CodeResult` (``stdout``, ``stderr``, ``status``, ``finish_answer``, ``seconds``).
 - :func:`run_program` (``oneshot.py``): one program, pass/fail, as an :class:`ExecutionResult`.

@@ -1,4 +1,4 @@
-"""Can the chosen backend run here? One-line :class:`~sst_interp.errors.UsageError` s when it cannot.
+"""Can the chosen backend run here? One-line :class:`~sst_interp.kernels.errors.UsageError` s when it cannot.
 
 For ``bwrap`` two things are checked: the executable is on ``PATH``, and a trivial sandbox with the real
 options starts (some containers forbid the namespaces it needs). The trial runs once per process (per bwrap
@@ -10,7 +10,7 @@ from __future__ import annotations
 import os
 import threading
 
-from sst_interp.errors import UsageError
+from sst_interp.kernels.errors import UsageError
 from sst_interp.sandbox.bwrap import find_bwrap
 from sst_interp.sandbox.config import SandboxConfig
 from sst_interp.sandbox.output import CaptureFiles
@@ -52,7 +52,7 @@ def probe_bwrap() -> str | None:
 
 
 def check_backend(config: SandboxConfig) -> None:
-    """Raise :class:`~sst_interp.errors.UsageError` (one line) unless ``config`` can run here."""
+    """Raise :class:`~sst_interp.kernels.errors.UsageError` (one line) unless ``config`` can run here."""
     config.validate()
     if config.backend != "bwrap":
         return

@@ -9,7 +9,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass, field
 
-from sst_interp.errors import UsageError
+from sst_interp.kernels.errors import UsageError
 
 BACKENDS: tuple[str, ...] = ("bwrap", "subprocess")
 """``bwrap``: bubblewrap namespaces, the isolating default. ``subprocess``: a plain child process, NOT a
@@ -61,7 +61,7 @@ class SandboxConfig:
         object.__setattr__(self, "hidden_paths", paths)
 
     def validate(self) -> None:
-        """Raise :class:`~sst_interp.errors.UsageError` (one line) if a field is out of range."""
+        """Raise :class:`~sst_interp.kernels.errors.UsageError` (one line) if a field is out of range."""
         if self.backend not in BACKENDS:
             raise UsageError(f"unknown sandbox backend {self.backend!r}: choose one of {', '.join(BACKENDS)}")
         if not self.timeout_s > 0:

@@ -27,7 +27,7 @@ import warnings
 from collections.abc import Sequence
 from pathlib import Path
 
-from sst_interp.errors import UsageError
+from sst_interp.kernels.errors import UsageError
 from sst_interp.sandbox.bwrap import SANDBOX_DIR, SANDBOX_GID, SANDBOX_UID, bwrap_argv, find_bwrap
 from sst_interp.sandbox.config import SandboxConfig
 from sst_interp.sandbox.interpreter import base_interpreter, sandbox_env
@@ -49,7 +49,7 @@ NAMESPACE_EXIT_TIMEOUT_S = 10.0  # the kernel reaps a killed namespace in millis
 class SandboxError(UsageError, RuntimeError):
     """The sandbox could not start (the message carries the backend's own error text).
 
-    A :class:`~sst_interp.errors.UsageError`: the machine cannot run the sandbox (bwrap refused, a namespace it
+    A :class:`~sst_interp.kernels.errors.UsageError`: the machine cannot run the sandbox (bwrap refused, a namespace it
     may not create), which the user fixes, so a command stops with one ``error:`` line and exit 2, never a
     traceback and never a graded answer.
     """

@@ -109,7 +109,7 @@ class PythonSession:
     Args:
         config: backend and limits; None means :class:`SandboxConfig` ``()``. Checked at once
             (:func:`~sst_interp.sandbox.check.check_backend`): a missing ``bwrap`` is a
-            :class:`~sst_interp.errors.UsageError` here, not at the first block.
+            :class:`~sst_interp.kernels.errors.UsageError` here, not at the first block.
     """
 
     def __init__(self, config: SandboxConfig | None = None) -> None:

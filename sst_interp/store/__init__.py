@@ -11,7 +11,7 @@ with RunWriter.create_or_resume(path, identity, manifest_extra) as writer:
 
 from typing import TYPE_CHECKING
 
-from sst_interp.lazy import lazy_exports
+from sst_interp.kernels.lazy import lazy_exports
 
 if TYPE_CHECKING:
     from sst_interp.store.errors import CorruptRunError

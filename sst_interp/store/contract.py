@@ -15,7 +15,7 @@ from typing import Any
 
 import pyarrow as pa
 
-from sst_interp.errors import UsageError
+from sst_interp.kernels.errors import UsageError
 from sst_interp.store import schema as sch
 from sst_interp.store.errors import CorruptRunError
 

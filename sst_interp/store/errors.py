@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from sst_interp.errors import UsageError
+from sst_interp.kernels.errors import UsageError
 
 
 class CorruptRunError(UsageError):

@@ -14,7 +14,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from sst_interp.errors import UsageError
+from sst_interp.kernels.errors import UsageError
 from sst_interp.store import manifest as mf
 from sst_interp.store import schema as sch
 from sst_interp.store import consistency, contract, discovery, integrity

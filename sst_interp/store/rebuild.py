@@ -24,7 +24,7 @@ from typing import Any
 
 import filelock
 
-from sst_interp.errors import UsageError
+from sst_interp.kernels.errors import UsageError
 from sst_interp.store import discovery, integrity, stamp
 from sst_interp.store import manifest as mf
 from sst_interp.store import schema as sch

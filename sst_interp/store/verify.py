@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from sst_interp.errors import UsageError
+from sst_interp.kernels.errors import UsageError
 from sst_interp.store import consistency, contract, discovery, integrity
 from sst_interp.store import manifest as mf
 from sst_interp.store.consistency import Finding

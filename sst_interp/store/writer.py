@@ -38,7 +38,7 @@ import pandas as pd
 import pyarrow as pa
 
 from sst_interp import __version__
-from sst_interp.errors import UsageError
+from sst_interp.kernels.errors import UsageError
 from sst_interp.store import manifest as mf
 from sst_interp.store import schema as sch
 from sst_interp.store import codecs, integrity, rebuild, stamp, tables

@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 import numpy as np
 
-from sst_interp.errors import UsageError
+from sst_interp.kernels.errors import UsageError
 from sst_interp.synthetic.spec import KINDS, SyntheticSpec
 
 # Basin-shift kinds: which consecutive-iteration transitions (i -> i+1) carry the shift.

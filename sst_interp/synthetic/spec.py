@@ -7,7 +7,7 @@ from typing import Any
 
 import numpy as np
 
-from sst_interp.errors import UsageError
+from sst_interp.kernels.errors import UsageError
 
 # Correctness kinds (question-level correctness pattern over the recorded flat depths).
 KINDS = ("always", "never", "recover", "regress", "fragile", "random")

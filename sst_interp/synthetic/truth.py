@@ -1,6 +1,6 @@
 """What a synthetic run holds, exactly (:class:`PlantedTruth`), for tests to compare analyses against.
 
-The truth's own accessors are computed independently of :mod:`sst_interp.outcomes` on purpose: they are the oracle
+The truth's own accessors are computed independently of :mod:`sst_interp.kernels.outcomes` on purpose: they are the oracle
 the single definitions are tested against.
 """
 

@@ -11,7 +11,7 @@ matched baseline).
 
 from typing import TYPE_CHECKING
 
-from sst_interp.lazy import lazy_exports
+from sst_interp.kernels.lazy import lazy_exports
 
 if TYPE_CHECKING:
     from sst_interp.train.config import TrainConfig, demo_config

@@ -36,9 +36,9 @@ import numpy as np
 from sst_interp.codeact.format import ActionFormat
 from sst_interp.codeact.prompts import SYSTEM_TEXTS
 from sst_interp.data.answers import numbers_equal
-from sst_interp.errors import UsageError
+from sst_interp.kernels.errors import UsageError
 from sst_interp.outputs import write_output
-from sst_interp.paths import ensure_writable_folder
+from sst_interp.kernels.paths import ensure_writable_folder
 
 ANNOTATION = re.compile(r"<<([^<>=]+)=([^<>]*)>>")
 FINAL = re.compile(r"####\s*(.+?)\s*$")

@@ -12,8 +12,8 @@ from typing import Any
 
 from sst_interp.cli.args import arg
 from sst_interp.codeact.format import GEMMA3_ACTION_IDS
-from sst_interp.errors import UsageError
-from sst_interp.paper import A_MAX, A_MIN, THETA_INIT
+from sst_interp.kernels.errors import UsageError
+from sst_interp.kernels.paper import A_MAX, A_MIN, THETA_INIT
 
 #: The paper's LoRA targets: attention QKV+O, MLP {gate, up, down}, lm_head (tab:hyperparameters).
 PAPER_LORA_TARGETS: tuple[str, ...] = (

@@ -31,7 +31,7 @@ import numpy as np
 import torch
 
 from sst_interp.codeact.format import GEMMA3_ACTION_IDS, encode_with_actions
-from sst_interp.errors import UsageError
+from sst_interp.kernels.errors import UsageError
 
 IGNORE_INDEX = -100
 

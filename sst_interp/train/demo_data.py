@@ -16,7 +16,7 @@ from pathlib import Path
 
 from sst_interp.data.demo import DEFAULT_LEVEL, DEFAULT_SEED, FAMILIES, demo_items, make_item
 from sst_interp.data.prompts import demo_prompt
-from sst_interp.errors import UsageError
+from sst_interp.kernels.errors import UsageError
 
 TRAIN_SEED = 101
 VAL_SEED = 202

@@ -56,8 +56,8 @@ from typing import TYPE_CHECKING
 
 import torch
 
-from sst_interp.errors import UsageError
-from sst_interp.processes import Ranks, join_process_group, ranks_from_environment
+from sst_interp.kernels.errors import UsageError
+from sst_interp.kernels.processes import Ranks, join_process_group, ranks_from_environment
 
 if TYPE_CHECKING:
     from sst_interp.train.modeling import TrainModel
@@ -80,7 +80,7 @@ MPI_WORLD_SIZE = ("OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "MV2_COMM_WORLD_SIZE")
 @dataclass(frozen=True)
 class DataParallel(Ranks):
     """This process's place among the training processes (rank 0 of 1 when training alone), with the collectives
-    data-parallel training needs on top of :class:`sst_interp.processes.Ranks` (barrier, run on rank 0)."""
+    data-parallel training needs on top of :class:`sst_interp.kernels.processes.Ranks` (barrier, run on rank 0)."""
 
     @property
     def enabled(self) -> bool:

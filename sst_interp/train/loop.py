@@ -28,7 +28,7 @@ import pandas as pd
 import torch
 from tqdm import tqdm
 
-from sst_interp.errors import UsageError
+from sst_interp.kernels.errors import UsageError
 from sst_interp.train import distributed
 from sst_interp.train.config import RESUMABLE_FIELDS, TrainConfig
 from sst_interp.train.data import (

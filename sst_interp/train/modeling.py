@@ -24,7 +24,7 @@ import torch.nn.functional as F
 from torch import nn
 from transformers import PreTrainedModel
 
-from sst_interp.errors import UsageError
+from sst_interp.kernels.errors import UsageError
 from sst_interp.model import SSTConfig, SSTModel
 from sst_interp.model.checkpoint import quiet_tied_adapter_warning
 from sst_interp.train.config import TRAIN_DTYPES, TrainConfig

@@ -12,8 +12,8 @@ import os
 
 import torch
 
-from sst_interp.errors import UsageError
-from sst_interp.paths import ensure_writable_folder
+from sst_interp.kernels.errors import UsageError
+from sst_interp.kernels.paths import ensure_writable_folder
 from sst_interp.train.config import TrainConfig
 from sst_interp.train.distributed import DataParallel
 

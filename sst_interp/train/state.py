@@ -24,7 +24,7 @@ from typing import Any
 import torch
 from safetensors.torch import load_file, save_file
 
-from sst_interp.errors import UsageError
+from sst_interp.kernels.errors import UsageError
 from sst_interp.model.baseline_checkpoint import write_baseline_meta
 from sst_interp.model.checkpoint import ADAPTER_DIR, save_checkpoint
 from sst_interp.train.modeling import TrainModel

@@ -11,7 +11,7 @@ import pytest
 
 from sst_interp.cli import generate, report
 from sst_interp.cli.args import add_config_flags, arg, config_from_namespace, config_parser, given_fields
-from sst_interp.errors import UsageError
+from sst_interp.kernels.errors import UsageError
 from sst_interp.cli import probe as probe_cli
 from sst_interp.cli import record as record_cli
 from sst_interp.cli import train as train_cli

@@ -40,7 +40,7 @@ PENDING_PRIVATE: dict[tuple[str, str], str] = {}
 #: is the root ``__init__``; ``commands`` are the ``python -m`` shims, :data:`SHIMS`). A package may import the
 #: packages of lower floors, and of its own floor only those :data:`SAME_FLOOR` names; nothing imports upwards.
 FLOORS: dict[int, tuple[str, ...]] = {
-    1: ("sst_interp", "errors", "paper", "lazy", "paths", "processes", "outcomes", "checkpoints", "cli.args"),
+    1: ("sst_interp", "kernels", "checkpoints", "cli.args"),
     2: ("store", "sandbox", "hooks", "data", "outputs", "synthetic"),
     3: ("model",),
     4: ("analyses", "codeact", "interventions"),
@@ -50,7 +50,7 @@ FLOORS: dict[int, tuple[str, ...]] = {
 }
 #: Package -> the packages of its own floor it may import (a floor's other packages are off limits).
 SAME_FLOOR: dict[str, frozenset[str]] = {
-    **{kernel: frozenset({"errors"}) for kernel in ("paths", "processes", "outcomes", "checkpoints", "cli.args")},
+    "checkpoints": frozenset({"kernels"}), "cli.args": frozenset({"kernels"}),
     "store": frozenset(), "sandbox": frozenset(), "hooks": frozenset(),
     "data": frozenset({"store", "sandbox"}), "outputs": frozenset({"store"}), "synthetic": frozenset({"store"}),
     "cli": frozenset(),
@@ -329,8 +329,7 @@ def test_the_layer_table_can_fail():
     """The floor rule on names: upward and same-floor imports are refused, the shims reach only the commands."""
     assert "model" in allowed_imports("analyses") and "probe" not in allowed_imports("analyses")
     assert "sandbox" not in allowed_imports("store") and "store" in allowed_imports("data")
-    assert allowed_imports("paper") == {"sst_interp", "errors", "lazy", "paths", "processes", "outcomes",
-                                        "checkpoints", "cli.args"} - set(FLOORS[1])
+    assert allowed_imports("kernels") == set() and allowed_imports("checkpoints") == {"kernels"}
     assert allowed_imports("commands") == {"cli"} and "cli" not in allowed_imports("record")
     assert package_of("sst_interp.cli.args") == "cli.args" and package_of("sst_interp.cli.record") == "cli"
     assert package_of("sst_interp.record.__main__") == "commands" and package_of("sst_interp") == TOP

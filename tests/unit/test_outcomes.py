@@ -1,4 +1,4 @@
-"""The single definitions of question outcomes (sst_interp.outcomes), and the report's tables computed through them."""
+"""The single definitions of question outcomes (sst_interp.kernels.outcomes), and the report's tables computed through them."""
 
 from __future__ import annotations
 
@@ -7,8 +7,8 @@ import pandas as pd
 import pytest
 
 from sst_interp.analyses import evaluation
-from sst_interp.errors import UsageError
-from sst_interp.outcomes import (
+from sst_interp.kernels.errors import UsageError
+from sst_interp.kernels.outcomes import (
     NEVER,
     correctness_matrix,
     first_correct_depth,

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from sst_interp.errors import UsageError
+from sst_interp.kernels.errors import UsageError
 from sst_interp.cli.record import main
 from sst_interp.record.ranks import (Ranks, batch_cost, batches_of_work, process_group, ranks_from_environment,
                                      share_of_work)

@@ -139,7 +139,7 @@ def test_bad_policy_strings_are_one_error_line_and_exit_2(recorded, capsys):
 
 
 def test_simulation_refuses_what_it_cannot_compute_exactly(recorded, tmp_path):
-    from sst_interp.errors import UsageError
+    from sst_interp.kernels.errors import UsageError
 
     root, common, flat = recorded
     with pytest.raises(UsageError, match="recorded at depth 4"):

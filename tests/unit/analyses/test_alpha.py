@@ -7,8 +7,8 @@ import pandas as pd
 import pytest
 
 from sst_interp.analyses import alpha as al
-from sst_interp.analyses.results import NotApplicable
-from sst_interp.errors import UsageError
+from sst_interp.kernels.results import NotApplicable
+from sst_interp.kernels.errors import UsageError
 
 
 def test_alpha_parameterisation():

@@ -7,7 +7,7 @@ import pytest
 from scipy import stats
 from sklearn.mixture import GaussianMixture
 
-from sst_interp.analyses.results import NotApplicable
+from sst_interp.kernels.results import NotApplicable
 from sst_interp.analyses.basin_profiles import (
     HeatmapData,
     LayerProfile,
@@ -26,7 +26,7 @@ from sst_interp.analyses.basins import (
     position0_universality,
 )
 from sst_interp.analyses.overlap import OverlapResult, cross_run_overlap
-from sst_interp.errors import UsageError
+from sst_interp.kernels.errors import UsageError
 from sst_interp.store import Run
 from sst_interp.synthetic import SyntheticSpec, write_synthetic_run
 

@@ -13,9 +13,9 @@ from sst_interp.analyses.convergence import (
     l2_deltas,
     step_outcomes,
 )
-from sst_interp.analyses.results import NotApplicable
-from sst_interp.errors import UsageError
-from sst_interp.outcomes import first_correct_depth as correct_depth
+from sst_interp.kernels.results import NotApplicable
+from sst_interp.kernels.errors import UsageError
+from sst_interp.kernels.outcomes import first_correct_depth as correct_depth
 from sst_interp.store import Run
 from sst_interp.synthetic import SyntheticSpec, write_synthetic_run
 

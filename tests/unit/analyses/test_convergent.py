@@ -6,7 +6,7 @@ import pandas as pd
 import pytest
 
 from sst_interp.analyses import convergent as cv
-from sst_interp.analyses.results import NotApplicable
+from sst_interp.kernels.results import NotApplicable
 
 # Flat-depth pass/fail patterns matching the paper's GPQA-Diamond counts (101, 93, 94, 85 of 198;
 # 60 correct at all four depths).

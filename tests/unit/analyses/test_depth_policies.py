@@ -10,7 +10,7 @@ import pandas as pd
 import pytest
 
 from sst_interp.analyses import depth_policies as dp
-from sst_interp.errors import UsageError
+from sst_interp.kernels.errors import UsageError
 from sst_interp.model.halting import parse_position_policy
 
 NAN = math.nan

@@ -16,8 +16,8 @@ from sst_interp.analyses.divergence import (
     pos0_divergence,
     pre_divergence_mask,
 )
-from sst_interp.analyses.results import NotApplicable
-from sst_interp.outcomes import first_divergence
+from sst_interp.kernels.results import NotApplicable
+from sst_interp.kernels.outcomes import first_divergence
 from sst_interp.store import Run
 from sst_interp.synthetic import SyntheticSpec, write_synthetic_run
 

@@ -8,9 +8,9 @@ import pytest
 
 from sst_interp.analyses import evaluation as ev
 from sst_interp.analyses import repetition as rep
-from sst_interp.analyses.results import NotApplicable
-from sst_interp.errors import UsageError
-from sst_interp.outcomes import staged_depth
+from sst_interp.kernels.results import NotApplicable
+from sst_interp.kernels.errors import UsageError
+from sst_interp.kernels.outcomes import staged_depth
 
 # Per-question pass/fail patterns at flat depths 1..4 planted to match GPQA-Diamond in the paper:
 # flat accuracies 101, 93, 94, 85 of 198; staged 101, 112, 114, 121; 30 regressions and 14
@@ -198,7 +198,7 @@ def test_the_depth_precondition_has_one_wording():
     """single_depth / depth_matrix_check: the one "needs two or more depths" check of the depth-comparing measurements."""
     import pandas as pd
 
-    from sst_interp.analyses.results import depth_matrix_check, single_depth
+    from sst_interp.kernels.results import depth_matrix_check, single_depth
 
     assert single_depth([1, 2], "tab:x", "x needs two or more") is None
     refused = single_depth([3], "tab:x", "x needs two or more", prefix="gsm8k: ")

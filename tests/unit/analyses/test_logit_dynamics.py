@@ -7,8 +7,8 @@ import pandas as pd
 import pytest
 
 from sst_interp.analyses import logit_dynamics as ld
-from sst_interp.analyses.results import NotApplicable
-from sst_interp.errors import UsageError
+from sst_interp.kernels.results import NotApplicable
+from sst_interp.kernels.errors import UsageError
 from sst_interp.store import LogitBlock, Run
 from sst_interp.synthetic import SyntheticSpec, write_synthetic_run
 

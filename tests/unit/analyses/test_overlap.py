@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from sst_interp.analyses.layers import scaled_top_k
-from sst_interp.analyses.results import NotApplicable
+from sst_interp.kernels.results import NotApplicable
 from sst_interp.analyses.overlap import (
     OverlapResult,
     cross_run_overlap,
@@ -16,7 +16,7 @@ from sst_interp.analyses.overlap import (
     within_block_overlap,
     within_run_overlap,
 )
-from sst_interp.errors import UsageError
+from sst_interp.kernels.errors import UsageError
 from sst_interp.store import Run
 from sst_interp.synthetic import SyntheticSpec, write_synthetic_run
 

@@ -7,10 +7,10 @@ import pandas as pd
 import pytest
 
 from sst_interp.analyses import precision as pr
-from sst_interp.analyses import stats
-from sst_interp.analyses.results import NotApplicable
+from sst_interp.kernels import stats
+from sst_interp.kernels.results import NotApplicable
 from sst_interp.analyses.logit_dynamics import labels_from_overlap
-from sst_interp.errors import UsageError
+from sst_interp.kernels.errors import UsageError
 from sst_interp.store import Run
 from sst_interp.synthetic import SyntheticSpec, write_synthetic_run
 

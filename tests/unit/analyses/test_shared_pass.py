@@ -21,7 +21,7 @@ from sst_interp.analyses.overlap import (
     topk_indices,
     within_run_overlap,
 )
-from sst_interp.errors import UsageError
+from sst_interp.kernels.errors import UsageError
 from sst_interp.store import Run
 from sst_interp.synthetic import SyntheticSpec, write_synthetic_run
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from sst_interp.analyses import stats
-from sst_interp.errors import UsageError
+from sst_interp.kernels import stats
+from sst_interp.kernels.errors import UsageError
 
 
 def test_binomial_loocv_matches_paper():

@@ -13,7 +13,7 @@ from sst_interp.codeact.format import ActionFormat, decode_with_actions, encode_
 from sst_interp.codeact.prompts import SYSTEM_TEXTS, codeact_question, task_text
 from sst_interp.data import load_questions
 from sst_interp.data.question import Question
-from sst_interp.errors import UsageError
+from sst_interp.kernels.errors import UsageError
 from tests.unit.codeact.scripted import FORMAT, tokenizer
 
 SHARED = Path(os.environ.get("SST_INTERP_SHARED_DATA") or (Path(__file__).parents[3] / "../shared/data")).resolve()

@@ -8,7 +8,7 @@ import pytest
 
 from sst_interp.data import grade, load_questions
 from sst_interp.data.demo import DEFAULT_SIZE, FAMILIES, demo_items, load_demo
-from sst_interp.errors import UsageError
+from sst_interp.kernels.errors import UsageError
 
 
 def _solve(prompt: str) -> int:

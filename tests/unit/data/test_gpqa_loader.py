@@ -18,7 +18,7 @@ from scipy.stats import chisquare
 
 from sst_interp.data import grade, load_questions
 from sst_interp.data.gpqa import GPQA_PASSWORD, option_order
-from sst_interp.errors import UsageError
+from sst_interp.kernels.errors import UsageError
 
 
 def test_option_order_is_the_documented_seeded_shuffle() -> None:

@@ -9,7 +9,7 @@ import pytest
 from sst_interp.data import GradeResult, Judge, Question, grade, load_questions
 from sst_interp.data.answers import extract_choice_letter, extract_number, normalise_number
 from sst_interp.data.math_answer import extract_boxed_answer, math_answers_equal, normalise_math_answer
-from sst_interp.errors import UsageError
+from sst_interp.kernels.errors import UsageError
 
 MCQ = Question("m1", "gpqa", "prompt", "C", ["red", "blue", "green light", "white"], {})
 

@@ -11,7 +11,7 @@ import pytest
 
 from sst_interp.data import data_file, files, load_questions
 from sst_interp.data.loaders import gsm8k_reference
-from sst_interp.errors import UsageError
+from sst_interp.kernels.errors import UsageError
 
 
 def test_gsm8k_fixture_references_drop_commas_keep_signs(fixtures: Path) -> None:

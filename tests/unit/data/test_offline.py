@@ -7,7 +7,7 @@ import socket
 import pytest
 
 from sst_interp.data import files, load_questions
-from sst_interp.errors import UsageError
+from sst_interp.kernels.errors import UsageError
 
 
 def test_offline_mode_refuses_at_once(monkeypatch):

@@ -12,7 +12,7 @@ from sst_interp.data.prompts import (
     stop_strings,
     truncate_at_stop,
 )
-from sst_interp.errors import UsageError
+from sst_interp.kernels.errors import UsageError
 
 
 def test_mcq_prompt_lists_lettered_options_and_asks_for_the_letter() -> None:

@@ -15,7 +15,7 @@ from sst_interp.data.question import (
     questions_to_frame,
     select_questions,
 )
-from sst_interp.errors import UsageError
+from sst_interp.kernels.errors import UsageError
 
 
 def _questions() -> list[Question]:

@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from sst_interp.cli.intervene import main
-from sst_interp.errors import UsageError
+from sst_interp.kernels.errors import UsageError
 from sst_interp.experiments.manifest import read_manifest
 from sst_interp.experiments.steer import probe_direction
 from sst_interp.probe.io import ProbeMeta, save_probe

@@ -24,7 +24,7 @@ import pytest
 import torch
 
 from sst_interp.data import load_questions
-from sst_interp.errors import UsageError
+from sst_interp.kernels.errors import UsageError
 from sst_interp.experiments.manifest import kinds_in, read_manifest, read_table
 from sst_interp.experiments.setup import Setup
 from sst_interp.experiments.trace import TraceConfig, run_trace

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 import torch
 
-from sst_interp.errors import UsageError
+from sst_interp.kernels.errors import UsageError
 from sst_interp.hooks import RecordConfig, Recorder
 from sst_interp.interventions import Intervention, InterventionSpec, Operation, Site, intervene
 from sst_interp.model import GenerationConfig, SSTConfig, SSTModel, generate

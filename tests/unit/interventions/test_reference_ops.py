@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 import torch
 
-from sst_interp.errors import UsageError
+from sst_interp.kernels.errors import UsageError
 from sst_interp.interventions import Operation, Site, check_spec, patch_runs
 from sst_interp.interventions.apply import Intervener
 from tests.unit.interventions.test_interventions import (DEPTH, FULL, IDS, hidden_by_site, recorded, spec, sst_model,

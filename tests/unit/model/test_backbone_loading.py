@@ -3,7 +3,7 @@
 import pytest
 import torch
 
-from sst_interp.errors import UsageError
+from sst_interp.kernels.errors import UsageError
 from sst_interp.model.backbone import load_backbone, parse_dtype
 from sst_interp.model.loading import ModelSpec, build_sst, check_depths
 from sst_interp.model.testing import char_tokenizer, tiny_llama

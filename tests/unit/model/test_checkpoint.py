@@ -3,7 +3,7 @@
 import pytest
 import torch
 
-from sst_interp.errors import UsageError
+from sst_interp.kernels.errors import UsageError
 from sst_interp.model import SSTConfig
 from sst_interp.model.checkpoint import load_checkpoint, save_checkpoint
 from sst_interp.model.testing import tiny_gemma3, tiny_llama

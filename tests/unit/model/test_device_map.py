@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 import torch
 
-from sst_interp.errors import UsageError
+from sst_interp.kernels.errors import UsageError
 from sst_interp.cli.generate import main as generate_main
 from sst_interp.hooks import RecordConfig, Recorder
 from sst_interp.model import GenerationConfig, SSTModel, generate

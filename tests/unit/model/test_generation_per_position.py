@@ -6,7 +6,7 @@ import statistics
 import pytest
 import torch
 
-from sst_interp.errors import UsageError
+from sst_interp.kernels.errors import UsageError
 from sst_interp.model import FixedDepth, GenerationConfig, generate, parse_position_policy
 from sst_interp.model.halting import IterationSignals, rule_values
 

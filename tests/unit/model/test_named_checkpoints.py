@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from sst_interp.checkpoints import NAMED_CHECKPOINTS, named_checkpoint_folder, resolve_checkpoint
-from sst_interp.errors import UsageError
+from sst_interp.kernels.errors import UsageError
 from sst_interp.model.baseline_checkpoint import is_baseline_checkpoint
 from sst_interp.model.checkpoint import read_checkpoint_config
 from sst_interp.record.options import RecordOptions

@@ -6,7 +6,7 @@ import pytest
 import torch
 from transformers import GPT2Config, GPT2LMHeadModel
 
-from sst_interp.errors import UsageError
+from sst_interp.kernels.errors import UsageError
 from sst_interp.model import FixedDepth, GenerationConfig, SSTConfig, SSTModel, generate
 from sst_interp.model.testing import tiny_gemma3
 

@@ -7,7 +7,7 @@ import pandas as pd
 import pytest
 import torch
 
-from sst_interp.errors import UsageError
+from sst_interp.kernels.errors import UsageError
 from sst_interp.probe.ablation import neuron_analysis, neuron_contributions
 from sst_interp.probe.dataset import ProbeData
 from sst_interp.probe.evaluate import evaluate_probe

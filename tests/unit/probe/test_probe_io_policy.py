@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 import torch
 
-from sst_interp.errors import UsageError
+from sst_interp.kernels.errors import UsageError
 from sst_interp.model import SSTConfig, SSTModel
 from sst_interp.model.generation import DepthPolicy, GenerationConfig, generate
 from sst_interp.model.testing import tiny_llama

@@ -6,7 +6,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from sst_interp.errors import UsageError
+from sst_interp.kernels.errors import UsageError
 from sst_interp.probe.loocv import LoocvResult, cover_bound, loocv
 from sst_interp.probe.model import ProbeConfig
 from tests.unit.probe.planted import planted_data

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 import torch
 
-from sst_interp.errors import UsageError
+from sst_interp.kernels.errors import UsageError
 from sst_interp.probe.evaluate import evaluate_probe
 from sst_interp.probe.model import DEFAULT_THRESHOLD, HaltingProbe, ProbeConfig
 from sst_interp.probe.train import TrainConfig, balance_indices, train_probe

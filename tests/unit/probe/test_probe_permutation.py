@@ -8,7 +8,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from sst_interp.outcomes import first_correct_depths
+from sst_interp.kernels.outcomes import first_correct_depths
 from sst_interp.probe.crossfit import crossfit
 from sst_interp.probe.dataset import load_probe_data, load_probe_data_layers
 from sst_interp.probe.loocv import LoocvResult, loocv

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from sst_interp.analyses.results import NotApplicable
+from sst_interp.kernels.results import NotApplicable
 from sst_interp.probe.features import GreedyPrune
 from sst_interp.probe.measurements import greedy_table
 

@@ -7,7 +7,7 @@ import os
 import numpy as np
 import pandas as pd
 
-from sst_interp.analyses.results import NotApplicable
+from sst_interp.kernels.results import NotApplicable
 from sst_interp.reporting.artefacts import ArtefactData
 from sst_interp.reporting.cache import ResultCache, make_key, path_fingerprint
 from tests.unit.reporting.builders import write_tiny_run

@@ -6,7 +6,7 @@ import os
 
 import pytest
 
-from sst_interp.errors import UsageError
+from sst_interp.kernels.errors import UsageError
 from sst_interp.cli.report import main
 from sst_interp.reporting.config import (
     ReportConfig,

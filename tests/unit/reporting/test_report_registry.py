@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from sst_interp.errors import UsageError
+from sst_interp.kernels.errors import UsageError
 from sst_interp.reporting.registry import UNSUPPORTED, all_specs, plan
 from sst_interp.reporting.build import select
 

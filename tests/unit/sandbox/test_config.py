@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from sst_interp.errors import UsageError
+from sst_interp.kernels.errors import UsageError
 from sst_interp.sandbox import PythonSession, SandboxConfig, check_backend, run_program
 from sst_interp.sandbox import check as check_module
 from sst_interp.sandbox.bwrap import bwrap_argv, mount_args

@@ -61,7 +61,7 @@ def test_a_killed_recording_leaves_nothing_behind_after_the_next_sandbox_starts(
 def test_a_sandbox_that_cannot_start_stops_a_command_with_one_error_line(capsys):
     import pytest
 
-    from sst_interp.errors import cli_entry
+    from sst_interp.kernels.errors import cli_entry
     from sst_interp.sandbox import SandboxError
 
     @cli_entry

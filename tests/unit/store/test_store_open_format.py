@@ -13,7 +13,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from sst_interp.analyses import basins, evaluation, overlap
-from sst_interp.errors import UsageError
+from sst_interp.kernels.errors import UsageError
 from sst_interp.store import CorruptRunError, Run, RunWriter
 from tests.unit.store.conftest import D, IDENTITY, LAYERS, SKETCH_K, TOP_K, extra, make_batch, question_frame
 

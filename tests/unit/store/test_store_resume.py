@@ -9,7 +9,7 @@ import os
 import numpy as np
 import pytest
 
-from sst_interp.errors import UsageError
+from sst_interp.kernels.errors import UsageError
 from sst_interp.store import CorruptRunError, Run, RunWriter
 from sst_interp.store import tables as store_tables
 from sst_interp.store.codecs import shard_codec

@@ -31,7 +31,7 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from sst_interp.errors import UsageError
+from sst_interp.kernels.errors import UsageError
 from sst_interp.train import distributed
 from sst_interp.cli.train import main
 from sst_interp.train.data import DataOrder, data_format_from_config, pack_examples, tokenize_row

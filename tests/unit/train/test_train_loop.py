@@ -11,7 +11,7 @@ import torch
 from safetensors.torch import load_file
 
 from sst_interp.analyses.alpha import global_stats_over_training
-from sst_interp.errors import UsageError
+from sst_interp.kernels.errors import UsageError
 from sst_interp.model import GenerationConfig, SSTConfig, SSTModel, generate
 from sst_interp.model.checkpoint import load_checkpoint
 from sst_interp.model.testing import tiny_gemma3

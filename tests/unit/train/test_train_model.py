@@ -7,7 +7,7 @@ import contextlib
 import pytest
 import torch
 
-from sst_interp.errors import UsageError
+from sst_interp.kernels.errors import UsageError
 from sst_interp.model.checkpoint import load_checkpoint
 from sst_interp.model.testing import tiny_gemma3
 from sst_interp.train.data import collate, data_format_from_config, pack_examples, tokenize_row

@@ -1,7 +1,7 @@
 """Statistical tests and intervals used by the analyses: thin wrappers on scipy and statsmodels.
 
 Nothing here implements a test by hand. Each function validates its input (a bad count is a
-:class:`~sst_interp.errors.UsageError`), calls the library, and returns a small frozen dataclass
+:class:`~sst_interp.kernels.errors.UsageError`), calls the library, and returns a small frozen dataclass
 so tables can print the statistic, the p-value and the method that produced them.
 
 Conventions:
@@ -25,7 +25,7 @@ from scipy import stats as sps
 from statsmodels.stats.contingency_tables import mcnemar as sm_mcnemar
 from statsmodels.stats.proportion import proportion_confint
 
-from sst_interp.errors import UsageError
+from sst_interp.kernels.errors import UsageError
 
 Alternative = Literal["two-sided", "greater", "less"]
 ProportionMethod = Literal["clopper-pearson", "wilson"]

@@ -14,7 +14,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
-from sst_interp.errors import UsageError
+from sst_interp.kernels.errors import UsageError
 
 T = TypeVar("T")
 

@@ -28,7 +28,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from sst_interp.errors import UsageError
+from sst_interp.kernels.errors import UsageError
 
 #: The one "never" value: no depth is correct (first correct depth), the traces never differ (first divergence).
 #: Depths and positions are never negative, so -1 cannot be mistaken for one.

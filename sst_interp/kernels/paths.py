@@ -6,7 +6,7 @@ import os
 import tempfile
 from pathlib import Path
 
-from sst_interp.errors import UsageError
+from sst_interp.kernels.errors import UsageError
 
 
 def ensure_writable_folder(path: str | Path, flag: str = "--out") -> Path:
