@@ -40,7 +40,7 @@ def draw_pareto(data: ArtefactData) -> Figure:
         exact_ax.plot(part["mean_iterations"], 100.0 * part["exact_questions"] / n, marker="o", color=color,
                       label=f"{rule}")
     measured = points[points["source"] != "simulated"]
-    for _, row in measured.iterrows():
+    for k, (_, row) in enumerate(measured.iterrows()):
         if row["source"] == "oracle":
             marker, color = "*", NEUTRAL
         elif str(row["policy"]).startswith("fixed:"):
@@ -51,7 +51,8 @@ def draw_pareto(data: ArtefactData) -> Figure:
                    edgecolors="black", linewidths=0.5, zorder=4)
         # the oracle's label goes below its point: it often sits on the deepest fixed depth's
         ax.annotate(str(row["condition"]), (row["mean_iterations"], row["accuracy_pct"]), fontsize=7,
-                    xytext=(4, -10 if row["source"] == "oracle" else 4), textcoords="offset points")
+                    xytext=(4, -10 if row["source"] == "oracle" else 4 + 9 * (k % 2)), textcoords="offset points")
+        # (alternate heights: points of equal accuracy sit side by side and their labels would overlap)
     front = measured[measured["pareto"].astype(bool)].sort_values("mean_iterations")
     if len(front):
         ax.plot(front["mean_iterations"], front["accuracy_pct"], color="black", linewidth=1, linestyle="--",
