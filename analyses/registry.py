@@ -470,7 +470,8 @@ MEASUREMENTS: tuple[Measurement, ...] = (
 #: Per-position depth policies (issue 23): accuracy against compute, where the rules stop (analyses/depth_policies.py).
 PARETO_DOC = {"run": "run directory name", "condition": "short label of the row", "policy": "fixed:D, staged:D,..., "
               "or the canonical policy string", "source": "live (recorded), oracle (staged capacity, in hindsight), "
-              "replayed (a per-turn probe on the flat runs) or simulated (a rule replayed on a fixed-depth run)", "n_questions": "questions",
+              "replayed (a per-turn probe on the flat runs) or simulated (a rule replayed on a fixed-depth run)",
+              "n_questions": "questions",
               "accuracy_pct": "accuracy (live and oracle rows; NaN for simulated)",
               "accuracy_low_pct": "lower bound: diverged questions counted wrong",
               "accuracy_high_pct": "upper bound: diverged questions counted right",

@@ -90,7 +90,8 @@ def draw_histogram(data: ArtefactData) -> Figure:
                    color=REGIME_COLORS[regime], label=f"{regime.replace('_', '-')} ({total} positions)"
                    if ax is axes[0] else None)
         rule_text, _, tau = str(part["policy"].iloc[0]).split(",", 1)[0].partition(":")
-        style(ax, f"{rule_text} < {float(tau):.3g}" if rule_text != "margin" else f"margin > {float(tau):.3g}", "iterations run", "fraction of positions" if ax is axes[0] else "")
+        title = f"margin > {float(tau):.3g}" if rule_text == "margin" else f"{rule_text} < {float(tau):.3g}"
+        style(ax, title, "iterations run", "fraction of positions" if ax is axes[0] else "")
         integer_ticks(ax)
     fig.suptitle(f"Where each rule (at its median threshold) stops on the full-depth trajectory, max = {depth}; "
                  f"regimes at overlap threshold {data.meta.get('gmm_threshold', float('nan')):.4f}", fontsize=9)
