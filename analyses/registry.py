@@ -103,11 +103,20 @@ def _replayable(a: Any) -> str | None:
     return replay_reason(a.run)
 
 
+def _comparison(a: Any) -> str | None:
+    # Accuracy against compute needs two conditions: several flat depths, or a run recorded under a policy.
+    if str(a.run.manifest.get("depth_policy", "fixed")) == "fixed" and len(a.run.depths) < 2:
+        return (f"run has a single fixed depth ({', '.join(map(str, a.run.depths))}): nothing to compare its compute "
+                f"with; record several depths, or report it beside runs recorded under --depth-policy")
+    return None
+
+
 #: Declarative requirements: name -> check (the reason it is unmet, or None). Each reads the manifest (or whether
 #: an input was given) only.
 REQUIREMENTS: dict[str, Callable[[Any], str | None]] = {
     "iterations": _iterations,
     "replayable": _replayable,
+    "comparison": _comparison,
     "depths": _depths,
     "baseline": _baseline,
     "codeact": _codeact,
@@ -569,7 +578,8 @@ MEASUREMENTS: tuple[Measurement, ...] = (
 #: Per-position depth policies (issue 23): accuracy against compute, where the rules stop (analyses/depth_policies.py).
 PARETO_DOC = {"run": "run directory name", "condition": "short label of the row", "policy": "fixed:D, staged:D,..., "
               "or the canonical policy string", "source": "live (recorded), oracle (staged capacity, in hindsight), "
-              "replayed (a per-turn probe on the flat runs) or simulated (a rule replayed on a fixed-depth run)", "n_questions": "questions",
+              "replayed (a per-turn probe on the flat runs) or simulated (a rule replayed on a fixed-depth run)",
+              "n_questions": "questions",
               "accuracy_pct": "accuracy (live and oracle rows; NaN for simulated)",
               "accuracy_low_pct": "lower bound: diverged questions counted wrong",
               "accuracy_high_pct": "upper bound: diverged questions counted right",
@@ -607,10 +617,11 @@ def _agreement_notes(a: Any, r: Any) -> list[str]:
 
 DEPTH_POLICY_MEASUREMENTS: tuple[Measurement, ...] = (
     Measurement("depth_pareto", "", "Accuracy against mean iterations per generated token: flat depths, staged "
-                "capacity, per-position policies (live, or simulated on a fixed-depth run).", (),
+                "capacity, per-position policies (live, or simulated on a fixed-depth run).", ("comparison",),
                 _lazy("depth_policies", "pareto_of"),
                 lambda r: tidy.renamed(r.table(), {}), PARETO_DOC, notes=lambda a, r: list(r.notes)),
-    Measurement("depth_pareto_front", "", "Accuracy against iterations per token (the Pareto table drawn).", (),
+    Measurement("depth_pareto_front", "", "Accuracy against iterations per token (the Pareto table drawn).",
+                ("comparison",),
                 _pareto_figure, _figure_main, PARETO_DOC, kind="figure"),
     Measurement("depth_policy_histogram", "", "Iterations per position where each rule stops, low-overlap "
                 "positions against the rest.", ("iterations", "replayable"),

@@ -40,7 +40,7 @@ def draw_pareto(data: ArtefactData) -> Figure:
         exact_ax.plot(part["mean_iterations"], 100.0 * part["exact_questions"] / n, marker="o", color=color,
                       label=f"{rule}")
     measured = points[points["source"] != "simulated"]
-    for _, row in measured.iterrows():
+    for k, (_, row) in enumerate(measured.iterrows()):
         if row["source"] == "oracle":
             marker, color = "*", NEUTRAL
         elif str(row["policy"]).startswith("fixed:"):
@@ -51,7 +51,8 @@ def draw_pareto(data: ArtefactData) -> Figure:
                    edgecolors="black", linewidths=0.5, zorder=4)
         # the oracle's label goes below its point: it often sits on the deepest fixed depth's
         ax.annotate(str(row["condition"]), (row["mean_iterations"], row["accuracy_pct"]), fontsize=7,
-                    xytext=(4, -10 if row["source"] == "oracle" else 4), textcoords="offset points")
+                    xytext=(4, -10 if row["source"] == "oracle" else 4 + 9 * (k % 2)), textcoords="offset points")
+        # (alternate heights: points of equal accuracy sit side by side and their labels would overlap)
     front = measured[measured["pareto"].astype(bool)].sort_values("mean_iterations")
     if len(front):
         ax.plot(front["mean_iterations"], front["accuracy_pct"], color="black", linewidth=1, linestyle="--",
@@ -89,7 +90,8 @@ def draw_histogram(data: ArtefactData) -> Figure:
                    color=REGIME_COLORS[regime], label=f"{regime.replace('_', '-')} ({total} positions)"
                    if ax is axes[0] else None)
         rule_text, _, tau = str(part["policy"].iloc[0]).split(",", 1)[0].partition(":")
-        style(ax, f"{rule_text} < {float(tau):.3g}" if rule_text != "margin" else f"margin > {float(tau):.3g}", "iterations run", "fraction of positions" if ax is axes[0] else "")
+        title = f"margin > {float(tau):.3g}" if rule_text == "margin" else f"{rule_text} < {float(tau):.3g}"
+        style(ax, title, "iterations run", "fraction of positions" if ax is axes[0] else "")
         integer_ticks(ax)
     fig.suptitle(f"Where each rule (at its median threshold) stops on the full-depth trajectory, max = {depth}; "
                  f"regimes at overlap threshold {data.meta.get('gmm_threshold', float('nan')):.4f}", fontsize=9)

@@ -18,10 +18,15 @@ def _stacked(ctx: ReportContext) -> ArtefactData | NotApplicable:
     """The registry's ``tab_depth_pareto`` of every run, in one table with the front recomputed over all rows."""
     from sst_interp.analyses.depth_policies import combine
 
+    from sst_interp.analyses.depth_policies import pareto
+
     results = [ctx.analysis(item.name).attempt("tab_depth_pareto") for item in ctx.inputs.runs]
     usable = [r for r in results if not isinstance(r, NotApplicable)]
     if not usable:
         return NotApplicable("; ".join(r.reason for r in results) or "no run", "tab_depth_pareto")
+    # A single fixed depth compares with nothing alone, but beside other runs it is a reference point.
+    usable += [pareto(item.run, item.path.name) for item, r in zip(ctx.inputs.runs, results)
+               if isinstance(r, NotApplicable)]
     notes: list[str] = []
     if ctx.inputs.probe is not None:
         from sst_interp.analyses.depth_policies import ParetoResult, mark_pareto
