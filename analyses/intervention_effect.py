@@ -76,11 +76,12 @@ def intervention_effect(clean: Any, intervened: Any) -> InterventionEffect | Not
                               pd.DataFrame(flips, columns=["question_id", "depth", "clean", "intervened"]))
 
 
-def _position0(run: Any, depth: int, questions: list[str]) -> dict[str, tuple[int, np.ndarray, np.ndarray]]:
-    """{question: (final-iteration argmax, top ids [K], top log-probs [K])} at turn 0, generated position 0."""
+def _position0(run: Any, depth: int, questions: list[str],
+               position: int = 0) -> dict[str, tuple[int, np.ndarray, np.ndarray]]:
+    """{question: (final-iteration argmax, top ids [K], top log-probs [K])} at turn 0, generated ``position``."""
     out = {}
     for block in run.logits(depth, question_ids=questions, turn=0):
-        where = np.flatnonzero(block.positions == 0)
+        where = np.flatnonzero(block.positions == position)
         if len(where) == 0:
             continue
         p = where[0]
@@ -90,17 +91,19 @@ def _position0(run: Any, depth: int, questions: list[str]) -> dict[str, tuple[in
 
 
 def first_token_logprob_changes(clean: Any, intervened: Any, depth: int, questions: list[str],
-                                intervened_depth: int | None = None) -> pd.Series:
+                                intervened_depth: int | None = None, position: int = 0) -> pd.Series:
     """Per question: the intervened log-prob of the clean run's first token (turn 0, position 0, final iteration)
     minus the clean one; NaN where the token fell out of the intervened run's recorded top-K (censored).
     ``intervened_depth`` (default ``depth``) reads the intervened run at another depth, e.g. clean depth 1 against
-    clean depth k.
+    clean depth k. ``position`` reads another generated position's token instead of the first (its log-prob is read
+    in each run's own context, which differs once an earlier token differs; questions without that position are
+    absent).
 
     Returns:
         float Series indexed by question id (questions missing from either run are absent).
     """
-    before = _position0(clean, depth, questions)
-    after = _position0(intervened, depth if intervened_depth is None else intervened_depth, questions)
+    before = _position0(clean, depth, questions, position)
+    after = _position0(intervened, depth if intervened_depth is None else intervened_depth, questions, position)
     out = {}
     for question, (token, ids, logprobs) in before.items():
         if question not in after:

@@ -63,6 +63,8 @@ class WindowFlags:
                     help="freeze: iterations 2..k read the state iteration 1 read | zero: state_in zeroed at 2..k")
     resamples: int = arg(10_000, help="bootstrap resamples")
     seed: int = arg(0, help="bootstrap seed")
+    logprob_position: int = arg(0, help="generated position whose clean depth-k token's log-prob change is measured "
+                                        "(default 0: the first token)")
 
 
 @dataclass(frozen=True)
@@ -87,6 +89,8 @@ class SteerFlags:
     steer_positions: str = arg("0", help="generated positions steered: all, or e.g. 0,1")
     resamples: int = arg(10_000, help="bootstrap resamples")
     seed: int = arg(0, help="bootstrap seed")
+    logprob_position: int = arg(0, help="generated position whose clean depth-k token's log-prob change is measured "
+                                        "(default 0: the first token)")
 
 
 COMMANDS: dict[str, tuple[type, str]] = {
@@ -140,7 +144,7 @@ def library_config(name: str, common: CommonFlags, own: Any, num_layers: int | N
         from sst_interp.experiments.window import WindowConfig
 
         return WindowConfig(depth=common.depth, size=own.size, stride=own.stride, mode=own.mode,
-                            resamples=own.resamples, seed=own.seed)
+                            resamples=own.resamples, seed=own.seed, logprob_position=own.logprob_position)
     if name == "trace":
         from sst_interp.experiments.trace import TraceConfig
 
@@ -150,7 +154,8 @@ def library_config(name: str, common: CommonFlags, own: Any, num_layers: int | N
     from sst_interp.experiments.steer import SteerConfig
 
     return SteerConfig(probe=own.probe, depth=common.depth, scales=tuple(own.scales),
-                       positions=_positions(own.steer_positions), resamples=own.resamples, seed=own.seed)
+                       positions=_positions(own.steer_positions), resamples=own.resamples, seed=own.seed,
+                       logprob_position=own.logprob_position)
 
 
 @cli_entry

@@ -44,6 +44,8 @@ class SteerConfig:
         positions: generated positions steered (None: every position).
         resamples: bootstrap resamples.
         seed: bootstrap seed.
+        logprob_position: the generated position whose clean depth-k token's log-prob change is measured (0: the
+            first token).
     """
 
     probe: Path
@@ -52,6 +54,7 @@ class SteerConfig:
     positions: tuple[int, ...] | None = (0,)
     resamples: int = 10_000
     seed: int = 0
+    logprob_position: int = 0
 
     def check(self) -> None:
         """UsageError for a config no model can take."""
@@ -60,6 +63,8 @@ class SteerConfig:
             raise UsageError("--scales is empty; give e.g. -1,-0.5,0.5,1")
         if self.resamples < 1:
             raise UsageError(f"--resamples must be at least 1, got {self.resamples}")
+        if self.logprob_position < 0:
+            raise UsageError(f"--logprob-position must be >= 0, got {self.logprob_position}")
 
 
 def probe_direction(path: Path, hidden_size: int, num_layers: int) -> tuple[np.ndarray, int]:
@@ -157,7 +162,7 @@ def _row(clean: Any, run: Any, name: str, scale: float, k: int, config: SteerCon
     steered = mine.loc[questions].to_numpy(bool)
     regressions, recoveries = int((shallow & ~steered).sum()), int((~shallow & steered).sum())
     broken, fixed = int((deep & ~steered).sum()), int((~deep & steered).sum())
-    changes = first_token_logprob_changes(clean, run, k, questions)
+    changes = first_token_logprob_changes(clean, run, k, questions, position=config.logprob_position)
     kept = changes.dropna().to_numpy(float)
     ci = bootstrap_ci(kept, n_resamples=config.resamples, seed=config.seed) if len(kept) else None
     return {

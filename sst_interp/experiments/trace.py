@@ -145,19 +145,19 @@ def run_trace(setup: Setup, out: Path, config: TraceConfig) -> dict[str, pd.Data
     from sst_interp.store import Run
 
     targets, skipped = find_targets(Run.open(clean_path), k, config.positions, config.target_position)
+    from tqdm import tqdm
+
     measure = _Measure(setup, targets)
     base1, basek = measure(1, None, 0), measure(k, None, 0)
     effects = []
-    for position in range(config.positions):
-        for layer in layers:
-            patched = measure(1, patch_spec(clean_path, k, layer, position, k), position)
-            effects += [{"question_id": q, "map": "layer_position", "layer": layer, "position": position,
-                         "iteration": k, "indirect_effect": v - base1[q]} for q, v in patched.items()]
-    for iteration in range(1, k):
-        for layer in layers:
-            patched = measure(1, patch_spec(clean_path, k, layer, 0, iteration), 0)
-            effects += [{"question_id": q, "map": "layer_iteration", "layer": layer, "position": 0,
-                         "iteration": iteration, "indirect_effect": v - base1[q]} for q, v in patched.items()]
+    cells = [("layer_position", layer, position, k) for position in range(config.positions) for layer in layers]
+    cells += [("layer_iteration", layer, 0, iteration) for iteration in range(1, k) for layer in layers]
+    print(f"[trace: {len(targets)} of {len(targets) + len(skipped)} questions have a target; {len(cells)} patched "
+          f"cells]")
+    for kind, layer, position, iteration in tqdm(cells, unit="cell", desc="trace", disable=not targets):
+        patched = measure(1, patch_spec(clean_path, k, layer, position, iteration), position)
+        effects += [{"question_id": q, "map": kind, "layer": layer, "position": position, "iteration": iteration,
+                     "indirect_effect": v - base1[q]} for q, v in patched.items()]
     frame = pd.DataFrame(effects, columns=["question_id", "map", "layer", "position", "iteration", "indirect_effect"])
     # the layer x iteration map's last iteration is the layer x position map's position-0 column
     last = frame[(frame["map"] == "layer_position") & (frame["position"] == 0)].assign(map="layer_iteration")

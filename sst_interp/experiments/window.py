@@ -45,6 +45,8 @@ class WindowConfig:
         mode: ``freeze`` or ``zero`` (module docstring).
         resamples: bootstrap resamples.
         seed: bootstrap seed.
+        logprob_position: the generated position whose clean depth-k token's log-prob change is measured (0: the
+            first token).
     """
 
     depth: int = 2
@@ -53,6 +55,7 @@ class WindowConfig:
     mode: WindowMode = "freeze"
     resamples: int = 10_000
     seed: int = 0
+    logprob_position: int = 0
 
     def check(self, num_layers: int | None = None) -> None:
         """UsageError for a config this model (None: any model) cannot take."""
@@ -67,6 +70,8 @@ class WindowConfig:
             raise UsageError(f"--stride must be at least 1, got {self.stride}")
         if self.resamples < 1:
             raise UsageError(f"--resamples must be at least 1, got {self.resamples}")
+        if self.logprob_position < 0:
+            raise UsageError(f"--logprob-position must be >= 0, got {self.logprob_position}")
 
 
 def windows(num_layers: int, size: int, stride: int) -> list[tuple[int, ...]]:
@@ -125,7 +130,8 @@ def _row(clean_path: Path, path: Path, name: str, layers: tuple[int, ...] | None
     diff = b.astype(float) - a.astype(float)
     broken, fixed = int((a & ~b).sum()), int((~a & b).sum())
     accuracy_ci = bootstrap_ci(diff, n_resamples=config.resamples, seed=config.seed) if len(diff) else None
-    changes = first_token_logprob_changes(clean, run, k, questions, intervened_depth=depth)
+    changes = first_token_logprob_changes(clean, run, k, questions, intervened_depth=depth,
+                                          position=config.logprob_position)
     kept = changes.dropna().to_numpy(float)
     change_ci = bootstrap_ci(kept, n_resamples=config.resamples, seed=config.seed) if len(kept) else None
     return {

@@ -74,6 +74,8 @@ def _command(name: str) -> Callable[[list[str]], object]:
         from sst_interp.cli.probe import main
     elif name == "explore":
         from sst_interp.cli.explore import main
+    elif name == "intervene":
+        from sst_interp.cli.intervene import main
     else:
         raise KeyError(name)
     return main
@@ -85,7 +87,7 @@ class Case:
 
     Args:
         id: the test id.
-        command: record | generate | train | codeact_data | store | report | probe | explore.
+        command: record | generate | train | codeact_data | store | report | probe | explore | intervene.
         argv: the arguments; ``{model}``, ``{run}``, ``{out}``, ``{data}``, ``{syn}``, ``{ro}`` are filled in.
         expect: a phrase of the one error line.
         env: environment variables set for the call.
@@ -138,6 +140,22 @@ CASES = [
          (*REC, "--intervention", "{data}/spec_no_run.json", "--out", "{out}"), "/no/such/run"),
     Case("intervention-spec-missing", "record", (*REC, "--intervention", "{data}/nope.yaml", "--out", "{out}"),
          "intervention spec not found"),
+    Case("intervention-mean-beyond-recorded-positions", "record",
+         (*REC, "--intervention", "{data}/spec_mean_far.json", "--out", "{out}"),
+         "holds hidden states only at positions 0-1"),
+    Case("intervention-resample-run-of-another-width", "record",
+         (*REC, "--intervention", "{data}/spec_resample_wide.json", "--out", "{out}"),
+         "holds states of d = 48; this model's are d = 32"),
+    Case("intervene-depth-1", "intervene", ("window", "--out", "{out}", "--model", "{model}", "--depth", "1"),
+         "--depth must be at least 2"),
+    Case("intervene-window-larger-than-model", "intervene",
+         ("window", "--out", "{out}", *FAST, "--model", "{model}", "--limit", "2", "--size", "9"),
+         "--size 9 exceeds the model's 3 layers"),
+    Case("intervene-trace-layer-out-of-range", "intervene",
+         ("trace", "--out", "{out}", *FAST[2:], "--model", "{model}", "--limit", "2", "--layers", "0,7"),
+         "layers [7] do not exist"),
+    Case("intervene-steer-probe-missing", "intervene",
+         ("steer", "--out", "{out}", "--model", "{model}", "--probe", "{data}/no_probe"), "no probe at"),
     Case("demo-n-0", "record", (*REC, "--source-option", "n=0", "--out", "{out}"), "holds no questions"),
     Case("codeact-data-read-only-out", "codeact_data",
          ("--gsm8k", str(GSM8K), "--out", "{ro}/traces", "--sandbox", "subprocess"), "cannot write into"),
@@ -317,12 +335,17 @@ def files(tmp_path_factory) -> dict[str, Path]:
                                               "    operation: {kind: zero}\n")
     (data / "spec_no_run.json").write_text(json.dumps({"interventions": [
         {"site": {"stream": "layer_out"}, "operation": {"kind": "patch", "run": "/no/such/run"}}]}))
+    (data / "spec_mean_far.json").write_text(json.dumps({"interventions": [
+        {"site": {"stream": "layer_out", "positions": [5]}, "operation": {"kind": "mean", "run": str(run)}}]}))
     (data / "train_ok.jsonl").write_text(json.dumps({"prompt": "1 + 1 =", "completion": " 2"}) + "\n")
     (data / "train_null.jsonl").write_text(json.dumps({"prompt": "1 + 1 =", "completion": " 2"}) + "\n"
                                            + json.dumps({"prompt": None, "completion": " 2"}) + "\n")
     (data / "train_no_turn.jsonl").write_text(json.dumps({"text": "<start_of_turn>user\nhi<end_of_turn>\n"}) + "\n")
     syn = root / "syn"
     write_synthetic_run(syn / "pristine", SyntheticSpec(**SYNTHETIC))
+    (data / "spec_resample_wide.json").write_text(json.dumps({"interventions": [  # d = 48, the tiny model's is 32
+        {"site": {"stream": "layer_out", "positions": [0]},
+         "operation": {"kind": "resample", "run": str(syn / "pristine")}}]}))
     for name, damage in (("no-generations", lambda r: (r / "generations.parquet").unlink()),
                          ("no-questions", lambda r: (r / "questions.parquet").unlink()),
                          ("flipped-questions", lambda r: flip_page(r / "questions.parquet", "prompt")),

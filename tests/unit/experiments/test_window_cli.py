@@ -65,6 +65,13 @@ def test_freezing_every_layer_is_depth_one(tmp_path, capsys, mode, tolerance):
     for column in ("accuracy_pct", "accuracy_change_pp", "broken", "fixed", "logprob_change_mean"):
         assert table.loc["window-0-2", column] == pytest.approx(table.loc["clean depth 1", column], abs=1e-4)
     assert table.loc["clean depth 3", "logprob_change_mean"] == 0.0
+    # the same comparison at a later position: the window still reads exactly like depth 1 there
+    assert main(_argv(model, out, "--size", "3", "--stride", "3", "--logprob-position", "1", mode=mode)) == 0
+    later = pd.read_parquet(out / "window.parquet").set_index("condition")
+    assert later.loc["window-0-2", "logprob_change_mean"] == pytest.approx(
+        later.loc["clean depth 1", "logprob_change_mean"], abs=1e-4)
+    assert later.loc["clean depth 1", "logprob_change_mean"] != table.loc["clean depth 1", "logprob_change_mean"]
+    assert main(_argv(model, out, "--size", "3", "--stride", "3", mode=mode)) == 0  # back to position 0
     manifest = read_manifest(out, "window")
     assert set(manifest["conditions"]) == {"clean", "window-0-2"}
     assert manifest["conditions"]["window-0-2"]["spec"]["interventions"][0]["operation"]["kind"] == "freeze"
