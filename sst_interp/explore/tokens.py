@@ -1,7 +1,7 @@
 """Token ids -> the text pieces the explorer shows, from the run's own tokenizer file when it can be found.
 
 A run records token ids, not pieces. The tokenizer is the backbone's: ``identity.model`` of the manifest names it
-(``default``: the cached default backbone; a local Hugging Face folder: its ``tokenizer.json``). It is read with the
+(the default backbone: its converted cache folder; a local Hugging Face folder: its ``tokenizer.json``). It is read with the
 ``tokenizers`` library alone (no model, no torch), so it costs a fraction of a second. A run whose tokenizer is not
 on this machine (a hub id offline, a synthetic run) shows ids as ``⟨id⟩``.
 """
@@ -20,10 +20,10 @@ _SPACE_MARKERS = {"\u2581": " ", "\u0120": " ", "\u010a": "\n"}
 def tokenizer_file(manifest: dict[str, Any]) -> Path | None:
     """The ``tokenizer.json`` of the run's backbone on this machine, or None when there is none."""
     model = str((manifest.get("identity") or {}).get("model") or "")
-    if model == "default":
-        # the default backbone's cache folder; imported here because the model package loads torch
-        from sst_interp.model.backbone import default_backbone_dir
+    # imported here because the model package loads torch (this runs in the tokenizer's background thread)
+    from sst_interp.model.backbone import DEFAULT_BACKBONE_ID, DEFAULT_MODEL, default_backbone_dir
 
+    if model in (DEFAULT_MODEL, DEFAULT_BACKBONE_ID):  # record names the default backbone by its identity string
         folder = default_backbone_dir()
     elif model and Path(model).is_dir():
         folder = Path(model)
