@@ -124,7 +124,12 @@ class RunSource:
         receive, send = context.Pipe(duplex=False)
         child = context.Process(target=fit_threshold, args=(str(self.config.run), send), daemon=True,
                                 name="explore-gmm")
-        child.start()
+        try:
+            child.start()
+        except RuntimeError as err:  # e.g. a calling script without a __main__ guard: the page says why
+            self._threshold = Threshold(self._paper_threshold(), "the paper's GMM crossover (the fit's process "
+                                        f"could not start: {' '.join(str(err).split())[:160]})", True)
+            return
         send.close()
         try:
             value, source = receive.recv()
