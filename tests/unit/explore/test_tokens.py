@@ -6,7 +6,7 @@ from __future__ import annotations
 import shutil
 
 from sst_interp.explore.tokens import TokenText, tokenizer_file
-from sst_interp.model.backbone import DEFAULT_BACKBONE_ID
+from sst_interp.model.cache import DEFAULT_BACKBONE_ID, default_backbone_dir
 from sst_interp.model.testing import char_tokenizer
 
 
@@ -15,7 +15,6 @@ def test_the_default_backbone_and_a_local_folder_resolve_to_their_tokenizer(tmp_
     char_tokenizer().save_pretrained(folder)
     cache = tmp_path / "cache"
     monkeypatch.setenv("SST_INTERP_CACHE", str(cache))
-    from sst_interp.model.backbone import default_backbone_dir
 
     default_backbone_dir().mkdir(parents=True)
     shutil.copy(folder / "tokenizer.json", default_backbone_dir() / "tokenizer.json")
