@@ -38,6 +38,9 @@ class TokenText:
 
     def __init__(self, manifest: dict[str, Any]) -> None:
         self._manifest = manifest
+        # a CodeACT run's action tokens are shown by their names (the demo maps <execute> onto unused ids)
+        actions = (manifest.get("episode") or {}).get("action_tokens") or {}
+        self._actions = {int(i): str(name) for name, i in actions.items()}
         self._tokenizer: Any = None
         self._ready = threading.Event()
         self._started = False
@@ -63,7 +66,8 @@ class TokenText:
             self._ready.set()
 
     def pieces(self, ids: Sequence[int]) -> list[str]:
-        """One display piece per id (``⟨id⟩`` without a tokenizer; -1, an unrecorded argmax, is ``∅``)."""
+        """One display piece per id: a CodeACT action token's name, else the tokenizer's piece (``⟨id⟩`` without one;
+        -1, an unrecorded argmax, is ``∅``)."""
         if self._started:
             self._ready.wait(timeout=30)
         out = []
@@ -71,6 +75,9 @@ class TokenText:
             i = int(raw)
             if i < 0:
                 out.append("\u2205")
+                continue
+            if i in self._actions:
+                out.append(self._actions[i])
                 continue
             piece = self._tokenizer.id_to_token(i) if self._tokenizer is not None else None
             if piece is None:
