@@ -9,6 +9,7 @@ Needs the ``explore`` extra (``pip install -e ".[explore]"``: Starlette, uvicorn
 
 from __future__ import annotations
 
+import importlib.util
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -46,12 +47,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         raise UsageError(f"--port must be 0..65535, got {flags.port}")
     if flags.top_n < 1:
         raise UsageError(f"--top-n must be at least 1, got {flags.top_n}")
-    try:
-        import starlette  # noqa: F401 - checked before anything starts
-        import uvicorn  # noqa: F401
-    except ImportError as err:
-        raise UsageError(f"the explorer needs the explore extra ({err.name} is missing): "
-                         "pip install -e '.[explore]'") from None
+    missing = [name for name in ("starlette", "uvicorn", "plotly") if importlib.util.find_spec(name) is None]
+    if missing:  # checked before anything starts
+        raise UsageError(f"the explorer needs the explore extra ({', '.join(missing)} missing): "
+                         "pip install -e '.[explore]'")
     from sst_interp.explore.config import ExploreConfig
     from sst_interp.explore.serve import bind, serve
     from sst_interp.explore.server import open_explorer

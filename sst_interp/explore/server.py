@@ -207,4 +207,5 @@ def open_explorer(config: ExploreConfig) -> Explorer:
     explorer = Explorer(config)
     for name in ("questions", "generations", "episodes"):
         explorer.source.table(name)  # every page read with its checksum: a damaged table stops here
+    explorer.source.start_background()
     return explorer

@@ -24,6 +24,18 @@ from sst_interp.store import Run
 from sst_interp.store.manifest import MANIFEST_NAME
 
 
+def completion_episodes(generations: pd.DataFrame) -> pd.DataFrame:
+    """What :meth:`Run.episodes` returns for a run without ``episodes.parquet`` (each generation a one-turn
+    episode), from a generations table already read: it saves reading the table a second time at start (0.4 s on a
+    12 GB run). ``tests/unit/explore/test_server.py`` checks it equals ``Run.episodes()``."""
+    gens = generations[generations["turn"] == 0]
+    return pd.DataFrame({
+        "question_id": gens["question_id"], "depth": gens["depth"], "n_turns": 1,
+        "stop_reason": gens["stop_reason"], "final_answer": gens["extracted_answer"],
+        "correct": gens["correct"], "grader": gens["grader"], "depth_policy": gens["depth_policy"],
+        "chosen_depth": gens["chosen_depth"]}).reset_index(drop=True)
+
+
 def fit_threshold(run_path: str, send: Connection) -> None:
     """Child process: send ``(threshold, where it came from)`` of the run's GMM fit, or ``(None, the reason)``."""
     from sst_interp import analyses
@@ -69,9 +81,18 @@ class RunSource:
         self._blocks: OrderedDict[tuple, Any] = OrderedDict()
         self.baseline = Run.open(config.baseline) if config.baseline is not None else None
         self.run  # noqa: B018 - opens and validates now, so a bad path fails before the server starts
-        self.tokens = TokenText(self.run.manifest).start()
+        self.tokens = TokenText(self.run.manifest)
         self._threshold: Threshold | None = None
-        if config.fit_gmm:
+        self._started = False
+
+    def start_background(self) -> None:
+        """Start, once, what loads in the background: the tokenizer (its lookup imports the model package) and the
+        run's GMM fit. Called after the tables are read, so that neither competes with opening the run."""
+        if self._started:
+            return
+        self._started = True
+        self.tokens.start()
+        if self.config.fit_gmm:
             threading.Thread(target=self._fit, name="explore-gmm", daemon=True).start()
 
     # ------------------------------------------------------------------------------------------ the run
@@ -99,7 +120,10 @@ class RunSource:
         run = self.run
         with self._lock:
             if name not in self._tables:
-                self._tables[name] = getattr(run, name)()
+                if name == "episodes" and not (run.path / "episodes.parquet").exists():
+                    self._tables[name] = completion_episodes(self.table("generations"))
+                else:
+                    self._tables[name] = getattr(run, name)()
             return self._tables[name]
 
     def block(self, key: tuple, read: Callable[[Run], Any]) -> Any:
@@ -124,7 +148,12 @@ class RunSource:
         receive, send = context.Pipe(duplex=False)
         child = context.Process(target=fit_threshold, args=(str(self.config.run), send), daemon=True,
                                 name="explore-gmm")
-        child.start()
+        try:
+            child.start()
+        except RuntimeError as err:  # e.g. a calling script without a __main__ guard: the page says why
+            self._threshold = Threshold(self._paper_threshold(), "the paper's GMM crossover (the fit's process "
+                                        f"could not start: {' '.join(str(err).split())[:160]})", True)
+            return
         send.close()
         try:
             value, source = receive.recv()

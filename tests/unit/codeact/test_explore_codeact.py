@@ -43,8 +43,9 @@ def test_question_view_is_turn_by_turn_with_code_and_tool_output(recorded, scrip
                 for field in ("code", "tool_output", "tool_status"):
                     assert turn[field] == (None if row[field] is None else str(row[field]))
                 assert [t["id"] for t in turn["tokens"]] == list(row["token_ids"])
-                # the tokenizer's pieces; an id it does not know is shown as the id
-                pieces = [tok.id_to_token(int(i)) for i in row["token_ids"]]
+                # the tokenizer's pieces; the action tokens by their names; an id it does not know as the id
+                actions = {int(i): name for name, i in run.manifest["episode"]["action_tokens"].items()}
+                pieces = [actions.get(int(i), tok.id_to_token(int(i))) for i in row["token_ids"]]
                 assert [t["piece"] for t in turn["tokens"]] == \
                     [f"\u27e8{i}\u27e9" if p is None else p.replace("\u2581", " ")
                      for i, p in zip(row["token_ids"], pieces)]

@@ -200,3 +200,11 @@ def test_report_artefacts_are_linked_and_served(planted, tmp_path):
                                                 "tab_overthinking.tex"]
     served = client.get(links[1]["href"])
     assert served.status_code == 200 and served.content == (tmp_path / "report" / "tab_overthinking.csv").read_bytes()
+
+
+def test_completion_episodes_equal_the_run_api(planted):
+    from sst_interp.explore.source import completion_episodes
+
+    root, _ = planted
+    run = Run.open(root / "sst")
+    pd.testing.assert_frame_equal(completion_episodes(run.generations()), run.episodes())
