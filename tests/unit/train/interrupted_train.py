@@ -8,7 +8,8 @@ from __future__ import annotations
 
 import sys
 
-from sst_interp.train import cli, loop
+from sst_interp.cli import train as cli
+from sst_interp.train import loop
 
 
 class Stopped(Exception):
