@@ -25,6 +25,7 @@ import pandas as pd
 
 from sst_interp.kernels.errors import UsageError
 from sst_interp.experiments import manifest as files
+from sst_interp.experiments.effects import flip_and_logprob_columns
 from sst_interp.experiments.tables import STEER_COLUMNS, STEER_TABLE
 from sst_interp.experiments.setup import Setup, record_condition, require_depth
 from sst_interp.interventions import Intervention, InterventionSpec, Operation, Site
@@ -151,7 +152,6 @@ def _probe_sha(path: Path) -> str:
 
 def _row(clean: Any, run: Any, name: str, scale: float, k: int, config: SteerConfig) -> dict[str, object]:
     from sst_interp.analyses.intervention_effect import first_token_logprob_changes
-    from sst_interp.kernels.stats import bootstrap_ci, mcnemar_exact
     from sst_interp.kernels.outcomes import correctness_matrix
 
     reference = correctness_matrix(clean)
@@ -163,18 +163,11 @@ def _row(clean: Any, run: Any, name: str, scale: float, k: int, config: SteerCon
     regressions, recoveries = int((shallow & ~steered).sum()), int((~shallow & steered).sum())
     broken, fixed = int((deep & ~steered).sum()), int((~deep & steered).sum())
     changes = first_token_logprob_changes(clean, run, k, questions, position=config.logprob_position)
-    kept = changes.dropna().to_numpy(float)
-    ci = bootstrap_ci(kept, n_resamples=config.resamples, seed=config.seed) if len(kept) else None
     return {
         "condition": name, "scale": scale, "depth": k, "n_questions": len(questions),
         "accuracy_pct": 100.0 * steered.mean() if len(steered) else float("nan"),
         "regressions": regressions, "recoveries": recoveries,
         "regressions_change": regressions - int((shallow & ~deep).sum()),
         "recoveries_change": recoveries - int((~shallow & deep).sum()),
-        "broken": broken, "fixed": fixed,
-        "mcnemar_exact_p": float(mcnemar_exact(broken, fixed).pvalue) if broken + fixed else 1.0,
-        "logprob_change_mean": float(np.mean(kept)) if len(kept) else float("nan"),
-        "logprob_change_ci_low": ci.low if ci else float("nan"),
-        "logprob_change_ci_high": ci.high if ci else float("nan"),
-        "logprob_compared": int(len(kept)), "logprob_censored": int(changes.isna().sum()),
+        **flip_and_logprob_columns(broken, fixed, changes, config.resamples, config.seed),
     }

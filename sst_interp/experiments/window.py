@@ -21,11 +21,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
-import numpy as np
 import pandas as pd
 
 from sst_interp.kernels.errors import UsageError
 from sst_interp.experiments import manifest as files
+from sst_interp.experiments.effects import flip_and_logprob_columns
 from sst_interp.experiments.tables import WINDOW_COLUMNS, WINDOW_TABLE
 from sst_interp.experiments.setup import Setup, record_condition, require_depth
 from sst_interp.interventions import Intervention, InterventionSpec, Operation, Site
@@ -117,7 +117,7 @@ def _row(clean_path: Path, path: Path, name: str, layers: tuple[int, ...] | None
          config: WindowConfig) -> dict[str, object]:
     """One table row: the run at ``path`` (its ``depth``) against the clean run at depth k."""
     from sst_interp.analyses.intervention_effect import first_token_logprob_changes
-    from sst_interp.kernels.stats import bootstrap_ci, mcnemar_exact
+    from sst_interp.kernels.stats import bootstrap_ci
     from sst_interp.kernels.outcomes import correctness_matrix
     from sst_interp.store import Run
 
@@ -132,8 +132,6 @@ def _row(clean_path: Path, path: Path, name: str, layers: tuple[int, ...] | None
     accuracy_ci = bootstrap_ci(diff, n_resamples=config.resamples, seed=config.seed) if len(diff) else None
     changes = first_token_logprob_changes(clean, run, k, questions, intervened_depth=depth,
                                           position=config.logprob_position)
-    kept = changes.dropna().to_numpy(float)
-    change_ci = bootstrap_ci(kept, n_resamples=config.resamples, seed=config.seed) if len(kept) else None
     return {
         "condition": name, "first_layer": -1 if layers is None else layers[0],
         "last_layer": -1 if layers is None else layers[-1], "depth": depth, "n_questions": len(questions),
@@ -141,10 +139,5 @@ def _row(clean_path: Path, path: Path, name: str, layers: tuple[int, ...] | None
         "accuracy_change_pp": 100.0 * diff.mean() if len(diff) else float("nan"),
         "accuracy_change_ci_low": 100.0 * accuracy_ci.low if accuracy_ci else float("nan"),
         "accuracy_change_ci_high": 100.0 * accuracy_ci.high if accuracy_ci else float("nan"),
-        "broken": broken, "fixed": fixed,
-        "mcnemar_exact_p": float(mcnemar_exact(broken, fixed).pvalue) if broken + fixed else 1.0,
-        "logprob_change_mean": float(np.mean(kept)) if len(kept) else float("nan"),
-        "logprob_change_ci_low": change_ci.low if change_ci else float("nan"),
-        "logprob_change_ci_high": change_ci.high if change_ci else float("nan"),
-        "logprob_compared": int(len(kept)), "logprob_censored": int(changes.isna().sum()),
+        **flip_and_logprob_columns(broken, fixed, changes, config.resamples, config.seed),
     }

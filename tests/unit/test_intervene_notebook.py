@@ -3,7 +3,6 @@ model: its table is the experiment's window table, and the window run reads as a
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import nbformat
@@ -19,23 +18,16 @@ def _text(cell) -> str:
     return "\n".join(o.get("text", "") or o.get("data", {}).get("text/plain", "") for o in cell.get("outputs", []))
 
 
-def test_the_window_notebook_runs_experiment_a(tmp_path):
+def test_the_window_notebook_runs_experiment_a(tmp_path, monkeypatch):
     model = save_tiny_model(tmp_path / "model")
     out, figure = tmp_path / "exp", tmp_path / "window.png"
-    keys = ("SST_INTERP_MODEL", "SST_INTERP_OUT", "SST_INTERP_FIGURE", "OMP_NUM_THREADS")
-    before = {k: os.environ.get(k) for k in keys}
-    os.environ.update(SST_INTERP_MODEL=str(model), SST_INTERP_OUT=str(out), SST_INTERP_FIGURE=str(figure),
-                      OMP_NUM_THREADS="1")
+    # the kernel inherits the environment; monkeypatch restores it afterwards
+    for key, value in (("SST_INTERP_MODEL", model), ("SST_INTERP_OUT", out), ("SST_INTERP_FIGURE", figure),
+                       ("OMP_NUM_THREADS", "1")):
+        monkeypatch.setenv(key, str(value))
     notebook = nbformat.read(NOTEBOOK, as_version=4)
-    try:
-        NotebookClient(notebook, timeout=120, kernel_name="python3",
-                       resources={"metadata": {"path": str(tmp_path)}}).execute()
-    finally:
-        for key, value in before.items():
-            if value is None:
-                os.environ.pop(key, None)
-            else:
-                os.environ[key] = value
+    NotebookClient(notebook, timeout=120, kernel_name="python3",
+                   resources={"metadata": {"path": str(tmp_path)}}).execute()
     code = [cell for cell in notebook.cells if cell.cell_type == "code"]
     assert all(not any(o.get("output_type") == "error" for o in cell.get("outputs", [])) for cell in code)
     assert "3 layers, 4 questions" in _text(code[0])

@@ -4,7 +4,6 @@ shards read directly with DuckDB (the format is open)."""
 from __future__ import annotations
 
 import json
-import os
 import sys
 from pathlib import Path
 
@@ -52,20 +51,14 @@ def _output_text(cell) -> str:
     return "\n".join(parts)
 
 
-def test_quickstart_notebook_runs_and_shows_the_runs_tables(small_run, tmp_path):
+def test_quickstart_notebook_runs_and_shows_the_runs_tables(small_run, tmp_path, monkeypatch):
     notebook = nbformat.read(NOTEBOOK, as_version=4)
     figure = tmp_path / "accuracy.png"
-    env_before = {k: os.environ.get(k) for k in ("SST_INTERP_RUN", "SST_INTERP_FIGURE")}
-    os.environ["SST_INTERP_RUN"], os.environ["SST_INTERP_FIGURE"] = str(small_run), str(figure)
-    try:
-        NotebookClient(notebook, timeout=300, kernel_name="python3",
-                       resources={"metadata": {"path": str(tmp_path)}}).execute()
-    finally:
-        for key, value in env_before.items():
-            if value is None:
-                os.environ.pop(key, None)
-            else:
-                os.environ[key] = value
+    # the kernel inherits the environment; monkeypatch restores it afterwards
+    monkeypatch.setenv("SST_INTERP_RUN", str(small_run))
+    monkeypatch.setenv("SST_INTERP_FIGURE", str(figure))
+    NotebookClient(notebook, timeout=300, kernel_name="python3",
+                   resources={"metadata": {"path": str(tmp_path)}}).execute()
     code = [cell for cell in notebook.cells if cell.cell_type == "code"]
     assert all(not any(o.get("output_type") == "error" for o in cell.get("outputs", [])) for cell in code)
     a = analyses.open(small_run)

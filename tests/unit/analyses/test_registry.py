@@ -142,3 +142,18 @@ def test_report_tables_equal_the_api_paper_layout_and_notes(runs, tmp_path):
         outcome = next(o for o in result.outcomes if o.artefact.name == name)
         assert outcome.status == "ok"
     assert any("overlap threshold" in note for note in a.notes("tab:gap_distributions"))
+
+
+def test_the_openers_refuse_what_is_not_their_input_in_one_line(tmp_path):
+    (tmp_path / "empty").mkdir()
+    for call, pattern in ((lambda: analyses.open_checkpoint(tmp_path / "none"), "is not a folder"),
+                          (lambda: analyses.open_training(sst=tmp_path / "empty"), "has no train_log.csv"),
+                          (lambda: analyses.open_experiment(tmp_path / "none"), "is not a folder")):
+        with pytest.raises(UsageError, match=pattern) as info:
+            call()
+        assert "\n" not in str(info.value)
+    # an experiment folder without the experiment: unavailable with the reason, nothing raised until asked
+    experiment = analyses.open_experiment(tmp_path / "empty")
+    assert not experiment.available()["available"].any()
+    with pytest.raises(analyses.NotAvailable, match="holds no window experiment"):
+        experiment.data("tab_intervention_window")
