@@ -44,6 +44,18 @@ def one_thread() -> Iterator[None]:
     torch.set_num_threads(before)
 
 
+def fails_with_one_error_line(capsys, main, argv: list[str], pattern: str) -> None:
+    """``main(argv)`` exits 2 with exactly one ``error:`` line holding ``pattern`` on stderr and no traceback (other
+    stderr lines, such as a model's loading progress bar, may come before it)."""
+    capsys.readouterr()  # what earlier successful runs printed
+    with pytest.raises(SystemExit) as info:
+        main(argv)
+    assert info.value.code == 2
+    err = capsys.readouterr().err
+    errors = [line for line in err.splitlines() if line.startswith("error: ")]
+    assert len(errors) == 1 and pattern in errors[0] and "Traceback" not in err, err
+
+
 def completed_question_depths(out: Path) -> int:
     """How many question-depths the manifest at ``out`` marks complete (0 while it is absent or being replaced)."""
     try:

@@ -13,7 +13,7 @@ from sst_interp.cli.intervene import main
 from sst_interp.experiments.manifest import read_manifest
 from sst_interp.experiments.window import window_spec, windows
 from sst_interp.store import Run
-from tests.unit.conftest import save_tiny_model
+from tests.unit.conftest import fails_with_one_error_line, save_tiny_model
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -25,13 +25,7 @@ def _argv(model, out, *extra, mode="sequential"):
 
 
 def _fails(capsys, argv, pattern):
-    capsys.readouterr()
-    with pytest.raises(SystemExit) as info:
-        main(argv)
-    assert info.value.code == 2
-    err = capsys.readouterr().err
-    errors = [line for line in err.splitlines() if line.startswith("error: ")]
-    assert len(errors) == 1 and pattern in errors[0] and "Traceback" not in err, err
+    fails_with_one_error_line(capsys, main, argv, pattern)
 
 
 def test_windows_cover_every_layer():

@@ -11,7 +11,7 @@ import pytest
 from sst_interp import analyses
 from sst_interp.cli.record import main
 from sst_interp.store import Run
-from tests.unit.conftest import FAST, save_tiny_model
+from tests.unit.conftest import FAST, fails_with_one_error_line, save_tiny_model
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -22,14 +22,7 @@ def _argv(model, out, *extra):
 
 
 def _fails(capsys, argv, pattern):
-    capsys.readouterr()  # what earlier successful runs printed
-    with pytest.raises(SystemExit) as info:
-        main(argv)
-    assert info.value.code == 2
-    err = capsys.readouterr().err
-    errors = [line for line in err.splitlines() if line.startswith("error: ")]
-    # checks that need the model's size come after loading it, whose progress bar may be on stderr too
-    assert len(errors) == 1 and pattern in errors[0] and "Traceback" not in err, err
+    fails_with_one_error_line(capsys, main, argv, pattern)
 
 
 def test_an_intervened_record_is_an_ordinary_run_and_part_of_its_identity(tmp_path, capsys):
