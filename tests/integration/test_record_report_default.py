@@ -16,7 +16,7 @@ from sst_interp.store import Run
 
 pytestmark = pytest.mark.integration
 
-SHARED = Path(os.environ.get("SST_INTERP_SHARED_DATA") or (Path(__file__).parents[2] / "../shared/data")).resolve()
+from tests.paths import BENCHMARK_FIXTURES as SHARED  # real first rows of GSM8K test, in the repository
 
 
 def test_codeact_prompts_tokenise_as_the_training_traces(default_sst):

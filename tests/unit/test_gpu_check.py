@@ -12,10 +12,11 @@ import pytest
 import torch
 
 from bench.gpu_check import CheckResult, format_table, main, token_agreement
+from tests.paths import BENCHMARK_FIXTURES
 
 ROOT = Path(__file__).resolve().parents[2]
 SCRIPT = ROOT / "bench" / "gpu_check.py"
-GSM8K = ROOT.parent / "shared" / "data" / "gsm8k"
+GSM8K = BENCHMARK_FIXTURES / "gsm8k"  # GSM8K test's first rows, real, in the repository
 
 
 def _run(*flags: str) -> subprocess.CompletedProcess:

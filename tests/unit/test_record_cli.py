@@ -11,7 +11,6 @@ import pytest
 from sst_interp.cli.record import RecordFlags, main, parse_args
 from sst_interp.record import RecordOptions, staged_capacity
 
-SHARED_GPQA = Path(__file__).resolve().parents[2] / "../shared/data/gpqa/dataset.zip"
 
 
 def _fails(capsys, argv, pattern):
@@ -64,9 +63,8 @@ def test_unknown_set_and_missing_file(capsys, tmp_path):
     assert not (tmp_path / "r").exists(), line
 
 
-@pytest.mark.skipif(not SHARED_GPQA.is_file(), reason="shared GPQA zip not present")
-def test_wrong_gpqa_password(capsys, tmp_path):
-    _fails(capsys, ["--questions", "gpqa", "--data", str(SHARED_GPQA), "--source-option", "password=wrong",
+def test_wrong_gpqa_password(capsys, tmp_path, shared_data):
+    _fails(capsys, ["--questions", "gpqa", "--data", str(shared_data / "gpqa" / "dataset.zip"), "--source-option", "password=wrong",
                     "--out", str(tmp_path / "r")], "password")
 
 

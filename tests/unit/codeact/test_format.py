@@ -16,7 +16,7 @@ from sst_interp.data.question import Question
 from sst_interp.kernels.errors import UsageError
 from tests.unit.codeact.scripted import FORMAT, tokenizer
 
-SHARED = Path(os.environ.get("SST_INTERP_SHARED_DATA") or (Path(__file__).parents[3] / "../shared/data")).resolve()
+from tests.paths import BENCHMARK_FIXTURES as SHARED  # real first rows of each benchmark, in the repository
 
 
 def test_first_turn_and_tool_turn_are_the_dataset_format_strings():

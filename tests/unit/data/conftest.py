@@ -1,19 +1,15 @@
-"""Fixtures for the data tests: the hand-made files in tests/data and the shared benchmark folder."""
+"""Fixtures for the data tests: the hand-made files in tests/data, the real benchmark rows in tests/data/benchmarks
+(the full benchmark files, ``shared_data``, are a fixture of tests/conftest.py)."""
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import pytest
 
+from tests.paths import BENCHMARK_FIXTURES
+
 FIXTURES = Path(__file__).parents[2] / "data"
-
-
-def shared_data_dir() -> Path:
-    """The shared benchmark folder: ``$SST_INTERP_SHARED_DATA`` or ``<repo>/../shared/data``."""
-    env = os.environ.get("SST_INTERP_SHARED_DATA")
-    return Path(env) if env else (Path(__file__).parents[3] / "../shared/data").resolve()
 
 
 @pytest.fixture
@@ -22,12 +18,9 @@ def fixtures() -> Path:
 
 
 @pytest.fixture
-def shared_data() -> Path:
-    """The shared benchmark folder; the test is skipped (with the reason) when it is absent."""
-    folder = shared_data_dir()
-    if not folder.is_dir():
-        pytest.skip(f"shared benchmark data not found at {folder}; set SST_INTERP_SHARED_DATA to run real-file tests")
-    return folder
+def benchmark_fixtures() -> Path:
+    """Real first rows of GSM8K, MATH-500 and HumanEval, in the repository (``--data`` layout)."""
+    return BENCHMARK_FIXTURES
 
 
 @pytest.fixture(autouse=True)

@@ -164,3 +164,12 @@ def test_real_reference_solutions_grade_correct(shared_data: Path) -> None:
     assert sum(grade(q, q.metadata["solution"]).correct for q in math500) == 500
     # shifting every reference answer by one breaks every numeric match
     assert not any(grade(q, f"The answer is {int(q.reference) + 1}").correct for q in gsm8k[:50])
+
+
+def test_fixture_reference_solutions_grade_correct(benchmark_fixtures: Path) -> None:
+    """The same check on the real first rows kept in the repository (runs in a fresh clone)."""
+    gsm8k = load_questions("gsm8k", benchmark_fixtures)
+    math500 = load_questions("math500", benchmark_fixtures)
+    assert (len(gsm8k), len(math500)) == (32, 24)
+    assert all(grade(q, q.metadata["solution"]).correct for q in gsm8k + math500)
+    assert not any(grade(q, f"The answer is {int(q.reference) + 1}").correct for q in gsm8k)

@@ -74,3 +74,11 @@ def test_real_canonical_solutions_pass_and_empty_bodies_fail(shared_data: Path) 
 def test_memory_cap_stops_huge_allocations() -> None:
     result = run_program("x = bytearray(2 * 1024 ** 3)\n", timeout_s=10, memory_mb=256)
     assert not result.passed and "MemoryError" in result.status
+
+
+def test_fixture_canonical_solutions_pass_and_empty_bodies_fail(benchmark_fixtures: Path) -> None:
+    """The first real HumanEval tasks kept in the repository: canonical solutions pass, a wrong body fails."""
+    tasks = load_questions("humaneval", benchmark_fixtures, ids=["HumanEval/0", "HumanEval/2", "HumanEval/23"])
+    for task in tasks:
+        assert grade(task, task.metadata["canonical_solution"]).correct, task.question_id
+    assert not grade(tasks[0], "    return None\n").correct

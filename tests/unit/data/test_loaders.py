@@ -130,6 +130,17 @@ def test_real_gsm8k_train_and_first_reference(shared_data: Path) -> None:
     assert all(re.fullmatch(r"-?\d+(\.\d+)?", r) for r in references), "every reference is a plain number"
 
 
+@pytest.mark.parametrize(("name", "rows"), [("gsm8k", 32), ("math500", 24), ("humaneval", 24)])
+def test_fixture_files_read_like_the_full_files(benchmark_fixtures: Path, name: str, rows: int) -> None:
+    """The real first rows in tests/data/benchmarks: same loader, same first reference as the full file."""
+    questions = load_questions(name, benchmark_fixtures)
+    assert len(questions) == rows == len({q.question_id for q in questions})
+    assert all(q.reference for q in questions)
+    if name == "gsm8k":
+        assert questions[0].reference == "18"
+        assert len(load_questions("gsm8k", benchmark_fixtures, split="train")) == 48
+
+
 def test_real_math500_levels(shared_data: Path) -> None:
     questions = load_questions("math500", shared_data)
     assert {q.metadata["level"] for q in questions} == {1, 2, 3, 4, 5}

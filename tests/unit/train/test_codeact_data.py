@@ -15,8 +15,9 @@ from sst_interp.cli.codeact_data import main, run
 from sst_interp.train.codeact_traces import TraceError, final_answer, trace_code
 from sst_interp.train.data import DataFormat, model_turn_spans
 
-SHARED = Path(os.environ.get("SST_INTERP_SHARED_DATA") or (Path(__file__).parents[3] / "../shared/data")).resolve()
-TRAIN = SHARED / "gsm8k" / "train.jsonl"
+from tests.paths import BENCHMARK_FIXTURES
+
+TRAIN = BENCHMARK_FIXTURES / "gsm8k" / "train.jsonl"  # GSM8K train's first 48 rows, real
 
 
 def _rows(n):
@@ -42,14 +43,14 @@ def test_unusable_solutions_say_why():
 
 def test_cli_writes_exact_deterministic_traces(tmp_path, capsys):
     a, b = tmp_path / "a", tmp_path / "b"
-    stats = run(["--gsm8k", str(TRAIN), "--out", str(a), "--limit", "120"])
-    main(["--gsm8k", str(TRAIN), "--out", str(b), "--limit", "120"])
+    stats = run(["--gsm8k", str(TRAIN), "--out", str(a), "--limit", "48"])
+    main(["--gsm8k", str(TRAIN), "--out", str(b), "--limit", "48"])
     for name in ("train.jsonl", "validation.jsonl", "stats.json"):
         assert (a / name).read_bytes() == (b / name).read_bytes()
-    assert stats["kept"] + sum(stats["dropped"].values()) == 120 == stats["rows"]
+    assert stats["kept"] + sum(stats["dropped"].values()) == 48 == stats["rows"]
     assert stats["train"] + stats["validation"] == stats["kept"] and stats["validation"] == round(0.1 * stats["kept"])
     assert "kept" in capsys.readouterr().out
-    rows = _rows(120)
+    rows = _rows(48)
     fmt = ActionFormat()
     seen = set()
     for name in ("train.jsonl", "validation.jsonl"):
