@@ -19,6 +19,7 @@ Prompt modes (how the prompt is processed before generated position 0):
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import Protocol, runtime_checkable
 
@@ -543,7 +544,7 @@ def generate(
     depth: int | DepthPolicy = 1,
     config: GenerationConfig | None = None,
     observer: GenerationObserver | None = None,
-    decode_fn=None,
+    decode_fn: Callable[[list[int]], str] | None = None,
 ) -> GenerationResult:
     """Generate from a batch of tokenised prompts with iterative refinement.
 
