@@ -13,9 +13,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
+import re
+
 import jinja2
 
 from sst_interp import __version__
+from sst_interp.kernels.glossary import TERMS, Term, terms_for
 from sst_interp.outputs import write_output
 from sst_interp.reporting.artefacts import FAMILIES, Artefact, ArtefactData
 from sst_interp.reporting.config import ReportInputs
@@ -24,6 +27,7 @@ from sst_interp.reporting.tables import to_html
 Status = Literal["ok", "skipped", "failed"]
 
 TEMPLATE = "index.html.j2"
+_GLOSSARY_ORDER = {term.anchor: index for index, term in enumerate(TERMS)}
 INPUT_HEADINGS = ("run", "path", "benchmark", "protocol", "depths", "questions", "model turns", "layers", "d", "dtype",
                   "baseline", "checkpoint")
 
@@ -88,7 +92,26 @@ def _artefact_view(outcome: Outcome, out: Path) -> dict[str, Any]:
         "png": png.relative_to(out).as_posix() if png is not None else "",
         "notes": list(outcome.data.notes) if outcome.data is not None else [],
         "files": [(p.relative_to(out).as_posix(), p.suffix.lstrip(".")) for p in outcome.files],
+        "terms": [(term.anchor, term.name) for term in terms_for(art.label if spec.label else "")],
     }
+
+
+def plain_definition(term: Term) -> str:
+    """A glossary definition as plain text for the page: Markdown links keep their text, code and emphasis marks go
+    (the docs site renders the same definition as Markdown)."""
+    text = re.sub(r"\[([^\]]+)\]\([^)]+\)", r"\1", term.definition)
+    return text.replace("`", "").replace("*", "")
+
+
+def glossary_entries(labels: Sequence[str]) -> list[dict[str, str]]:
+    """The glossary entries the produced artefacts (their paper labels) use, in glossary order, once each."""
+    seen: dict[str, Term] = {}
+    for label in labels:
+        for term in terms_for(label):
+            seen.setdefault(term.anchor, term)
+    order = [term.anchor for term in sorted(seen.values(), key=lambda t: _GLOSSARY_ORDER[t.anchor])]
+    return [{"anchor": anchor, "name": seen[anchor].name, "definition": plain_definition(seen[anchor])}
+            for anchor in order]
 
 
 def turns_covered(run: Any) -> str:
@@ -140,6 +163,7 @@ def render_page(outcomes: Sequence[Outcome], inputs: ReportInputs, unsupported: 
         families=families,
         skipped=skipped_rows,
         failed=[{"name": o.artefact.name, "reason": o.reason, "detail": o.detail} for o in failed],
+        glossary=glossary_entries([o.artefact.label for o in ok if o.artefact.spec.label]),
     )
 
 

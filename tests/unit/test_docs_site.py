@@ -23,6 +23,10 @@ def test_mkdocs_build_strict(tmp_path):
     record_page = (tmp_path / "site" / "commands" / "record" / "index.html").read_text()
     assert "--depths" in record_page and "--max-new-tokens" in record_page  # the generated --help is on the page
     assert "RunAnalysis" in (tmp_path / "site" / "reference" / "analyses" / "index.html").read_text()
+    glossary = (tmp_path / "site" / "glossary" / "index.html").read_text()
+    from sst_interp.kernels.glossary import TERMS  # the page is generated from this declaration
+
+    assert all(f'id="{term.anchor}"' in glossary for term in TERMS)
 
 
 def test_readme_is_a_front_page():
@@ -39,3 +43,15 @@ def test_no_test_reads_data_outside_the_repository():
         if re.search(r"""["'/]\.\./shared|parent\s*/\s*["']shared["']|parents\[\d\]\s*/\s*["']\.\./""", text):
             offenders.append(str(path.relative_to(ROOT)))
     assert not offenders, f"tests reaching outside the repository: {offenders}"
+
+
+def test_glossary_labels_are_measurements_and_anchors_unique():
+    """A glossary term points only at labels the registry produces (a typo would silently link nothing)."""
+    from sst_interp.analyses import registry
+    from sst_interp.kernels.glossary import TERMS
+
+    produced = {m.label for m in registry.all_measurements() if m.label}
+    unknown = sorted({label for term in TERMS for label in term.labels} - produced)
+    assert not unknown, f"glossary labels no measurement has: {unknown}"
+    anchors = [term.anchor for term in TERMS]
+    assert len(anchors) == len(set(anchors)) and all(re.fullmatch(r"[a-z0-9-]+", a) for a in anchors)

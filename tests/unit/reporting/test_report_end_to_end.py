@@ -4,6 +4,7 @@ planted truth, the cache, failures listed without stopping the report, and a sin
 from __future__ import annotations
 
 import dataclasses
+import re
 
 import numpy as np
 import pandas as pd
@@ -16,6 +17,7 @@ from sst_interp.reporting import ReportConfig, build_report
 from sst_interp.reporting import build as build_module
 from sst_interp.reporting.registry import UNSUPPORTED, all_specs
 from sst_interp.analyses.checkpoint_figures import read_alpha
+from sst_interp.kernels.glossary import terms_for
 from sst_interp.store import Run
 from tests.unit.reporting.builders import (
     A_MAX,
@@ -153,6 +155,21 @@ def test_notes_and_captions_reach_markdown_latex_and_html(report):
         assert f'id="{name}"' in page
 
 
+def test_each_artefact_links_to_its_glossary_terms(report):
+    """(Before the tests that rebuild the report with --only.) Every term an ok artefact uses has one glossary entry on the page, and the artefact links to it; terms no
+    produced artefact uses are not listed."""
+    page = (report["config"].out / "index.html").read_text()
+    used = {term.anchor for o in report["result"].outcomes if o.status == "ok" and o.artefact.spec.label
+            for term in terms_for(o.artefact.label)}
+    assert {"overthinking", "top-k-overlap", "gmm-crossover"} <= used
+    listed = set(re.findall(r'<dt id="g-([a-z0-9-]+)">', page))
+    assert listed == used
+    overthinking = page[page.index('id="tab_overthinking"'):]
+    overthinking = overthinking[:overthinking.index("</section>")]
+    assert '<a href="#g-overthinking">' in overthinking
+    assert "McNemar" in page[page.index('id="g-overthinking"'):]
+
+
 def test_alpha_is_read_from_the_checkpoint(report):
     alpha = read_alpha(report["config"].checkpoint)
     theta = theta_matrix().astype(np.float64)
@@ -247,3 +264,4 @@ def test_several_runs_share_report_tables_and_get_suffixed_run_artefacts(report,
     staged = pd.read_csv(config.out / "tab_staged_breakdown.csv")
     assert staged["benchmark"].tolist() == ["sst", "second"] and staged["N"].tolist() == [12, 4]
     assert staged["stage_4"].isna().tolist() == [False, True]  # the second run stops at depth 3
+
