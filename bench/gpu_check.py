@@ -55,6 +55,7 @@ if str(ROOT) not in sys.path:
 # The checks import what they use when they run: the refusal without CUDA and --help stay quick.
 from sst_interp.cli.args import add_config_flags, arg, config_parser, given_fields  # noqa: E402
 from sst_interp.kernels.errors import UsageError, cli_entry  # noqa: E402
+from bench.paper_shape_check import PHASES as PAPER_SHAPE_PHASES  # noqa: E402
 
 CHECKS: tuple[str, ...] = ("precision", "qlora", "record", "episodes", "codeact", "device-map")
 OK, FAIL, SKIPPED = "ok", "FAIL", "skipped"
@@ -96,7 +97,10 @@ class GpuCheckArgs:
                                         "QLoRA two-pass vs one-pass, peak memory; one table")
     layers: int | None = arg(None, help="with --paper-shape: keep only the first N of the 62 layers (a smaller "
                                         "device; default: all)")
-    json: str | None = arg(None, help="with --paper-shape: also write the table as JSON to this file")
+    json: str | None = arg(None, help="with --paper-shape: also write the table as JSON to this file, rewritten after "
+                                      "every phase (a run cut off by a time limit keeps the phases it finished)")
+    phases: list[str] | None = arg(None, help="with --paper-shape: run only these phases (some of plain, sst, "
+                                              "record, qlora; default: all)")
     profile: bool = arg(False, help="with --paper-shape: print a torch.profiler summary of plain and SST decoding")
 
     def __post_init__(self) -> None:
@@ -111,8 +115,11 @@ class GpuCheckArgs:
             raise UsageError(f"--depths must be integers >= 1, got {self.depths}")
         if self.layers is not None and self.layers < 1:
             raise UsageError(f"--layers must be at least 1, got {self.layers}")
-        if not self.paper_shape and (self.layers is not None or self.json is not None or self.profile):
-            raise UsageError("--layers, --json and --profile belong to --paper-shape; add --paper-shape")
+        if not self.paper_shape and (self.layers is not None or self.json is not None or self.profile
+                                     or self.phases is not None):
+            raise UsageError("--layers, --json, --phases and --profile belong to --paper-shape; add --paper-shape")
+        if self.phases is not None and (not self.phases or set(self.phases) - set(PAPER_SHAPE_PHASES)):
+            raise UsageError(f"--phases {','.join(self.phases)}: use some of {', '.join(PAPER_SHAPE_PHASES)}")
 
     @property
     def device(self) -> str:
@@ -540,6 +547,7 @@ def run_paper_shape_table(config: GpuCheckArgs) -> int:
     settings = ShapeSettings(device=config.device, dtype=torch.float32 if config.cpu_smoke else torch.bfloat16,
                              layers=config.layers or (PAPER_SHAPE_SMOKE_LAYERS if config.cpu_smoke else None),
                              smoke=config.cpu_smoke, profile=config.profile,
+                             phases=tuple(config.phases or PAPER_SHAPE_PHASES),
                              **(PAPER_SHAPE_SMOKE if config.cpu_smoke else {}))
     device = "CPU (smoke: shrunk shape)" if config.cpu_smoke else torch.cuda.get_device_name(0)
     environment = {"device": device, "torch": torch.__version__, "transformers": transformers.__version__,
@@ -547,11 +555,14 @@ def run_paper_shape_table(config: GpuCheckArgs) -> int:
                    "bitsandbytes": _version_of("bitsandbytes"), "dtype": str(settings.dtype)}
     print(f"gpu_check --paper-shape: {device}; torch {torch.__version__}; transformers {transformers.__version__}; "
           f"bitsandbytes {environment['bitsandbytes']}", flush=True)
-    rows, _ = run_paper_shape(settings)
+    def save(rows: list) -> None:
+        if config.json:
+            write_json(Path(config.json), rows, environment)
+
+    rows, _ = run_paper_shape(settings, save)
     print()
     print(format_rows(rows))
     if config.json:
-        write_json(Path(config.json), rows, environment)
         print(f"\nwrote {config.json}")
     missed = [row.name for row in rows if row.met is False]
     print(f"\ngoals {'missed: ' + ', '.join(missed) if missed else 'all met'}")

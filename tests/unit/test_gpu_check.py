@@ -123,7 +123,27 @@ def test_paper_shape_flags_without_paper_shape_are_one_line_errors():
     done = _run("--cpu-smoke", "--layers", "4")
     assert done.returncode == 2
     assert [line for line in done.stderr.splitlines() if line.strip()] == [
-        "error: --layers, --json and --profile belong to --paper-shape; add --paper-shape"]
+        "error: --layers, --json, --phases and --profile belong to --paper-shape; add --paper-shape"]
+    done = _run("--cpu-smoke", "--paper-shape", "--phases", "plain,warp")
+    assert done.returncode == 2
+    assert [line for line in done.stderr.splitlines() if line.strip()] == [
+        "error: --phases plain,warp: use some of plain, sst, record, qlora"]
+
+
+@pytest.mark.slow
+def test_paper_shape_runs_only_the_chosen_phases_and_saves_after_each():
+    """The table is handed over after the build and after every phase (the JSON is rewritten each time, so a run cut
+    off by a time limit keeps what it measured), and --phases leaves the other phases out."""
+    from bench.gpu_check import PAPER_SHAPE_SMOKE, PAPER_SHAPE_SMOKE_LAYERS
+    from bench.paper_shape_check import ShapeSettings, run_paper_shape
+
+    settings = ShapeSettings(device="cpu", dtype=torch.float32, layers=PAPER_SHAPE_SMOKE_LAYERS, smoke=True,
+                             phases=("plain", "record"), **PAPER_SHAPE_SMOKE)
+    saved: list[list[str]] = []
+    rows, _ = run_paper_shape(settings, lambda so_far: saved.append([row.name for row in so_far]))
+    assert saved == [["build"], ["build", "plain b1", "plain b2"],
+                     ["build", "plain b1", "plain b2", "record d1", "record d2", "writer"]]
+    assert [row.name for row in rows] == saved[-1]
 
 
 def test_compare_generations_counts_tokens_episodes_and_accuracy(tmp_path):

@@ -65,3 +65,27 @@ def test_random_backbone_in_bfloat16_runs_as_an_sst():
     sst = SSTModel.from_backbone(backbone, SSTConfig())
     result = generate(sst, [[5, 6, 7, 8]], 2, GenerationConfig(max_new_tokens=4))
     assert len(result.token_ids[0]) == 4
+
+
+def test_random_backbone_is_the_config_model_with_its_head_tied():
+    """to_empty() gives every parameter its own storage, untying the LM head (at the 27B shape: 28.42 B parameters
+    and a second 2.8 GB head read per step); the backbone must keep the config's parameter count and one tensor."""
+    config = gemma3_27b_text_config(num_layers=7, **SHRUNK)
+    backbone = random_backbone(config, torch.bfloat16, "cpu")
+    assert backbone.lm_head.weight.data_ptr() == backbone.model.embed_tokens.weight.data_ptr()
+    assert sum(p.numel() for p in backbone.parameters()) == parameter_count(config)
+
+
+def test_random_backbone_never_materialises_float32(monkeypatch):
+    """Storage is allocated once, already in the target dtype: to_empty on a float32 meta model allocated 108 GB at the
+    27B shape before the cast to bfloat16 (CUDA out of memory on an 80 GB H100)."""
+    allocated: list[set[torch.dtype]] = []
+    real_to_empty = torch.nn.Module.to_empty
+
+    def spy(module, *args, **kwargs):
+        allocated.append({p.dtype for p in module.parameters()})
+        return real_to_empty(module, *args, **kwargs)
+
+    monkeypatch.setattr(torch.nn.Module, "to_empty", spy)
+    random_backbone(gemma3_27b_text_config(num_layers=7, **SHRUNK), torch.bfloat16, "cpu")
+    assert allocated == [{torch.bfloat16}]
