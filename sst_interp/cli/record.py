@@ -99,6 +99,11 @@ class RecordFlags:
                                    help="record with an intervention applied (a JSON or YAML spec of "
                                         "sst_interp.interventions: sites and operations); the spec and the runs it "
                                         "patches from are part of the run identity")
+    threads: int | None = arg(None, help="CPU threads torch computes with while recording (intra-op, and inter-op "
+                                         "where torch still allows it); recorded numbers depend on it, so a resume "
+                                         "must use the run's count (default: torch's own count, OMP_NUM_THREADS when "
+                                         "set, else the cores it finds; the count used is recorded in the run's "
+                                         "identity)")
     action_tokens: str | None = arg(None, metavar="<execute>=ID,</execute>=ID",
                                     help="codeact: reserved token ids of the action tokens (default: the "
                                          "checkpoint's training configuration, else Gemma 3's 262140/262141)")

@@ -276,6 +276,12 @@ CASES = [
     Case("record-into-run-with-other-model", "record",
          (*REC[:-6], "--model", "{data}/no-model", "--depths", "1", "--limit", "2", "--out", "{run}"), "no-model"),
     Case("record-into-run-with-other-top-k", "record", (*REC, "--top-k", "7", "--out", "{run}"), "top_k"),
+    # ---- the numerics fingerprint (issue 32): the fixture's run was recorded with torch's own thread count
+    Case("record-threads-0", "record", (*REC, "--threads", "0", "--out", "{out}"), "--threads must be at least 1"),
+    Case("record-into-run-with-other-threads", "record", (*REC, "--threads", "97", "--out", "{run}"),
+         "this command has threads=97, which changes the recorded numbers; pass --threads"),
+    Case("record-into-run-with-other-batch-size", "record", (*REC, "--batch-size", "3", "--out", "{run}"),
+         "batch_size: 8 -> 3"),  # the identity names it before the model loads
     Case("record-out-a-file", "record", (*REC, "--out", "{data}/empty.jsonl"), "is a file"),
     Case("generate-empty-prompt", "generate", ("--model", "{model}", "--prompt", "  "), "--prompt is empty"),
     Case("store-verify-not-a-run", "store", ("verify", "{data}"), "not a run directory"),
