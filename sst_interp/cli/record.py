@@ -85,10 +85,14 @@ class RecordFlags:
                        help="how model code runs (codeact, humaneval): bwrap (bubblewrap isolation, default) | "
                             "subprocess (a plain child process with rlimits: NOT isolated, trusted models only)")
     sandbox_timeout: float = arg(10.0, help="wall-clock seconds one code block may run")
-    sandbox_memory_mb: int = arg(1024, help="address space per sandboxed process, MiB (RLIMIT_AS)")
+    sandbox_memory_mb: int = arg(1024, help="address space per sandboxed process, MiB (RLIMIT_AS), and where the host "
+                                            "delegates a cgroup v2 memory controller also the memory of the whole "
+                                            "sandbox (memory.max)")
     sandbox_cpu_seconds: int = arg(60, help="CPU seconds per sandboxed process (RLIMIT_CPU)")
-    sandbox_max_processes: int = arg(16, help="processes and threads one sandbox may hold at once, its supervisor "
-                                              "and interpreter included (RLIMIT_NPROC in its own user namespace)")
+    sandbox_max_processes: int = arg(8, help="processes and threads one sandbox may hold at once, its supervisor "
+                                             "and interpreter included (RLIMIT_NPROC in its own user namespace); "
+                                             "without a cgroup, a sandbox's memory is bounded by this x "
+                                             "--sandbox-memory-mb + --sandbox-tmp-mb")
     sandbox_tmp_mb: int = arg(64, help="size of the sandbox's one writable place, a memory-backed tmpfs that is its "
                                        "working directory and /tmp, MiB")
     sandbox_max_inodes: int = arg(16384, help="files and directories that tmpfs may hold")
