@@ -89,7 +89,11 @@ def usable_parent(directory: Path) -> str | None:
     control = directory / "cgroup.subtree_control"
     if not control.is_file():
         return f"{directory} is not a cgroup v2 directory"
-    if "memory" not in control.read_text().split():
+    try:
+        enabled = control.read_text().split()
+    except OSError as err:
+        return f"{control} cannot be read ({err.strerror})"
+    if "memory" not in enabled:
         return f"the memory controller is not enabled for the children of {directory}"
     if not (os.access(directory, os.W_OK) and os.access(directory / "cgroup.procs", os.W_OK)):
         return f"{directory} is not delegated to this user (not writable)"
@@ -107,11 +111,12 @@ def detect(environ: dict[str, str] | None = None, proc: Path = Path("/proc/self"
     try:
         mount = _cgroup2_mount((proc / "mountinfo").read_text())
         own = _own_cgroup((proc / "cgroup").read_text())
+        controllers = (Path(mount) / "cgroup.controllers").read_text().split() if mount and own else []
     except OSError as err:
-        return MemoryCap(None, f"cannot read {proc}: {err.strerror}")
+        return MemoryCap(None, f"cannot read the cgroup v2 hierarchy ({err.filename}: {err.strerror})")
     if mount is None or own is None:
         return MemoryCap(None, "no cgroup v2 mount")
-    if "memory" not in (Path(mount) / "cgroup.controllers").read_text().split():
+    if "memory" not in controllers:
         return MemoryCap(None, f"the cgroup v2 mount {mount} has no memory controller (cgroup v1 holds it)")
     directory = Path(mount) / own.lstrip("/")
     first_problem = None
