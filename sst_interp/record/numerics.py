@@ -1,10 +1,10 @@
 """The numerics fingerprint of a recording: every setting besides the command's own flags that changes the numbers
 it records, part of the run identity so that a resume never mixes two numerics in one run.
 
-Float sums depend on how a kernel splits them, and the split depends on the device, the library versions, the dtype,
-the CPU thread count (or on a GPU its architecture and whether deterministic algorithms are on), the batch (left
-padding) and the attention implementation. On the CPU of the default backbone, 1 and 2 threads give hidden states
-that differ by up to 0.02 for the same command. :func:`numerics_fingerprint` names these settings;
+Float sums depend on how a kernel splits them, and the split can depend on the device, the library versions, the
+dtype, the CPU thread count (or on a GPU its architecture and whether deterministic algorithms are on), the batch
+(left padding) and the attention implementation. The same ``record`` command on the default backbone gave hidden
+states differing by up to 0.02 between 1 and 2 CPU threads on one machine (and identical ones on another). :func:`numerics_fingerprint` names these settings;
 :func:`check_numerics` refuses a resume whose fingerprint differs with one line that names the setting and how to
 match it; :func:`check_ranks_agree` makes every ``torchrun`` process record with one fingerprint.
 
