@@ -104,7 +104,7 @@ class RecordFlags:
                                         "sst_interp.interventions: sites and operations); the spec and the runs it "
                                         "patches from are part of the run identity")
     threads: int | None = arg(None, help="CPU threads torch computes with while recording (intra-op, and inter-op "
-                                         "where torch still allows it); recorded numbers depend on it, so a resume "
+                                         "where torch still allows it); recorded numbers can depend on it, so a resume "
                                          "must use the run's count (default: torch's own count, OMP_NUM_THREADS when "
                                          "set, else the cores it finds; the count used is recorded in the run's "
                                          "identity)")
