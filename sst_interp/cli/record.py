@@ -85,10 +85,14 @@ class RecordFlags:
                        help="how model code runs (codeact, humaneval): bwrap (bubblewrap isolation, default) | "
                             "subprocess (a plain child process with rlimits: NOT isolated, trusted models only)")
     sandbox_timeout: float = arg(10.0, help="wall-clock seconds one code block may run")
-    sandbox_memory_mb: int = arg(1024, help="address space per sandboxed process, MiB (RLIMIT_AS)")
+    sandbox_memory_mb: int = arg(1024, help="address space per sandboxed process, MiB (RLIMIT_AS), and where the host "
+                                            "delegates a cgroup v2 memory controller also the memory of the whole "
+                                            "sandbox (memory.max)")
     sandbox_cpu_seconds: int = arg(60, help="CPU seconds per sandboxed process (RLIMIT_CPU)")
-    sandbox_max_processes: int = arg(16, help="processes and threads one sandbox may hold at once, its supervisor "
-                                              "and interpreter included (RLIMIT_NPROC in its own user namespace)")
+    sandbox_max_processes: int = arg(8, help="processes and threads one sandbox may hold at once, its supervisor "
+                                             "and interpreter included (RLIMIT_NPROC in its own user namespace); "
+                                             "without a cgroup, a sandbox's memory is bounded by this x "
+                                             "--sandbox-memory-mb + --sandbox-tmp-mb")
     sandbox_tmp_mb: int = arg(64, help="size of the sandbox's one writable place, a memory-backed tmpfs that is its "
                                        "working directory and /tmp, MiB")
     sandbox_max_inodes: int = arg(16384, help="files and directories that tmpfs may hold")
@@ -99,6 +103,11 @@ class RecordFlags:
                                    help="record with an intervention applied (a JSON or YAML spec of "
                                         "sst_interp.interventions: sites and operations); the spec and the runs it "
                                         "patches from are part of the run identity")
+    threads: int | None = arg(None, help="CPU threads torch computes with while recording (intra-op, and inter-op "
+                                         "where torch still allows it); recorded numbers can depend on it, so a resume "
+                                         "must use the run's count (default: torch's own count, OMP_NUM_THREADS when "
+                                         "set, else the cores it finds; the count used is recorded in the run's "
+                                         "identity)")
     action_tokens: str | None = arg(None, metavar="<execute>=ID,</execute>=ID",
                                     help="codeact: reserved token ids of the action tokens (default: the "
                                          "checkpoint's training configuration, else Gemma 3's 262140/262141)")

@@ -65,8 +65,13 @@ def _refuse(run: str, report: VerifyReport) -> int:
     for finding in report.inconsistent:
         print(f"inconsistent: {finding.file}: {finding.reason}")
     parts = []
-    if report.damaged:
-        parts.append(f"{len(report.damaged)} of {len(report.checked)} files of {run} are damaged")
+    # the manifest is named on its own: the count is of the shards and tables read, which it is not one of
+    for rel, reason in report.damaged:
+        if rel == mf.MANIFEST_NAME:
+            parts.append(f"{mf.MANIFEST_NAME} of {run} is {reason}")
+    files = [rel for rel, _ in report.damaged if rel != mf.MANIFEST_NAME]
+    if files:
+        parts.append(f"{len(files)} of {len(report.checked)} files of {run} are damaged")
     if report.inconsistent:
         parts.append(f"{len(report.inconsistent)} inconsistencies in {run}")
     faulty = {rel for rel, _ in report.damaged} | {f.file for f in report.inconsistent}

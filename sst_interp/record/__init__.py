@@ -12,7 +12,8 @@ Modules: :mod:`~sst_interp.record.options` (the typed options; the command line 
 :mod:`sst_interp.cli.record`), :mod:`~sst_interp.record.runner` (the library entries :func:`record_questions`, which
 takes a loaded model, and :func:`record`, which loads it from the options),
 :mod:`~sst_interp.record.completion` and :mod:`~sst_interp.record.episodes` (one batch of each protocol),
-:mod:`~sst_interp.record.identity` (run identity and manifest), :mod:`~sst_interp.record.ranks` (several processes
+:mod:`~sst_interp.record.identity` (run identity and manifest), :mod:`~sst_interp.record.numerics` (the
+numerics fingerprint of the identity, ``--threads``), :mod:`~sst_interp.record.ranks` (several processes
 under torchrun), :mod:`~sst_interp.record.summary`.
 """
 

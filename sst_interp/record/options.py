@@ -33,7 +33,8 @@ class RecordOptions:
     ``(("<execute>", id), ("</execute>", id))`` or None (the checkpoint's, else Gemma 3's); ``max_new_tokens``
     None is the question set's default; ``dtype`` ``auto`` is resolved by :meth:`validate` for the device;
     ``sandbox`` where model code runs (codeact, humaneval): its ``output_cap_chars`` and ``hidden_paths`` are set
-    per run from ``tool_output_chars`` and the run directory.
+    per run from ``tool_output_chars`` and the run directory; ``threads`` the CPU thread count while recording
+    (None: torch's own count), recorded in the run's numerics fingerprint (:mod:`sst_interp.record.numerics`).
     """
 
     questions: str = "demo"
@@ -68,6 +69,7 @@ class RecordOptions:
     allow_low_disk: bool = False
     intervention: str | None = None
     action_tokens: tuple[tuple[str, int], ...] | None = None
+    threads: int | None = None
 
     @property
     def codeact(self) -> bool:
@@ -143,6 +145,8 @@ class RecordOptions:
                 raise UsageError(f"--{name.replace('_', '-')} must be >= 0, got {getattr(self, name)}")
         if self.sketch_k is not None and self.sketch_k < 1:
             raise UsageError(f"--sketch-k must be at least 1, got {self.sketch_k}")
+        if self.threads is not None and self.threads < 1:
+            raise UsageError(f"--threads must be at least 1, got {self.threads}")
         if self.limit is not None and self.limit < 1:
             raise UsageError(f"--limit must be at least 1, got {self.limit}")
         if self.dtype not in ("auto", "float32", "bfloat16"):

@@ -19,6 +19,7 @@ from typing import Any
 
 from sst_interp.kernels.errors import UsageError
 from sst_interp.kernels.paths import ensure_writable_folder
+from sst_interp.record.numerics import with_record_threads
 from sst_interp.record.options import RecordOptions
 from sst_interp.record.ranks import (Ranks, batch_cost, batches_of_work, process_group,
                                      ranks_from_environment, share_of_work)
@@ -65,7 +66,8 @@ def record(options: RecordOptions) -> dict[int, float]:
     out = options.out_path()
     with process_group(ranks):
         # refuse a wrong --out before spending time on the model
-        ranks.run_on_main(lambda: (check_out(out, identity), ensure_writable_folder(out)))
+        # the numerics fingerprint is checked once the model is loaded (record_questions): it reads the model
+        ranks.run_on_main(lambda: (check_out(out, identity, later=("numerics",)), ensure_writable_folder(out)))
         if demo:
             notes.append(f"[{DEMO_PRESET_NOTE}]")
         sst, tokenizer = build_sst(spec)
@@ -99,6 +101,7 @@ def report_resume(report: Any) -> None:
         print(f"resume: {redo} question-depth(s) whose files were damaged or missing are recorded again")
 
 
+@with_record_threads
 def record_questions(sst: Any, tokenizer: Any, questions: list[Any], options: RecordOptions, out: str | Path,
                      identity: dict[str, Any] | None = None, demo: bool = False,
                      ranks: Ranks | None = None) -> dict[int, float]:
@@ -112,6 +115,8 @@ def record_questions(sst: Any, tokenizer: Any, questions: list[Any], options: Re
         options: the options (:class:`RecordOptions`; the model and data fields are not read here).
         out: the run directory.
         identity: what must match to resume; None derives one from the model's SST config and the questions.
+            Either way the numerics fingerprint of this model, device and thread count is added to it
+            (:mod:`sst_interp.record.numerics`; the recording runs with ``options.threads`` CPU threads).
         demo: whether the untrained demo preset is on (recorded in the manifest).
         ranks: this process's place among several recording together (in a joined process group); None records
             alone. Each rank records its :func:`~sst_interp.record.ranks.share_of_work` of the batches.
@@ -147,6 +152,7 @@ def record_questions(sst: Any, tokenizer: Any, questions: list[Any], options: Re
             from sst_interp.interventions import patch_runs
 
             identity.update(intervention=spec.to_dict(), intervention_runs=patch_runs(spec))
+    identity = dict(identity, numerics=_checked_fingerprint(sst, options, out, ranks or Ranks()))
     config = RecordConfig(full_positions=options.full_positions, sketch_positions=options.sketch_positions,
                           sketch_k=options.sketch_k, top_k=options.top_k, dtype=options.dtype, gates=options.gates)
     extra = manifest_extra(options, sst, tokenizer, config, depths, demo)
@@ -196,6 +202,17 @@ def record_questions(sst: Any, tokenizer: Any, questions: list[Any], options: Re
                 writer.submit(depth, [q.question_id for q in batch], **submission)
                 progress.update(len(batch))
     return _summary(out, depths, ranks)
+
+
+def _checked_fingerprint(sst: Any, options: RecordOptions, out: Path, ranks: Ranks) -> dict[str, Any]:
+    """The numerics fingerprint of recording with ``sst`` here, checked to be every rank's and the run's at
+    ``out`` (a UsageError naming the setting otherwise), before the run directory is created or resumed."""
+    from sst_interp.record.numerics import check_numerics, check_ranks_agree, numerics_fingerprint
+
+    fingerprint = numerics_fingerprint(sst, options.dtype, options.batch_size)
+    check_ranks_agree(fingerprint, ranks)
+    ranks.run_on_main(lambda: check_numerics(out, fingerprint))
+    return fingerprint
 
 
 @contextmanager

@@ -18,8 +18,9 @@ visible inside the sandbox, so it must not import anything but the standard libr
   a tmpfs capped at ``size`` bytes and ``inodes`` inodes, owned by that uid, is mounted on ``cwd``. It is the
   sandbox's only writable place (bwrap makes ``/tmp`` a link to it), so disk use and file count are capped per
   sandbox, not per file. bwrap's ``--size`` has no inode option, hence the mount here.
-- ``seccomp_hex``: a BPF program (hex) installed last, after the mount: it refuses every mount call. bwrap's
-  own filter (``--seccomp``) refuses everything else and must leave mounting to this step.
+- ``seccomp_hex``: a BPF program (hex) installed last, after the mount: it refuses every mount call and every new
+  namespace. bwrap's own filter (``--seccomp``) refuses everything else and must leave mounting and this
+  process's own ``unshare`` to this step.
 - ``rlimits``: ``{"RLIMIT_CPU": [soft, hard], ...}``, applied after the namespace exists.
 - ``argv``: what to exec. The exec also drops the capabilities a new user namespace grants its creator
   (the new program does not run as uid 0 of that namespace).

@@ -16,6 +16,11 @@ BACKENDS: tuple[str, ...] = ("bwrap", "subprocess")
 security boundary (no network, PID or filesystem isolation); only used when asked for explicitly."""
 
 
+#: The memory one sandbox can hold with the default limits where no cgroup caps it: 8 processes x 1024 MiB of
+#: address space + the 64 MiB tmpfs (:attr:`SandboxConfig.rlimit_bound_mib`).
+RLIMIT_BOUND_MIB = 8 * 1024 + 64
+
+
 @dataclass(frozen=True)
 class SandboxConfig:
     """Limits and isolation for model-written Python code.
@@ -30,10 +35,14 @@ class SandboxConfig:
             the kernel kills it and the next ``execute`` starts a fresh one. Higher than ``timeout_s`` so that
             the wall clock, not this, ends single runaway blocks.
         memory_mb: address space per process in MiB (``RLIMIT_AS``); past it allocations raise ``MemoryError``.
+            Where the host delegates a cgroup v2 memory controller, also the memory of the whole sandbox (its
+            processes and its tmpfs; :mod:`~sst_interp.sandbox.cgroup`); elsewhere the sandbox's memory is bounded
+            by ``max_processes`` x ``memory_mb`` + ``tmp_mb`` (:data:`RLIMIT_BOUND_MIB` with the defaults).
         max_processes: processes (and threads) the sandbox may hold at once, the interpreter included
             (``RLIMIT_NPROC``, counted in the sandbox's own user namespace; see the package docstring).
             The ``subprocess`` backend does not set it (without a user namespace it would count every
-            process of the caller's user).
+            process of the caller's user). 8 by default, so that the memory bound without a cgroup stays at
+            8 GiB plus the tmpfs.
         max_file_mb: largest file a process may write, in MiB (``RLIMIT_FSIZE``); also bounds captured output.
         tmp_mb: size in MiB of the sandbox's one writable place (bwrap backend): a memory-backed tmpfs that is
             the working directory, ``HOME``, ``TMPDIR`` and ``/tmp``. It lives as long as the sandbox.
@@ -48,7 +57,7 @@ class SandboxConfig:
     timeout_s: float = 10.0
     cpu_seconds: int = 60
     memory_mb: int = 1024
-    max_processes: int = 16
+    max_processes: int = 8
     max_file_mb: int = 16
     tmp_mb: int = 64
     max_inodes: int = 16384
@@ -59,6 +68,12 @@ class SandboxConfig:
         # Callers pass lists or Paths; keep the frozen config hashable and its paths plain absolute strings.
         paths = tuple(os.path.abspath(os.fspath(path)) for path in self.hidden_paths)
         object.__setattr__(self, "hidden_paths", paths)
+
+    @property
+    def rlimit_bound_mib(self) -> int:
+        """The most memory this sandbox can hold where no cgroup caps it: each process's address space
+        (``RLIMIT_AS``) times the processes it may have (``RLIMIT_NPROC``), plus the tmpfs, in MiB."""
+        return self.max_processes * self.memory_mb + self.tmp_mb
 
     def validate(self) -> None:
         """Raise :class:`~sst_interp.kernels.errors.UsageError` (one line) if a field is out of range."""

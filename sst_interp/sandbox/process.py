@@ -29,6 +29,7 @@ from pathlib import Path
 
 from sst_interp.kernels.errors import UsageError
 from sst_interp.sandbox.bwrap import SANDBOX_DIR, SANDBOX_GID, SANDBOX_UID, bwrap_argv, find_bwrap
+from sst_interp.sandbox.cgroup import SandboxCgroup, memory_cap
 from sst_interp.sandbox.config import SandboxConfig
 from sst_interp.sandbox.interpreter import base_interpreter, sandbox_env
 from sst_interp.sandbox.limits import rlimits
@@ -109,6 +110,19 @@ def _read_info(fd: int, deadline: float) -> dict:
         raise SandboxError(f"bwrap reported no sandbox pid ({bytes(data[:200])!r})") from err
 
 
+def _make_cgroup(config: SandboxConfig) -> SandboxCgroup | None:
+    """The sandbox's memory cgroup (``memory.max`` = ``config.memory_mb`` for all its processes together), or None
+    where the host delegates no memory controller (:mod:`~sst_interp.sandbox.cgroup`)."""
+    cap = memory_cap()
+    if cap.parent is None:
+        return None
+    try:
+        return SandboxCgroup(cap.parent, config.memory_mb)
+    except OSError as err:
+        raise SandboxError(f"could not make the sandbox's memory cgroup under {cap.parent} ({err.strerror}); "
+                           f"unset $SST_INTERP_SANDBOX_CGROUP or delegate that cgroup to this user") from err
+
+
 def _signal_name(number: int) -> str:
     try:
         return signal.Signals(number).name
@@ -136,6 +150,7 @@ class SandboxProcess:
         self.result_fd = result_fd
         self.exit_fd = os.pidfd_open(popen.pid) if hasattr(os, "pidfd_open") else None
         self.init_fd: int | None = None  # pidfd of the sandbox's init (bwrap backend)
+        self.cgroup: SandboxCgroup | None = None  # the sandbox's memory cgroup, where the host delegates one
 
     @classmethod
     def launch(cls, config: SandboxConfig, workdir: str, capture: CaptureFiles, driver_args: Sequence[str],
@@ -169,6 +184,7 @@ class SandboxProcess:
             "argv": program,
         }
         command = [interpreter.executable, "-I", "-c", BOOTSTRAP_SOURCE, json.dumps(spec)]
+        group = _make_cgroup(config)
         try:
             if bwrap:
                 bwrap_path = find_bwrap()
@@ -180,19 +196,24 @@ class SandboxProcess:
                 child_fds.append(seccomp_fd)
                 argv = bwrap_argv(bwrap_path, config, interpreter, inside, os.geteuid() == 0, command)
                 argv[1:1] = ["--info-fd", str(info_write), "--seccomp", str(seccomp_fd)]
+                if group is not None:
+                    argv = group.wrap(argv)
                 # bwrap itself gets a bare environment: the caller's variables must not reach any process
                 # of the sandbox (bwrap's own init keeps the environment it was started with)
                 popen = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=capture.stdout_fd,
                                          stderr=capture.stderr_fd, pass_fds=child_fds, cwd="/",
                                          env={"PATH": "/usr/bin:/bin", "LANG": "C.UTF-8"})
             else:
-                popen = subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=capture.stdout_fd,
+                popen = subprocess.Popen(command if group is None else group.wrap(command),
+                                         stdin=subprocess.DEVNULL, stdout=capture.stdout_fd,
                                          stderr=capture.stderr_fd, pass_fds=child_fds, cwd=workdir,
                                          env=sandbox_env(interpreter, workdir), start_new_session=True)
         except BaseException:
             for fd in (*child_fds, command_fd, result_fd, info_read):
                 if fd is not None:
                     os.close(fd)
+            if group is not None:
+                group.remove()
             raise
         for fd in child_fds:
             os.close(fd)  # the child holds them now; our copies would hide its end of file
@@ -200,6 +221,7 @@ class SandboxProcess:
             if fd is not None:
                 os.set_blocking(fd, False)
         process = cls(config, popen, command_fd, result_fd)
+        process.cgroup = group
         if info_read is not None:
             try:
                 info = _read_info(info_read, time.monotonic() + INFO_TIMEOUT_S)
@@ -253,8 +275,11 @@ class SandboxProcess:
                               RuntimeWarning, stacklevel=2)
 
     def close(self) -> None:
-        """Kill (if still running) and close every descriptor."""
+        """Kill (if still running), close every descriptor and remove the sandbox's cgroup."""
         self.kill()
+        if self.cgroup is not None:
+            self.cgroup.remove()
+            self.cgroup = None
         for name in ("command_fd", "result_fd", "exit_fd", "init_fd"):
             fd = getattr(self, name)
             setattr(self, name, None)  # first, so a second close never closes a reused descriptor number

@@ -31,9 +31,13 @@ MANIFEST_NAME = "manifest.json"
 
 
 def write_json_atomic(path: Path, payload: dict[str, Any]) -> None:
-    """Write ``payload`` to ``path`` atomically: temp file in the same directory, fsync, os.replace."""
+    """Write ``payload`` to ``path`` atomically: temp file in the same directory, fsync, os.replace.
+
+    Keys are sorted, so that the same content is always the same bytes: a manifest rewritten by a resume or rebuilt
+    by ``store repair`` equals, byte for byte, the one an undamaged run wrote (a writer's batch entries otherwise
+    keep the order they were built in, and a rewrite read back from JSON another)."""
     with atomic_open(path, "w", encoding="utf-8") as handle:
-        json.dump(payload, handle, indent=1, sort_keys=False)
+        json.dump(payload, handle, indent=1, sort_keys=True)
         handle.write("\n")
     fsync_dir(path.parent)
 

@@ -55,10 +55,13 @@ def reconcile(path: Path, manifest: dict[str, Any], redo: dict[int, list[str]], 
                 redo.setdefault(int(key), []).extend(orphans)
             changes.append(f"depth {key}: {len(restored)} recorded question(s) back in status, {len(orphans)} with "
                            "no batch recorded again")
-    for key in [k for k in status if k not in manifest.get("batches", {}) and status[k]]:
-        redo.setdefault(int(key), []).extend(status[key])
-        changes.append(f"depth {key}: {len(status[key])} question(s) with no batch recorded again")
-        status[key] = []
+    for key in [k for k in status if k not in manifest.get("batches", {})]:
+        if status[key]:
+            redo.setdefault(int(key), []).extend(status[key])
+            changes.append(f"depth {key}: {len(status[key])} question(s) with no batch recorded again")
+        # no entry rather than an empty one: the writer adds a depth's entry with its first batch, so a repaired
+        # manifest equals the one an undamaged run has
+        del status[key]
     return changes
 
 

@@ -58,20 +58,20 @@ def verify_run(path: str | Path) -> VerifyReport:
         raise UsageError(f"{path} is not a directory; pass a run directory (the --out of a record run)")
     target = path / mf.MANIFEST_NAME
     report = VerifyReport()
+    manifest: dict[str, Any] | None = None
     if not target.is_file():
         if not has_run_files(path):
             raise UsageError(f"{path} is not a run directory (no {mf.MANIFEST_NAME}); pass the --out of a record "
                              "run")
+        # the shards and tables are still checked, as for an unreadable manifest: the report covers every file
         report.damaged.append((mf.MANIFEST_NAME, "missing, while the run's shards and tables are there"))
-        return report
-    manifest: dict[str, Any] | None
-    try:
-        manifest = contract.check_manifest(target, mf.read_manifest(path))
-    except ValueError as err:  # invalid JSON is damage; a valid manifest of something else is a UsageError
-        if isinstance(err, UsageError):
-            raise
-        report.damaged.append((mf.MANIFEST_NAME, f"not valid JSON ({err})"))
-        manifest = None
+    else:
+        try:
+            manifest = contract.check_manifest(target, mf.read_manifest(path))
+        except ValueError as err:  # invalid JSON is damage; a valid manifest of something else is a UsageError
+            if isinstance(err, UsageError):
+                raise
+            report.damaged.append((mf.MANIFEST_NAME, f"not valid JSON ({err})"))
     listed = mf.listed_shards(manifest or {})
     writer_run = manifest is not None and "batches" in manifest
     found = list(discovery.shard_paths(path))

@@ -460,10 +460,13 @@ def _create(path: Path, identity: dict[str, Any], extra: dict[str, Any]) -> tupl
     return manifest, report
 
 
-def check_out(path: str | Path, identity: dict[str, Any], manifest_extra: dict[str, Any] | None = None) -> bool:
+def check_out(path: str | Path, identity: dict[str, Any], manifest_extra: dict[str, Any] | None = None,
+              later: tuple[str, ...] = ()) -> bool:
     """Check, without touching anything, that ``path`` can take this run: absent, empty, or a run with the same
     identity (and layout keys, when given). Returns True when a run is there to resume; raises UsageError as
-    :meth:`RunWriter.create_or_resume` would."""
+    :meth:`RunWriter.create_or_resume` would. ``later``: identity keys left out of this comparison because the caller
+    does not know them yet (``record`` checks the numerics fingerprint once the model is loaded);
+    :meth:`RunWriter.create_or_resume` compares them."""
     path = Path(path)
     if not path.exists():
         return False
@@ -477,12 +480,12 @@ def check_out(path: str | Path, identity: dict[str, Any], manifest_extra: dict[s
                 raise UsageError(f"--out {path} already holds files that are not an sst-interp run (e.g. "
                                  f"{entry.name}); pick another --out or empty it")
         return False
-    _validated_manifest(path, identity, manifest_extra or {})
+    _validated_manifest(path, identity, manifest_extra or {}, later=later)
     return True
 
 
 def _validated_manifest(path: Path, identity: dict[str, Any], extra: dict[str, Any],
-                        manifest: dict[str, Any] | None = None) -> dict[str, Any]:
+                        manifest: dict[str, Any] | None = None, later: tuple[str, ...] = ()) -> dict[str, Any]:
     """The manifest at ``path`` (or ``manifest``, already read) checked against this command's identity and the
     layout keys of ``extra``; UsageError naming what differs."""
     try:
@@ -495,7 +498,11 @@ def _validated_manifest(path: Path, identity: dict[str, Any], extra: dict[str, A
     if manifest.get("schema_version") != sch.SCHEMA_VERSION:
         raise UsageError(f"run {path} has schema version {manifest.get('schema_version')}, this package writes "
                          f"{sch.SCHEMA_VERSION}; pick another --out")
-    diffs = mf.identity_differences(manifest["identity"], identity)
+    stored = manifest["identity"]
+    if later and isinstance(stored, dict):
+        stored = {key: value for key, value in stored.items() if key not in later}
+        identity = {key: value for key, value in identity.items() if key not in later}
+    diffs = mf.identity_differences(stored, identity)
     diffs += [f"{k}: {manifest.get(k)!r} -> {extra[k]!r}" for k in LAYOUT_KEYS
               if k in extra and k in manifest and mf.normalise(extra[k]) != manifest[k]]
     if diffs:

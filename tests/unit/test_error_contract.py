@@ -122,6 +122,9 @@ CASES = [
          (*REC, "--demo-preset", "--top-k", "10000000", "--out", "{out}"), "wider than"),  # no preset note first
     Case("gsm8k-oversized-line", "record", (*REC, "--questions", "gsm8k", "--data", "{data}/big.jsonl",
                                             "--out", "{out}"), "line 2 is 2.0 MiB"),
+    # issue 32 item 6: rows past --limit are checked too (the run identity hashes every row of the set)
+    Case("gsm8k-oversized-line-past-the-limit", "record",
+         (*REC, "--questions", "gsm8k", "--data", "{data}/big3.jsonl", "--out", "{out}"), "line 3 is 2.0 MiB"),
     Case("math500-duplicate-unique-id", "record", (*REC, "--questions", "math500", "--data", "{data}/dup.jsonl",
                                                    "--out", "{out}"), "repeats unique_id"),
     Case("math500-level-not-integer", "record", (*REC, "--questions", "math500", "--data", "{data}/hard.jsonl",
@@ -276,6 +279,12 @@ CASES = [
     Case("record-into-run-with-other-model", "record",
          (*REC[:-6], "--model", "{data}/no-model", "--depths", "1", "--limit", "2", "--out", "{run}"), "no-model"),
     Case("record-into-run-with-other-top-k", "record", (*REC, "--top-k", "7", "--out", "{run}"), "top_k"),
+    # ---- the numerics fingerprint (issue 32): the fixture's run was recorded with torch's own thread count
+    Case("record-threads-0", "record", (*REC, "--threads", "0", "--out", "{out}"), "--threads must be at least 1"),
+    Case("record-into-run-with-other-threads", "record", (*REC, "--threads", "97", "--out", "{run}"),
+         "this command has threads=97, which changes the recorded numbers; pass --threads"),
+    Case("record-into-run-with-other-batch-size", "record", (*REC, "--batch-size", "3", "--out", "{run}"),
+         "batch_size: 8 -> 3"),  # the identity names it before the model loads
     Case("record-out-a-file", "record", (*REC, "--out", "{data}/empty.jsonl"), "is a file"),
     Case("generate-empty-prompt", "generate", ("--model", "{model}", "--prompt", "  "), "--prompt is empty"),
     Case("store-verify-not-a-run", "store", ("verify", "{data}"), "not a run directory"),
@@ -313,6 +322,8 @@ def files(tmp_path_factory) -> dict[str, Path]:
                                               for i, r in enumerate(rows)))
     (data / "big.jsonl").write_text(json.dumps(rows[0]) + "\n" + json.dumps({"question": "x" * (2 << 20),
                                                                               "answer": "#### 1"}) + "\n")
+    (data / "big3.jsonl").write_text(json.dumps(rows[0]) + "\n" + json.dumps(rows[1]) + "\n"
+                                     + json.dumps({"question": "x" * (2 << 20), "answer": "#### 1"}) + "\n")
     problems = [json.loads(line) for line in MATH500.read_text().splitlines() if line.strip()]
     (data / "dup.jsonl").write_text("".join(json.dumps(r) + "\n" for r in problems + problems[:1]))
     (data / "hard.jsonl").write_text("".join(json.dumps(dict(r, level="hard") if i == 0 else r) + "\n"

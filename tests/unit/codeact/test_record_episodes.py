@@ -18,6 +18,7 @@ import torch
 from transformers import AutoModelForCausalLM
 
 from sst_interp.model.sst import SSTModel
+from sst_interp.sandbox.cgroup import memory_cap
 from sst_interp.store import Run
 from tests.unit.codeact.run_scripted import record_scripted
 from tests.unit.codeact.scripted import SCRIPTS
@@ -38,6 +39,9 @@ def test_run_directory_holds_turn_rows_and_episodes(recorded):
     run = Run.open(out)
     assert run.protocol == "codeact" and run.manifest["episode"]["max_turns"] == 4
     assert run.manifest["episode"]["action_tokens"] == {"<execute>": 120, "</execute>": 121}
+    # the sandbox's memory cap names the mechanism this host offers (issue 32 item 3)
+    assert run.manifest["sandbox"]["memory_cap"].startswith("cgroup v2 memory.max" if memory_cap().cgroup else
+                                                            "no cgroup (")
     gens = run.generations()
     for name in ("code", "tool_output", "tool_status"):
         assert name in gens.columns

@@ -402,6 +402,96 @@ def test_the_seccomp_filter_refuses_what_model_code_never_needs() -> None:
     assert outcome["AF_NETLINK"] == outcome["AF_PACKET"] == "EAFNOSUPPORT"
 
 
+# --- issue 32, 2: no nested namespaces ---------------------------------------------------------------------------
+
+NAMESPACE_PROBE = r"""
+import ctypes, errno, json, os, struct
+libc = ctypes.CDLL(None, use_errno=True)
+libc.syscall.restype = ctypes.c_long
+FLAGS = {"NEWUSER": 0x10000000, "NEWNS": 0x00020000, "NEWPID": 0x20000000, "NEWNET": 0x40000000,
+         "NEWUTS": 0x04000000, "NEWIPC": 0x08000000, "NEWCGROUP": 0x02000000}
+SIGCHLD = 17
+
+def in_child(call):
+    # each attempt in a child of its own: one that succeeds must not change the probe's namespaces
+    pid = os.fork()
+    if pid == 0:
+        result = call()
+        os._exit(0 if result >= 0 else min(ctypes.get_errno(), 255) or 255)
+    _, status = os.waitpid(pid, 0)
+    code = os.waitstatus_to_exitcode(status)
+    return "allowed" if code == 0 else errno.errorcode.get(code, str(code))
+
+def raw_clone(flags):
+    pid = libc.syscall(56, ctypes.c_long(flags | SIGCHLD), 0, 0, 0, 0)  # clone without a stack: like fork
+    if pid == 0:
+        os._exit(0)
+    if pid > 0:
+        os.waitpid(pid, 0)
+    return pid
+
+def raw_clone3(flags):
+    args = ctypes.create_string_buffer(struct.pack("8Q", flags, 0, 0, 0, SIGCHLD, 0, 0, 0))
+    pid = libc.syscall(435, ctypes.c_void_p(ctypes.addressof(args)), ctypes.c_long(64))
+    if pid == 0:
+        os._exit(0)
+    if pid > 0:
+        os.waitpid(pid, 0)
+    return pid
+
+outcome = {"setns": in_child(lambda: libc.setns(os.open("/proc/self/ns/uts", os.O_RDONLY), 0)),
+           "clone3 plain": in_child(lambda: raw_clone3(0))}
+for name, flag in FLAGS.items():
+    # with NEWUSER: a new user namespace grants the rights the other namespaces need, so only a filter stops these
+    both = flag | FLAGS["NEWUSER"]
+    outcome[f"unshare {name}"] = in_child(lambda: libc.unshare(both))
+    outcome[f"clone {name}"] = in_child(lambda: raw_clone(both))
+    outcome[f"clone3 {name}"] = in_child(lambda: raw_clone3(both))
+print(json.dumps(outcome))
+"""
+
+ORDINARY_CHILDREN = r"""
+import os, subprocess, sys, threading
+results = []
+threads = [threading.Thread(target=lambda i=i: results.append(i * i)) for i in range(4)]
+for thread in threads:
+    thread.start()
+for thread in threads:
+    thread.join()
+child = subprocess.run([sys.executable, "-c", "print(6 * 7)"], capture_output=True, text=True, check=True)
+pid = os.fork()
+if pid == 0:
+    os._exit(3)
+forked = os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1])
+spawned = os.posix_spawn("/bin/sh", ["sh", "-c", "exit 5"], {})
+print(sorted(results), child.stdout.strip(), forked, os.waitstatus_to_exitcode(os.waitpid(spawned, 0)[1]))
+"""
+
+
+def test_no_nested_namespace_can_be_created() -> None:
+    """Issue 32, 2: code inside the sandbox could ``unshare`` a nested user namespace (and with it every other
+    kind); ``unshare``/``clone`` with a namespace flag now fail with EPERM, ``setns`` too, and ``clone3``, whose
+    flags a filter cannot read, with ENOSYS."""
+    with PythonSession(SandboxConfig()) as session:
+        result = session.execute(NAMESPACE_PROBE)
+    assert result.status == "ok", result.stderr
+    outcome = json.loads(result.stdout)
+    kinds = ("NEWUSER", "NEWNS", "NEWPID", "NEWNET", "NEWUTS", "NEWIPC", "NEWCGROUP")
+    expected = {f"{call} {kind}": "EPERM" for call in ("unshare", "clone") for kind in kinds}
+    expected.update({f"clone3 {kind}": "ENOSYS" for kind in kinds}, setns="EPERM")
+    expected["clone3 plain"] = "ENOSYS"
+    assert outcome == expected
+
+
+def test_threads_and_child_processes_work_without_clone3() -> None:
+    """Issue 32, 2: with ``clone3`` refused, the C library falls back to ``clone`` for threads, ``fork``,
+    ``subprocess`` (vfork) and ``posix_spawn``: ordinary code that starts them runs as before."""
+    with PythonSession(SandboxConfig()) as session:
+        result = session.execute(ORDINARY_CHILDREN)
+    assert result.status == "ok", result.stderr
+    assert result.stdout == "[0, 1, 4, 9] 42 3 5\n"
+
+
 # --- 6. limits per sandbox: the writable place is a capped tmpfs ----------------------------------------------
 
 def test_disk_use_and_file_count_are_capped_per_sandbox() -> None:

@@ -116,3 +116,18 @@ def test_the_doc_lists_every_required_manifest_field():
     manifest = text[text.index("## manifest.json"):text.index("## Tables")]
     listed = re.findall(r"^\| `([a-z_]+)` \|", manifest, flags=re.M)
     assert listed[:len(REQUIRED_FIELDS)] == list(REQUIRED_FIELDS)
+
+
+def test_the_doc_lists_the_numerics_fingerprint_fields_of_a_fresh_run(fresh_run):
+    """docs/format.md's fingerprint table has exactly the fields of a fresh run's ``identity.numerics``, in the
+    order the package names them."""
+    import json
+
+    from sst_interp.record.numerics import FIELDS
+
+    text = DOC.read_text()
+    section = text[text.index("### Numerics fingerprint"):]
+    section = section[:section.index("\n## ")]
+    listed = re.findall(r"^\| `([a-z_]+)` \|", section, flags=re.M)
+    numerics = json.loads((fresh_run / "manifest.json").read_text())["identity"]["numerics"]
+    assert listed == list(FIELDS) and sorted(listed) == sorted(numerics)

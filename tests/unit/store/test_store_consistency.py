@@ -169,6 +169,38 @@ def test_a_deleted_manifest_is_rebuilt_and_the_run_is_unchanged(pristine, tmp_pa
     _assert_same(_contents(path), _contents(pristine))
 
 
+def test_verify_without_a_manifest_names_it_in_one_correct_line(pristine, tmp_path, capsys):
+    """Issue 32, 5: a deleted manifest read "1 of 0 files ... are damaged"; the shards are still checked."""
+    path = _copy(pristine, tmp_path)
+    (path / "manifest.json").unlink()
+    code, out, err = _verify(path, capsys)
+    advice = f"python -m sst_interp.store repair {path} rebuilds manifest.json from the shards and tables"
+    assert code == 1 and err == (f"error: manifest.json of {path} is missing, while the run's shards and tables are "
+                                 f"there; {advice}\n")
+    shard = sorted((path / "hidden").rglob("*.parquet"))[0]
+    shard.write_bytes(shard.read_bytes()[:100])
+    files = len(list(path.rglob("*.parquet")))
+    code, out, err = _verify(path, capsys)
+    assert code == 1 and f"damaged: {shard.relative_to(path).as_posix()}:" in out
+    assert err == (f"error: manifest.json of {path} is missing, while the run's shards and tables are there and 1 "
+                   f"of {files} files of {path} are damaged; {advice}\n")
+
+
+@pytest.mark.parametrize("repair", ["rerun", "store-repair"])
+def test_a_depth_claimed_without_shards_is_repaired_to_the_clean_manifest_byte_for_byte(pristine, tmp_path, repair):
+    """Issue 32, 4: a manifest edited to claim a depth nothing was recorded at kept an empty ``'3': []`` status
+    entry after the rerun, so the repaired run was not byte-equal to the clean one."""
+    path = _copy(pristine, tmp_path)
+    _edit(path, lambda m: (m["status"].update({"3": ["a", "b"]}), m.update(depths=m["depths"] + [3])))
+    if repair == "rerun":
+        with RunWriter.create_or_resume(path, IDENTITY, _settings()) as writer:
+            assert writer.report.redo == {3: ["a", "b"]}
+            assert writer.completed(1) == writer.completed(2) == {"a", "b", "c", "d"}
+    else:
+        assert store_main(["repair", str(path)]) == 0
+    assert (path / "manifest.json").read_bytes() == (pristine / "manifest.json").read_bytes()
+
+
 def test_rerunning_record_rebuilds_an_unreadable_manifest(pristine, tmp_path, capsys):
     path = _copy(pristine, tmp_path)
     (path / "manifest.json").write_text('{"schema_version": 1, "sta')
