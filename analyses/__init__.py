@@ -27,6 +27,7 @@ if TYPE_CHECKING:
         NotAvailable,
         RunAnalysis,
         TrainingAnalysis,
+        UnknownMeasurement,
         open_checkpoint,
         open_experiment,
         open_run,
@@ -35,8 +36,8 @@ if TYPE_CHECKING:
 
 #: Importing the package loads nothing heavy; torch and scikit-learn load when a measurement needs them.
 __getattr__, __dir__ = lazy_exports(__name__, {name: "sst_interp.analyses.api" for name in (
-    "CheckpointAnalysis", "ExperimentAnalysis", "NotAvailable", "RunAnalysis", "TrainingAnalysis", "open_checkpoint",
-    "open_experiment", "open_run", "open_training")})
+    "CheckpointAnalysis", "ExperimentAnalysis", "NotAvailable", "RunAnalysis", "TrainingAnalysis", "UnknownMeasurement",
+    "open_checkpoint", "open_experiment", "open_run", "open_training")})
 
 
 def open(run: Any, **kwargs: Any) -> RunAnalysis:  # noqa: A001 - ``analyses.open(run)``: the notebook entry point
@@ -45,5 +46,6 @@ def open(run: Any, **kwargs: Any) -> RunAnalysis:  # noqa: A001 - ``analyses.ope
 
     return open_run(run, **kwargs)
 
-__all__ = ["CheckpointAnalysis", "ExperimentAnalysis", "NotAvailable", "RunAnalysis", "TrainingAnalysis", "open",
+__all__ = ["CheckpointAnalysis", "ExperimentAnalysis", "NotAvailable", "RunAnalysis", "TrainingAnalysis",
+           "UnknownMeasurement", "open",
            "open_checkpoint", "open_experiment", "open_run", "open_training"]

@@ -28,6 +28,7 @@ from typing import Any
 import pandas as pd
 
 from sst_interp.analyses import logit_dynamics as ld
+from sst_interp.analyses.availability import NotAvailable, UnknownMeasurement
 from sst_interp.analyses.basin_profiles import punctuated_equilibrium
 from sst_interp.analyses.basins import GMMFit
 from sst_interp.analyses.convergence import convergence_monitoring
@@ -36,10 +37,6 @@ from sst_interp.kernels.results import NotApplicable
 from sst_interp.kernels.errors import UsageError
 from sst_interp.kernels.outcomes import correctness_matrix
 from sst_interp.store import Run
-
-
-class NotAvailable(UsageError):
-    """A measurement this run cannot support; the message says why (e.g. a single depth, no baseline)."""
 
 
 def as_run(source: str | Path | Run) -> Run:
@@ -91,24 +88,33 @@ class Measured:
             opener = {"run": "analyses.open(run)", "checkpoint": "analyses.open_checkpoint(folder)",
                       "training": "analyses.open_training(sst=..., baseline=...)",
                       "experiment": "analyses.open_experiment(folder)"}[measurement.scope]
-            raise UsageError(f"{measurement.key} is a measurement of a {measurement.scope}, not of a {self.scope}; "
-                             f"use {opener}")
+            raise NotAvailable(f"{measurement.key} is a measurement of a {measurement.scope}, not of a "
+                               f"{self.scope}; use {opener}")
         return measurement
 
     def attempt(self, key: str) -> Any:
         """The analysis result of a measurement, or a NotApplicable saying why this object cannot support it (an
-        unmet requirement, or what the analysis found); never raises for an unsupported input."""
+        unmet requirement, what the analysis found, or a UsageError the computation raised); never raises for an
+        unsupported input."""
         measurement = self._entry(key)
-        unmet = measurement.unmet(self)
+        unmet = measurement.unsupported(self)
         if unmet is not None:
             return NotApplicable(unmet, measurement.key)
-        return self._once(f"measurement:{measurement.name}", lambda: measurement.compute(self))
+        return self.computed(measurement.name)
+
+    def computed(self, name: str) -> Any:
+        """The measurement's computation, memoised, without its checks (what :meth:`attempt` returns once they
+        pass, and what a ``found`` check that computes reads): a NotApplicable for a UsageError it raised."""
+        measurement = lookup(name)
+        return self._once(f"measurement:{measurement.name}", lambda: _computed(measurement, self))
 
     def result(self, key: str) -> Any:
-        """The analysis result of a measurement (a paper label, a method name or an artefact name), computed once.
+        """The analysis result of a measurement (its key, name or artefact: see
+        :func:`~sst_interp.analyses.registry.lookup`), computed once.
 
         Raises:
-            NotAvailable: a requirement is unmet, or the analysis found the input cannot support it (the reason).
+            NotAvailable: the key is unknown (with the closest keys), a requirement is unmet, or the analysis found
+                the input cannot support it; the message says why and how to fix it.
         """
         result = self.attempt(key)
         if isinstance(result, NotApplicable):
@@ -132,16 +138,17 @@ class Measured:
 
     def available(self) -> pd.DataFrame:
         """What this object supports: ``label``, ``measurement``, ``available``, ``reason`` per registry entry of
-        its scope.
+        its scope. A promise: every measurement listed as available computes, and every other one says why not and,
+        where there is one, the fix.
 
-        Only the declared requirements are checked (from the manifest and the inputs' presence), so this costs no
-        computation and never raises. A measurement listed as available can still find, when computed, that the
-        input lacks what it looks for (no low-overlap position, say); :meth:`result` then raises
-        :class:`NotAvailable` with the reason.
+        The declared requirements are checked first, from the manifest and the inputs' presence. What the manifest
+        cannot tell (enough MUST HALT questions for the probe, a basin shift at position 0) is checked next
+        (:attr:`~sst_interp.analyses.registry.Measurement.found`): that may compute the shared steps (the basin
+        step's GMM fit, the halting labels), once per object, which :meth:`data` then reuses. Never raises.
         """
         rows = []
         for measurement in self._scope_entries():
-            reason = measurement.unmet(self)
+            reason = measurement.unsupported(self)
             rows.append((measurement.key, measurement.name, reason is None, reason or ""))
         return pd.DataFrame(rows, columns=["label", "measurement", "available", "reason"])
 
@@ -253,6 +260,14 @@ class RunAnalysis(Measured):
     def reorg_all(self, regime: str = "low") -> pd.DataFrame:
         """tab:reorg_lo_all (``regime="low"``) or tab:reorg_st_all (``"stable"``), tidy."""
         return self.data(f"reorg_{_regime(regime)}_all")
+
+
+def _computed(measurement: Measurement, analysis: Measured) -> Any:
+    """``measurement.compute(analysis)``, a UsageError it raises (the input cannot support it) as a NotApplicable."""
+    try:
+        return measurement.compute(analysis)
+    except UsageError as err:
+        return NotApplicable(" ".join(str(err).split()), measurement.key)
 
 
 def _measurement_method(measurement: Measurement) -> Callable[[RunAnalysis], pd.DataFrame]:
