@@ -121,10 +121,49 @@ class Measured:
             raise NotAvailable(f"{lookup(key).key}: {result.reason}")
         return result
 
-    def data(self, key: str) -> pd.DataFrame:
+    def data(self, key: str, question: str | None = None, depth: int | None = None,
+             turn: int | None = None) -> pd.DataFrame:
         """A measurement as tidy data: one row per observation, typed columns, units in the names (each entry's
-        ``columns`` in :mod:`sst_interp.analyses.registry` documents them)."""
-        return lookup(key).tidy(self.result(key))
+        ``columns`` in :mod:`sst_interp.analyses.registry` documents them).
+
+        Args:
+            key: the measurement (``tab:overthinking``, ``fig:overlap_heatmap``; ``tab_``/``fig_`` and the bare name
+                work too).
+            question: a question id: a figure that shows one question (fig:overlap_heatmap, its zoom) is computed
+                for it; a figure whose data carry ``question_id`` (the layer profiles' traces, fig:halt_signal,
+                fig:convergence_monitoring) is cut to its rows.
+            depth: the depth to compare at (the heatmaps: the smallest depth against this one; default the
+                largest), or the rows of that depth.
+            turn: the model turn (default 0).
+
+        Raises:
+            NotAvailable: the measurement is unknown or unsupported, or has no such question or depth (the reason).
+        """
+        measurement = self._entry(key)
+        if question is None and depth is None and turn is None:
+            return measurement.tidy(self.result(key))
+        if measurement.per_question is None:
+            from sst_interp.analyses.by_question import selected
+
+            rows = selected(measurement.tidy(self.result(key)), measurement.key, question, depth, turn)
+            if isinstance(rows, str):
+                raise NotAvailable(rows)
+            return rows
+        if question is None:
+            raise NotAvailable(f"{measurement.key} shows one question: pass question= (a question id) with depth=")
+        unmet = measurement.unmet(self)
+        if unmet is not None:
+            raise NotAvailable(f"{measurement.key}: {unmet}")
+        def build() -> Any:
+            try:
+                return measurement.per_question(self, question, depth, turn)
+            except UsageError as err:
+                return NotApplicable(" ".join(str(err).split()), measurement.key)
+
+        result = self.memo(f"question:{measurement.name}:{question}:{depth}:{turn}", build)
+        if isinstance(result, NotApplicable):
+            raise NotAvailable(f"{measurement.key}: {result.reason}")
+        return measurement.tidy(result)
 
     def table(self, key: str) -> pd.DataFrame:
         """A measurement in the paper's layout (what the report writes)."""
@@ -359,9 +398,26 @@ def _regime(name: str) -> str:
     return "lo" if name == "low" else "st"
 
 
-def open_run(run: str | Path | Run, baseline: str | Path | Run | None = None, **options: Any) -> RunAnalysis:
-    """:class:`RunAnalysis` of ``run`` (``analyses.open``)."""
-    return RunAnalysis(run, baseline, **options)
+def open_run(run: str | Path | Run, baseline: str | Path | Run | None = None, baseline_depth: int | None = None,
+             name: str | None = None, alpha: Any = None, probe: str | Path | None = None) -> RunAnalysis:
+    """The paper's measurements of one run (``analyses.open``): a :class:`RunAnalysis`.
+
+    Args:
+        run: the run directory (``python -m sst_interp.record --out``), or a :class:`~sst_interp.store.Run`.
+        baseline: the matched baseline run (a path or a Run), for tab:main_results and the baseline rows of
+            tab:overthinking and tab:repetition.
+        baseline_depth: the baseline's depth (default: its only, or shallowest, depth).
+        name: the benchmark name in multi-benchmark tables (default: the manifest's ``questions``).
+        alpha: the checkpoint's blend coefficients [L, d] (or a function returning them), for
+            tab:precision_proof's analytic bound.
+        probe: a halting probe saved by ``python -m sst_interp.probe train``, for the probe's tables (without one
+            they train a 10-neuron probe on the run's MUST HALT labels, which needs at least 2 such questions).
+
+    Then ``a.available()`` (what this run supports, and why not the rest), ``a.data(label)`` (tidy data;
+    ``question=``/``depth=`` for a figure's question), ``a.table(label)``, ``a.notes(label)``, one method per
+    measurement (``a.staged_breakdown()``), and ``a.measurements()`` (every label with its title and columns).
+    """
+    return RunAnalysis(run, baseline, baseline_depth=baseline_depth, name=name, alpha=alpha, probe=probe)
 
 
 def open_checkpoint(checkpoint: str | Path) -> CheckpointAnalysis:

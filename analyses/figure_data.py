@@ -62,8 +62,12 @@ def heatmap(analysis: Any, zoom: bool = False) -> FigureData | NotApplicable:
     hm = _pe_part(analysis, "heatmap_zoom" if zoom else "heatmap")
     if isinstance(hm, NotApplicable):
         return hm
+    from sst_interp.analyses.by_question import heatmap_cells
+
     full = int(analysis.run.manifest.get("full_positions") or 0)
-    return FigureData({"cells": hm.table()}, {
+    # the representative question, compared at the largest depth (the pe step's overlap), its first turn
+    cells = heatmap_cells(hm.table(), hm.question_id, max(analysis.run.depths), 0)
+    return FigureData({"cells": cells}, {
         "question_id": hm.question_id, "threshold": float(hm.threshold),
         "low_positions": [int(p) for p in hm.low_positions], "comparison": _comparison(analysis),
         "full_positions": full, "zoom": zoom}, "cells")

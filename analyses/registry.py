@@ -158,6 +158,9 @@ class Measurement:
             ``requires`` holds, for a condition the manifest cannot tell (enough MUST HALT questions, a basin
             shift at position 0). It may compute the analysis' shared steps (memoised, so ``data()`` reuses them)
             but not the measurement itself.
+        per_question: (analysis, question, depth, turn) -> the result for that question, compared at that depth
+            (``data(label, question=..., depth=...)``), for a figure that shows one question; None: ``data``
+            selects the question's rows from the frame (when it has a ``question_id`` column).
         scope: what it measures: a ``run`` (:class:`~sst_interp.analyses.api.RunAnalysis`), a ``checkpoint``
             (:class:`~sst_interp.analyses.api.CheckpointAnalysis`), ``training`` logs
             (:class:`~sst_interp.analyses.api.TrainingAnalysis`) or an intervention ``experiment`` folder
@@ -177,6 +180,7 @@ class Measurement:
     kind: str = "table"
     scope: str = "run"
     found: Callable[[Any], str | None] | None = None
+    per_question: Callable[..., Any] | None = None
 
     @property
     def artefact(self) -> str:
@@ -365,7 +369,16 @@ def _profile_traces(result: Any) -> pd.DataFrame:
     return tidy.renamed(long[["panel", "trace", "question_id", "position", "layer", "overlap"]], {})
 
 
-HEATMAP_DOC = {"layer": "decoder layer", "position": "generated position", "overlap": "top-k overlap"}
+HEATMAP_DOC = {"question_id": "the question shown", "depth": "the depth compared with the smallest (each one's last "
+               "iteration)", "turn": "model turn", "position": "generated position", "layer": "decoder layer",
+               "overlap": "top-k overlap"}
+
+
+def _question_heatmap(zoom: bool) -> Callable[..., Any]:
+    def compute(a: Any, question: str, depth: int | None, turn: int | None) -> Any:
+        return _lazy("by_question", "question_heatmap")(a, question, depth, turn or 0, zoom=zoom)
+
+    return compute
 PROFILE_DOC = {"panel": "position0, late, p<k> or long", "trace": "trace index within the panel",
                "question_id": "question", "position": "generated position", "layer": "decoder layer",
                "overlap": "top-k overlap"}
@@ -531,10 +544,10 @@ MEASUREMENTS: tuple[Measurement, ...] = (
                  "to_state": "pass or fail", "count": "questions"}, kind="figure"),
     Measurement("overlap_heatmap", "fig:overlap_heatmap", "Top-k overlap across layers and positions for a "
                 "representative question.", ("iterations",), _lazy("figure_data", "heatmap"), _figure_main,
-                HEATMAP_DOC, kind="figure"),
+                HEATMAP_DOC, kind="figure", per_question=_question_heatmap(False)),
     Measurement("overlap_heatmap_zoom", "fig:overlap_heatmap_zoom", "The overlap of a second question over the "
                 "full-state window.", ("iterations",), lambda a: _lazy("figure_data", "heatmap")(a, zoom=True),
-                _figure_main, HEATMAP_DOC, kind="figure"),
+                _figure_main, HEATMAP_DOC, kind="figure", per_question=_question_heatmap(True)),
     Measurement("layer_profile", "fig:layer_profile", "Layer profile of top-k overlap at low-overlap positions: "
                 "position 0 and late positions.", ("iterations",), _lazy("figure_data", "layer_profile"),
                 _profile_traces, PROFILE_DOC, kind="figure"),

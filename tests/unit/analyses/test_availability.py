@@ -8,7 +8,6 @@ probe on) and no basin shift at position 0 (nothing for tab:pos0_divergence to c
 
 from __future__ import annotations
 
-import numpy as np
 import pytest
 
 from sst_interp import analyses
@@ -17,22 +16,8 @@ from sst_interp.analyses.availability import UnknownMeasurement
 from sst_interp.analyses.registry import Measurement, all_measurements, lookup
 from sst_interp.kernels.errors import UsageError
 from sst_interp.kernels.results import NotApplicable
-from sst_interp.synthetic import SyntheticSpec, write_synthetic_run
-
-T, F = True, False
-
-
-def demo_spec() -> SyntheticSpec:
-    """The demo run's shape; question 1 is the only MUST HALT question (right at depth 1, wrong at depth 2)."""
-    correct = np.zeros((24, 4), dtype=bool)
-    correct[0] = [T, T, T, T]
-    correct[1] = [T, F, F, F]
-    correct[2] = [F, F, T, T]
-    correct[5] = [T, T, T, T]
-    rates = (0.0, 0.3, 0.2, 0.2, 0.1, 0.1, 0.1, 0.1, 0.1, 0.1)  # never a planted basin shift at position 0
-    return SyntheticSpec(n_questions=24, depths=(1, 2, 3, 4), full_positions=10, sketch_positions=6, extra_tokens=0,
-                         num_layers=18, hidden_size=64, top_k=128, vocab_size=4096, batch_questions=24, seed=3,
-                         correct=correct, pos0_universal=False, position_rates=rates, n_exceptions=0)
+from sst_interp.synthetic import write_synthetic_run
+from tests.unit.analyses.demo_shaped import demo_spec
 
 
 @pytest.fixture(scope="module")
