@@ -35,6 +35,7 @@ from sst_interp.kernels.errors import UsageError
 from sst_interp.explore.config import ExploreConfig
 from sst_interp.explore.halting import ProbeScorer, halting_view
 from sst_interp.explore.listing import ListFilter, apply_filter, question_rows
+from sst_interp.explore.model_info import model_banner
 from sst_interp.explore.position import position_view
 from sst_interp.explore.question import question_view, token_detail
 from sst_interp.explore.report_links import check_report, report_links
@@ -128,7 +129,8 @@ class Explorer:
                 "threshold_ready": threshold.ready,
                 "baseline": str(self.source.baseline.path) if self.source.baseline is not None else None,
                 "probe": str(self.config.probe) if self.config.probe is not None else None,
-                "report": report_links(self.config.report), "tokenizer": self.source.tokens.source}
+                "report": report_links(self.config.report), "tokenizer": self.source.tokens.source,
+                "model": model_banner(run.manifest)}
 
     def questions(self, request: Request) -> dict[str, Any]:
         flt = list_filter(request)
