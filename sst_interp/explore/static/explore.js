@@ -320,7 +320,8 @@ async function loadPosition(q, depth, turn, pos) {
     Plotly.react("regime-plot", [
       {x: view.layers, y: regime.per_layer, mode: "lines+markers", name: "overlap"},
       {x: [view.layers[0], view.layers[view.layers.length - 1]], y: [regime.threshold, regime.threshold],
-       mode: "lines", name: "GMM threshold", line: {dash: "dash", color: "#d93025"}}],
+       mode: "lines", name: regime.threshold_ready ? "this run's GMM threshold" : "the paper's threshold",
+       line: {dash: "dash", color: "#d93025"}}],
       {title: {text: "regime: " + regime.compared, font: {size: 13}}, margin: {l: 50, r: 10, t: 30, b: 40},
        xaxis: axis("layer"), yaxis: axis(`top-${regime.k} overlap`),
        legend: {orientation: "h", y: -0.3, font: {size: 10}}}, {displayModeBar: false});
