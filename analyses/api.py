@@ -291,6 +291,27 @@ class RunAnalysis(Measured):
             raise NotAvailable(result.reason)
         return result.table()
 
+    def logit_lens(self, question: str, depth: int, position: int, turn: int = 0, top_n: int = 5) -> pd.DataFrame:
+        """The per-layer logit lens of one position: each layer's state at each iteration through the final norm
+        and unembedding of the model the run's manifest names (loaded on the first call, once per object).
+
+        Returns:
+            One row per (iteration, layer, rank): ``iteration``, ``layer``, ``rank``, ``token_id``, ``logprob``
+            (nats); the last layer's rank 0 is the recorded argmax.
+
+        Raises:
+            NotAvailable: the model cannot be loaded (one message naming it), or the position has no full states.
+        """
+        from sst_interp.analyses.logit_lens import layer_lens, load_lens_head
+
+        head = self._once("lens:head", lambda: load_lens_head(self.run.manifest))
+        if isinstance(head, NotApplicable):
+            raise NotAvailable(f"logit lens: {head.reason}")
+        frame = layer_lens(self.run, head, question, depth, position, turn, top_n)
+        if isinstance(frame, NotApplicable):
+            raise NotAvailable(f"logit lens: {frame.reason}")
+        return frame
+
     # Backwards-compatible names for the two measurements that take a regime.
     def reorg_argmax(self, regime: str = "low") -> pd.DataFrame:
         """tab:reorg_lo_argmax (``regime="low"``) or tab:reorg_st_argmax (``"stable"``), tidy."""
