@@ -95,7 +95,12 @@ async function pollThreshold() {
   showRun(run);
   const p = params();
   if (p.get("q") && p.get("pos") !== null && p.get("depth") !== null) {
-    try { await loadPosition(p.get("q"), p.get("depth"), p.get("turn") || 0, p.get("pos")); } catch (err) { /* banner */ }
+    // only the regime panel depends on the threshold: the rest of the position view stays as it is
+    try {
+      const view = await api(`/api/position?q=${encodeURIComponent(p.get("q"))}&depth=${p.get("depth")}` +
+                             `&turn=${p.get("turn") || 0}&pos=${p.get("pos")}`);
+      renderRegime(view.regime, view.layers);
+    } catch (err) { /* banner */ }
   }
 }
 
@@ -295,6 +300,28 @@ function heat(div, z, x, y, title, extra) {
                {title: {text: title, font: {size: 13}}, margin: {l: 60, r: 10, t: 30, b: 40},
                 xaxis: axis("layer"), yaxis: axis(extra?.yTitle || "")}, {displayModeBar: false});
 }
+function renderRegime(regime, layers) {
+  const status = $("regime-status");
+  if (regime.available) {
+    status.textContent = regime.low_overlap ? "low-overlap" : "stable";
+    status.className = regime.low_overlap ? "low" : "stable";
+    $("regime-threshold").textContent = `${regime.compared}: min over layers ${fmt(Math.min(...regime.per_layer.filter(v => v !== null)), 4)} ` +
+      `(layer ${regime.min_layer}) vs threshold ${fmt(regime.threshold, 4)} (${regime.threshold_source})` +
+      (regime.pre_divergence ? "" : ` · after the first divergence (${regime.first_divergence}) of those depths`);
+    Plotly.react("regime-plot", [
+      {x: layers, y: regime.per_layer, mode: "lines+markers", name: "overlap"},
+      {x: [layers[0], layers[layers.length - 1]], y: [regime.threshold, regime.threshold],
+       mode: "lines", name: regime.threshold_ready ? "this run's GMM threshold" : "the paper's threshold",
+       line: {dash: "dash", color: "#d93025"}}],
+      {title: {text: "regime: " + regime.compared, font: {size: 13}}, margin: {l: 50, r: 10, t: 30, b: 40},
+       xaxis: axis("layer"), yaxis: axis(`top-${regime.k} overlap`),
+       legend: {orientation: "h", y: -0.3, font: {size: 10}}}, {displayModeBar: false});
+  } else {
+    status.textContent = "regime n/a"; status.className = "";
+    $("regime-threshold").textContent = regime.reason;
+    Plotly.purge("regime-plot");
+  }
+}
 async function loadPosition(q, depth, turn, pos) {
   const view = await api(`/api/position?q=${encodeURIComponent(q)}&depth=${depth}&turn=${turn}&pos=${pos}`);
   $("position").hidden = false;
@@ -309,27 +336,7 @@ async function loadPosition(q, depth, turn, pos) {
   table.replaceChildren(el("tr", {}, el("th", {text: ""}), ...view.layers.map(l => el("th", {text: "L" + l}))),
     ...view.overlap.map((r, i) => el("tr", {}, el("th", {text: rows[i]}),
       ...r.map((v, l) => el("td", {"data-row": i, "data-layer": l, "data-value": v, text: fmt(v, 4)})))));
-  const regime = view.regime;
-  const status = $("regime-status");
-  if (regime.available) {
-    status.textContent = regime.low_overlap ? "low-overlap" : "stable";
-    status.className = regime.low_overlap ? "low" : "stable";
-    $("regime-threshold").textContent = `${regime.compared}: min over layers ${fmt(Math.min(...regime.per_layer.filter(v => v !== null)), 4)} ` +
-      `(layer ${regime.min_layer}) vs threshold ${fmt(regime.threshold, 4)} (${regime.threshold_source})` +
-      (regime.pre_divergence ? "" : ` · after the first divergence (${regime.first_divergence}) of those depths`);
-    Plotly.react("regime-plot", [
-      {x: view.layers, y: regime.per_layer, mode: "lines+markers", name: "overlap"},
-      {x: [view.layers[0], view.layers[view.layers.length - 1]], y: [regime.threshold, regime.threshold],
-       mode: "lines", name: regime.threshold_ready ? "this run's GMM threshold" : "the paper's threshold",
-       line: {dash: "dash", color: "#d93025"}}],
-      {title: {text: "regime: " + regime.compared, font: {size: 13}}, margin: {l: 50, r: 10, t: 30, b: 40},
-       xaxis: axis("layer"), yaxis: axis(`top-${regime.k} overlap`),
-       legend: {orientation: "h", y: -0.3, font: {size: 10}}}, {displayModeBar: false});
-  } else {
-    status.textContent = "regime n/a"; status.className = "";
-    $("regime-threshold").textContent = regime.reason;
-    Plotly.purge("regime-plot");
-  }
+  renderRegime(view.regime, view.layers);
   if (view.l2_delta) {
     // one line per layer, coloured along a sequential scale whose colour bar names the layer (18 or 62 layers
     // would repeat any qualitative cycle); hovering a line names its layer too
@@ -363,6 +370,29 @@ async function loadPosition(q, depth, turn, pos) {
        margin: {l: 50, r: 10, t: 30, b: 40}, xaxis: axis("iteration", {dtick: 1}), yaxis: axis("log-prob (nats)")},
       {displayModeBar: false});
   }
+}
+
+// The per-layer lens loads the model on the server, so it is fetched only while its box is open.
+async function loadLayerLens() {
+  const p = params();
+  if (!$("layer-lens-box").open || p.get("pos") === null || p.get("depth") === null) return;
+  const q = p.get("q"), depth = p.get("depth"), turn = p.get("turn") || 0, pos = p.get("pos");
+  $("layer-lens-info").textContent = "loading the model's unembedding…";
+  const view = await api(`/api/lens?q=${encodeURIComponent(q)}&depth=${depth}&turn=${turn}&pos=${pos}`);
+  if (!view.available) {
+    $("layer-lens-info").textContent = view.message;
+    Plotly.purge("layer-lens-plot");
+    return;
+  }
+  $("layer-lens-info").textContent = `each layer's state read through ${view.model}'s final norm and unembedding: ` +
+    "the top token per iteration and layer; colour: its log-prob";
+  const rows = view.iterations.map(i => `iter ${i}`);
+  Plotly.react("layer-lens-plot", [{type: "heatmap", z: view.logprob, x: view.layers, y: rows,
+    text: view.pieces.map(r => r.map(visible)), customdata: view.token_ids, texttemplate: "%{text}",
+    colorscale: "Viridis", colorbar: {title: {text: "log-prob (nats)", side: "right"}, thickness: 12},
+    hovertemplate: "layer %{x}<br>%{y}<br>%{text} (id %{customdata})<br>log-prob %{z:.3f}<extra></extra>"}],
+    {title: {text: "per-layer logit lens: top token", font: {size: 13}}, margin: {l: 60, r: 10, t: 30, b: 40},
+     xaxis: axis("layer"), yaxis: axis("iteration")}, {displayModeBar: false});
 }
 
 // ------------------------------------------------------------------------------------------------ halting
@@ -409,6 +439,7 @@ async function route() {
   } catch (err) { return; }
   if (p.get("pos") !== null && p.get("depth") !== null) {
     try { await loadPosition(q, p.get("depth"), p.get("turn") || 0, p.get("pos")); } catch (err) { /* banner */ }
+    try { await loadLayerLens(); } catch (err) { /* banner */ }
   } else {
     $("position").hidden = true;
   }
@@ -429,6 +460,7 @@ function wire() {
                                              markDivergence(state.question, Number($("div-a").value),
                                                             Number($("div-b").value)); });
   }
+  $("layer-lens-box").addEventListener("toggle", () => { loadLayerLens().catch(() => {}); });
   window.addEventListener("popstate", route);
 }
 

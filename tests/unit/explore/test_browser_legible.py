@@ -4,7 +4,8 @@ the model banner, the verdict refreshed when the GMM fit arrives, the regime at 
 a panel needs full states, and a ``--report`` header that keeps the page inside the window.
 
 ``SST_INTERP_SCREENSHOTS=docs/img`` writes the position view, the hover, the halting view and the report header
-there (``explore-position.png``, ``explore-hover.png``, ``explore-halting.png``, ``explore-report-header.png``).
+there (``explore-position.png``, ``explore-hover.png``, ``explore-halting.png``, ``explore-report-header.png``,
+``explore-layer-lens.png``).
 """
 
 from __future__ import annotations
@@ -192,3 +193,37 @@ def test_the_halting_view_draws_one_line_per_distinct_trajectory(planted, tmp_pa
         assert layout == ["iteration", "probe logit"]
         driver.execute_script("document.getElementById('halting').scrollIntoView()")
         _screenshot(driver, tmp_path, "explore-halting.png")
+
+
+def test_the_per_layer_lens_loads_the_model_on_demand(tiny_recorded, planted, tmp_path):  # noqa: F811
+    from tokenizers import Tokenizer
+
+    run_dir, model = tiny_recorded
+    run = Run.open(run_dir)
+    tok = Tokenizer.from_file(str(Path(model) / "tokenizer.json"))
+    qid = run.question_ids()[0]
+    block = next(run.logits(2, [qid]))
+    with serving(ExploreConfig(run=run_dir, fit_gmm=False)) as (url, explorer), browser(1600, 1500) as driver:
+        driver.get(f"{url}?q={qid}&depth=2&turn=0&pos=0")
+        _wait(driver, lambda d: _position_ready(d, 2, 0))
+        assert not explorer.lens.loaded  # nothing loaded until the view is opened
+        driver.find_element(By.CSS_SELECTOR, "#layer-lens-box summary").click()
+        _wait(driver, lambda d: d.execute_script(
+            "return (document.getElementById('layer-lens-plot').data || []).length") == 1)
+        trace = driver.execute_script("const t = document.getElementById('layer-lens-plot').data[0]; "
+                                      "return [t.customdata, t.text, t.y]")
+        ids, texts, rows = trace
+        assert rows == ["iter 1", "iter 2"] and len(ids[0]) == run.num_layers
+        for i in range(2):  # the last layer's top token is the recorded argmax of the iteration, decoded
+            assert ids[i][-1] == block.argmax[0, i]
+            piece = tok.id_to_token(int(block.argmax[0, i])).replace("\u2581", " ")
+            assert texts[i][-1] == piece.replace(" ", "\u2423").replace("\n", "\u23ce")
+        assert "final norm and unembedding" in driver.find_element(By.ID, "layer-lens-info").text
+        driver.execute_script("document.getElementById('layer-lens-box').scrollIntoView()")
+        _screenshot(driver, tmp_path, "explore-layer-lens.png")
+    root, truth = planted
+    with served(ExploreConfig(run=root / "sst", fit_gmm=False)) as url, browser() as driver:
+        driver.get(f"{url}?q={truth.question_ids[0]}&depth=4&turn=0&pos=0")
+        _wait(driver, lambda d: _position_ready(d, 4, 0))
+        driver.find_element(By.CSS_SELECTOR, "#layer-lens-box summary").click()
+        _wait(driver, lambda d: "the run names no model" in d.find_element(By.ID, "layer-lens-info").text)
