@@ -16,18 +16,8 @@ from typing import Any
 
 import pandas as pd
 
-from sst_interp.analyses.figure_data import FigureData
+from sst_interp.analyses.figure_data import FigureData, heatmap_cells
 from sst_interp.kernels.results import NotApplicable
-
-#: The heatmap's data: one row per (layer, position) of one question, compared at one depth.
-CELL_COLUMNS = ("question_id", "depth", "turn", "position", "layer", "overlap")
-
-
-def heatmap_cells(cells: pd.DataFrame, question_id: str, depth: int, turn: int) -> pd.DataFrame:
-    """A heatmap's ``layer, position, overlap`` rows with the question, depth and turn they show, in
-    :data:`CELL_COLUMNS` order."""
-    return cells.assign(question_id=str(question_id), depth=int(depth), turn=int(turn))[list(CELL_COLUMNS)]
-
 
 def question_heatmap(analysis: Any, question: str, depth: int | None = None, turn: int = 0,
                      zoom: bool = False) -> FigureData | NotApplicable:
@@ -35,7 +25,7 @@ def question_heatmap(analysis: Any, question: str, depth: int | None = None, tur
     window) of ``question`` compared at ``depth`` (default: the largest).
 
     Returns:
-        FigureData with ``cells`` (:data:`CELL_COLUMNS`, one row per layer and position) and the meta the report's
+        FigureData with ``cells`` (:data:`~sst_interp.analyses.figure_data.CELL_COLUMNS`, one row per layer and position) and the meta the report's
         heatmap draws (threshold, low-overlap positions, comparison), or a NotApplicable saying why.
     """
     from sst_interp.analyses.basin_profiles import overlap_heatmap

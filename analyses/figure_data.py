@@ -57,13 +57,21 @@ def sankey(analysis: Any) -> FigureData | NotApplicable:
     return FigureData({"flows": result.table(), "columns": result.columns_table()}, {"n": result.n}, "flows")
 
 
+#: A heatmap's data: one row per (layer, position) of one question, compared at one depth.
+CELL_COLUMNS = ("question_id", "depth", "turn", "position", "layer", "overlap")
+
+
+def heatmap_cells(cells: pd.DataFrame, question_id: str, depth: int, turn: int) -> pd.DataFrame:
+    """A heatmap's ``layer, position, overlap`` rows with the question, depth and turn they show, in
+    :data:`CELL_COLUMNS` order."""
+    return cells.assign(question_id=str(question_id), depth=int(depth), turn=int(turn))[list(CELL_COLUMNS)]
+
+
 def heatmap(analysis: Any, zoom: bool = False) -> FigureData | NotApplicable:
     """fig:overlap_heatmap (a representative question, sketches included) or its zoom (the full window)."""
     hm = _pe_part(analysis, "heatmap_zoom" if zoom else "heatmap")
     if isinstance(hm, NotApplicable):
         return hm
-    from sst_interp.analyses.by_question import heatmap_cells
-
     full = int(analysis.run.manifest.get("full_positions") or 0)
     # the representative question, compared at the largest depth (the pe step's overlap), its first turn
     cells = heatmap_cells(hm.table(), hm.question_id, max(analysis.run.depths), 0)
