@@ -25,8 +25,9 @@ def question_heatmap(analysis: Any, question: str, depth: int | None = None, tur
     window) of ``question`` compared at ``depth`` (default: the largest).
 
     Returns:
-        FigureData with ``cells`` (:data:`~sst_interp.analyses.figure_data.CELL_COLUMNS`, one row per layer and position) and the meta the report's
-        heatmap draws (threshold, low-overlap positions, comparison), or a NotApplicable saying why.
+        FigureData with ``cells`` (:data:`~sst_interp.analyses.figure_data.CELL_COLUMNS`, one row per layer and
+        position) and the meta the report's heatmap draws (threshold, low-overlap positions, comparison), or a
+        NotApplicable saying why.
     """
     from sst_interp.analyses.basin_profiles import overlap_heatmap
     from sst_interp.analyses.overlap import cross_run_overlap
