@@ -16,17 +16,20 @@ and result types they share are in :mod:`sst_interp.kernels`.
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from sst_interp.kernels.lazy import lazy_exports
 
 if TYPE_CHECKING:
+    from sst_interp.store import Run
     from sst_interp.analyses.api import (
         CheckpointAnalysis,
         ExperimentAnalysis,
         NotAvailable,
         RunAnalysis,
         TrainingAnalysis,
+        UnknownMeasurement,
         open_checkpoint,
         open_experiment,
         open_run,
@@ -35,15 +38,35 @@ if TYPE_CHECKING:
 
 #: Importing the package loads nothing heavy; torch and scikit-learn load when a measurement needs them.
 __getattr__, __dir__ = lazy_exports(__name__, {name: "sst_interp.analyses.api" for name in (
-    "CheckpointAnalysis", "ExperimentAnalysis", "NotAvailable", "RunAnalysis", "TrainingAnalysis", "open_checkpoint",
-    "open_experiment", "open_run", "open_training")})
+    "CheckpointAnalysis", "ExperimentAnalysis", "NotAvailable", "RunAnalysis", "TrainingAnalysis", "UnknownMeasurement",
+    "open_checkpoint", "open_experiment", "open_run", "open_training")})
 
 
-def open(run: Any, **kwargs: Any) -> RunAnalysis:  # noqa: A001 - ``analyses.open(run)``: the notebook entry point
-    """``analyses.open(path_or_run, baseline=None, ...)``: :func:`sst_interp.analyses.api.open_run`."""
+def open(run: str | Path | Run, baseline: str | Path | Run | None = None,  # noqa: A001 - the notebook entry point
+         baseline_depth: int | None = None, name: str | None = None, alpha: Any = None,
+         probe: str | Path | None = None) -> RunAnalysis:
+    """The paper's measurements of one run: a :class:`~sst_interp.analyses.api.RunAnalysis`.
+
+    Args:
+        run: the run directory (``python -m sst_interp.record --out``), or a :class:`~sst_interp.store.Run`.
+        baseline: the matched baseline run (a path or a Run), for tab:main_results and the baseline rows of
+            tab:overthinking and tab:repetition.
+        baseline_depth: the baseline's depth (default: its only, or shallowest, depth).
+        name: the benchmark name in multi-benchmark tables (default: the manifest's ``questions``).
+        alpha: the checkpoint's blend coefficients [L, d] (or a function returning them), for
+            tab:precision_proof's analytic bound.
+        probe: a halting probe saved by ``python -m sst_interp.probe train``, for the probe's tables (without one
+            they train a 10-neuron probe on the run's MUST HALT labels, which needs at least 2 such questions).
+
+    Then ``a.available()`` (what this run supports, and why not the rest), ``a.data(label)`` (tidy data;
+    ``question=``/``depth=`` for a figure's question), ``a.table(label)``, ``a.notes(label)``, one method per
+    measurement (``a.staged_breakdown()``), and ``a.measurements()`` (every label with its title and columns).
+    """
     from sst_interp.analyses.api import open_run
 
-    return open_run(run, **kwargs)
+    return open_run(run, baseline, baseline_depth=baseline_depth, name=name, alpha=alpha, probe=probe)
 
-__all__ = ["CheckpointAnalysis", "ExperimentAnalysis", "NotAvailable", "RunAnalysis", "TrainingAnalysis", "open",
+
+__all__ = ["CheckpointAnalysis", "ExperimentAnalysis", "NotAvailable", "RunAnalysis", "TrainingAnalysis",
+           "UnknownMeasurement", "open",
            "open_checkpoint", "open_experiment", "open_run", "open_training"]

@@ -28,6 +28,7 @@ from typing import Any
 import pandas as pd
 
 from sst_interp.analyses import logit_dynamics as ld
+from sst_interp.analyses.availability import NotAvailable, UnknownMeasurement
 from sst_interp.analyses.basin_profiles import punctuated_equilibrium
 from sst_interp.analyses.basins import GMMFit
 from sst_interp.analyses.convergence import convergence_monitoring
@@ -36,10 +37,6 @@ from sst_interp.kernels.results import NotApplicable
 from sst_interp.kernels.errors import UsageError
 from sst_interp.kernels.outcomes import correctness_matrix
 from sst_interp.store import Run
-
-
-class NotAvailable(UsageError):
-    """A measurement this run cannot support; the message says why (e.g. a single depth, no baseline)."""
 
 
 def as_run(source: str | Path | Run) -> Run:
@@ -91,34 +88,82 @@ class Measured:
             opener = {"run": "analyses.open(run)", "checkpoint": "analyses.open_checkpoint(folder)",
                       "training": "analyses.open_training(sst=..., baseline=...)",
                       "experiment": "analyses.open_experiment(folder)"}[measurement.scope]
-            raise UsageError(f"{measurement.key} is a measurement of a {measurement.scope}, not of a {self.scope}; "
-                             f"use {opener}")
+            raise NotAvailable(f"{measurement.key} is a measurement of a {measurement.scope}, not of a "
+                               f"{self.scope}; use {opener}")
         return measurement
 
     def attempt(self, key: str) -> Any:
         """The analysis result of a measurement, or a NotApplicable saying why this object cannot support it (an
-        unmet requirement, or what the analysis found); never raises for an unsupported input."""
+        unmet requirement, what the analysis found, or a UsageError the computation raised); never raises for an
+        unsupported input."""
         measurement = self._entry(key)
-        unmet = measurement.unmet(self)
+        unmet = measurement.unsupported(self)
         if unmet is not None:
             return NotApplicable(unmet, measurement.key)
-        return self._once(f"measurement:{measurement.name}", lambda: measurement.compute(self))
+        return self.computed(measurement.name)
+
+    def computed(self, name: str) -> Any:
+        """The measurement's computation, memoised, without its checks (what :meth:`attempt` returns once they
+        pass, and what a ``found`` check that computes reads): a NotApplicable for a UsageError it raised."""
+        measurement = lookup(name)
+        return self._once(f"measurement:{measurement.name}", lambda: _computed(measurement, self))
 
     def result(self, key: str) -> Any:
-        """The analysis result of a measurement (a paper label, a method name or an artefact name), computed once.
+        """The analysis result of a measurement (its key, name or artefact: see
+        :func:`~sst_interp.analyses.registry.lookup`), computed once.
 
         Raises:
-            NotAvailable: a requirement is unmet, or the analysis found the input cannot support it (the reason).
+            NotAvailable: the key is unknown (with the closest keys), a requirement is unmet, or the analysis found
+                the input cannot support it; the message says why and how to fix it.
         """
         result = self.attempt(key)
         if isinstance(result, NotApplicable):
             raise NotAvailable(f"{lookup(key).key}: {result.reason}")
         return result
 
-    def data(self, key: str) -> pd.DataFrame:
+    def data(self, key: str, question: str | None = None, depth: int | None = None,
+             turn: int | None = None) -> pd.DataFrame:
         """A measurement as tidy data: one row per observation, typed columns, units in the names (each entry's
-        ``columns`` in :mod:`sst_interp.analyses.registry` documents them)."""
-        return lookup(key).tidy(self.result(key))
+        ``columns`` in :mod:`sst_interp.analyses.registry` documents them).
+
+        Args:
+            key: the measurement (``tab:overthinking``, ``fig:overlap_heatmap``; ``tab_``/``fig_`` and the bare name
+                work too).
+            question: a question id: a figure that shows one question (fig:overlap_heatmap, its zoom) is computed
+                for it; a figure whose data carry ``question_id`` (the layer profiles' traces, fig:halt_signal,
+                fig:convergence_monitoring) is cut to its rows.
+            depth: the depth to compare at (the heatmaps: the smallest depth against this one; default the
+                largest), or the rows of that depth.
+            turn: the model turn (default 0).
+
+        Raises:
+            NotAvailable: the measurement is unknown or unsupported, or has no such question or depth (the reason).
+        """
+        measurement = self._entry(key)
+        if question is None and depth is None and turn is None:
+            return measurement.tidy(self.result(key))
+        if measurement.per_question is None:
+            from sst_interp.analyses.by_question import selected
+
+            rows = selected(measurement.tidy(self.result(key)), measurement.key, question, depth, turn)
+            if isinstance(rows, str):
+                raise NotAvailable(rows)
+            return rows
+        if question is None:
+            raise NotAvailable(f"{measurement.key} shows one question: pass question= (a question id) with depth=")
+        unmet = measurement.unmet(self)
+        if unmet is not None:
+            raise NotAvailable(f"{measurement.key}: {unmet}")
+        def build() -> Any:
+            try:
+                return measurement.per_question(self, question, depth, turn)
+            except UsageError as err:
+                return NotApplicable(" ".join(str(err).split()), measurement.key)
+
+        result = self.memo(f"question:{measurement.name}:{question}:{depth}:{turn}", build)
+        if isinstance(result, NotApplicable):
+            raise NotAvailable(f"{measurement.key}: {result.reason}")
+        return measurement.tidy(result)
 
     def table(self, key: str) -> pd.DataFrame:
         """A measurement in the paper's layout (what the report writes)."""
@@ -132,16 +177,17 @@ class Measured:
 
     def available(self) -> pd.DataFrame:
         """What this object supports: ``label``, ``measurement``, ``available``, ``reason`` per registry entry of
-        its scope.
+        its scope. A promise: every measurement listed as available computes, and every other one says why not and,
+        where there is one, the fix.
 
-        Only the declared requirements are checked (from the manifest and the inputs' presence), so this costs no
-        computation and never raises. A measurement listed as available can still find, when computed, that the
-        input lacks what it looks for (no low-overlap position, say); :meth:`result` then raises
-        :class:`NotAvailable` with the reason.
+        The declared requirements are checked first, from the manifest and the inputs' presence. What the manifest
+        cannot tell (enough MUST HALT questions for the probe, a basin shift at position 0) is checked next
+        (:attr:`~sst_interp.analyses.registry.Measurement.found`): that may compute the shared steps (the basin
+        step's GMM fit, the halting labels), once per object, which :meth:`data` then reuses. Never raises.
         """
         rows = []
         for measurement in self._scope_entries():
-            reason = measurement.unmet(self)
+            reason = measurement.unsupported(self)
             rows.append((measurement.key, measurement.name, reason is None, reason or ""))
         return pd.DataFrame(rows, columns=["label", "measurement", "available", "reason"])
 
@@ -245,6 +291,27 @@ class RunAnalysis(Measured):
             raise NotAvailable(result.reason)
         return result.table()
 
+    def logit_lens(self, question: str, depth: int, position: int, turn: int = 0, top_n: int = 5) -> pd.DataFrame:
+        """The per-layer logit lens of one position: each layer's state at each iteration through the final norm
+        and unembedding of the model the run's manifest names (loaded on the first call, once per object).
+
+        Returns:
+            One row per (iteration, layer, rank): ``iteration``, ``layer``, ``rank``, ``token_id``, ``logprob``
+            (nats); the last layer's rank 0 is the recorded argmax.
+
+        Raises:
+            NotAvailable: the model cannot be loaded (one message naming it), or the position has no full states.
+        """
+        from sst_interp.analyses.logit_lens import layer_lens, load_lens_head
+
+        head = self._once("lens:head", lambda: load_lens_head(self.run.manifest))
+        if isinstance(head, NotApplicable):
+            raise NotAvailable(f"logit lens: {head.reason}")
+        frame = layer_lens(self.run, head, question, depth, position, turn, top_n)
+        if isinstance(frame, NotApplicable):
+            raise NotAvailable(f"logit lens: {frame.reason}")
+        return frame
+
     # Backwards-compatible names for the two measurements that take a regime.
     def reorg_argmax(self, regime: str = "low") -> pd.DataFrame:
         """tab:reorg_lo_argmax (``regime="low"``) or tab:reorg_st_argmax (``"stable"``), tidy."""
@@ -253,6 +320,14 @@ class RunAnalysis(Measured):
     def reorg_all(self, regime: str = "low") -> pd.DataFrame:
         """tab:reorg_lo_all (``regime="low"``) or tab:reorg_st_all (``"stable"``), tidy."""
         return self.data(f"reorg_{_regime(regime)}_all")
+
+
+def _computed(measurement: Measurement, analysis: Measured) -> Any:
+    """``measurement.compute(analysis)``, a UsageError it raises (the input cannot support it) as a NotApplicable."""
+    try:
+        return measurement.compute(analysis)
+    except UsageError as err:
+        return NotApplicable(" ".join(str(err).split()), measurement.key)
 
 
 def _measurement_method(measurement: Measurement) -> Callable[[RunAnalysis], pd.DataFrame]:
@@ -344,9 +419,26 @@ def _regime(name: str) -> str:
     return "lo" if name == "low" else "st"
 
 
-def open_run(run: str | Path | Run, baseline: str | Path | Run | None = None, **options: Any) -> RunAnalysis:
-    """:class:`RunAnalysis` of ``run`` (``analyses.open``)."""
-    return RunAnalysis(run, baseline, **options)
+def open_run(run: str | Path | Run, baseline: str | Path | Run | None = None, baseline_depth: int | None = None,
+             name: str | None = None, alpha: Any = None, probe: str | Path | None = None) -> RunAnalysis:
+    """The paper's measurements of one run (``analyses.open``): a :class:`RunAnalysis`.
+
+    Args:
+        run: the run directory (``python -m sst_interp.record --out``), or a :class:`~sst_interp.store.Run`.
+        baseline: the matched baseline run (a path or a Run), for tab:main_results and the baseline rows of
+            tab:overthinking and tab:repetition.
+        baseline_depth: the baseline's depth (default: its only, or shallowest, depth).
+        name: the benchmark name in multi-benchmark tables (default: the manifest's ``questions``).
+        alpha: the checkpoint's blend coefficients [L, d] (or a function returning them), for
+            tab:precision_proof's analytic bound.
+        probe: a halting probe saved by ``python -m sst_interp.probe train``, for the probe's tables (without one
+            they train a 10-neuron probe on the run's MUST HALT labels, which needs at least 2 such questions).
+
+    Then ``a.available()`` (what this run supports, and why not the rest), ``a.data(label)`` (tidy data;
+    ``question=``/``depth=`` for a figure's question), ``a.table(label)``, ``a.notes(label)``, one method per
+    measurement (``a.staged_breakdown()``), and ``a.measurements()`` (every label with its title and columns).
+    """
+    return RunAnalysis(run, baseline, baseline_depth=baseline_depth, name=name, alpha=alpha, probe=probe)
 
 
 def open_checkpoint(checkpoint: str | Path) -> CheckpointAnalysis:

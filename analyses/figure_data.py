@@ -57,13 +57,25 @@ def sankey(analysis: Any) -> FigureData | NotApplicable:
     return FigureData({"flows": result.table(), "columns": result.columns_table()}, {"n": result.n}, "flows")
 
 
+#: A heatmap's data: one row per (layer, position) of one question, compared at one depth.
+CELL_COLUMNS = ("question_id", "depth", "turn", "position", "layer", "overlap")
+
+
+def heatmap_cells(cells: pd.DataFrame, question_id: str, depth: int, turn: int) -> pd.DataFrame:
+    """A heatmap's ``layer, position, overlap`` rows with the question, depth and turn they show, in
+    :data:`CELL_COLUMNS` order."""
+    return cells.assign(question_id=str(question_id), depth=int(depth), turn=int(turn))[list(CELL_COLUMNS)]
+
+
 def heatmap(analysis: Any, zoom: bool = False) -> FigureData | NotApplicable:
     """fig:overlap_heatmap (a representative question, sketches included) or its zoom (the full window)."""
     hm = _pe_part(analysis, "heatmap_zoom" if zoom else "heatmap")
     if isinstance(hm, NotApplicable):
         return hm
     full = int(analysis.run.manifest.get("full_positions") or 0)
-    return FigureData({"cells": hm.table()}, {
+    # the representative question, compared at the largest depth (the pe step's overlap), its first turn
+    cells = heatmap_cells(hm.table(), hm.question_id, max(analysis.run.depths), 0)
+    return FigureData({"cells": cells}, {
         "question_id": hm.question_id, "threshold": float(hm.threshold),
         "low_positions": [int(p) for p in hm.low_positions], "comparison": _comparison(analysis),
         "full_positions": full, "zoom": zoom}, "cells")

@@ -17,12 +17,13 @@ To add a measurement: write its analysis function in this package, then one :cla
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import pandas as pd
 
 from sst_interp.analyses import tidy
+from sst_interp.analyses.availability import UnknownMeasurement, spellings, stripped, unknown
 from sst_interp.kernels.results import NotApplicable
 
 # The functions below take the RunAnalysis of sst_interp.analyses.api (annotated Any: api imports this module).
@@ -153,6 +154,13 @@ class Measurement:
         extra_tables: result -> further named tables the report writes beside the main one.
         kind: ``table``, or ``figure`` (the result is :class:`~sst_interp.analyses.figure_data.FigureData`: named
             frames and the numbers the figure annotates; ``tidy`` gives its main frame).
+        found: analysis -> the reason the input cannot support it, or None: what ``available()`` checks after
+            ``requires`` holds, for a condition the manifest cannot tell (enough MUST HALT questions, a basin
+            shift at position 0). It may compute the analysis' shared steps (memoised, so ``data()`` reuses them)
+            but not the measurement itself.
+        per_question: (analysis, question, depth, turn) -> the result for that question, compared at that depth
+            (``data(label, question=..., depth=...)``), for a figure that shows one question; None: ``data``
+            selects the question's rows from the frame (when it has a ``question_id`` column).
         scope: what it measures: a ``run`` (:class:`~sst_interp.analyses.api.RunAnalysis`), a ``checkpoint``
             (:class:`~sst_interp.analyses.api.CheckpointAnalysis`), ``training`` logs
             (:class:`~sst_interp.analyses.api.TrainingAnalysis`) or an intervention ``experiment`` folder
@@ -171,17 +179,19 @@ class Measurement:
     extra_tables: Callable[[Any], dict[str, pd.DataFrame]] = field(default=lambda result: {})
     kind: str = "table"
     scope: str = "run"
+    found: Callable[[Any], str | None] | None = None
+    per_question: Callable[..., Any] | None = None
 
     @property
     def artefact(self) -> str:
-        """The report artefact it backs: the label with ``:`` -> ``_`` (``fig_overlap_heatmap``), or :attr:`key`
-        for a table or figure of this project's own."""
-        return self.label.replace(":", "_", 1) if self.label else self.key
+        """The report artefact it backs: :attr:`key` with ``:`` -> ``_`` (``fig_overlap_heatmap``, ``tab_gmm``)."""
+        return self.key.replace(":", "_", 1)
 
     @property
     def key(self) -> str:
-        """The paper label, or ``tab_<name>`` (``fig_<name>``) for a table (figure) of this project's own."""
-        return self.label or f"{'fig' if self.kind == 'figure' else 'tab'}_{self.name}"
+        """The canonical spelling: the paper label, or ``tab:<name>`` (``fig:<name>``) for a table (figure) of this
+        project's own."""
+        return self.label or f"{'fig' if self.kind == 'figure' else 'tab'}:{self.name}"
 
     def present(self, result: Any) -> tuple[pd.DataFrame, list[str]]:
         """(the paper layout, notes the analysis left in its ``attrs``): the frame is a copy without attrs."""
@@ -197,6 +207,14 @@ class Measurement:
             if reason is not None:
                 return reason
         return None
+
+    def unsupported(self, analysis: Any) -> str | None:
+        """:meth:`unmet`, then :attr:`found`: why ``analysis`` cannot support this measurement, or None (then it
+        computes). May compute the analysis' shared steps, never the measurement."""
+        reason = self.unmet(analysis)
+        if reason is None and self.found is not None:
+            reason = self.found(analysis)
+        return reason
 
 
 # ------------------------------------------------------------------------------------------------ columns
@@ -351,7 +369,16 @@ def _profile_traces(result: Any) -> pd.DataFrame:
     return tidy.renamed(long[["panel", "trace", "question_id", "position", "layer", "overlap"]], {})
 
 
-HEATMAP_DOC = {"layer": "decoder layer", "position": "generated position", "overlap": "top-k overlap"}
+HEATMAP_DOC = {"question_id": "the question shown", "depth": "the depth compared with the smallest (each one's last "
+               "iteration)", "turn": "model turn", "position": "generated position", "layer": "decoder layer",
+               "overlap": "top-k overlap"}
+
+
+def _question_heatmap(zoom: bool) -> Callable[..., Any]:
+    def compute(a: Any, question: str, depth: int | None, turn: int | None) -> Any:
+        return _lazy("by_question", "question_heatmap")(a, question, depth, turn or 0, zoom=zoom)
+
+    return compute
 PROFILE_DOC = {"panel": "position0, late, p<k> or long", "trace": "trace index within the panel",
                "question_id": "question", "position": "generated position", "layer": "decoder layer",
                "overlap": "top-k overlap"}
@@ -517,10 +544,10 @@ MEASUREMENTS: tuple[Measurement, ...] = (
                  "to_state": "pass or fail", "count": "questions"}, kind="figure"),
     Measurement("overlap_heatmap", "fig:overlap_heatmap", "Top-k overlap across layers and positions for a "
                 "representative question.", ("iterations",), _lazy("figure_data", "heatmap"), _figure_main,
-                HEATMAP_DOC, kind="figure"),
+                HEATMAP_DOC, kind="figure", per_question=_question_heatmap(False)),
     Measurement("overlap_heatmap_zoom", "fig:overlap_heatmap_zoom", "The overlap of a second question over the "
                 "full-state window.", ("iterations",), lambda a: _lazy("figure_data", "heatmap")(a, zoom=True),
-                _figure_main, HEATMAP_DOC, kind="figure"),
+                _figure_main, HEATMAP_DOC, kind="figure", per_question=_question_heatmap(True)),
     Measurement("layer_profile", "fig:layer_profile", "Layer profile of top-k overlap at low-overlap positions: "
                 "position 0 and late positions.", ("iterations",), _lazy("figure_data", "layer_profile"),
                 _profile_traces, PROFILE_DOC, kind="figure"),
@@ -633,6 +660,24 @@ DEPTH_POLICY_MEASUREMENTS: tuple[Measurement, ...] = (
 MEASUREMENTS = (*MEASUREMENTS, *DEPTH_POLICY_MEASUREMENTS)
 
 
+def _by_computing(name: str) -> Callable[[Any], str | None]:
+    """A :attr:`Measurement.found` that computes the measurement (memoised, so ``data()`` reuses it) and reports
+    what the analysis found: for the measurements of the iterations, whose support depends on what the shared steps
+    find (a basin shift at position 0, a low-overlap argmax change, a ratio that is defined)."""
+    def check(analysis: Any) -> str | None:
+        result = analysis.computed(name)
+        return result.reason if isinstance(result, NotApplicable) else None
+
+    return check
+
+
+#: The measurements ``available()`` computes before it promises them: those comparing iterations or conditions.
+#: Their cost is the shared steps they read (the basin step, the logit records), computed once per analysis.
+FOUND_BY_COMPUTING = ("iterations", "comparison", "replayable")
+MEASUREMENTS = tuple(replace(m, found=_by_computing(m.name)) if m.found is None and set(m.requires) &
+                     set(FOUND_BY_COMPUTING) else m for m in MEASUREMENTS)
+
+
 #: Modules of the floors above this package that declare measurements of their own (the halting probe's tables):
 #: imported by name the first time the registry is listed or searched, since this package never imports upwards.
 EXTENSIONS: tuple[str, ...] = ("sst_interp.probe.measurements", "sst_interp.experiments.measurements")
@@ -662,10 +707,11 @@ def register(*entries: Measurement) -> None:
         if unknown:
             raise ValueError(f"measurement {entry.name} requires unknown {sorted(unknown)}; known: "
                              f"{', '.join(REQUIREMENTS)}")
-        for key in {entry.name, entry.key, entry.artefact}:
+        keys = {entry.name, *spellings(entry.key), entry.artefact}
+        for key in keys:
             if key in BY_KEY:
                 raise ValueError(f"measurement key {key!r} declared twice")
-        for key in {entry.name, entry.key, entry.artefact}:
+        for key in keys:
             BY_KEY[key] = entry
         _REGISTERED.append(entry)
 
@@ -686,11 +732,18 @@ def all_measurements() -> tuple[Measurement, ...]:
 
 
 def lookup(key: str) -> Measurement:
-    """The measurement named by a paper label (``tab:overthinking``), a method name or an artefact name."""
-    from sst_interp.kernels.errors import UsageError
+    """The measurement named by its key (``tab:overthinking``, ``tab:gmm``), its name (``gmm``) or its artefact
+    (``tab_gmm``); ``tab:``, ``tab_``, ``fig:`` and ``fig_`` are accepted in front of any of them.
 
+    Raises:
+        UnknownMeasurement: no measurement has the name (a NotAvailable; the message suggests the closest ones).
+    """
+    if not isinstance(key, str):
+        raise UnknownMeasurement(f"a measurement key is a string such as 'tab:overthinking', got {type(key).__name__}")
     if key not in BY_KEY:
         all_measurements()
-    if key not in BY_KEY:
-        raise UsageError(f"unknown measurement {key!r}; known: {', '.join(m.key for m in all_measurements())}")
-    return BY_KEY[key]
+    found = BY_KEY.get(key.strip()) or BY_KEY.get(stripped(key))
+    if found is None:
+        everything = all_measurements()
+        raise unknown(key, [m.key for m in everything], [m.name for m in everything])
+    return found

@@ -65,12 +65,14 @@ def _consecutive_overlap(kind: str, states: np.ndarray, k: int, d: int) -> np.nd
     return np.where(missing[:-1] | missing[1:], np.nan, overlap)
 
 
-def _regime(source: RunSource, qid: str, turn: int, position: int) -> dict[str, Any]:
-    """The basins comparison (smallest depth iteration 1 vs deepest depth last iteration) at this position."""
+def _regime(source: RunSource, qid: str, turn: int, position: int, depth: int | None = None) -> dict[str, Any]:
+    """The basins comparison at this position: the smallest depth's iteration 1 against the last iteration of the
+    depth on screen (the deepest depth when that is the smallest)."""
     run = source.run
     if len(run.depths) < 2:
         return {"available": False, "reason": f"the run has a single depth ({run.depths}); the regime compares two"}
-    lo, hi = run.depths[0], run.depths[-1]
+    lo = run.depths[0]
+    hi = depth if depth is not None and depth in run.depths and depth != lo else run.depths[-1]
     if qid not in run.question_ids(lo) or qid not in run.question_ids(hi):
         return {"available": False, "reason": f"the question is not recorded at depths {lo} and {hi} yet"}
     kind_lo, _, lo_states, k = _cached_states(source, qid, lo, turn, position)
@@ -98,7 +100,8 @@ def position_view(source: RunSource, qid: str, depth: int, turn: int, position: 
     """Everything the position view shows (see the module docstring).
 
     Returns ``iterations`` [I], ``layers`` [L], ``states`` ("hidden" or "sketch"), ``k``, ``overlap`` [I-1][L]
-    (row i: iteration i+1 vs i+2), ``l2_delta`` [I-1][L] and ``norm`` [I][L] (full states only), ``regime`` and
+    (row i: iteration i+1 vs i+2), ``l2_delta`` [I-1][L] and ``norm`` [I][L] (full states only; at a sketch
+    position ``l2_message`` says why they are missing), ``regime`` (the smallest depth against ``depth``) and
     ``lens`` (:func:`sst_interp.explore.question.token_detail`).
     """
     check_question(source, qid, depth)
@@ -115,7 +118,11 @@ def position_view(source: RunSource, qid: str, depth: int, turn: int, position: 
         out["l2_delta"] = plain(l2_deltas(by_layer).T)  # [I-1, L]
         out["norm"] = plain(np.sqrt(np.einsum("lid,lid->li", by_layer.astype(np.float64),
                                               by_layer.astype(np.float64))).T)
-    out["regime"] = _regime(source, qid, turn, position)
+    else:
+        full = int(run.manifest.get("full_positions") or 0)
+        out["l2_message"] = (f"the state L2 change needs full hidden states: position {position} is past the "
+                             f"full-state window (positions 0-{full - 1}), where the run kept top-k sketches only")
+    out["regime"] = _regime(source, qid, turn, position, depth)
     try:
         out["lens"] = token_detail(source, qid, depth, turn, position)
     except UsageError as err:

@@ -108,7 +108,8 @@ def token_detail(source: RunSource, qid: str, depth: int, turn: int, position: i
     """The hover of one generated token: per iteration the top-N tokens and log-probs, the entropy, and the
     tracked log-probs (the iteration-1 top-N followed through every iteration).
 
-    Returns ``iterations`` [I], ``top`` [I][N] of ``{id, piece, logprob}``, ``entropy`` [I], ``argmax`` [I],
+    Returns ``iterations`` [I], ``top`` [I][N] of ``{id, piece, logprob}``, ``entropy`` [I], ``argmax`` [I] and
+    ``argmax_pieces`` [I] (decoded),
     ``tracked`` ``{ids [N], pieces [N], logprobs [I][N]}`` (None cells: the iteration did not run there).
     """
     check_question(source, qid, depth)
@@ -127,7 +128,7 @@ def token_detail(source: RunSource, qid: str, depth: int, turn: int, position: i
     return {
         "question_id": qid, "depth": depth, "turn": turn, "position": position,
         "iterations": block.iterations.tolist(), "top": top, "entropy": plain(block.entropy[j], 5),
-        "argmax": block.argmax[j].tolist(),
+        "argmax": block.argmax[j].tolist(), "argmax_pieces": source.tokens.pieces(block.argmax[j].tolist()),
         "tracked": {"ids": tracked_ids, "pieces": source.tokens.pieces(tracked_ids),
                     "logprobs": plain(block.tracked_logprobs[j, :, :n], 5)},
     }

@@ -10,6 +10,7 @@ Routes (every view of the page has its own URL: ``/?q=ID&depth=D&turn=T&pos=P&a=
 ``GET /api/token``         one token's hover (``q, depth, turn, pos``)
 ``GET /api/position``      the position view (``q, depth, turn, pos``)
 ``GET /api/halting``       the halting view (``q``)
+``GET /api/lens``          the per-layer logit lens (``q, depth, turn, pos``; loads the model on first use)
 ``GET /static/...``        the page's script and style; ``plotly.min.js`` from the installed plotly wheel
 ``GET /report/...``        the report folder given with ``--report``
 =========================  =============================================================================
@@ -34,7 +35,9 @@ from starlette.staticfiles import StaticFiles
 from sst_interp.kernels.errors import UsageError
 from sst_interp.explore.config import ExploreConfig
 from sst_interp.explore.halting import ProbeScorer, halting_view
+from sst_interp.explore.layer_lens import LensLoader, lens_view
 from sst_interp.explore.listing import ListFilter, apply_filter, question_rows
+from sst_interp.explore.model_info import model_banner
 from sst_interp.explore.position import position_view
 from sst_interp.explore.question import question_view, token_detail
 from sst_interp.explore.report_links import check_report, report_links
@@ -113,6 +116,7 @@ class Explorer:
         if scorer is None and config.probe is not None:
             scorer = ProbeScorer(config.probe, self.source.run.hidden_size)
         self.scorer = scorer
+        self.lens = LensLoader()
 
     # ------------------------------------------------------------------------------------------ endpoints
     def run_summary(self, request: Request) -> dict[str, Any]:
@@ -128,7 +132,8 @@ class Explorer:
                 "threshold_ready": threshold.ready,
                 "baseline": str(self.source.baseline.path) if self.source.baseline is not None else None,
                 "probe": str(self.config.probe) if self.config.probe is not None else None,
-                "report": report_links(self.config.report), "tokenizer": self.source.tokens.source}
+                "report": report_links(self.config.report), "tokenizer": self.source.tokens.source,
+                "model": model_banner(run.manifest)}
 
     def questions(self, request: Request) -> dict[str, Any]:
         flt = list_filter(request)
@@ -153,6 +158,10 @@ class Explorer:
 
     def halting(self, request: Request) -> dict[str, Any]:
         return halting_view(self.source, self.scorer, _qid(request))
+
+    def layer_lens(self, request: Request) -> dict[str, Any]:
+        return lens_view(self.source, self.lens, _qid(request), _int(request, "depth"), _int(request, "turn", 0),
+                         _int(request, "pos"))
 
 
 def _qid(request: Request) -> str:
@@ -190,6 +199,7 @@ def create_app(explorer: Explorer) -> Starlette:
         Route("/api/token", _json(explorer.token)),
         Route("/api/position", _json(explorer.position)),
         Route("/api/halting", _json(explorer.halting)),
+        Route("/api/lens", _json(explorer.layer_lens)),
     ]
     if explorer.config.report is not None:
         routes.append(Mount("/report", StaticFiles(directory=explorer.config.report, html=True), name="report"))

@@ -337,6 +337,60 @@ def feature_grid(a: Any, b: ProbeBundle) -> FigureData | NotApplicable:
                                                       "layer": int(b.data.layer)})
 
 
+# ------------------------------------------------------------------------------------------------ found
+def halt_labels(a: Any) -> Any:
+    """The run's MUST HALT / SAFE labels (:class:`~sst_interp.probe.labels.HaltLabels`, from the generations table
+    only), or the UsageError's reason when the run cannot be labelled; computed once per analysis."""
+    from sst_interp.kernels.errors import UsageError
+    from sst_interp.probe.labels import labels_from_generations
+
+    def build() -> Any:
+        try:
+            return labels_from_generations(a.run.generations())
+        except UsageError as err:
+            return " ".join(str(err).split())
+
+    return a.memo("probe:labels", build)
+
+
+#: How to get the in-sample tables on a run with too few MUST HALT questions to train a probe on.
+PROBE_FIX = "pass probe=PATH, a probe trained with `python -m sst_interp.probe train` (the report: --probe PATH)"
+
+
+def _labels_found(in_sample: bool) -> Callable[[Any], str | None]:
+    """The check ``available()`` runs before promising a probe table: labels the probe can be trained (or, for the
+    in-sample tables with ``probe=``, evaluated) on. Training here selects the layer by question-fold cross-fitting,
+    which needs at least 2 MUST HALT questions and a SAFE timestep."""
+    def check(a: Any) -> str | None:
+        labels = halt_labels(a)
+        if isinstance(labels, str):
+            return labels
+        if in_sample and a.probe is not None:
+            bundle = probe_bundle(a)  # a given probe is loaded and evaluated, never trained: cheap
+            return bundle.reason if isinstance(bundle, NotApplicable) else None
+        n = len(labels.must_halt_questions)
+        if n >= 2 and labels.n_safe > 0:
+            return None
+        fix = (PROBE_FIX + ", or record more questions" if in_sample else
+               "record more questions (this table trains on the run's own labels, so probe= does not replace them)")
+        return (f"the run has {n} MUST HALT question{'' if n == 1 else 's'} and {labels.n_safe} SAFE timesteps; "
+                f"training the probe here needs at least 2 MUST HALT questions and a SAFE timestep (its layer is "
+                f"chosen by cross-fitting over them): {fix}")
+
+    return check
+
+
+def _prune_found(a: Any) -> str | None:
+    # the greedy prune and its grid exist only when the top-K search finds a set (it runs once, memoised)
+    reason = _labels_found(False)(a)
+    if reason is not None:
+        return reason
+    _, prune = feature_search(a)
+    if isinstance(prune, NotApplicable):
+        return prune.reason
+    return "no essential dimension: the probe does not read the hidden state" if prune.essential.size == 0 else None
+
+
 # ------------------------------------------------------------------------------------------------ tidy
 def _notes(a: Any, result: ProbeTable) -> list[str]:
     return list(result.notes)
@@ -381,20 +435,20 @@ MEASUREMENTS: tuple[Measurement, ...] = (
                  "capacity)", "correct": "questions answered right", "accuracy_fraction": "fraction right",
                  "delta_pp_vs_iter1": "accuracy minus iter=1's, percentage points",
                  "overthinks": "questions continued past a passing depth", "missed": "questions halted too early"},
-                notes=_notes, extra_tables=_extra),
+                notes=_notes, extra_tables=_extra, found=_labels_found(True)),
     Measurement("halting_probe_per_iter", "tab:halting_probe_per_iter", "MUST HALT detection and SAFE timesteps left "
                 "alone per iteration depth (in sample).", ("probe",), _with_bundle(per_iter), _per_iter_tidy,
                 {"depth": "the iteration depth of the timestep", "must_halt_total": "MUST HALT timesteps",
                  "must_halt_detected": "of them the probe halts at", "safe_total": "SAFE timesteps",
                  "safe_left_alone": "of them the probe continues at", "must_halt_rate": "detected fraction",
-                 "safe_rate": "left-alone fraction"}, notes=_notes, extra_tables=_extra),
+                 "safe_rate": "left-alone fraction"}, notes=_notes, extra_tables=_extra, found=_labels_found(True)),
     Measurement("halt_signal", "fig:halt_signal", "The probe's logit at every labelled timestep (in sample).",
                 ("probe",), _with_bundle(halt_signal), lambda r: tidy.renamed(r.table(), {}),
                 {"question_id": "question", "turn": "model turn", "depth": "iteration depth of the timestep",
                  "must_halt": "the timestep's label is MUST HALT (else SAFE)", "correct_depth": "the question's "
                  "first correct depth", "logit": "the probe's output logit", "above_threshold": "logit above the "
                  "halting threshold", "question_kind": "the question's label pattern", "marker": "how the figure "
-                 "draws the timestep"}, kind="figure"),
+                 "draws the timestep"}, kind="figure", found=_labels_found(True)),
     Measurement("halting_probe_loocv", "", "Leave-one-MUST-HALT-question-out cross-validation with the calibrated "
                 "permutation p and the paper's binomial p (app:halting_loocv).", ("probe",),
                 _with_bundle(loocv_table), _renamed({"accuracy": "accuracy_fraction"}),
@@ -404,7 +458,7 @@ MEASUREMENTS: tuple[Measurement, ...] = (
                  "p (calibrated; read this)", "permutations": "permutations run", "null_accuracy": "held-out "
                  "accuracy under the null", "ci_low": "95% CI of the accuracy, low", "ci_high": "its high bound",
                  "criterion": "what counts as a correct fold", "p_value_depth_matched": "binomial p against the "
-                 "depth-matched base rate"}, notes=_notes, extra_tables=_extra),
+                 "depth-matched base rate"}, notes=_notes, extra_tables=_extra, found=_labels_found(False)),
     Measurement("halting_probe_layer_sweep", "tab:halting_probe_layer_sweep", "A 64-neuron probe per layer, ranked "
                 "by held-out (question-fold cross-fitted) scores.", ("probe",), _with_bundle(layer_sweep),
                 _renamed({"accuracy": "accuracy_fraction"}),
@@ -417,27 +471,27 @@ MEASUREMENTS: tuple[Measurement, ...] = (
                  "loocv_correct / loocv_folds", "loocv_base_rate": "binomial null rate", "loocv_p": "binomial p",
                  "loocv_p_permutation": "permutation p", "loocv_permutations": "permutations run",
                  "loocv_p_depth_matched": "binomial p against the depth-matched base rate"},
-                notes=_notes, extra_tables=_extra),
+                notes=_notes, extra_tables=_extra, found=_labels_found(False)),
     Measurement("halting_probe_ablation_sweep", "tab:halting_probe_ablation_sweep", "Halting with only the top "
                 "neurons of the 64-neuron probe kept.", ("probe",), _with_bundle(ablation_sweep),
                 _renamed({"accuracy": "accuracy_fraction"}),
                 {"configuration": "which neurons are kept", "kept": "neurons kept", **_outcome_doc("")},
-                notes=_notes, extra_tables=_extra),
+                notes=_notes, extra_tables=_extra, found=_labels_found(False)),
     Measurement("halting_probe_topk_sweep", "tab:halting_probe_topk_sweep", "Halting with only the top-K input "
                 "dimensions by weight importance.", ("probe",), _with_bundle(topk),
                 _renamed({"accuracy": "accuracy_fraction"}),
                 {"K": "input dimensions kept", "grid": "K on the sweep's grid", "baseline_match": "reproduces the "
                  "unablated probe", **_outcome_doc(""), "minimal": "the smallest K that reproduces it"},
-                notes=_notes, extra_tables=_extra),
+                notes=_notes, extra_tables=_extra, found=_labels_found(False)),
     Measurement("halting_probe_greedy_prune", "tab:halting_probe_greedy_prune", "Greedy pruning of the minimal top-K "
                 "set to the essential dimensions.", ("probe",), _with_bundle(greedy),
                 lambda r: tidy.categories(r.table(), "item", {"count": "count"}),
                 {"category": "snake_case key of the row", "category_text": "the row's text", "count": "dimensions"},
-                notes=_notes, extra_tables=_extra),
+                notes=_notes, extra_tables=_extra, found=_prune_found),
     Measurement("feature_position_grid", "fig:feature_position_grid", "The essential dimensions on a grid of the "
                 "hidden state.", ("probe",), _with_bundle(feature_grid), lambda r: tidy.renamed(r.table(), {}),
                 {"dim": "hidden-state dimension", "row": "grid row", "col": "grid column",
-                 "importance": "the dimension's weight importance"}, kind="figure"),
+                 "importance": "the dimension's weight importance"}, kind="figure", found=_prune_found),
 )
 
 register(*MEASUREMENTS)

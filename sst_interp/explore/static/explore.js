@@ -45,17 +45,63 @@ async function api(path) {
   return body;
 }
 function fmt(x, digits = 3) { return x === null || x === undefined ? "–" : Number(x).toFixed(digits); }
+// A token piece with its whitespace made visible (a space-only piece would otherwise read as nothing).
+function visible(piece) {
+  if (piece === null || piece === undefined || piece === "") return "∅";
+  return piece.replace(/ /g, "␣").replace(/\n/g, "⏎").replace(/\t/g, "⇥");
+}
+// Viridis at t in [0, 1] (the stops of plotly's own scale), so a trace's colour places it on the colour bar.
+const VIRIDIS = [[68, 1, 84], [59, 82, 139], [33, 145, 140], [94, 201, 98], [253, 231, 37]];
+function viridis(t) {
+  const x = Math.max(0, Math.min(1, t)) * (VIRIDIS.length - 1), i = Math.min(Math.floor(x), VIRIDIS.length - 2);
+  const f = x - i, c = VIRIDIS[i].map((v, j) => Math.round(v + f * (VIRIDIS[i + 1][j] - v)));
+  return `rgb(${c[0]}, ${c[1]}, ${c[2]})`;
+}
+const AXIS_FONT = {size: 11};
+function axis(text, extra) { return {title: {text, font: AXIS_FONT}, automargin: true, ...(extra || {})}; }
 
 // ------------------------------------------------------------------------------------------------ run
-async function loadRun() {
-  const run = await api("/api/run");
-  state.run = run;
+function showRun(run) {
   const done = Object.entries(run.recorded).map(([d, n]) => `d${d}: ${n}`).join(", ");
   $("run-info").textContent = `${run.name} · ${run.protocol} · depths ${run.depths.join(",")} (${done} of ` +
     `${run.questions} recorded) · L=${run.num_layers}, d=${run.hidden_size} · threshold ${fmt(run.threshold, 4)} ` +
     `(${run.threshold_source})`;
-  const links = $("report-links");
-  links.replaceChildren(...run.report.slice(0, 40).map(r => el("a", {href: r.href, target: "_blank", text: r.name})));
+  document.body.dataset.threshold = run.threshold;
+  document.body.dataset.thresholdReady = run.threshold_ready ? "1" : "0";
+  const banner = $("model-banner");
+  banner.textContent = run.model.text;
+  banner.className = "banner-" + run.model.kind;
+  banner.dataset.kind = run.model.kind;
+  banner.hidden = false;
+  const box = $("report-box");
+  box.hidden = !run.report.length;
+  $("report-count").textContent = `report (${run.report.length} files)`;
+  $("report-links").replaceChildren(...run.report.map(r => el("a", {href: r.href, target: "_blank", text: r.name})));
+}
+async function loadRun() {
+  const run = await api("/api/run");
+  state.run = run;
+  showRun(run);
+  if (!run.threshold_ready && !state.thresholdTimer) state.thresholdTimer = setInterval(pollThreshold, 1500);
+}
+// Until the run's GMM fit arrives the page labels regimes at the paper's threshold; when it arrives, the threshold
+// and the open position's verdict are redrawn without a navigation.
+async function pollThreshold() {
+  let run;
+  try { run = await (await fetch("/api/run")).json(); } catch (err) { return; }
+  if (!run.threshold_ready) return;
+  clearInterval(state.thresholdTimer);
+  state.run = run;
+  showRun(run);
+  const p = params();
+  if (p.get("q") && p.get("pos") !== null && p.get("depth") !== null) {
+    // only the regime panel depends on the threshold: the rest of the position view stays as it is
+    try {
+      const view = await api(`/api/position?q=${encodeURIComponent(p.get("q"))}&depth=${p.get("depth")}` +
+                             `&turn=${p.get("turn") || 0}&pos=${p.get("pos")}`);
+      renderRegime(view.regime, view.layers);
+    } catch (err) { /* banner */ }
+  }
 }
 
 // ------------------------------------------------------------------------------------------------ list
@@ -123,8 +169,10 @@ function renderTokens(turn, depth, colour, hmax) {
   const box = el("div", {class: "tokens"});
   for (const tok of turn.tokens) {
     const recorded = tok.argmax !== undefined;
-    const span = el("span", {class: "tok" + (recorded ? "" : " unrec"), "data-depth": depth, "data-turn": turn.turn,
-                             "data-pos": tok.position, text: tok.piece});
+    const blank = tok.piece.trim() === "";  // whitespace only: outlined so it can be seen and hovered
+    const span = el("span", {class: "tok" + (recorded ? "" : " unrec") + (blank ? " ws" : ""), "data-depth": depth,
+                             "data-turn": turn.turn, "data-pos": tok.position, text: tok.piece,
+                             title: blank ? `whitespace ${JSON.stringify(tok.piece)}` : ""});
     if (recorded && colour === "changed" && tok.changed) span.classList.add("changed");
     if (recorded && colour === "entropy") {
       const h = tok.entropy[tok.entropy.length - 1];
@@ -176,7 +224,21 @@ function renderQuestion(view) {
     return col;
   });
   $("transcripts").replaceChildren(...columns);
+  tokenLegend(colour, hmax);
   markDivergence(view, a, b);
+}
+// What the transcript's marks mean, for the colouring chosen.
+function tokenLegend(colour, hmax) {
+  const item = (cls, text, style) => el("span", {class: "legend-item"},
+    el("span", {class: "swatch " + cls, ...(style ? {style} : {})}), text);
+  const items = colour === "entropy"
+    ? [el("span", {class: "legend-item"}, "entropy of the last iteration: ",
+          el("span", {class: "swatch", style: `background: ${entropyColour(0, 1)}`}), ` 0 to `,
+          el("span", {class: "swatch", style: `background: ${entropyColour(1, 1)}`}), ` ${fmt(hmax, 2)} nats`)]
+    : [item("changed", "argmax changed across the iterations")];
+  items.push(item("div-mark", "first divergence of the two depths"), item("unrec", "no logits recorded"),
+             item("ws", "whitespace token"));
+  $("token-legend").replaceChildren(...items);
 }
 function markDivergence(view, a, b) {
   document.querySelectorAll(".tok.div-mark").forEach(n => n.classList.remove("div-mark"));
@@ -207,12 +269,16 @@ function lensTable(detail, table) {
   const head = el("tr", {}, el("th", {text: "iteration"}), el("th", {text: "argmax"}), el("th", {text: "entropy"}),
                   el("th", {text: "top tokens (log-prob)"}));
   const rows = detail.iterations.map((it, i) => el("tr", {"data-iteration": it},
-    el("td", {text: it}), el("td", {text: detail.argmax[i]}), el("td", {class: "entropy", text: fmt(detail.entropy[i])}),
+    el("td", {text: it}),
+    el("td", {class: "argmax", "data-id": detail.argmax[i], title: `token id ${detail.argmax[i]}`,
+              text: visible(detail.argmax_pieces[i])}),
+    el("td", {class: "entropy", text: fmt(detail.entropy[i])}),
     el("td", {}, ...detail.top[i].map(t => el("span", {class: "top", "data-id": t.id, "data-logprob": t.logprob,
-                                                       text: `${JSON.stringify(t.piece)} ${fmt(t.logprob, 2)}  `})))));
+                                                       title: `token id ${t.id}`,
+                                                       text: `${visible(t.piece)} ${fmt(t.logprob, 2)}  `})))));
   const tracked = el("tr", {}, el("td", {text: "tracked"}), el("td", {colspan: 3},
     el("span", {text: detail.tracked.pieces.slice(0, 5).map((s, j) =>
-      `${JSON.stringify(s)}: ${detail.tracked.logprobs.map(r => fmt(r[j], 2)).join(" → ")}`).join(" · ")})));
+      `${visible(s)}: ${detail.tracked.logprobs.map(r => fmt(r[j], 2)).join(" → ")}`).join(" · ")})));
   table.replaceChildren(head, ...rows, tracked);
 }
 async function showTip(ev, depth, turn, pos) {
@@ -229,9 +295,32 @@ async function showTip(ev, depth, turn, pos) {
 // ------------------------------------------------------------------------------------------------ position
 function heat(div, z, x, y, title, extra) {
   Plotly.react(div, [{type: "heatmap", z, x, y, colorscale: "Viridis", zmin: extra?.zmin, zmax: extra?.zmax,
+                      colorbar: {title: {text: extra?.colourTitle || "", side: "right"}, thickness: 12},
                       hovertemplate: "layer %{x}<br>%{y}<br>%{z:.4f}<extra></extra>"}],
-               {title: {text: title, font: {size: 13}}, margin: {l: 60, r: 10, t: 30, b: 35},
-                xaxis: {title: {text: "layer"}}}, {displayModeBar: false});
+               {title: {text: title, font: {size: 13}}, margin: {l: 60, r: 10, t: 30, b: 40},
+                xaxis: axis("layer"), yaxis: axis(extra?.yTitle || "")}, {displayModeBar: false});
+}
+function renderRegime(regime, layers) {
+  const status = $("regime-status");
+  if (regime.available) {
+    status.textContent = regime.low_overlap ? "low-overlap" : "stable";
+    status.className = regime.low_overlap ? "low" : "stable";
+    $("regime-threshold").textContent = `${regime.compared}: min over layers ${fmt(Math.min(...regime.per_layer.filter(v => v !== null)), 4)} ` +
+      `(layer ${regime.min_layer}) vs threshold ${fmt(regime.threshold, 4)} (${regime.threshold_source})` +
+      (regime.pre_divergence ? "" : ` · after the first divergence (${regime.first_divergence}) of those depths`);
+    Plotly.react("regime-plot", [
+      {x: layers, y: regime.per_layer, mode: "lines+markers", name: "overlap"},
+      {x: [layers[0], layers[layers.length - 1]], y: [regime.threshold, regime.threshold],
+       mode: "lines", name: regime.threshold_ready ? "this run's GMM threshold" : "the paper's threshold",
+       line: {dash: "dash", color: "#d93025"}}],
+      {title: {text: "regime: " + regime.compared, font: {size: 13}}, margin: {l: 50, r: 10, t: 30, b: 40},
+       xaxis: axis("layer"), yaxis: axis(`top-${regime.k} overlap`),
+       legend: {orientation: "h", y: -0.3, font: {size: 10}}}, {displayModeBar: false});
+  } else {
+    status.textContent = "regime n/a"; status.className = "";
+    $("regime-threshold").textContent = regime.reason;
+    Plotly.purge("regime-plot");
+  }
 }
 async function loadPosition(q, depth, turn, pos) {
   const view = await api(`/api/position?q=${encodeURIComponent(q)}&depth=${depth}&turn=${turn}&pos=${pos}`);
@@ -241,37 +330,33 @@ async function loadPosition(q, depth, turn, pos) {
   const node = document.querySelector(`.tok[data-depth="${depth}"][data-turn="${turn}"][data-pos="${pos}"]`);
   if (node) node.classList.add("sel");
   const rows = view.iterations.slice(0, -1).map((it, i) => `iter ${it}→${view.iterations[i + 1]}`);
-  heat("ov-heat", view.overlap, view.layers, rows, "top-k overlap, consecutive iterations", {zmin: 0, zmax: 1});
+  heat("ov-heat", view.overlap, view.layers, rows, "top-k overlap, consecutive iterations",
+       {zmin: 0, zmax: 1, colourTitle: `top-${view.k} overlap`, yTitle: "iterations compared"});
   const table = $("ov-table");
   table.replaceChildren(el("tr", {}, el("th", {text: ""}), ...view.layers.map(l => el("th", {text: "L" + l}))),
     ...view.overlap.map((r, i) => el("tr", {}, el("th", {text: rows[i]}),
       ...r.map((v, l) => el("td", {"data-row": i, "data-layer": l, "data-value": v, text: fmt(v, 4)})))));
-  const regime = view.regime;
-  const status = $("regime-status");
-  if (regime.available) {
-    status.textContent = regime.low_overlap ? "low-overlap" : "stable";
-    status.className = regime.low_overlap ? "low" : "stable";
-    $("regime-threshold").textContent = `${regime.compared}: min over layers ${fmt(Math.min(...regime.per_layer.filter(v => v !== null)), 4)} ` +
-      `(layer ${regime.min_layer}) vs threshold ${fmt(regime.threshold, 4)} (${regime.threshold_source})` +
-      (regime.pre_divergence ? "" : ` · after the first divergence (${regime.first_divergence}) of those depths`);
-    Plotly.react("regime-plot", [
-      {x: view.layers, y: regime.per_layer, mode: "lines+markers", name: "overlap"},
-      {x: [view.layers[0], view.layers[view.layers.length - 1]], y: [regime.threshold, regime.threshold],
-       mode: "lines", name: "GMM threshold", line: {dash: "dash", color: "#d93025"}}],
-      {title: {text: "regime: " + regime.compared, font: {size: 13}}, margin: {l: 45, r: 10, t: 30, b: 35},
-       xaxis: {title: {text: "layer"}}, showlegend: false}, {displayModeBar: false});
-  } else {
-    status.textContent = "regime n/a"; status.className = "";
-    $("regime-threshold").textContent = regime.reason;
-    Plotly.purge("regime-plot");
-  }
+  renderRegime(view.regime, view.layers);
   if (view.l2_delta) {
-    const traces = view.layers.map((l, j) => ({x: rows, y: view.l2_delta.map(r => r[j]), mode: "lines+markers",
-                                               name: "L" + l}));
-    Plotly.react("l2-plot", traces, {title: {text: "state L2 change ||h(i+1) − h(i)|| per layer", font: {size: 13}},
-                                     margin: {l: 45, r: 10, t: 30, b: 35}}, {displayModeBar: false});
+    // one line per layer, coloured along a sequential scale whose colour bar names the layer (18 or 62 layers
+    // would repeat any qualitative cycle); hovering a line names its layer too
+    const last = Math.max(view.layers.length - 1, 1);
+    const traces = view.layers.map((l, j) => ({x: rows, y: view.l2_delta.map(r => r[j]), mode: "lines",
+      name: "layer " + l, meta: {layer: l}, line: {color: viridis(j / last), width: 1.5}, showlegend: false,
+      hovertemplate: `layer ${l}<br>%{x}<br>L2 %{y:.4g}<extra></extra>`}));
+    const xs = [], ys = [], cs = [];
+    view.layers.forEach((l, j) => view.l2_delta.forEach((r, i) => { xs.push(rows[i]); ys.push(r[j]); cs.push(l); }));
+    traces.push({x: xs, y: ys, mode: "markers", name: "layers", hoverinfo: "skip", showlegend: false,
+                 marker: {color: cs, colorscale: "Viridis", cmin: view.layers[0], cmax: view.layers[last], size: 5,
+                          showscale: true, colorbar: {title: {text: "layer", side: "right"}, thickness: 12}}});
+    Plotly.react("l2-plot", traces, {title: {text: "state L2 change per layer", font: {size: 13}},
+                                     margin: {l: 55, r: 10, t: 30, b: 40}, xaxis: axis("iterations compared"),
+                                     yaxis: axis("‖h(i+1) − h(i)‖₂")}, {displayModeBar: false});
+    $("l2-note").hidden = true;
   } else {
     Plotly.purge("l2-plot");
+    $("l2-note").textContent = view.l2_message || "no full hidden states at this position";
+    $("l2-note").hidden = false;
   }
   if (view.lens.error) {
     $("lens").replaceChildren(el("tr", {}, el("td", {text: view.lens.error})));
@@ -280,10 +365,34 @@ async function loadPosition(q, depth, turn, pos) {
     lensTable(view.lens, $("lens"));
     const tr = view.lens.tracked;
     Plotly.react("tracked-plot", tr.ids.slice(0, 5).map((id, j) => ({x: view.lens.iterations,
-      y: tr.logprobs.map(r => r[j]), mode: "lines+markers", name: tr.pieces[j]})),
+      y: tr.logprobs.map(r => r[j]), mode: "lines+markers", name: visible(tr.pieces[j])})),
       {title: {text: "tracked log-probs (iteration-1 top 5)", font: {size: 13}},
-       margin: {l: 45, r: 10, t: 30, b: 35}, xaxis: {title: {text: "iteration"}, dtick: 1}}, {displayModeBar: false});
+       margin: {l: 50, r: 10, t: 30, b: 40}, xaxis: axis("iteration", {dtick: 1}), yaxis: axis("log-prob (nats)")},
+      {displayModeBar: false});
   }
+}
+
+// The per-layer lens loads the model on the server, so it is fetched only while its box is open.
+async function loadLayerLens() {
+  const p = params();
+  if (!$("layer-lens-box").open || p.get("pos") === null || p.get("depth") === null) return;
+  const q = p.get("q"), depth = p.get("depth"), turn = p.get("turn") || 0, pos = p.get("pos");
+  $("layer-lens-info").textContent = "loading the model's unembedding…";
+  const view = await api(`/api/lens?q=${encodeURIComponent(q)}&depth=${depth}&turn=${turn}&pos=${pos}`);
+  if (!view.available) {
+    $("layer-lens-info").textContent = view.message;
+    Plotly.purge("layer-lens-plot");
+    return;
+  }
+  $("layer-lens-info").textContent = `each layer's state read through ${view.model}'s final norm and unembedding: ` +
+    "the top token per iteration and layer; colour: its log-prob";
+  const rows = view.iterations.map(i => `iter ${i}`);
+  Plotly.react("layer-lens-plot", [{type: "heatmap", z: view.logprob, x: view.layers, y: rows,
+    text: view.pieces.map(r => r.map(visible)), customdata: view.token_ids, texttemplate: "%{text}",
+    colorscale: "Viridis", colorbar: {title: {text: "log-prob (nats)", side: "right"}, thickness: 12},
+    hovertemplate: "layer %{x}<br>%{y}<br>%{text} (id %{customdata})<br>log-prob %{z:.3f}<extra></extra>"}],
+    {title: {text: "per-layer logit lens: top token", font: {size: 13}}, margin: {l: 60, r: 10, t: 30, b: 40},
+     xaxis: axis("layer"), yaxis: axis("iteration")}, {displayModeBar: false});
 }
 
 // ------------------------------------------------------------------------------------------------ halting
@@ -292,18 +401,24 @@ async function loadHalting(q) {
   const view = await api(`/api/halting?q=${encodeURIComponent(q)}`);
   $("halting").hidden = false;
   $("halting-info").textContent = `${view.probe} · layer ${view.layer} · halts above ${fmt(view.threshold, 4)}`;
-  const traces = [];
+  // A shallower depth's turn whose logits are a prefix of a deeper depth's (the same prompt: the same iterations)
+  // is drawn once, named by every depth it stands for, rather than as lines hidden under each other.
+  const lines = [];
   let maxIt = 1;
-  for (const [depth, turns] of Object.entries(view.depths)) {
+  for (const [depth, turns] of Object.entries(view.depths).sort((a, b) => Number(b[0]) - Number(a[0]))) {
     for (const [turn, scores] of Object.entries(turns)) {
       maxIt = Math.max(maxIt, scores.length);
-      traces.push({x: scores.map((_, i) => i + 1), y: scores, mode: "lines+markers", name: `d${depth} turn ${turn}`});
+      const same = lines.find(l => l.turn === turn && scores.every((v, i) => Math.abs(v - l.scores[i]) <= 1e-6));
+      if (same) same.depths.push(depth); else lines.push({turn, scores, depths: [depth]});
     }
   }
+  const traces = lines.map(l => ({x: l.scores.map((_, i) => i + 1), y: l.scores, mode: "lines+markers",
+                                  name: `d${l.depths.sort().join(",")} turn ${l.turn}`}));
   traces.push({x: [1, maxIt], y: [view.threshold, view.threshold], mode: "lines", name: "threshold",
                line: {dash: "dash", color: "#d93025"}});
   Plotly.react("halting-plot", traces, {title: {text: "probe logit per model turn and iteration", font: {size: 13}},
-    margin: {l: 45, r: 10, t: 30, b: 35}, xaxis: {title: {text: "iteration"}, dtick: 1}}, {displayModeBar: false});
+    margin: {l: 50, r: 10, t: 30, b: 40}, xaxis: axis("iteration", {dtick: 1}), yaxis: axis("probe logit")},
+    {displayModeBar: false});
 }
 
 // ------------------------------------------------------------------------------------------------ routing
@@ -324,6 +439,7 @@ async function route() {
   } catch (err) { return; }
   if (p.get("pos") !== null && p.get("depth") !== null) {
     try { await loadPosition(q, p.get("depth"), p.get("turn") || 0, p.get("pos")); } catch (err) { /* banner */ }
+    try { await loadLayerLens(); } catch (err) { /* banner */ }
   } else {
     $("position").hidden = true;
   }
@@ -344,6 +460,7 @@ function wire() {
                                              markDivergence(state.question, Number($("div-a").value),
                                                             Number($("div-b").value)); });
   }
+  $("layer-lens-box").addEventListener("toggle", () => { loadLayerLens().catch(() => {}); });
   window.addEventListener("popstate", route);
 }
 

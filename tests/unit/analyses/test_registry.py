@@ -1,5 +1,5 @@
 """The measurement registry: one entry per measurement, the API generated from it, tidy frames with documented
-columns, a cheap available(), and the report's tables written from the same entries."""
+columns, available() (cheap where the declared requirements refuse), and the report's tables from the same entries."""
 
 from __future__ import annotations
 

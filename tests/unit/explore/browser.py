@@ -13,7 +13,7 @@ import uvicorn
 
 from sst_interp.explore.config import ExploreConfig
 from sst_interp.explore.serve import bind, url_of
-from sst_interp.explore.server import create_app, open_explorer
+from sst_interp.explore.server import Explorer, create_app, open_explorer
 
 CHROMIUM = "/usr/bin/chromium"
 
@@ -26,6 +26,14 @@ def chromedriver() -> str | None:
 @contextmanager
 def served(config: ExploreConfig) -> Iterator[str]:
     """Serve the explorer of ``config`` on a free port of 127.0.0.1 in a thread; yields its URL."""
+    with serving(config) as (url, _):
+        yield url
+
+
+@contextmanager
+def serving(config: ExploreConfig) -> Iterator[tuple[str, Explorer]]:
+    """:func:`served`, yielding ``(URL, the Explorer)``: the server runs in this process, so a test can change its
+    state (a threshold arriving) while the page is open."""
     explorer = open_explorer(config)
     sock = bind("127.0.0.1", 0)
     server = uvicorn.Server(uvicorn.Config(create_app(explorer), log_level="warning"))
@@ -37,7 +45,7 @@ def served(config: ExploreConfig) -> Iterator[str]:
             raise RuntimeError("the explorer did not start")
         time.sleep(0.02)
     try:
-        yield url_of(sock)
+        yield url_of(sock), explorer
     finally:
         server.should_exit = True
         thread.join(timeout=30)
