@@ -28,12 +28,13 @@ from typing import Any
 
 from starlette.applications import Starlette
 from starlette.requests import Request
-from starlette.responses import FileResponse, JSONResponse, Response
+from starlette.responses import FileResponse, HTMLResponse, JSONResponse, Response
 from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 
 from sst_interp.kernels.errors import UsageError
 from sst_interp.explore.config import ExploreConfig
+from sst_interp.explore.glossary import glossary_page
 from sst_interp.explore.halting import ProbeScorer, halting_view
 from sst_interp.explore.layer_lens import LensLoader, lens_view
 from sst_interp.explore.listing import ListFilter, apply_filter, question_rows
@@ -190,6 +191,7 @@ def create_app(explorer: Explorer) -> Starlette:
     page = STATIC / "index.html"
     routes = [
         Route("/", lambda request: FileResponse(page)),
+        Route("/glossary", lambda request: HTMLResponse(glossary_page())),
         Route("/favicon.ico", lambda request: Response(status_code=204)),  # none: keeps the browser's log clean
         Route("/static/plotly.min.js", lambda request: FileResponse(plotly_js(), media_type="text/javascript")),
         Mount("/static", StaticFiles(directory=STATIC), name="static"),

@@ -8,6 +8,7 @@ definition a reader sees is the same everywhere. Data only: importing it loads n
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
 
@@ -28,6 +29,13 @@ class Term:
     section: str
     definition: str
     labels: tuple[str, ...] = ()
+
+    @property
+    def plain(self) -> str:
+        """The definition as plain text, for pages that do not render Markdown (the report, the explorer): links
+        keep their text, code and emphasis marks go."""
+        text = re.sub(r"\[([^\]]+)\]\([^)]+\)", r"\1", self.definition)
+        return text.replace("`", "").replace("*", "")
 
 
 TERMS: tuple[Term, ...] = (

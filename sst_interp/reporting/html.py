@@ -13,8 +13,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-import re
-
 import jinja2
 
 from sst_interp import __version__
@@ -96,13 +94,6 @@ def _artefact_view(outcome: Outcome, out: Path) -> dict[str, Any]:
     }
 
 
-def plain_definition(term: Term) -> str:
-    """A glossary definition as plain text for the page: Markdown links keep their text, code and emphasis marks go
-    (the docs site renders the same definition as Markdown)."""
-    text = re.sub(r"\[([^\]]+)\]\([^)]+\)", r"\1", term.definition)
-    return text.replace("`", "").replace("*", "")
-
-
 def glossary_entries(labels: Sequence[str]) -> list[dict[str, str]]:
     """The glossary entries the produced artefacts (their paper labels) use, in glossary order, once each."""
     seen: dict[str, Term] = {}
@@ -110,7 +101,7 @@ def glossary_entries(labels: Sequence[str]) -> list[dict[str, str]]:
         for term in terms_for(label):
             seen.setdefault(term.anchor, term)
     order = [term.anchor for term in sorted(seen.values(), key=lambda t: _GLOSSARY_ORDER[t.anchor])]
-    return [{"anchor": anchor, "name": seen[anchor].name, "definition": plain_definition(seen[anchor])}
+    return [{"anchor": anchor, "name": seen[anchor].name, "definition": seen[anchor].plain}
             for anchor in order]
 
 

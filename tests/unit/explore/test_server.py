@@ -208,3 +208,18 @@ def test_completion_episodes_equal_the_run_api(planted):
     root, _ = planted
     run = Run.open(root / "sst")
     pd.testing.assert_frame_equal(completion_episodes(run.generations()), run.episodes())
+
+
+def test_every_glossary_link_of_the_page_has_its_entry(planted):
+    """The page's "?" links open /glossary at an entry that exists, generated from the one glossary declaration."""
+    import re
+
+    from sst_interp.kernels.glossary import TERMS
+
+    client = client_for(planted[0] / "sst")
+    glossary = client.get("/glossary")
+    assert glossary.status_code == 200
+    assert set(re.findall(r'<dt id="([a-z0-9-]+)">', glossary.text)) == {term.anchor for term in TERMS}
+    links = set(re.findall(r'href="/glossary#([a-z0-9-]+)"', client.get("/").text))
+    assert {"must-halt", "overthinking", "top-k-overlap", "gmm-crossover", "halting-probe"} <= links
+    assert links <= {term.anchor for term in TERMS}
