@@ -59,6 +59,8 @@ function viridis(t) {
 }
 const AXIS_FONT = {size: 11};
 function axis(text, extra) { return {title: {text, font: AXIS_FONT}, automargin: true, ...(extra || {})}; }
+// Layers are integers: ticks at whole layers only (about a dozen at most), never at 0.5.
+function layerAxis() { return axis("layer", {tickmode: "linear", tick0: 0, dtick: Math.max(1, Math.ceil((state.run?.num_layers || 1) / 12))}); }
 
 // ------------------------------------------------------------------------------------------------ run
 function showRun(run) {
@@ -298,7 +300,7 @@ function heat(div, z, x, y, title, extra) {
                       colorbar: {title: {text: extra?.colourTitle || "", side: "right"}, thickness: 12},
                       hovertemplate: "layer %{x}<br>%{y}<br>%{z:.4f}<extra></extra>"}],
                {title: {text: title, font: {size: 13}}, margin: {l: 60, r: 10, t: 30, b: 40},
-                xaxis: axis("layer"), yaxis: axis(extra?.yTitle || "")}, {displayModeBar: false});
+                xaxis: layerAxis(), yaxis: axis(extra?.yTitle || "")}, {displayModeBar: false});
 }
 function renderRegime(regime, layers) {
   const status = $("regime-status");
@@ -314,7 +316,7 @@ function renderRegime(regime, layers) {
        mode: "lines", name: regime.threshold_ready ? "this run's GMM threshold" : "the paper's threshold",
        line: {dash: "dash", color: "#d93025"}}],
       {title: {text: "regime: " + regime.compared, font: {size: 13}}, margin: {l: 50, r: 10, t: 30, b: 40},
-       xaxis: axis("layer"), yaxis: axis(`top-${regime.k} overlap`),
+       xaxis: layerAxis(), yaxis: axis(`top-${regime.k} overlap`),
        legend: {orientation: "h", y: -0.3, font: {size: 10}}}, {displayModeBar: false});
   } else {
     status.textContent = "regime n/a"; status.className = "";
@@ -392,7 +394,7 @@ async function loadLayerLens() {
     colorscale: "Viridis", colorbar: {title: {text: "log-prob (nats)", side: "right"}, thickness: 12},
     hovertemplate: "layer %{x}<br>%{y}<br>%{text} (id %{customdata})<br>log-prob %{z:.3f}<extra></extra>"}],
     {title: {text: "per-layer logit lens: top token", font: {size: 13}}, margin: {l: 60, r: 10, t: 30, b: 40},
-     xaxis: axis("layer"), yaxis: axis("iteration")}, {displayModeBar: false});
+     xaxis: layerAxis(), yaxis: axis("iteration")}, {displayModeBar: false});
 }
 
 // ------------------------------------------------------------------------------------------------ halting
