@@ -1,7 +1,8 @@
 """Tiny random backbones and a character tokenizer, for tests and examples that must not load a real model.
 
-The models are real transformers classes (Gemma3ForCausalLM, LlamaForCausalLM) with a few layers, a small hidden
-size and a small sliding window, so every code path of the real models runs, fast, in float64 if asked.
+The models are real transformers classes (Gemma3ForCausalLM, LlamaForCausalLM, HrmTextForCausalLM) with a few
+layers, a small hidden size and a small sliding window, so every code path of the real models runs, fast, in float64
+if asked.
 """
 
 from __future__ import annotations
@@ -92,6 +93,30 @@ def tiny_llama(
 ) -> PreTrainedModel:
     """A random Llama model (the Llama-family adapter: Llama, Mistral, Qwen2, Qwen3)."""
     return _build(LlamaForCausalLM, LlamaConfig(**_shared_sizes(num_layers, hidden_size, vocab_size)), dtype, seed)
+
+
+def tiny_hrm_text(
+    layers_per_stack: int = 2,
+    h_cycles: int = 2,
+    l_cycles: int = 2,
+    hidden_size: int = 32,
+    vocab_size: int = 128,
+    dtype: torch.dtype = torch.float64,
+    seed: int = 0,
+) -> PreTrainedModel:
+    """A random HRM-Text model (transformers' own ``HrmTextForCausalLM``): two stacks of ``layers_per_stack`` blocks,
+    ``h_cycles`` x (``l_cycles`` + 1) visits per token, causal attention (``prefix_lm`` off: prompts carry no
+    instruction/response split here), eager attention.
+
+    ``z_L_init`` and the norms have no weights to randomise; the embedding scale is the config default
+    (1 / initializer_range), as in the released model."""
+    from transformers import HrmTextConfig, HrmTextForCausalLM
+
+    sizes = _shared_sizes(layers_per_stack, hidden_size, vocab_size)
+    sizes.pop("num_key_value_heads")  # HRM-Text attention is multi-head, no grouped KV
+    config = HrmTextConfig(**sizes, head_dim=hidden_size // 2, H_cycles=h_cycles, L_cycles=l_cycles,
+                           prefix_lm=False)
+    return _build(HrmTextForCausalLM, config, dtype, seed)
 
 
 def _randomise_norms(model: PreTrainedModel, seed: int) -> None:
