@@ -20,6 +20,7 @@ Visit order per generated token, for the three families (``n`` layers per HRM st
     HRM-Text, depth D:       for h in 1..D:  for l in 0..L-1: L-stack 0..n-1 ;  H-stack 0..n-1
                              recorded layer of L-visit l, block j = l*n + j;  of the H visit = L*n + j
     Inkling-2 Loop, depth P: layers 0..s-1 ; for p in 1..P: layers s..e-1 ; layers e..N-1
+                             (layers outside s..e-1 hold iteration 1 only)
 """
 
 from __future__ import annotations
@@ -54,6 +55,8 @@ class LoopDeclaration:
             reads, and which iteration a call is.
         lens_head: ``(model, state [B, d]) -> logits [B, V]``: the family's own head on a lens state.
         depth_fields: ``(config, depth) -> {config field: value}``: what running at ``depth`` sets.
+        state_layer: ``config -> recorded layer`` whose output is the loop state that carries and that the ``state``
+            exit rule reads (``None``: SST's last stateful layer, from its own config).
     """
 
     family: str
@@ -70,6 +73,7 @@ class LoopDeclaration:
     lens_sites: Callable[[Any], list[tuple[Any, Callable[[dict[str, Any]], int]]]] | None = None
     lens_head: Callable[[Any, Any], Any] | None = None
     depth_fields: Callable[[Any, int], dict[str, int]] | None = None
+    state_layer: Callable[[Any], int] | None = None
 
     def check_depth(self, depth: int) -> int:
         """``depth`` if the family can run it, else a :class:`UsageError` saying what a depth means here."""
@@ -98,6 +102,7 @@ class LoopDeclaration:
             "exits": self.exits,
             "lens": self.lens,
             "iterations_per_layer": {str(d): self.iterations_per_layer(config, d) for d in depths},
+            "state_layer": self.state_layer(config) if self.state_layer is not None else None,
         }
 
 
@@ -191,10 +196,85 @@ HRM_TEXT_LOOP = LoopDeclaration(
     lens_sites=_hrm_lens_sites,
     lens_head=_hrm_lens_head,
     depth_fields=_hrm_depth_fields,
+    state_layer=lambda config: _hrm_slots_per_cycle(config) - 1,  # the last H block: z_H before the stack's norm
 )
 
 
-LOOPS: tuple[LoopDeclaration, ...] = (SST_LOOP, HRM_TEXT_LOOP)
+# ------------------------------------------------------------------------------------------------ Inkling-2 Loop
+def _inkling_layer_names(config: Any) -> list[str]:
+    return [f"layers.{i}" for i in range(int(config.num_hidden_layers))]
+
+
+def _inkling_visits(config: Any, depth: int) -> list[tuple[int, int]]:
+    start, end, total = int(config.loop_layer_index_start), int(config.loop_layer_index_end), \
+        int(config.num_hidden_layers)
+    before = [(1, layer) for layer in range(start)]
+    looped = [(p, layer) for p in range(1, depth + 1) for layer in range(start, end)]
+    return before + looped + [(1, layer) for layer in range(end, total)]
+
+
+def inkling_pass(config: Any, cache_offset: int) -> int:
+    """The pass (1-based) of a looped Inkling-2 Loop layer call from its ``cache_offset`` keyword (0, absent, in pass
+    1; ``num_hidden_layers + (p - 2) * looped - loop_layer_index_start`` in pass p >= 2, transformers' layout)."""
+    if not cache_offset:
+        return 1
+    looped = int(config.loop_layer_index_end) - int(config.loop_layer_index_start)
+    return (int(cache_offset) - int(config.num_hidden_layers) + int(config.loop_layer_index_start)) // looped + 2
+
+
+def _inkling_visit_sites(model: Any) -> list[tuple[Any, Callable[[dict[str, Any]], tuple[int, int]]]]:
+    config = model.config
+    start, end = int(config.loop_layer_index_start), int(config.loop_layer_index_end)
+    sites = []
+    for index, layer in enumerate(model.model.layers):
+        if start <= index < end:
+            sites.append((layer, lambda kwargs, index=index: (inkling_pass(model.config,
+                                                                           kwargs.get("cache_offset", 0)), index)))
+        else:
+            sites.append((layer, lambda kwargs, index=index: (1, index)))
+    return sites
+
+
+def _inkling_lens_sites(model: Any) -> list[tuple[Any, Callable[[dict[str, Any]], int]]]:
+    last_looped = model.model.layers[int(model.config.loop_layer_index_end) - 1]
+    return [(last_looped, lambda kwargs: inkling_pass(model.config, kwargs.get("cache_offset", 0)))]
+
+
+def _inkling_lens_head(model: Any, state: Any) -> Any:
+    # the model's own final norm, head and soft-cap, applied to the looped block's output (the post-loop layers and
+    # the final block attention residual do not run for a lens reading)
+    normed = model.model.norm(state).to(state.dtype)
+    return model.logit_softcap(model.lm_head(normed).float())
+
+
+def _inkling_depth_fields(config: Any, depth: int) -> dict[str, int]:
+    return {"loop_num_passes": depth}
+
+
+INKLING2_LOOP = LoopDeclaration(
+    family="inkling2_loop",
+    model_types=("inkling2_loop_text",),
+    carries="the pre-loop state (hidden state and block states after the layer before the looped block) restarts "
+            "every pass; the previous pass's hidden state and block states reach each looped layer as gated "
+            "messages (query, key, value and MLP inputs)",
+    depth_meaning="passes of the looped block (config loop_num_passes); layers before and after it run once",
+    depth_key="loop_num_passes",
+    max_depth=None,
+    exits="after any pass of the looped block (the lens reads its output there)",
+    lens="final norm, lm_head and logit soft-cap on the looped block's output after each pass (a logit lens: the "
+         "post-loop layers and the final block attention residual do not run for it, so the last pass's reading is "
+         "not the model's own distribution)",
+    layer_names=_inkling_layer_names,
+    visits=_inkling_visits,
+    visit_sites=_inkling_visit_sites,
+    lens_sites=_inkling_lens_sites,
+    lens_head=_inkling_lens_head,
+    depth_fields=_inkling_depth_fields,
+    state_layer=lambda config: int(config.loop_layer_index_end) - 1,  # the looped block's output
+)
+
+
+LOOPS: tuple[LoopDeclaration, ...] = (SST_LOOP, HRM_TEXT_LOOP, INKLING2_LOOP)
 
 
 def loop_families() -> list[str]:
