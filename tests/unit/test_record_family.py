@@ -1,6 +1,7 @@
-"""``record --model <tiny HRM-Text or Inkling-2 Loop folder> --depths 1,2`` then ``report --run``: the family's run directory, addressed
-by (turn, position, iteration, layer) with the manifest naming the family and its loop, read by the same reader and
-report as an SST run; and the family's refusals (one ``error:`` line, exit 2, nothing written)."""
+"""``record --model <tiny HRM-Text or Inkling-2 Loop folder> --depths 1,2`` then ``report --run``: the family's run
+directory, addressed by (turn, position, iteration, layer) with the manifest naming the family and its loop, read by
+the same reader and report as an SST run; and the family's refusals (one ``error:`` line, exit 2, nothing
+written)."""
 
 from __future__ import annotations
 
