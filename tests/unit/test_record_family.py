@@ -109,3 +109,25 @@ def test_hrm_flags_the_family_cannot_honour_are_one_error_line(tmp_path: Path, c
     fails_with_one_error_line(capsys, record_main, [*FAST, "--model", str(folder), "--depths", "1,2",
                                                     *flags, "--out", str(out)], phrase)
     assert not out.exists()
+
+
+def test_family_cross_family_profiles_read_the_declared_state_layer(family_run: Path, tmp_path: Path) -> None:
+    from sst_interp.analyses.families import capacity_profile, state_profile
+    from sst_interp.cli.report import main as report_main
+
+    run = Run.open(family_run)
+    layer = run.manifest["loop"]["state_layer"]
+    assert layer == {"hrm_text": 5, "inkling2_loop": 3}[run.manifest["family"]]
+    profile = state_profile(run, "r")
+    # by hand: relative L2 change of the state layer from iteration 1 to 2, over every recorded full position
+    changes = [np.linalg.norm(s[1] - s[0]) / np.linalg.norm(s[0])
+               for block in run.hidden(2, layers=[layer]) for s in block.values[:, :, 0].astype(np.float64)]
+    assert profile["iteration"].tolist() == [2] and profile["n_positions"].tolist() == [len(changes)]
+    assert profile["relative_change"].iloc[0] == pytest.approx(np.mean(changes), rel=1e-9)
+    capacity = capacity_profile(run, "r")
+    gens = run.generations()
+    by_depth = gens.groupby("depth")["correct"].mean() * 100
+    assert capacity["accuracy_pct"].tolist() == pytest.approx([by_depth[1], by_depth[2]])
+    out = tmp_path / "report"
+    assert report_main(["--run", str(family_run), "--out", str(out), "--only", "fig_family_*"]) == 0
+    assert (out / "fig_family_state.png").is_file() and (out / "fig_family_capacity.png").is_file()
