@@ -97,12 +97,19 @@ def sweepable_rules(manifest: Mapping[str, Any]) -> dict[str, str | None]:
     return out
 
 
-def state_layer(manifest: Mapping[str, Any], num_layers: int) -> int:
-    """The recorded layer whose output is the carried loop state: a latent-iteration family's ``loop.state_layer``
-    (docs/families.md), else the SST's last stateful layer, else the last layer."""
+def declared_state_layer(manifest: Mapping[str, Any]) -> int | None:
+    """A latent-iteration family's ``loop.state_layer`` (docs/families.md): the recorded layer whose output is the
+    carried loop state; None for SST runs (and runs written without it)."""
     declared = (manifest.get("loop") or {}).get("state_layer")
+    return None if declared is None else int(declared)
+
+
+def state_layer(manifest: Mapping[str, Any], num_layers: int) -> int:
+    """The recorded layer whose output is the carried loop state: a family's declared one
+    (:func:`declared_state_layer`), else the SST's last stateful layer, else the last layer."""
+    declared = declared_state_layer(manifest)
     if declared is not None:
-        return int(declared)
+        return declared
     layers = manifest.get("sst", {}).get("layers")
     return int(max(layers)) if layers else num_layers - 1
 
