@@ -50,6 +50,7 @@ def draw_capacity(data: ArtefactData) -> Figure:
         ax.plot(part["depth"], part["accuracy_pct"], marker="s", linestyle="--", color=line.get_color(),
                 label=f"{_label(run, family)}: accuracy")
     style(ax, "accuracy and staged capacity per depth", "depth (the family's loop count)", "% of questions")
+    ax.set_ylim(-2.0, 102.0)  # percentages: a flat 0% line (random tiny models) must not get a +-0.04 axis
     integer_ticks(ax)
     bottom_legend(fig, [ax], ncol=2)
     return fig
