@@ -189,7 +189,12 @@ def convergence_monitoring(run: Run, layer: int | None = None, positions: Sequen
     depth = depths[-1] if depth is None else int(depth)
     if depth not in depths:
         raise UsageError(f"depth {depth} is not in the run (depths {depths})")
-    layer = run.num_layers - 1 if layer is None else int(layer)
+    if layer is None:  # a family's carried state (its last layer may not loop), else the last layer
+        from sst_interp.analyses.depth_policies import declared_state_layer
+
+        declared = declared_state_layer(run.manifest)
+        layer = run.num_layers - 1 if declared is None else declared
+    layer = int(layer)
     if not 0 <= layer < run.num_layers:
         raise UsageError(f"layer {layer} is outside 0..{run.num_layers - 1}")
     sets = [set(run.question_ids(d)) for d in depths]

@@ -97,6 +97,23 @@ def sweepable_rules(manifest: Mapping[str, Any]) -> dict[str, str | None]:
     return out
 
 
+def declared_state_layer(manifest: Mapping[str, Any]) -> int | None:
+    """A latent-iteration family's ``loop.state_layer`` (docs/families.md): the recorded layer whose output is the
+    carried loop state; None for SST runs (and runs written without it)."""
+    declared = (manifest.get("loop") or {}).get("state_layer")
+    return None if declared is None else int(declared)
+
+
+def state_layer(manifest: Mapping[str, Any], num_layers: int) -> int:
+    """The recorded layer whose output is the carried loop state: a family's declared one
+    (:func:`declared_state_layer`), else the SST's last stateful layer, else the last layer."""
+    declared = declared_state_layer(manifest)
+    if declared is not None:
+        return declared
+    layers = manifest.get("sst", {}).get("layers")
+    return int(max(layers)) if layers else num_layers - 1
+
+
 def fixed_run_reason(manifest: Mapping[str, Any]) -> str | None:
     """Why a run cannot be replayed (None when it can): it must be fixed-depth, depth >= 2, logits every
     iteration."""
@@ -133,8 +150,7 @@ def collect_trajectories(run: Any, rules: Sequence[str] | None = None, depth: in
         if can[rule] is not None:
             raise UsageError(f"cannot replay {rule} on {run.path}: {can[rule]}")
     depth = max(run.depths) if depth is None else int(depth)
-    layers = run.manifest.get("sst", {}).get("layers")
-    layer = int(max(layers)) if layers else run.num_layers - 1
+    layer = state_layer(run.manifest, run.num_layers)
     gens = run.generations()
     gens = gens[gens["depth"] == depth].sort_values(["question_id", "turn"])
     index_rows: list[dict[str, Any]] = []
@@ -156,8 +172,8 @@ def collect_trajectories(run: Any, rules: Sequence[str] | None = None, depth: in
                 p = _where(block, position)
                 h = _where(hidden, position)
                 states = hidden.values[h, :, 0].astype(np.float32) if h is not None else None
-                if states is not None and np.isnan(states).any():
-                    states = None
+                if states is not None and (np.isnan(states).any() or states.shape[0] != depth):
+                    states = None  # a layer the loop does not visit at every iteration carries no trajectory
                 am = np.full(depth, -1, dtype=np.int64)
                 if p is not None:
                     am[:] = block.argmax[p, :depth]

@@ -2,6 +2,8 @@
 
 - :class:`Recorder` -- the generation observer used by ``python -m sst_interp.record``: full hidden states,
   top-k |value| sketches, per-iteration logit summaries and (optionally) FFN gate activity of one batch;
+- :class:`VisitRecorder` -- the same for natively looping families (HRM-Text): each hook call names its
+  (iteration, layer);
 - :class:`RecordConfig` -- what to record;
 - :class:`OwnedHooks` -- hooks owned by a context manager, all removed on exit (also on an exception).
 """
@@ -12,6 +14,7 @@ from sst_interp.hooks.gates import GateCapture, gate_projection, pack_signs
 from sst_interp.hooks.logits import LogitCapture, logit_summary
 from sst_interp.kernels.owned import OwnedHooks
 from sst_interp.hooks.recorder import Recorder
+from sst_interp.hooks.visits import VisitRecorder
 
 __all__ = [
     "GateCapture",
@@ -27,4 +30,5 @@ __all__ = [
     "logit_summary",
     "pack_signs",
     "top_abs_indices",
+    "VisitRecorder",
 ]

@@ -30,6 +30,14 @@ class OwnedHooks:
         self._handles.append(handle)
         return handle
 
+    def forward_with_kwargs(self, module: nn.Module,
+                            hook: Callable[[nn.Module, Any, dict[str, Any], Any], Any]) -> RemovableHandle:
+        """``module.register_forward_hook(hook, with_kwargs=True)`` (the hook also sees the call's keywords),
+        owned by this object."""
+        handle = module.register_forward_hook(hook, with_kwargs=True)
+        self._handles.append(handle)
+        return handle
+
     def forward_pre(self, module: nn.Module, hook: Callable[[nn.Module, Any], Any]) -> RemovableHandle:
         """``module.register_forward_pre_hook(hook)``, owned by this object."""
         handle = module.register_forward_pre_hook(hook)

@@ -18,6 +18,7 @@ from transformers import PreTrainedModel
 
 from sst_interp.model.adapters import ArchitectureAdapter, adapter_for, decoder_layers
 from sst_interp.model.config import SSTConfig
+from sst_interp.model.loops import SST_LOOP, LoopDeclaration
 from sst_interp.model.layer import STATE_MODES, StateMode, StateStreamContext, convert_layer
 from sst_interp.model.placement import execution_device
 from sst_interp.model.scan import shift_states
@@ -60,6 +61,12 @@ class SSTModel(nn.Module):
     def layers(self) -> nn.ModuleList:
         """The decoder layers, [L]."""
         return decoder_layers(self.backbone)
+
+    @property
+    def loop(self) -> LoopDeclaration:
+        """The SST's loop declaration (:data:`~sst_interp.model.loops.SST_LOOP`): every layer once per iteration,
+        iterations rerun the emitting pass, a per-layer state carries."""
+        return SST_LOOP
 
     @property
     def num_layers(self) -> int:

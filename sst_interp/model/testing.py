@@ -1,7 +1,8 @@
 """Tiny random backbones and a character tokenizer, for tests and examples that must not load a real model.
 
-The models are real transformers classes (Gemma3ForCausalLM, LlamaForCausalLM) with a few layers, a small hidden
-size and a small sliding window, so every code path of the real models runs, fast, in float64 if asked.
+The models are real transformers classes (Gemma3ForCausalLM, LlamaForCausalLM, HrmTextForCausalLM) with a few
+layers, a small hidden size and a small sliding window, so every code path of the real models runs, fast, in float64
+if asked.
 """
 
 from __future__ import annotations
@@ -92,6 +93,73 @@ def tiny_llama(
 ) -> PreTrainedModel:
     """A random Llama model (the Llama-family adapter: Llama, Mistral, Qwen2, Qwen3)."""
     return _build(LlamaForCausalLM, LlamaConfig(**_shared_sizes(num_layers, hidden_size, vocab_size)), dtype, seed)
+
+
+def tiny_hrm_text(
+    layers_per_stack: int = 2,
+    h_cycles: int = 2,
+    l_cycles: int = 2,
+    hidden_size: int = 32,
+    vocab_size: int = 128,
+    dtype: torch.dtype = torch.float64,
+    seed: int = 0,
+) -> PreTrainedModel:
+    """A random HRM-Text model (transformers' own ``HrmTextForCausalLM``): two stacks of ``layers_per_stack`` blocks,
+    ``h_cycles`` x (``l_cycles`` + 1) visits per token, causal attention (``prefix_lm`` off: prompts carry no
+    instruction/response split here), eager attention.
+
+    ``z_L_init`` and the norms have no weights to randomise; the embedding scale is the config default
+    (1 / initializer_range), as in the released model."""
+    from transformers import HrmTextConfig, HrmTextForCausalLM
+
+    sizes = _shared_sizes(layers_per_stack, hidden_size, vocab_size)
+    sizes.pop("num_key_value_heads")  # HRM-Text attention is multi-head, no grouped KV
+    config = HrmTextConfig(**sizes, head_dim=hidden_size // 2, H_cycles=h_cycles, L_cycles=l_cycles,
+                           prefix_lm=False)
+    return _build(HrmTextForCausalLM, config, dtype, seed)
+
+
+def tiny_inkling2_loop(
+    num_layers: int = 6,
+    loop_start: int = 2,
+    loop_end: int = 4,
+    passes: int = 3,
+    hidden_size: int = 32,
+    vocab_size: int = 128,
+    dtype: torch.dtype = torch.float32,
+    seed: int = 0,
+) -> PreTrainedModel:
+    """A random Inkling-2 Loop text model (transformers' own ``Inkling2LoopForCausalLM``): ``num_layers`` layers
+    (sliding-window, the last full attention), layers ``loop_start..loop_end-1`` looped ``passes`` times, blocks of 2
+    layers for the attention residuals, 4 experts (2 per token).
+
+    float32: its router and message gates compute in float32 whatever the model's dtype (float64 fails in the router,
+    "expected m1 and m2 to have the same dtype"), so this family is exact to float32 only."""
+    from transformers import Inkling2LoopForCausalLM, Inkling2LoopTextConfig
+
+    config = Inkling2LoopTextConfig(
+        vocab_size=vocab_size, unpadded_vocab_size=vocab_size, hidden_size=hidden_size, num_hidden_layers=num_layers,
+        num_attention_heads=2, num_key_value_heads=1, head_dim=hidden_size // 2, swa_num_attention_heads=2,
+        swa_num_key_value_heads=1, swa_head_dim=hidden_size // 2, sliding_window_size=4, d_rel=4, rel_extent=16,
+        n_layers_per_attn_res_block=2, moe_intermediate_size=hidden_size // 2, n_routed_experts=4,
+        num_experts_per_tok=2, loop_layer_index_start=loop_start, loop_layer_index_end=loop_end,
+        loop_num_passes=passes, loop_gate_rank=4, max_position_embeddings=512, pad_token_id=0, eos_token_id=1,
+        bos_token_id=2, attn_implementation="eager")
+    torch.manual_seed(seed)
+    model = Inkling2LoopForCausalLM(config).to(dtype)
+    _randomise_norms(model, seed)
+    _randomise_zero_queries(model, seed)
+    return model.eval()
+
+
+def _randomise_zero_queries(model: PreTrainedModel, seed: int) -> None:
+    # The block attention residuals' queries and the message gates start at zero (a uniform mix, no message):
+    # random values make the tests see which block and which pass a state came from.
+    generator = torch.Generator().manual_seed(seed + 2)
+    with torch.no_grad():
+        for name, param in model.named_parameters():
+            if name.endswith("query") or "gate_proj" in name and "message" in name or "forget_gate" in name:
+                param.copy_((0.5 * torch.randn(param.shape, generator=generator)).to(param.dtype))
 
 
 def _randomise_norms(model: PreTrainedModel, seed: int) -> None:

@@ -100,12 +100,19 @@ def load_probe_data(run: Any, layer: int | None = None) -> ProbeData:
 
     Args:
         run: an open run with flat depths ``1..i_max``.
-        layer: probe layer (0-based); default: the paper's layer 15 of 62 scaled to the run's depth.
+        layer: probe layer (0-based); default: the paper's layer 15 of 62 scaled to the run's depth (a
+            latent-iteration family's run: its declared state layer, ``loop.state_layer``).
 
     Returns:
         :class:`ProbeData` (``x: [n_timesteps, d]``, ``eval_x: [Q, i_max, d]``).
     """
-    layer = run_layer_default(run.num_layers) if layer is None else int(layer)
+    if layer is None:
+        from sst_interp.analyses.depth_policies import declared_state_layer
+
+        # a latent-iteration family's layers need not loop: its probe reads the carried state by default
+        declared = declared_state_layer(run.manifest)
+        layer = run_layer_default(run.num_layers) if declared is None else declared
+    layer = int(layer)
     return load_probe_data_layers(run, [layer])[layer]
 
 

@@ -156,8 +156,9 @@ def simulate_policy(run: Any, policy: PositionPolicy) -> list[SimulatedTurn]:
         probe = ProbeDepth.from_path(policy.probe_path)
     last_layer = None
     if needs_state:
-        layers = run.manifest.get("sst", {}).get("layers")
-        last_layer = int(max(layers)) if layers else run.num_layers - 1
+        from sst_interp.analyses.depth_policies import state_layer
+
+        last_layer = state_layer(run.manifest, run.num_layers)
     out: list[SimulatedTurn] = []
     for qid, rows in gens.groupby("question_id", sort=False):
         logit_blocks = {b.turn: b for b in run.logits(depth, [qid])}

@@ -36,8 +36,12 @@ def record(options: RecordOptions) -> dict[int, float]:
     from sst_interp.model.loading import DEMO_PRESET_NOTE, build_sst, resolve_prompt_mode
     from sst_interp.record.identity import model_spec, questions_sha256, run_identity, sandbox_config
     from sst_interp.record.preflight import check_against_model
+    from sst_interp.record.families import native_family, record_family
     from sst_interp.store import check_out
 
+    family = native_family(options.model)
+    if family is not None:  # a natively looping family (HRM-Text, ...): its own forward, not the SST conversion
+        return record_family(options, family)
     options.validate()
     ranks = ranks_from_environment()
     if ranks.distributed and options.device_map != "none":

@@ -40,6 +40,7 @@ FAMILIES: tuple[str, ...] = (
     "Halting probe",
     "Learned blend coefficients and training",
     "Interventions",
+    "Across latent-iteration families",
 )
 
 

@@ -214,7 +214,10 @@ def _checkpoints(runs: list[RunInput], given: Path | None) -> tuple[dict[str, Pa
         return {item.name: given for item in runs}, missing
     for item in runs:
         named = (item.run.manifest.get("identity") or {}).get("checkpoint")
-        if not named:
+        family = item.run.manifest.get("family")
+        if family is not None and family != "sst":
+            missing[item.name] = f"a {family} run has no SST checkpoint: the blend coefficients alpha are SST's"
+        elif not named:
             missing[item.name] = ("the run's manifest names no SST checkpoint (an untrained SST) and no "
                                   "--checkpoint was given")
         elif not (Path(named) / "sst_state.safetensors").is_file():

@@ -15,6 +15,7 @@ from sst_interp.reporting import (
     specs_basins,
     specs_depth,
     specs_evaluation,
+    specs_families,
     specs_interventions,
     specs_logits,
     specs_monitoring,
@@ -37,7 +38,8 @@ UNSUPPORTED: dict[str, str] = {
 def all_specs() -> list[ArtefactSpec]:
     """Every spec, in page order."""
     specs = [*specs_evaluation.SPECS, *specs_basins.SPECS, *specs_logits.SPECS, *specs_monitoring.SPECS,
-             *specs_depth.SPECS, *specs_probe.SPECS, *specs_alpha.SPECS, *specs_interventions.SPECS]
+             *specs_depth.SPECS, *specs_probe.SPECS, *specs_alpha.SPECS, *specs_interventions.SPECS,
+             *specs_families.SPECS]
     names = [s.name for s in specs]
     dup = {n for n in names if names.count(n) > 1}
     if dup:

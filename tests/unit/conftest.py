@@ -14,9 +14,10 @@ import pytest
 import torch
 from transformers import PreTrainedModel
 
-from sst_interp.model.testing import char_tokenizer, tiny_gemma3, tiny_llama
+from sst_interp.model.testing import char_tokenizer, tiny_gemma3, tiny_hrm_text, tiny_inkling2_loop, tiny_llama
 
-TINY_BUILDERS = {"gemma3": tiny_gemma3, "llama": tiny_llama}
+TINY_BUILDERS = {"gemma3": tiny_gemma3, "llama": tiny_llama, "hrm_text": tiny_hrm_text,
+                 "inkling2_loop": tiny_inkling2_loop}
 
 #: ``record`` flags for a run of a few seconds on a CPU: small windows and short answers.
 FAST = ["--questions", "demo", "--max-new-tokens", "5", "--full-positions", "2", "--sketch-positions", "2",
@@ -24,7 +25,8 @@ FAST = ["--questions", "demo", "--max-new-tokens", "5", "--full-positions", "2",
 
 
 def tiny_backbone(family: str = "gemma3", dtype: torch.dtype = torch.float64, seed: int = 0) -> PreTrainedModel:
-    """A tiny random backbone of ``family`` (``gemma3`` or ``llama``), see :mod:`sst_interp.model.testing`."""
+    """A tiny random backbone of ``family`` (``gemma3``, ``llama``, ``hrm_text`` or ``inkling2_loop``), see
+    :mod:`sst_interp.model.testing`."""
     return TINY_BUILDERS[family](dtype=dtype, seed=seed)
 
 

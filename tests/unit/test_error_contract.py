@@ -286,6 +286,14 @@ CASES = [
     Case("record-into-run-with-other-batch-size", "record", (*REC, "--batch-size", "3", "--out", "{run}"),
          "batch_size: 8 -> 3"),  # the identity names it before the model loads
     Case("record-out-a-file", "record", (*REC, "--out", "{data}/empty.jsonl"), "is a file"),
+    # ---- latent-iteration families (issue 36): refused before any weight loads
+    Case("record-family-unsupported-model-type", "record", (*FAST, "--model", "{data}/gpt2_model", "--out", "{out}"),
+         "unsupported model_type 'gpt2'; supported families: sst"),
+    Case("record-family-hrm-sst-only-flag", "record",
+         (*FAST, "--model", "{data}/hrm_model", "--prompt-mode", "two_pass", "--out", "{out}"), "hrm_text has none"),
+    Case("record-family-hrm-per-position-policy", "record",
+         (*FAST, "--model", "{data}/hrm_model", "--depths", "1,2", "--depth-policy", "entropy:0.5", "--out", "{out}"),
+         "hrm_text runs are recorded at fixed depths only"),
     Case("generate-empty-prompt", "generate", ("--model", "{model}", "--prompt", "  "), "--prompt is empty"),
     Case("store-verify-not-a-run", "store", ("verify", "{data}"), "not a run directory"),
     Case("report-no-such-run", "report", ("--run", "{data}/no-run", "--out", "{out}"), "no-run"),
@@ -340,6 +348,9 @@ def files(tmp_path_factory) -> dict[str, Path]:
             writer.writeheader()
             writer.writerows(edited)
     (data / "not_json.jsonl").write_text("not json\n")
+    (data / "gpt2_model").mkdir()
+    (data / "gpt2_model" / "config.json").write_text(json.dumps({"model_type": "gpt2"}))
+    save_tiny_model(data / "hrm_model", "hrm_text")
     (data / "spec_bad_stream.json").write_text(json.dumps({"interventions": [
         {"site": {"stream": "residual"}, "operation": {"kind": "zero"}}]}))
     (data / "spec_bad_layer.yaml").write_text("interventions:\n  - site: {stream: layer_out, layers: [9]}\n"

@@ -1,0 +1,98 @@
+"""Cross-family measurements: the same quantity read from runs of different latent-iteration families, in one tidy
+table per measurement so that a report puts them side by side (docs/families.md).
+
+Each function reads one :class:`~sst_interp.store.Run` of any family (SST when the manifest names none) through
+the family's loop declaration as written in the manifest (``loop.state_layer``; SST's last stateful layer):
+
+- :func:`state_profile`: per iteration transition i-1 -> i of the deepest depth, the mean top-k |value| overlap and
+  the mean relative L2 change of the carried loop state, over every full position;
+- :func:`capacity_profile`: per recorded depth, the accuracy at that depth and the staged capacity (a question
+  counts once it was correct at any depth <= D).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from sst_interp.analyses.depth_policies import state_layer
+from sst_interp.kernels.results import NotApplicable
+
+STATE_COLUMNS = ("run", "family", "iteration", "overlap", "relative_change", "n_positions")
+CAPACITY_COLUMNS = ("run", "family", "depth", "accuracy_pct", "staged_capacity_pct", "n_questions")
+
+
+def family_of(run: Any) -> str:
+    """The run's family name (``sst`` when the manifest names none)."""
+    return str(run.manifest.get("family") or "sst")
+
+
+def state_profile(run: Any, name: str) -> pd.DataFrame | NotApplicable:
+    """Top-k overlap and relative L2 change of the carried state between consecutive iterations.
+
+    Args:
+        run: a fixed-depth run with full hidden states.
+        name: the run's label in the table.
+
+    Returns:
+        rows ``run, family, iteration (i >= 2: the transition i-1 -> i), overlap (|top-k(i-1) & top-k(i)| / k,
+        k = the manifest's sketch_k), relative_change (||s_i - s_{i-1}|| / ||s_{i-1}||), n_positions``, means over
+        every question's recorded full positions at the deepest depth; ``NotApplicable`` when the run has no depth
+        >= 2 or no hidden states.
+    """
+    depth = max(run.depths, default=0)
+    if depth < 2:
+        return NotApplicable(f"run has depths {run.depths}; a state profile needs a depth >= 2", "fig_family_state")
+    if int(run.manifest.get("full_positions") or 0) < 1:
+        return NotApplicable("the run recorded no hidden states (full_positions 0)", "fig_family_state")
+    layer = state_layer(run.manifest, run.num_layers)
+    k = max(1, int(run.manifest.get("sketch_k") or 1))
+    overlap: list[list[float]] = [[] for _ in range(depth - 1)]
+    change: list[list[float]] = [[] for _ in range(depth - 1)]
+    for block in run.hidden(depth, layers=[layer]):
+        values = block.values[:, :, 0].astype(np.float64)  # [positions, iterations, d]
+        if values.shape[1] != depth:
+            continue  # the state layer was not visited at every iteration
+        for states in values:
+            if np.isnan(states).any():
+                continue
+            top = np.argsort(-np.abs(states), axis=-1)[:, :k]
+            for i in range(1, depth):
+                overlap[i - 1].append(len(set(top[i - 1]) & set(top[i])) / k)
+                base = float(np.linalg.norm(states[i - 1]))
+                change[i - 1].append(float(np.linalg.norm(states[i] - states[i - 1])) / base if base else np.nan)
+    if not overlap[0]:
+        return NotApplicable(f"no position holds the state layer ({layer}) at every iteration of depth {depth}",
+                             "fig_family_state")
+    rows = [{"run": name, "family": family_of(run), "iteration": i + 1, "overlap": float(np.mean(overlap[i - 1])),
+             "relative_change": float(np.nanmean(change[i - 1])), "n_positions": len(overlap[i - 1])}
+            for i in range(1, depth)]
+    return pd.DataFrame(rows, columns=list(STATE_COLUMNS))
+
+
+def capacity_profile(run: Any, name: str) -> pd.DataFrame | NotApplicable:
+    """Accuracy and staged capacity per recorded depth.
+
+    Returns:
+        rows ``run, family, depth, accuracy_pct, staged_capacity_pct, n_questions`` over the questions recorded at
+        every depth; ``NotApplicable`` without two depths.
+    """
+    if len(run.depths) < 2:
+        return NotApplicable(f"run has a single depth ({run.depths}); staged capacity needs two or more",
+                             "fig_family_capacity")
+    episodes = run.episodes()
+    table = episodes.pivot_table(index="question_id", columns="depth", values="correct", aggfunc="first")
+    table = table.dropna()
+    if table.empty:
+        return NotApplicable("no question is recorded at every depth", "fig_family_capacity")
+    correct = table.astype(bool)
+    depths = sorted(int(d) for d in correct.columns)
+    rows = []
+    for depth in depths:
+        upto = correct[[d for d in correct.columns if int(d) <= depth]].any(axis=1)
+        rows.append({"run": name, "family": family_of(run), "depth": depth,
+                     "accuracy_pct": 100.0 * float(correct[depth].mean()),
+                     "staged_capacity_pct": 100.0 * float(upto.mean()), "n_questions": len(correct)})
+    return pd.DataFrame(rows, columns=list(CAPACITY_COLUMNS))

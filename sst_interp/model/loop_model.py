@@ -1,0 +1,174 @@
+"""A latent-iteration model transformers runs natively (HRM-Text, ...), with its loop declaration, and its greedy
+generation with the KV cache, announcing every forward call to an observer (the recorder).
+
+Unlike SST, whose iterations are reruns of the emitting pass, these families run all their loops inside one forward
+call per token: the depth is a config field (:attr:`~sst_interp.model.loops.LoopDeclaration.depth_key`) that
+:meth:`LoopModel.at_depth` sets for the duration of a generation, and the recorder reads the visits from hooks on
+the family's own modules (:attr:`~sst_interp.model.loops.LoopDeclaration.visit_sites`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any, Protocol
+
+import torch
+from torch import nn
+
+from sst_interp.kernels.errors import UsageError
+from sst_interp.model.generation import GenerationConfig, GenerationResult, PassInfo, left_pad
+from sst_interp.model.loops import LoopDeclaration, native_loop
+
+
+class LoopObserver(Protocol):
+    """Receives every forward call of a looped generation (one call runs every iteration of its positions)."""
+
+    def on_pass_start(self, info: PassInfo) -> None: ...
+
+    def on_pass_end(self, info: PassInfo, logits: torch.Tensor | None) -> None: ...
+
+    def on_token(self, position: int, token_ids: torch.Tensor, active: torch.Tensor) -> None: ...
+
+
+class LoopModel:
+    """A natively looping causal LM and its :class:`LoopDeclaration`.
+
+    Attributes:
+        backbone: the transformers model (``HrmTextForCausalLM``, ...), unchanged.
+        loop: the family's declaration.
+    """
+
+    def __init__(self, backbone: nn.Module, loop: LoopDeclaration | None = None) -> None:
+        model_type = getattr(getattr(backbone, "config", None), "model_type", None)
+        found = loop or native_loop(model_type)
+        if found is None or found.visit_sites is None:
+            from sst_interp.model.loops import loop_for_model_type
+
+            loop_for_model_type(model_type)  # an unknown type: the error naming every family
+            raise UsageError(f"{model_type!r} is an SST backbone, not a natively looping family")
+        self.backbone = backbone
+        self.loop = found
+
+    @property
+    def config(self) -> Any:
+        """The backbone's config (its depth field changes under :meth:`at_depth`)."""
+        return self.backbone.config
+
+    @property
+    def layer_names(self) -> list[str]:
+        """The recorded layer axis (:attr:`LoopDeclaration.layer_names`)."""
+        return self.loop.layer_names(self.config)
+
+    @property
+    def num_layers(self) -> int:
+        """Size of the recorded layer axis."""
+        return len(self.layer_names)
+
+    @property
+    def hidden_size(self) -> int:
+        """d."""
+        return int(self.backbone.get_input_embeddings().weight.shape[1])
+
+    @property
+    def device(self) -> torch.device:
+        """Where the inputs go."""
+        return self.backbone.get_input_embeddings().weight.device
+
+    @property
+    def dtype(self) -> torch.dtype:
+        """Compute dtype."""
+        return self.backbone.get_input_embeddings().weight.dtype
+
+    @contextmanager
+    def at_depth(self, depth: int) -> Iterator[LoopModel]:
+        """Run the enclosed calls at ``depth`` (checked by the declaration); the config is restored on exit."""
+        self.loop.check_depth(depth)
+        assert self.loop.depth_fields is not None
+        fields = self.loop.depth_fields(self.config, depth)
+        before = {name: getattr(self.config, name) for name in fields}
+        try:
+            for name, value in fields.items():
+                setattr(self.config, name, value)
+            yield self
+        finally:
+            for name, value in before.items():
+                setattr(self.config, name, value)
+
+    def lens(self, state: torch.Tensor) -> torch.Tensor:
+        """The family's head on lens states [B, d] -> logits [B, V], at least float32."""
+        assert self.loop.lens_head is not None
+        logits = self.loop.lens_head(self.backbone, state)
+        return logits.to(torch.promote_types(logits.dtype, torch.float32))
+
+    def forward_logits(self, input_ids: torch.Tensor, attention_mask: torch.Tensor, position_ids: torch.Tensor,
+                       cache: Any) -> tuple[torch.Tensor, Any]:
+        """One forward call with the cache: returns (logits of the last column [B, V], the cache)."""
+        out = self.backbone(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids,
+                            cache=cache, use_cache=True, logits_to_keep=1)
+        logits = out.logits[:, -1]
+        return logits.to(torch.promote_types(logits.dtype, torch.float32)), out.cache
+
+
+@torch.no_grad()
+def generate_looped(model: LoopModel, prompts: list[list[int]], depth: int, config: GenerationConfig | None = None,
+                    observer: LoopObserver | None = None, decode_fn: Any = None) -> GenerationResult:
+    """Greedy generation at ``depth`` with the KV cache, one forward call per token.
+
+    Generated position 0 is the prefill (its last column); every later position is one call on the cache. The
+    observer hears ``on_pass_start``/``on_pass_end`` around each call (``PassInfo.iteration`` is the depth: the
+    call runs every iteration) and ``on_token`` for each chosen token.
+
+    Args:
+        model: the :class:`LoopModel`.
+        prompts: token id lists, one per row (left-padded; batch size 1 is what the exactness tests pin).
+        depth: the family's loop count (:attr:`LoopDeclaration.depth_meaning`).
+        config: max_new_tokens, EOS ids, stop strings and the pad id are read; the prompt mode does not apply.
+        observer: receives every call.
+        decode_fn: token ids -> text, for stop strings.
+
+    Returns:
+        :class:`GenerationResult` (``iterations`` holds ``depth`` for every token).
+    """
+    config = config or GenerationConfig()
+    if config.do_sample:
+        raise UsageError(f"{model.loop.family} runs are greedy; sampling is not supported for this family")
+    ids, mask = left_pad(prompts, config.pad_token_id, model.device)
+    batch = ids.shape[0]
+    active = torch.ones(batch, dtype=torch.bool, device=ids.device)
+    generated: list[list[int]] = [[] for _ in prompts]
+    stops = ["max_new_tokens"] * batch
+    eos = set(config.eos_token_ids)
+    positions = (mask.cumsum(-1) - 1).clamp(min=0)
+    with model.at_depth(depth):
+        cache = None
+        tokens, step_positions = ids, positions
+        for position in range(config.max_new_tokens):
+            info = PassInfo(position=position, iteration=depth, depth=depth, active=active.clone())
+            if observer is not None:
+                observer.on_pass_start(info)
+            logits, cache = model.forward_logits(tokens, mask, step_positions, cache)
+            if observer is not None:
+                observer.on_pass_end(info, logits)
+            token = torch.where(active, logits.argmax(-1), torch.full_like(active, config.pad_token_id,
+                                                                          dtype=torch.long))
+            if observer is not None:
+                observer.on_token(position, token, active.clone())
+            for row in range(batch):
+                if not active[row]:
+                    continue
+                generated[row].append(int(token[row]))
+                if int(token[row]) in eos:
+                    stops[row], active[row] = "eos", False
+                elif config.stop_strings and decode_fn is not None and any(
+                        stop in decode_fn(generated[row]) for stop in config.stop_strings):
+                    stops[row], active[row] = "stop_string", False
+            if not bool(active.any()):
+                break
+            # a finished row's column is masked out: its context stays exactly its own tokens
+            mask = torch.cat([mask, active.long()[:, None]], dim=1)
+            step_positions = step_positions[:, -1:] + active.long()[:, None]
+            tokens = token[:, None]
+    return GenerationResult(token_ids=generated, stop_reasons=stops, chosen_depth=[depth] * batch,
+                            depth_policy=f"fixed({depth})",
+                            iterations=[[depth] * len(row) for row in generated])

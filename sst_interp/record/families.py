@@ -1,0 +1,212 @@
+"""Recording a natively looping family (HRM-Text, ...): the same run directory as an SST run, from the family's own
+transformers classes.
+
+``record --model FOLDER`` lands here when the folder's ``config.json`` names a family of
+:data:`~sst_interp.model.loops.LOOPS` other than SST (read before any weight loads). Each depth sets the family's
+loop count (:attr:`~sst_interp.model.loops.LoopDeclaration.depth_key`); the recorder
+(:class:`~sst_interp.hooks.visits.VisitRecorder`) files every visit under (turn, position, iteration, layer), and the
+manifest adds ``family`` and ``loop`` (docs/format.md, docs/families.md).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from sst_interp.kernels.errors import UsageError
+from sst_interp.record.options import RecordOptions
+
+#: What the SST-only flags mean for a looping family: each one refused with this reason.
+SST_ONLY_FLAGS = {
+    "checkpoint": "--checkpoint loads an SST checkpoint",
+    "demo_preset": "--demo-preset is the untrained SST preset",
+    "prompt_mode": "--prompt-mode says how the prompt runs through the SST state stream",
+    "intervention": "--intervention acts on the SST state stream",
+    "gates": "--gates hooks the SST layers' FFN gate",
+}
+
+
+def native_family(model: str | None) -> Any:
+    """The :class:`~sst_interp.model.loops.LoopDeclaration` of a local model folder whose ``config.json`` names a
+    natively looping family; None for SST backbones, GGUF files and hub ids (loaded as before). A folder of a
+    ``model_type`` no family serves is a :class:`UsageError` naming the families, before any weight loads."""
+    from sst_interp.model.loops import loop_for_model_type, native_loop
+
+    if not model or not Path(model).is_dir():
+        return None
+    config = Path(model) / "config.json"
+    if not config.is_file():
+        return None
+    try:
+        model_type = json.loads(config.read_text()).get("model_type")
+    except (json.JSONDecodeError, AttributeError, UnicodeDecodeError) as exc:
+        raise UsageError(f"{config} is not a readable Hugging Face config: {exc}") from exc
+    loop_for_model_type(model_type)
+    return native_loop(model_type)
+
+
+def check_family_options(options: RecordOptions, loop: Any, depths: list[int]) -> None:
+    """Refuse what a looping family cannot honour: an SST-only flag, a per-position or probe depth policy, CodeACT,
+    a depth beyond the family's range (each a :class:`UsageError`)."""
+    for name, reason in SST_ONLY_FLAGS.items():
+        value = getattr(options, name)
+        if value not in (None, False):
+            raise UsageError(f"{reason}; {loop.family} has none (drop the flag)")
+    if options.depth_policy != "fixed":
+        raise UsageError(f"--depth-policy {options.depth_policy}: {loop.family} runs are recorded at fixed depths "
+                         "only")
+    if options.codeact:
+        raise UsageError(f"--protocol codeact: {loop.family} runs are recorded with the completion protocol only")
+    for depth in depths:
+        loop.check_depth(depth)
+
+
+def record_family(options: RecordOptions, loop: Any) -> dict[int, float]:
+    """Record every depth of ``options`` with the looping family ``loop``; resumes like an SST run. Returns accuracy
+    per depth."""
+    from sst_interp.data import load_questions, questions_to_frame
+    from sst_interp.data.question import select_questions
+    from sst_interp.model.backbone import load_backbone
+    from sst_interp.model.devices import check_device
+    from sst_interp.model.loop_model import LoopModel
+    from sst_interp.record.identity import questions_sha256
+    from sst_interp.record.ranks import ranks_from_environment
+    from sst_interp.store import check_out
+
+    depths = options.validate()
+    check_family_options(options, loop, depths)
+    if ranks_from_environment().distributed or options.device_map != "none":
+        raise UsageError(f"{loop.family} runs are recorded in one process on one device (no torchrun, "
+                         "--device-map none)")
+    every = load_questions(options.questions, options.data, **options.source_options)
+    selected = select_questions(every, limit=options.limit, ids=options.ids)
+    identity = {"model": str(Path(options.model).resolve()), "family": loop.family, "dtype": options.dtype,
+                "questions": options.questions, "data_sha256": questions_sha256(questions_to_frame(every)),
+                "max_new_tokens": options.max_new_tokens, "decoding": "greedy",
+                "full_positions": options.full_positions, "sketch_positions": options.sketch_positions,
+                "sketch_k": options.sketch_k, "top_k": options.top_k, "batch_size": options.batch_size}
+    out = options.out_path()
+    check_out(out, identity)
+    device = check_device(options.device)
+    backbone, tokenizer = load_backbone(options.model, dtype=options.dtype, device=device)
+    model = LoopModel(backbone, loop)
+    return record_family_questions(model, tokenizer, selected, options, out, identity)
+
+
+def record_family_questions(model: Any, tokenizer: Any, questions: list[Any], options: RecordOptions,
+                            out: str | Path, identity: dict[str, Any]) -> dict[int, float]:
+    """Record ``questions`` with a loaded :class:`~sst_interp.model.loop_model.LoopModel` into ``out`` (created or
+    resumed), every depth of ``options``."""
+    from tqdm import tqdm
+
+    from sst_interp.hooks import RecordConfig
+    from sst_interp.record.preflight import check_against_model
+    from sst_interp.record.ranks import Ranks
+    from sst_interp.record.runner import _open_run, _summary, completed_before
+    from sst_interp.store import estimate_remaining
+
+    depths = options.validate()
+    check_family_options(options, model.loop, depths)
+    check_against_model(options, model, tokenizer, questions)
+    out = Path(out)
+    config = RecordConfig(full_positions=options.full_positions, sketch_positions=options.sketch_positions,
+                          sketch_k=options.sketch_k, top_k=options.top_k, dtype=options.dtype, gates=False)
+    extra = family_manifest(options, model, tokenizer, config, depths)
+    before = completed_before(out)
+    space = estimate_remaining(out, {k: sum(q.question_id not in before.get(k, set()) for q in questions)
+                                     for k in depths},
+                               full_positions=config.full_positions, sketch_positions=config.sketch_positions,
+                               layers=model.num_layers, d=model.hidden_size, dtype=options.dtype,
+                               top_k=options.top_k, sketch_k=extra["sketch_k"],
+                               max_new_tokens=options.max_new_tokens, gates=False, ffn_size=0)
+    if not space.fits and not options.allow_low_disk:
+        raise UsageError(f"{space.line()}; or pass --allow-low-disk to record anyway")
+    ranks = Ranks()
+    with _open_run(out, identity, extra, questions, ranks) as writer:
+        remaining = {k: [q for q in questions if q.question_id not in writer.completed(k)] for k in depths}
+        done = sum(len(questions) - len(v) for v in remaining.values())
+        print(f"{space.line()}; {done} of {len(questions) * len(depths)} question-depths already recorded in {out}")
+        total = sum(len(v) for v in remaining.values())
+        with tqdm(total=total, unit="q", desc=f"record {model.loop.family}", disable=total == 0) as progress:
+            for depth in depths:
+                todo = remaining[depth]
+                for start in range(0, len(todo), options.batch_size):
+                    batch = todo[start:start + options.batch_size]
+                    progress.set_postfix_str(f"depth {depth}")
+                    rows, columns = record_family_batch(model, tokenizer, batch, depth, options, config)
+                    writer.submit(depth, [q.question_id for q in batch], generations=rows, **columns)
+                    progress.update(len(batch))
+    return _summary(out, depths, ranks)
+
+
+def record_family_batch(model: Any, tokenizer: Any, batch: list[Any], depth: int, options: RecordOptions,
+                        config: Any) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+    """Generate one batch at ``depth`` with the :class:`~sst_interp.hooks.visits.VisitRecorder` attached; returns
+    (generation rows, writer columns)."""
+    import numpy as np
+
+    from sst_interp.data import grade, stop_strings
+    from sst_interp.hooks import VisitRecorder
+    from sst_interp.model.generation import GenerationConfig
+    from sst_interp.model.loading import eos_token_ids
+    from sst_interp.model.loop_model import generate_looped
+
+    prompts = [list(tokenizer(q.prompt).input_ids) for q in batch]
+    pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
+    gen_config = GenerationConfig(max_new_tokens=options.max_new_tokens, eos_token_ids=eos_token_ids(tokenizer, model),
+                                  stop_strings=tuple(stop_strings(batch[0].source)), pad_token_id=pad)
+    ids = [q.question_id for q in batch]
+    with VisitRecorder.for_model(model, ids, config) as recorder:
+        result = generate_looped(model, prompts, depth, gen_config, observer=recorder,
+                                 decode_fn=lambda tokens: tokenizer.decode(tokens, skip_special_tokens=True))
+    rows = []
+    for row, question in enumerate(batch):
+        tokens = result.token_ids[row]
+        text = tokenizer.decode(tokens, skip_special_tokens=True)
+        verdict = grade(question, text)
+        rows.append({
+            "question_id": question.question_id, "turn": 0, "depth": depth, "token_ids": tokens, "text": text,
+            "n_tokens": len(tokens), "stop_reason": result.stop_reasons[row],
+            "extracted_answer": verdict.extracted_answer, "correct": bool(verdict.correct),
+            "grader": verdict.grader, "depth_policy": result.depth_policy, "chosen_depth": depth,
+            "prompt_tokens": len(prompts[row]), "iterations": np.asarray(result.iterations[row], dtype=np.int32),
+        })
+    return rows, recorder.columns()
+
+
+def family_manifest(options: RecordOptions, model: Any, tokenizer: Any, config: Any,
+                    depths: list[int]) -> dict[str, Any]:
+    """The manifest keys of a family run besides the identity: the contract layout, ``family`` and ``loop``."""
+    from sst_interp import __version__
+    from sst_interp.data import stop_strings
+    from sst_interp.model.loading import eos_token_ids
+
+    vocab = getattr(model.config, "vocab_size", None)
+    return {
+        "hidden_size": model.hidden_size,
+        "num_layers": model.num_layers,
+        "dtype": options.dtype,
+        "depths": depths,
+        "full_positions": config.full_positions,
+        "sketch_positions": config.sketch_positions,
+        "sketch_k": config.resolved_sketch_k(model.hidden_size),
+        "top_k": config.top_k,
+        "gates": False,
+        "ffn_size": None,
+        "decoding": {"strategy": "greedy", "do_sample": False, "max_new_tokens": options.max_new_tokens,
+                     "eos_token_ids": list(eos_token_ids(tokenizer, model)),
+                     "stop_strings": list(stop_strings(options.questions))},
+        # the prompt runs through the family's own forward: there is no state stream for a prompt mode to shape
+        "prompt_mode": "none",
+        "protocol": "completion",
+        "depth_policy": "fixed",
+        "family": model.loop.family,
+        "loop": model.loop.describe(model.config, depths),
+        "questions": options.questions,
+        "batch_size": options.batch_size,
+        "device": str(model.device),
+        "package_version": __version__,
+        "logits_every_iteration": True,
+        "vocab_size": int(vocab) if vocab is not None else None,
+    }

@@ -1,0 +1,133 @@
+"""``record --model <tiny HRM-Text or Inkling-2 Loop folder> --depths 1,2`` then ``report --run``: the family's run
+directory, addressed by (turn, position, iteration, layer) with the manifest naming the family and its loop, read by
+the same reader and report as an SST run; and the family's refusals (one ``error:`` line, exit 2, nothing
+written)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from sst_interp.cli.record import main as record_main
+from sst_interp.store import Run
+from tests.unit.conftest import FAST, fails_with_one_error_line, save_tiny_model
+
+pytestmark = pytest.mark.usefixtures("one_thread")
+
+
+#: per family: the manifest's depth key, a phrase of its lens and carry, how often each layer runs at depths 1 and 2
+EXPECTED = {
+    "hrm_text": ("H_cycles", "z_H", "z_L", [1] * 6, [2] * 6),
+    "inkling2_loop": ("loop_num_passes", "looped block", "messages", [1] * 6, [1, 1, 2, 2, 1, 1]),
+}
+
+
+@pytest.fixture(scope="module", params=sorted(EXPECTED))
+def family(request: pytest.FixtureRequest) -> str:
+    return request.param
+
+
+@pytest.fixture(scope="module")
+def family_folder(family: str, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return save_tiny_model(tmp_path_factory.mktemp(family) / "model", family)
+
+
+@pytest.fixture(scope="module")
+def family_run(family_folder: Path, family: str, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    out = tmp_path_factory.mktemp("runs") / family
+    torch.set_num_threads(1)
+    assert record_main([*FAST, "--model", str(family_folder), "--depths", "1,2", "--limit", "2",
+                        "--out", str(out)]) == 0
+    return out
+
+
+def test_family_record_writes_a_run_addressed_by_iteration_and_layer(family_run: Path, family: str) -> None:
+    run = Run.open(family_run)
+    manifest = run.manifest
+    key, lens, carries, once, twice = EXPECTED[family]
+    assert manifest["family"] == family and run.depths == [1, 2]
+    loop = manifest["loop"]
+    assert loop["depth_key"] == key and lens in loop["lens"] and carries in loop["carries"]
+    assert loop["iterations_per_layer"] == {"1": once, "2": twice}
+    assert run.num_layers == 6 and manifest["hidden_size"] == 32
+    for depth in (1, 2):
+        blocks = list(run.hidden(depth))
+        assert len(blocks) == 2
+        for block in blocks:
+            # FAST records 2 full positions; a layer is NaN exactly at the iterations the family does not visit it
+            assert block.values.shape == (2, depth, 6, 32)
+            visited = np.array([[iteration <= loop["iterations_per_layer"][str(depth)][layer]
+                                 for layer in range(6)] for iteration in range(1, depth + 1)])
+            assert (np.isnan(block.values).all(axis=(0, 3)) == ~visited).all()
+            assert not np.isnan(block.values[:, visited]).any()
+        logits = list(run.logits(depth))
+        assert all(block.entropy.shape[1] == depth for block in logits)
+    gens = run.generations()
+    assert set(gens["depth"]) == {1, 2} and (gens["n_tokens"] > 0).all()
+
+
+def test_family_record_then_report_writes_artefacts(family_run: Path, tmp_path: Path) -> None:
+    from sst_interp.cli.report import main as report_main
+
+    out = tmp_path / "report"
+    assert report_main(["--run", str(family_run), "--out", str(out)]) == 0
+    assert (out / "index.html").is_file()
+    assert (out / "tab_staged_breakdown.csv").is_file() or any(out.glob("tab_staged_breakdown*"))
+
+
+def test_family_rerun_resumes_without_recording_again(family_folder: Path, family_run: Path, capsys) -> None:
+    before = json.loads((family_run / "manifest.json").read_text())["status"]
+    assert record_main([*FAST, "--model", str(family_folder), "--depths", "1,2", "--limit", "2",
+                        "--out", str(family_run)]) == 0
+    assert "4 of 4 question-depths already recorded" in capsys.readouterr().out
+    assert json.loads((family_run / "manifest.json").read_text())["status"] == before
+
+
+def test_hrm_unsupported_model_type_folder_is_one_error_line(tmp_path: Path, capsys) -> None:
+    folder = tmp_path / "gpt2"
+    folder.mkdir()
+    (folder / "config.json").write_text(json.dumps({"model_type": "gpt2"}))
+    out = tmp_path / "out"
+    fails_with_one_error_line(capsys, record_main, [*FAST, "--model", str(folder), "--out", str(out)],
+                              "unsupported model_type 'gpt2'; supported families: sst")
+    assert not out.exists()
+
+
+@pytest.mark.parametrize("flags, phrase", [
+    (["--checkpoint", "demo-codeact"], "--checkpoint loads an SST checkpoint; hrm_text has none"),
+    (["--prompt-mode", "two_pass"], "hrm_text has none"),
+    (["--depth-policy", "kl:0.01"], "hrm_text runs are recorded at fixed depths only"),
+])
+def test_hrm_flags_the_family_cannot_honour_are_one_error_line(tmp_path: Path, capsys, flags: list[str],
+                                                               phrase: str) -> None:
+    folder = save_tiny_model(tmp_path / "hrm", "hrm_text")
+    out = tmp_path / "out"
+    fails_with_one_error_line(capsys, record_main, [*FAST, "--model", str(folder), "--depths", "1,2",
+                                                    *flags, "--out", str(out)], phrase)
+    assert not out.exists()
+
+
+def test_family_cross_family_profiles_read_the_declared_state_layer(family_run: Path, tmp_path: Path) -> None:
+    from sst_interp.analyses.families import capacity_profile, state_profile
+    from sst_interp.cli.report import main as report_main
+
+    run = Run.open(family_run)
+    layer = run.manifest["loop"]["state_layer"]
+    assert layer == {"hrm_text": 5, "inkling2_loop": 3}[run.manifest["family"]]
+    profile = state_profile(run, "r")
+    # by hand: relative L2 change of the state layer from iteration 1 to 2, over every recorded full position
+    changes = [np.linalg.norm(s[1] - s[0]) / np.linalg.norm(s[0])
+               for block in run.hidden(2, layers=[layer]) for s in block.values[:, :, 0].astype(np.float64)]
+    assert profile["iteration"].tolist() == [2] and profile["n_positions"].tolist() == [len(changes)]
+    assert profile["relative_change"].iloc[0] == pytest.approx(np.mean(changes), rel=1e-9)
+    capacity = capacity_profile(run, "r")
+    gens = run.generations()
+    by_depth = gens.groupby("depth")["correct"].mean() * 100
+    assert capacity["accuracy_pct"].tolist() == pytest.approx([by_depth[1], by_depth[2]])
+    out = tmp_path / "report"
+    assert report_main(["--run", str(family_run), "--out", str(out), "--only", "fig_family_*"]) == 0
+    assert (out / "fig_family_state.png").is_file() and (out / "fig_family_capacity.png").is_file()
