@@ -213,6 +213,20 @@ TERMS: tuple[Term, ...] = (
          '`kl:TAU`, `entropy:TAU`, `margin:TAU`, `state:TAU`, or a probe. See [per-position depth](depth.md).'),
     ),
     Term(
+        'family', 'Family, loop declaration', 'Families',
+        ('How a latent-iteration model loops, declared once per family (sst_interp/model/loops.py): which decoder '
+         'layers run how many times per token and in what order (its visits), what carries from one visit to the '
+         'next, which loop count --depths sets, where a per-position exit can be taken, and its lens. SST, '
+         'HRM-Text and Inkling-2 Loop are declared. See [model families](families.md).'),
+    ),
+    Term(
+        'lens', 'Lens (per-iteration logits)', 'Families',
+        ("The family's own head applied to the loop state after each visit, which gives a run its per-iteration "
+         'logits; the manifest names the state it reads. For SST it is the model\'s output at each iteration; for '
+         'Inkling-2 Loop the logits at the last pass are a logit lens, not the distribution the token was chosen '
+         'from.'),
+    ),
+    Term(
         'site', 'Site', 'Interventions',
         ('Where an intervention acts: (turn, position, iteration, layer, stream). See '
          '[interventions](interventions.md).'),
