@@ -635,7 +635,8 @@ MEASUREMENTS = (*MEASUREMENTS, *DEPTH_POLICY_MEASUREMENTS)
 
 #: Modules of the floors above this package that declare measurements of their own (the halting probe's tables):
 #: imported by name the first time the registry is listed or searched, since this package never imports upwards.
-EXTENSIONS: tuple[str, ...] = ("sst_interp.probe.measurements", "sst_interp.experiments.measurements")
+EXTENSIONS: tuple[str, ...] = ("sst_interp.probe.measurements", "sst_interp.experiments.measurements",
+                               "sst_interp.analyses.comparisons")
 
 
 BY_KEY: dict[str, Measurement] = {}
