@@ -100,8 +100,10 @@ def test_loss_curves_are_labelled_by_config_and_the_external_table_by_kind(repor
     outcome = report.outcome("fig_sst_vs_nobias_loss")
     assert outcome.data.meta["series"] == ["SST (theta_init=-1.8, direct update)",
                                           "SST (theta_init=0, direct update)"]
-    assert report.outcome("fig_sst_vs_baseline_training_loss").data.meta["series"][:2] == [
-        "SST (theta_init=-1.8, direct update)", "baseline (LoRA only, one pass)"]
+    for name in ("fig_sst_vs_baseline_training_loss", "fig_sst_vs_baseline_validation_loss"):
+        meta = report.outcome(name).data.meta  # the paper's panels: the SST and the baseline only
+        assert meta["series"] == ["SST (theta_init=-1.8, direct update)", "baseline (LoRA only, one pass)"]
+        assert meta["roles"] == ["main", "baseline"]
     md = (report.out / "tab_external_gpqa.md").read_text()
     assert "recorded" in md and "published" in md and "not recorded by this tool" in md
     hyper = pd.read_csv(report.out / "tab_hyperparameters.csv")
