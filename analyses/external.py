@@ -30,7 +30,8 @@ PUBLISHED, RECORDED = "published", "recorded"
 
 def shipped_path(name: str) -> Path:
     """The shipped CSV of ``name`` (gsm8k or gpqa)."""
-    file = resources.files("sst_interp.reporting") / "data" / SHIPPED[name][0]
+    # resolved from the root package, so that this floor never imports the reporting package above it
+    file = resources.files("sst_interp") / "reporting" / "data" / SHIPPED[name][0]
     return Path(str(file))
 
 
