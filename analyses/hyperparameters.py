@@ -26,11 +26,12 @@ from sst_interp.kernels.results import AnalysisResult
 
 TRAIN_CONFIG = "train_config.json"
 SUMMARY = "summary.json"
-#: Fields that differ by design between the SST, its variants and the baseline (the architecture), or that name
-#: where a run wrote and how it was launched rather than what it trained.
+#: Fields that differ by design between the SST, its variants and the baseline (the architecture).
 ARCHITECTURE_FIELDS = frozenset({"baseline", "theta_init", "a_min", "a_max", "update", "state_scale", "sst_layers",
                                  "lr_sst"})
-INCIDENTAL_FIELDS = frozenset({"out", "threads", "device", "preset"})
+#: Fields that name where a run wrote and how it was launched rather than what it trained, and the data files'
+#: paths: each training writes (or is given) its own copy; the data are compared by their hashes.
+INCIDENTAL_FIELDS = frozenset({"out", "threads", "device", "preset", "train_data", "val_data"})
 NOT_RECORDED = "not recorded"
 SST_ONLY = "n/a (SST only)"
 
