@@ -8,6 +8,7 @@ For notebooks, start here::
     a.staged_breakdown()
     analyses.open_checkpoint("checkpoints/sst")       # CheckpointAnalysis: the learned alpha figures' data
     analyses.open_training(sst="train/sst")          # TrainingAnalysis: loss and alpha curves
+    analyses.open_comparison(runs=[...], baseline=..., training=[...], external="gpqa")  # ablations, external
 
 The modules (``basins``, ``basin_profiles``, ``divergence``, ``logit_dynamics``, ``evaluation``, ``repetition``,
 ``convergent``, ``convergence``, ``precision``, ``alpha``, ...) hold the functions the methods call; the statistics
@@ -35,11 +36,14 @@ if TYPE_CHECKING:
         open_run,
         open_training,
     )
+    from sst_interp.analyses.comparisons import ComparisonAnalysis, open_comparison
 
 #: Importing the package loads nothing heavy; torch and scikit-learn load when a measurement needs them.
-__getattr__, __dir__ = lazy_exports(__name__, {name: "sst_interp.analyses.api" for name in (
-    "CheckpointAnalysis", "ExperimentAnalysis", "NotAvailable", "RunAnalysis", "TrainingAnalysis", "UnknownMeasurement",
-    "open_checkpoint", "open_experiment", "open_run", "open_training")})
+__getattr__, __dir__ = lazy_exports(__name__, {
+    **{name: "sst_interp.analyses.api" for name in (
+        "CheckpointAnalysis", "ExperimentAnalysis", "NotAvailable", "RunAnalysis", "TrainingAnalysis",
+        "UnknownMeasurement", "open_checkpoint", "open_experiment", "open_run", "open_training")},
+    **{name: "sst_interp.analyses.comparisons" for name in ("ComparisonAnalysis", "open_comparison")}})
 
 
 def open(run: str | Path | Run, baseline: str | Path | Run | None = None,  # noqa: A001 - the notebook entry point
@@ -67,6 +71,6 @@ def open(run: str | Path | Run, baseline: str | Path | Run | None = None,  # noq
     return open_run(run, baseline, baseline_depth=baseline_depth, name=name, alpha=alpha, probe=probe)
 
 
-__all__ = ["CheckpointAnalysis", "ExperimentAnalysis", "NotAvailable", "RunAnalysis", "TrainingAnalysis",
-           "UnknownMeasurement", "open",
-           "open_checkpoint", "open_experiment", "open_run", "open_training"]
+__all__ = ["CheckpointAnalysis", "ComparisonAnalysis", "ExperimentAnalysis", "NotAvailable", "RunAnalysis",
+           "TrainingAnalysis", "UnknownMeasurement", "open", "open_checkpoint", "open_comparison", "open_experiment",
+           "open_run", "open_training"]

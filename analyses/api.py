@@ -87,7 +87,9 @@ class Measured:
         if measurement.scope != self.scope:
             opener = {"run": "analyses.open(run)", "checkpoint": "analyses.open_checkpoint(folder)",
                       "training": "analyses.open_training(sst=..., baseline=...)",
-                      "experiment": "analyses.open_experiment(folder)"}[measurement.scope]
+                      "experiment": "analyses.open_experiment(folder)",
+                      "comparison": "analyses.open_comparison(runs=..., baseline=..., training=..., external=...)"
+                      }[measurement.scope]
             raise NotAvailable(f"{measurement.key} is a measurement of a {measurement.scope}, not of a "
                                f"{self.scope}; use {opener}")
         return measurement

@@ -680,7 +680,8 @@ MEASUREMENTS = tuple(replace(m, found=_by_computing(m.name)) if m.found is None 
 
 #: Modules of the floors above this package that declare measurements of their own (the halting probe's tables):
 #: imported by name the first time the registry is listed or searched, since this package never imports upwards.
-EXTENSIONS: tuple[str, ...] = ("sst_interp.probe.measurements", "sst_interp.experiments.measurements")
+EXTENSIONS: tuple[str, ...] = ("sst_interp.probe.measurements", "sst_interp.experiments.measurements",
+                               "sst_interp.analyses.comparisons")
 
 
 BY_KEY: dict[str, Measurement] = {}

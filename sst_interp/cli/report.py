@@ -7,6 +7,8 @@ was skipped and why::
     python -m sst_interp.report                                   # the most recent run under runs/
     python -m sst_interp.report --run runs/gpqa --baseline runs/gpqa_base --out reports/
     python -m sst_interp.report --run runs/ --only 'fig_layer_profile*,tab_overthinking'
+    python -m sst_interp.report --run runs/main --run runs/nobias --run runs/ema --baseline runs/base \
+        --training-log train/sst --training-log train/nobias --training-log train/base --external gpqa
 
 Exit codes: 0 done; 1 some artefact failed (the page lists the error); 2 bad input (one line on stderr).
 """
@@ -47,6 +49,10 @@ class ReportFlags:
     experiment: list[Path] = arg(default_factory=list, repeat=True,
                                  help="intervention experiment folder (python -m sst_interp.intervene ... --out), "
                                       "repeatable: its tables and heatmaps join the report")
+    external: str | None = arg(None, metavar="FILE.csv",
+                               help="published accuracies (columns model, parameters, accuracy, prompting, source) "
+                                    "to place the run's staged accuracy among, or a shipped name: gsm8k, gpqa (the "
+                                    "figures the paper cites); without it the external comparisons are skipped")
     quiet: bool = arg(False, help="no progress lines")
 
 
@@ -74,7 +80,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         runs=tuple(args.run), baselines=tuple(args.baseline), probe=args.probe,
         checkpoint=_named(args.checkpoint), training_logs=tuple(_named(p) for p in args.training_log), out=args.out,
         only=tuple(args.only), runs_root=args.runs_root,
-        progress=not args.quiet, experiments=tuple(args.experiment),
+        progress=not args.quiet, experiments=tuple(args.experiment), external=args.external,
     )
     result = build_report(config)
     ok, skipped, failed = (result.names(s) for s in ("ok", "skipped", "failed"))

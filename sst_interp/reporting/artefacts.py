@@ -9,7 +9,8 @@ a figure never reruns an analysis. Which specs exist, and binding them to runs, 
 
 Scopes: ``report`` artefacts combine every run (one table across benchmarks); ``run`` artefacts are made once per
 SST run (suffixed ``-<run name>`` when there are several); ``checkpoint`` artefacts once per distinct SST
-checkpoint; ``training`` artefacts from the training logs.
+checkpoint; ``training`` artefacts from the training logs; ``comparison`` artefacts once, from every run, training
+log and published CSV together (ablations, hyperparameters, loss comparisons, external comparisons).
 """
 
 from __future__ import annotations
@@ -28,7 +29,7 @@ if TYPE_CHECKING:
     from sst_interp.reporting.context import ReportContext
 
 Kind = Literal["table", "figure"]
-Scope = Literal["report", "run", "checkpoint", "training"]
+Scope = Literal["report", "run", "checkpoint", "training", "comparison"]
 
 #: Page sections, in display order.
 FAMILIES: tuple[str, ...] = (
@@ -41,6 +42,7 @@ FAMILIES: tuple[str, ...] = (
     "Learned blend coefficients and training",
     "Interventions",
     "Across latent-iteration families",
+    "Ablations and external comparison",
 )
 
 
@@ -74,9 +76,9 @@ class ArtefactSpec:
         label: the paper label it reproduces (``tab:main_results``), or "" for measurements without one.
         family: page section (one of :data:`FAMILIES`).
         caption: one line on what the artefact shows.
-        scope: "report", "run", "checkpoint" or "training" (module docstring).
+        scope: "report", "run", "checkpoint", "training" or "comparison" (module docstring).
         needs: inputs whose content keys the cache: any of "run", "runs", "baseline", "probe", "checkpoint",
-            "training", "experiments".
+            "training", "experiments", "external".
         compute: ``(context, target) -> ArtefactData | NotApplicable``; ``target`` is the run name, the checkpoint
             path or None.
         draw: figures only: ``ArtefactData -> Figure``.

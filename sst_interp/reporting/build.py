@@ -115,7 +115,10 @@ class Fingerprints:
             ckpt = inputs.checkpoints.get(art.target or "")
             return self.path(ckpt)
         if need == "training":
-            return [self.path(inputs.training.sst), self.path(inputs.training.baseline)]
+            return [self.path(inputs.training.sst), self.path(inputs.training.baseline),
+                    *[self.path(p) for p in inputs.training.variants]]
+        if need == "external":
+            return self.path(inputs.external)
         if need == "experiments":
             return [self.path(p) for p in inputs.experiments]
         raise ValueError(f"unknown need {need!r}")

@@ -11,7 +11,13 @@ Resolution rules (each failure is a one-line :class:`~sst_interp.kernels.errors.
   names (``identity.checkpoint``), when that folder exists.
 - ``training_logs``: training output folders (``train_log.csv``, plus ``alpha_log.csv`` for an SST) or
   ``train_log.csv`` files. A log with ``alpha_log.csv`` beside it, or a non-empty ``lr_sst`` column, is the SST's;
-  otherwise the baseline's. At most one of each.
+  otherwise the baseline's. At most one of each. A folder with ``train_config.json`` is sorted by its config
+  instead (:func:`sst_interp.analyses.comparisons.training_role`): ``--baseline`` runs are the baseline's, an SST
+  at the paper's theta_init with the direct update is the SST's, and an ablation variant (``--theta-init 0``,
+  ``--update ema_linked``) joins ``variants`` (at most one per role).
+- ``external``: a CSV of published accuracies or a shipped name (gsm8k, gpqa); a malformed file is refused.
+- Runs of different SST architectures (an ablation set) must be recorded under the same conditions
+  (:func:`sst_interp.analyses.ablation.pair_runs`); otherwise the report is refused before anything is written.
 """
 
 from __future__ import annotations
@@ -46,6 +52,8 @@ class ReportConfig:
         progress: print one line per artefact to stderr.
         experiments: intervention experiment folders (``python -m sst_interp.intervene``) whose tables and
             heatmaps join the report.
+        external: a CSV of published accuracies (``model, parameters, accuracy, prompting, source``) or a shipped
+            name (gsm8k, gpqa) for the external comparisons; None: those tables are skipped.
     """
 
     runs: tuple[Path, ...] = ()
@@ -58,6 +66,7 @@ class ReportConfig:
     runs_root: Path = Path("runs")
     progress: bool = True
     experiments: tuple[Path, ...] = ()
+    external: str | Path | None = None
 
 
 @dataclass(frozen=True)
@@ -84,15 +93,22 @@ class TrainingLogs:
     Args:
         sst: folder holding the SST's ``train_log.csv`` (and ``alpha_log.csv``), or None.
         baseline: folder holding the baseline's ``train_log.csv``, or None.
+        variants: the ablation variants' training folders (``--theta-init 0``, ``--update ema_linked``).
     """
 
     sst: Path | None = None
     baseline: Path | None = None
+    variants: tuple[Path, ...] = ()
 
     @property
     def given(self) -> bool:
         """True when any log was given."""
-        return self.sst is not None or self.baseline is not None
+        return self.sst is not None or self.baseline is not None or bool(self.variants)
+
+    @property
+    def folders(self) -> list[Path]:
+        """Every training folder given: the SST's, the baseline's, the variants'."""
+        return [p for p in (self.sst, self.baseline, *self.variants) if p is not None]
 
 
 @dataclass(frozen=True)
@@ -108,6 +124,7 @@ class ReportInputs:
         training: the training logs.
         out: the output folder.
         experiments: intervention experiment folders (each holds at least one ``experiment-<kind>.json``).
+        external: the checked CSV of published accuracies, or None.
     """
 
     runs: tuple[RunInput, ...]
@@ -118,6 +135,7 @@ class ReportInputs:
     training: TrainingLogs = TrainingLogs()
     out: Path = Path("reports")
     experiments: tuple[Path, ...] = ()
+    external: Path | None = None
 
     def run(self, name: str) -> RunInput:
         """The run called ``name``."""
@@ -249,11 +267,22 @@ def _is_sst_log(folder: Path) -> bool:
 
 def resolve_training_logs(paths: tuple[Path, ...]) -> TrainingLogs:
     """Sort the given logs into the SST's and the baseline's (see module docstring)."""
+    from sst_interp.analyses.comparisons import BASELINE, training_role
+    from sst_interp.analyses.ablation import MAIN
+
     sst: Path | None = None
     baseline: Path | None = None
+    variants: dict[str, Path] = {}
     for path in paths:
         folder = _log_folder(path)
-        if _is_sst_log(folder):
+        role = training_role(folder)[0] if (folder / "train_config.json").is_file() else None
+        if role not in (None, MAIN, BASELINE):
+            if role in variants:
+                raise UsageError(f"two {role} training logs given ({variants[role]}, {folder}); pass one per "
+                                 f"variant (the role is read from each folder's train_config.json)")
+            variants[role] = folder
+            continue
+        if role == MAIN or (role is None and _is_sst_log(folder)):
             if sst is not None:
                 raise UsageError(f"two SST training logs given ({sst}, {folder}); pass at most one SST and one "
                                  "baseline log")
@@ -263,7 +292,7 @@ def resolve_training_logs(paths: tuple[Path, ...]) -> TrainingLogs:
                 raise UsageError(f"two baseline training logs given ({baseline}, {folder}); pass at most one SST "
                                  "and one baseline log")
             baseline = folder
-    return TrainingLogs(sst, baseline)
+    return TrainingLogs(sst, baseline, tuple(variants.values()))
 
 
 def resolve_inputs(config: ReportConfig) -> ReportInputs:
@@ -284,6 +313,11 @@ def resolve_inputs(config: ReportConfig) -> ReportInputs:
         raise UsageError(f"--probe {config.probe} does not exist; pass a probe folder saved by "
                          "`python -m sst_interp.probe train`")
     checkpoints, missing = _checkpoints(runs, Path(config.checkpoint) if config.checkpoint else None)
+    from sst_interp.analyses.ablation import pair_runs
+    from sst_interp.analyses.comparisons import external_path
+
+    pair_runs({item.name: item.run for item in runs})  # an ablation set recorded under other conditions: refused
+    external = external_path(config.external) if config.external is not None else None
     return ReportInputs(
         runs=tuple(runs),
         baselines=_match_baselines(runs, baselines),
@@ -293,6 +327,7 @@ def resolve_inputs(config: ReportConfig) -> ReportInputs:
         training=resolve_training_logs(tuple(Path(p) for p in config.training_logs)),
         out=Path(config.out),
         experiments=resolve_experiments(tuple(Path(p) for p in config.experiments)),
+        external=external,
     )
 
 

@@ -102,6 +102,21 @@ class ReportContext:
         logs = self.inputs.training
         return self.memo(("training",), lambda: TrainingAnalysis(logs.sst, logs.baseline))
 
+    def comparison_analysis(self) -> Any:
+        """The :class:`~sst_interp.analyses.comparisons.ComparisonAnalysis` of every run (with its matched
+        baseline), every training log and the ``--external`` CSV."""
+        from sst_interp.analyses.comparisons import ComparisonAnalysis
+
+        inputs = self.inputs
+
+        def build() -> Any:
+            return ComparisonAnalysis({i.name: i.run for i in inputs.runs},
+                                      {name: base.run for name, base in inputs.baselines.items()},
+                                      inputs.training.folders, inputs.external,
+                                      {i.name: i.benchmark for i in inputs.runs})
+
+        return self.memo(("comparison",), build)
+
     def alpha(self, checkpoint: str | None) -> AlphaMatrix | NotApplicable:
         """Blend coefficients of an SST checkpoint folder (read from its safetensors; no model is built)."""
         analysis = self.checkpoint_analysis(checkpoint)

@@ -17,11 +17,12 @@ from sst_interp.reporting.artefacts import ArtefactData, ArtefactSpec
 from sst_interp.reporting.context import ReportContext
 
 
-def measured_data(ctx: ReportContext, target: str | None, key: str) -> ArtefactData | NotApplicable:
-    """The artefact data of measurement ``key`` on run ``target``: the paper layout as ``main``, the entry's extra
-    tables beside it, its provenance notes."""
+def measured_data(ctx: ReportContext, target: str | None, key: str, scope: str = "run"
+                  ) -> ArtefactData | NotApplicable:
+    """The artefact data of measurement ``key`` on run ``target`` (or the analysis of another ``scope``): the paper
+    layout as ``main``, the entry's extra tables beside it, its provenance notes."""
     measurement = lookup(key)
-    analysis = ctx.analysis(target)
+    analysis = analysis_for(ctx, scope, target)
     result = analysis.attempt(key)
     if isinstance(result, NotApplicable):
         return result
@@ -30,16 +31,18 @@ def measured_data(ctx: ReportContext, target: str | None, key: str) -> ArtefactD
     return ArtefactData(tables, {"notes": [*measurement.notes(analysis, result), *found]})
 
 
-def measured_spec(key: str, family: str, caption: str, inputs: tuple[str, ...] = ("run",)) -> ArtefactSpec:
-    """A run-scoped table artefact ``tab_<name>`` backed by the registry entry ``key``."""
+def measured_spec(key: str, family: str, caption: str, inputs: tuple[str, ...] | None = None) -> ArtefactSpec:
+    """A table artefact ``tab_<name>`` backed by the registry entry ``key``, of the entry's scope (a run, or a
+    ``comparison`` of several inputs); ``inputs`` key its cache (default: the scope's)."""
     measurement = lookup(key)
+    scope = measurement.scope
 
     def compute(ctx: ReportContext, target: str | None) -> ArtefactData | NotApplicable:
-        return measured_data(ctx, target, key)
+        return measured_data(ctx, target, key, scope)
 
     compute.__doc__ = f"{measurement.key}: {measurement.title}"
-    return ArtefactSpec(measurement.artefact, "table", measurement.label, family, caption, "run", inputs,
-                        compute)
+    return ArtefactSpec(measurement.artefact, "table", measurement.label, family, caption, scope,
+                        inputs or SCOPE_INPUTS[scope], compute)
 
 
 def analysis_for(ctx: ReportContext, scope: str, target: str | None) -> Any:
@@ -48,11 +51,14 @@ def analysis_for(ctx: ReportContext, scope: str, target: str | None) -> Any:
         return ctx.checkpoint_analysis(target)
     if scope == "training":
         return ctx.training_analysis()
+    if scope == "comparison":
+        return ctx.comparison_analysis()
     return ctx.analysis(target)
 
 
 #: The report inputs each scope's artefacts read (their cache keys).
-SCOPE_INPUTS = {"run": ("run",), "checkpoint": ("checkpoint",), "training": ("training",)}
+SCOPE_INPUTS = {"run": ("run",), "checkpoint": ("checkpoint",), "training": ("training",),
+                "comparison": ("runs", "baseline", "training", "external")}
 
 
 def measured_figure_spec(key: str, family: str, caption: str, draw: Callable[[ArtefactData], Any],

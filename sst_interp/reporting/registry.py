@@ -13,6 +13,7 @@ from pathlib import Path
 from sst_interp.reporting import (
     specs_alpha,
     specs_basins,
+    specs_comparisons,
     specs_depth,
     specs_evaluation,
     specs_families,
@@ -26,12 +27,6 @@ from sst_interp.reporting.artefacts import FAMILIES, Artefact, ArtefactSpec
 #: Paper artefacts no run can support, with the reason (listed on the page, never produced).
 UNSUPPORTED: dict[str, str] = {
     "fig_architecture": "a schematic of the architecture, not a measurement",
-    "tab_external_gsm8k": "published accuracies of other models; not derived from recorded runs",
-    "tab_external_gpqa": "published accuracies of other models; not derived from recorded runs",
-    "tab_hyperparameters": "the training configuration; read it from the training run's config",
-    "tab_alpha_init_ablation": "needs runs of the no-bias ablation checkpoint paired with the SST's; not supported",
-    "tab_ema_variant_ablation": "needs runs of the EMA-variant checkpoint paired with the SST's; not supported",
-    "fig_sst_vs_nobias_loss": "needs the no-bias ablation's training log; not supported",
 }
 
 
@@ -39,7 +34,7 @@ def all_specs() -> list[ArtefactSpec]:
     """Every spec, in page order."""
     specs = [*specs_evaluation.SPECS, *specs_basins.SPECS, *specs_logits.SPECS, *specs_monitoring.SPECS,
              *specs_depth.SPECS, *specs_probe.SPECS, *specs_alpha.SPECS, *specs_interventions.SPECS,
-             *specs_families.SPECS]
+             *specs_families.SPECS, *specs_comparisons.SPECS]
     names = [s.name for s in specs]
     dup = {n for n in names if names.count(n) > 1}
     if dup:

@@ -59,6 +59,9 @@ class SyntheticSpec:
         l2_noise: noise scale at iteration 2.
         l2_decay: noise scale factor per further iteration.
         l2_signal: > 0 makes the noise (and L2 deltas) larger before a degrading step (positive control).
+        sst: the SST config written to the manifest's ``sst`` block (``theta_init``, ``update``, ...), as ``record``
+            writes it from the checkpoint it loads; None writes none (planted ablation runs set it).
+        questions: the manifest's ``questions`` key (the benchmark label tables show); None writes none.
     """
 
     n_questions: int = 12
@@ -99,6 +102,8 @@ class SyntheticSpec:
     l2_noise: float = 0.1
     l2_decay: float = 0.5
     l2_signal: float = 0.0
+    sst: dict[str, Any] | None = None
+    questions: str | None = None
 
     def __post_init__(self) -> None:
         self.depths = tuple(sorted({int(d) for d in self.depths}))

@@ -34,6 +34,10 @@ def write_synthetic_run(path: str | Path, spec: SyntheticSpec, progress: bool = 
              "depths": depths, "full_positions": spec.full_positions, "sketch_positions": spec.sketch_positions,
              "sketch_k": spec.overlap_k, "top_k": spec.top_k, "decoding": "greedy", "prompt_mode": "synthetic",
              "depth_policy": "fixed", "logits_every_iteration": True}  # the logits shard holds every iteration
+    if spec.sst is not None:
+        extra["sst"] = dict(spec.sst)
+    if spec.questions is not None:
+        extra["questions"] = spec.questions
     plans: list[QuestionPlan] = []
     tokens: dict[tuple[str, int], np.ndarray] = {}
     with RunWriter.create_or_resume(path, identity, extra) as writer:

@@ -297,6 +297,19 @@ CASES = [
     Case("generate-empty-prompt", "generate", ("--model", "{model}", "--prompt", "  "), "--prompt is empty"),
     Case("store-verify-not-a-run", "store", ("verify", "{data}"), "not a run directory"),
     Case("report-no-such-run", "report", ("--run", "{data}/no-run", "--out", "{out}"), "no-run"),
+    # ---- comparisons (issue 34): an ablation set recorded under other conditions, malformed published accuracies
+    Case("report-ablation-other-questions", "report",
+         ("--run", "{syn}/ablation-main", "--run", "{syn}/ablation-fewer", "--out", "{out}"),
+         "differ in questions (40 vs 30"),
+    Case("report-ablation-other-depths", "report",
+         ("--run", "{syn}/ablation-main", "--run", "{syn}/ablation-shallow", "--out", "{out}"),
+         "differ in depths ([1, 2, 3, 4] vs [1, 2])"),
+    Case("report-external-missing-column", "report",
+         ("--run", "{syn}/pristine", "--external", "{data}/external_no_source.csv", "--out", "{out}"),
+         "header lacks columns ['source']"),
+    Case("report-external-not-a-number", "report",
+         ("--run", "{syn}/pristine", "--external", "{data}/external_text.csv", "--out", "{out}"),
+         "row 3 (Model B) has accuracy 'high'"),
     # ---- the explorer (issue 24): refused before it serves anything (a port in use: tests/unit/explore)
     Case("explore-not-a-run", "explore", ("{data}", "--port", "0"), "not a run directory"),
     Case("explore-no-run", "explore", (), "see python -m sst_interp.explore --help"),
@@ -375,6 +388,13 @@ def files(tmp_path_factory) -> dict[str, Path]:
                          ("truncated-questions", lambda r: _truncate(r / "questions.parquet"))):
         shutil.copytree(syn / "pristine", syn / name)
         damage(syn / name)
+    ablation = {"theta_init": -1.8, "update": "direct"}
+    write_synthetic_run(syn / "ablation-main", SyntheticSpec(**SYNTHETIC, sst=ablation))
+    for name, change in (("ablation-fewer", {"n_questions": 30}), ("ablation-shallow", {"depths": (1, 2)})):
+        write_synthetic_run(syn / name, SyntheticSpec(**{**SYNTHETIC, **change}, sst=dict(ablation, theta_init=0.0)))
+    (data / "external_no_source.csv").write_text("model,parameters,accuracy,prompting\nModel A,1B,50,0-shot\n")
+    (data / "external_text.csv").write_text("model,parameters,accuracy,prompting,source\nModel A,1B,50,0-shot,x\n"
+                                            "Model B,2B,high,0-shot,y\n")
     return {"model": model, "run": run, "data": data, "syn": syn}
 
 
