@@ -99,6 +99,9 @@ class RecordFlags:
                                    help="record with an intervention applied (a JSON or YAML spec of "
                                         "sst_interp.interventions: sites and operations); the spec and the runs it "
                                         "patches from are part of the run identity")
+    allow_empty_sites: bool = arg(False, help="with --intervention: record even when a rule of the spec changed no "
+                                              "site in the first batch (by default such a run is refused before "
+                                              "anything is written)")
     action_tokens: str | None = arg(None, metavar="<execute>=ID,</execute>=ID",
                                     help="codeact: reserved token ids of the action tokens (default: the "
                                          "checkpoint's training configuration, else Gemma 3's 262140/262141)")

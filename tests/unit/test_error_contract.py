@@ -146,6 +146,9 @@ CASES = [
     Case("intervention-resample-run-of-another-width", "record",
          (*REC, "--intervention", "{data}/spec_resample_wide.json", "--out", "{out}"),
          "holds states of d = 48; this model's are d = 32"),
+    Case("intervention-sites-never-fire", "record",  # issue 30: iteration 4 at depth 1
+         (*REC, "--intervention", "{data}/spec_never_fires.yaml", "--out", "{out}"),
+         "rule 1 (zero on layer_out) changed no (row, position, iteration, layer) site"),
     Case("intervene-depth-1", "intervene", ("window", "--out", "{out}", "--model", "{model}", "--depth", "1"),
          "--depth must be at least 2"),
     Case("intervene-window-larger-than-model", "intervene",
@@ -333,6 +336,8 @@ def files(tmp_path_factory) -> dict[str, Path]:
         {"site": {"stream": "residual"}, "operation": {"kind": "zero"}}]}))
     (data / "spec_bad_layer.yaml").write_text("interventions:\n  - site: {stream: layer_out, layers: [9]}\n"
                                               "    operation: {kind: zero}\n")
+    (data / "spec_never_fires.yaml").write_text("interventions:\n  - site: {stream: layer_out, iterations: [4]}\n"
+                                                "    operation: {kind: zero}\n")
     (data / "spec_no_run.json").write_text(json.dumps({"interventions": [
         {"site": {"stream": "layer_out"}, "operation": {"kind": "patch", "run": "/no/such/run"}}]}))
     (data / "spec_mean_far.json").write_text(json.dumps({"interventions": [
