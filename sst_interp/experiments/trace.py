@@ -36,6 +36,7 @@ from sst_interp.experiments import manifest as files
 from sst_interp.experiments.tables import (
     TRACE_EFFECTS,
     TRACE_LAYER_ITERATION,
+    TRACE_LAYER_OFFSET,
     TRACE_LAYER_POSITION,
     TRACE_TARGETS,
 )
@@ -136,6 +137,9 @@ def run_trace(setup: Setup, out: Path, config: TraceConfig) -> dict[str, pd.Data
     Returns:
         {``trace_effects``: one row per (question, map, layer, position, iteration) measured;
         ``trace_layer_position``, ``trace_layer_iteration``: their means per cell with the number of questions;
+        ``trace_layer_offset``: the layer x position map aligned to each question's target, with n, SEs, the
+        total effect, the sign test and its Holm adjustment per cell
+        (:func:`~sst_interp.experiments.trace_cells.aligned_cells`);
         ``trace_targets``: one row per question (target, the two log-probs, or why it has none)}.
     """
     config.check(setup.num_layers, setup.base.full_positions)
@@ -168,8 +172,11 @@ def run_trace(setup: Setup, out: Path, config: TraceConfig) -> dict[str, pd.Data
                     "skipped": ""} for q, t in targets.items()]
     target_rows += [{"question_id": q, "target_position": -1, "target_token": -1, "logprob_depth1": np.nan,
                      "logprob_depthk": np.nan, "total_effect": np.nan, "skipped": why} for q, why in skipped.items()]
-    tables = {EFFECTS: frame, LAYER_POSITION: by_position, LAYER_ITERATION: by_iteration,
-              TARGETS: pd.DataFrame(target_rows)}
+    from sst_interp.experiments.trace_cells import aligned_cells
+
+    target_frame = pd.DataFrame(target_rows)
+    tables = {EFFECTS: frame, LAYER_POSITION: by_position, LAYER_ITERATION: by_iteration, TARGETS: target_frame,
+              TRACE_LAYER_OFFSET: aligned_cells(frame, target_frame[target_frame["skipped"] == ""])}
     written = {name: files.write_table(out, name, table) for name, table in tables.items()}
     conditions = {"clean": files.condition_entry(out, clean_path, None)}
     files.write_manifest(out, "trace", config, setup.base, conditions, written)

@@ -15,17 +15,21 @@ from sst_interp.experiments.steer import probe_direction
 from sst_interp.probe.io import ProbeMeta, save_probe
 from sst_interp.probe.model import HaltingProbe, ProbeConfig
 from sst_interp.store import Run
-from tests.unit.conftest import save_tiny_model
+from sst_interp.model.backbone import backbone_identity
+from tests.unit.conftest import fails_with_one_error_line, save_tiny_model
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 D = 32  # the tiny model's hidden size
 LAYER = 1
 
 
-def _probe(folder, hidden=None, dims=None, layer=LAYER, seed=0):
+def _probe(folder, hidden=None, dims=None, layer=LAYER, seed=0, model=None, positives=10):
+    """A random probe; ``model`` (a model folder) records a training run of that model in its provenance."""
     torch.manual_seed(seed)
     probe = HaltingProbe(ProbeConfig(input_size=D, hidden=hidden, dims=dims))
-    save_probe(folder, probe, ProbeMeta(layer=layer))
+    provenance = {} if model is None else {"identity": {"model": backbone_identity(str(model))},
+                                           "n_must_halt": positives}
+    save_probe(folder, probe, ProbeMeta(layer=layer, provenance=provenance))
     return probe
 
 
@@ -50,7 +54,7 @@ def test_the_direction_is_the_probes_input_gradient(tmp_path):
 
 def test_steering_adds_scale_times_radius_times_direction(tmp_path, capsys):
     model = save_tiny_model(tmp_path / "model")
-    _probe(tmp_path / "probe")
+    _probe(tmp_path / "probe", model=model)
     out = tmp_path / "exp"
     argv = ["steer", "--out", str(out), "--model", str(model), "--demo-preset", "--prompt-mode", "sequential",
             "--limit", "4", "--batch-size", "2", "--max-new-tokens", "5", "--full-positions", "2", "--top-k", "6",
@@ -72,3 +76,21 @@ def test_steering_adds_scale_times_radius_times_direction(tmp_path, capsys):
         np.testing.assert_array_equal(after.values[0, 0], before.values[0, 0])
         np.testing.assert_array_equal(after.values[0, 1, :layer], before.values[0, 1, :layer])
         np.testing.assert_allclose(after.values[0, 1, layer] - before.values[0, 1, layer], 2 * shift, atol=1e-5)
+
+
+@pytest.mark.parametrize("provenance, pattern", [
+    (dict(model="another"), "was trained on a run of another model (model"),
+    (dict(positives=1), "was trained on 1 must-halt example(s); steering needs a direction learnt from at least 5"),
+    (dict(), "records no run it was trained on"),
+], ids=["another-model", "one-positive", "no-provenance"])
+def test_steer_refuses_a_probe_of_another_model_or_too_few_positives(tmp_path, capsys, provenance, pattern):
+    model = save_tiny_model(tmp_path / "model")
+    trained_on = {"another": tmp_path / "other"}.get(provenance.pop("model", None), model)
+    if not provenance and pattern.startswith("records no run"):
+        trained_on = None
+    _probe(tmp_path / "probe", model=trained_on, **provenance)
+    out = tmp_path / "exp"
+    argv = ["steer", "--out", str(out), "--model", str(model), "--demo-preset", "--limit", "2", "--max-new-tokens",
+            "3", "--full-positions", "2", "--device", "cpu", "--depth", "2", "--probe", str(tmp_path / "probe")]
+    fails_with_one_error_line(capsys, main, argv, pattern)
+    assert not out.exists()
