@@ -104,7 +104,12 @@ WINDOW_DOC = {"condition": "clean depth 1, clean depth k, or the window", "first
               "last_layer": "its last layer", "accuracy_change_pp": "accuracy minus clean depth k's, points",
               "accuracy_change_ci_low": "its 95% BCa bootstrap bound over questions, low (NaN below n = 6)",
               "accuracy_change_ci_high": "the high bound", **SHARED_DOC}
-STEER_DOC = {"condition": "clean depth 1, clean depth k, or the steering scale", "scale": "the scale (units of the "
+STEER_DOC = {"direction": "probe (the probe's direction), random N (the control of seed N, the same norm), or clean",
+             "random_logprob_change_min": "probe rows: the smallest high-bound mean log-prob change of the random "
+                                          "directions at this scale (nats)",
+             "random_logprob_change_max": "probe rows: the largest (nats); the probe's effect is the probe's, not any "
+                                          "push of that size, only outside [min, max]",
+             "condition": "clean depth 1, clean depth k, or the steering scale", "scale": "the scale (units of the "
              "state's mean norm at the probe's layer)", "regressions": "right at clean depth 1, wrong here",
              "recoveries": "wrong at clean depth 1, right here", "regressions_change": "regressions minus clean "
              "depth k's", "recoveries_change": "recoveries minus clean depth k's", **SHARED_DOC}

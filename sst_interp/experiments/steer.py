@@ -61,6 +61,7 @@ class SteerConfig:
     resamples: int = 10_000
     seed: int = 0
     logprob_position: int = 0
+    random_directions: int = 3
 
     def check(self) -> None:
         """UsageError for a config no model can take."""
@@ -71,6 +72,8 @@ class SteerConfig:
             raise UsageError(f"--resamples must be at least 1, got {self.resamples}")
         if self.logprob_position < 0:
             raise UsageError(f"--logprob-position must be >= 0, got {self.logprob_position}")
+        if self.random_directions < 0:
+            raise UsageError(f"--random-directions must be >= 0, got {self.random_directions}")
 
 
 def probe_direction(path: Path, hidden_size: int, num_layers: int) -> tuple[np.ndarray, int]:
@@ -153,23 +156,50 @@ def run_steer(setup: Setup, out: Path, config: SteerConfig) -> pd.DataFrame:
     direction_file.parent.mkdir(parents=True, exist_ok=True)
     np.save(direction_file, direction * np.float32(radius))  # the scale multiplies r * u
     conditions = {"clean": files.condition_entry(out, clean_path, None)}
-    rows = [_row(clean, clean, "clean", 0.0, k, config)]
-    for scale in config.scales:
-        if scale == 0:
-            continue
-        name = f"scale{scale:+g}"
-        spec = steer_spec(direction_file, layer, scale, k, config.positions)
-        folder = record_condition(setup, out, name, [k], spec)
-        conditions[name] = files.condition_entry(out, folder, spec)
-        rows.append(_row(clean, Run.open(folder), name, float(scale), k, config))
-    table = pd.DataFrame(rows, columns=list(COLUMNS))
-    table = holm(table, table["condition"] != "clean")
+    rows = [dict(_row(clean, clean, "clean", 0.0, k, config), direction="clean")]
+    files_by_direction = {"probe": direction_file}
+    for seed in range(config.random_directions):
+        # the control: a direction drawn at random, scaled to the same norm r (so the same size of push)
+        path = Path(out) / f"direction-random{seed}.npy"
+        np.save(path, random_direction(setup.sst.hidden_size, seed) * np.float32(radius))
+        files_by_direction[f"random {seed}"] = path
+    for direction_name, path in files_by_direction.items():
+        for scale in config.scales:
+            if scale == 0:
+                continue
+            name = f"scale{scale:+g}" if direction_name == "probe" else f"{direction_name.replace(' ', '')}{scale:+g}"
+            spec = steer_spec(path, layer, scale, k, config.positions)
+            folder = record_condition(setup, out, name, [k], spec)
+            conditions[name] = files.condition_entry(out, folder, spec)
+            rows.append(dict(_row(clean, Run.open(folder), name, float(scale), k, config), direction=direction_name))
+    table = _with_random_spread(pd.DataFrame(rows, columns=list(COLUMNS)))
+    table = holm(table, table["direction"] == "probe")
     tables = {TABLE: files.write_table(out, TABLE, table)}
     sources = {"probe": {"path": str(Path(config.probe).resolve()), "layer": layer, "state_norm": radius,
                          "sha256": _probe_sha(Path(config.probe))},
-               "direction": {"path": DIRECTION, "sha256": files.file_sha256(direction_file)}}
+               "direction": {"path": DIRECTION, "sha256": files.file_sha256(direction_file)},
+               "random_directions": {name: {"path": path.name, "sha256": files.file_sha256(path)}
+                                     for name, path in files_by_direction.items() if name != "probe"}}
     files.write_manifest(out, "steer", config, setup.base, conditions, tables, sources)
     return table
+
+
+def random_direction(hidden_size: int, seed: int) -> np.ndarray:
+    """A unit direction [d] float32 drawn uniformly on the sphere with ``seed`` (the control's direction)."""
+    vector = np.random.default_rng([int(seed), 30]).standard_normal(hidden_size)
+    return (vector / np.linalg.norm(vector)).astype(np.float32)
+
+
+def _with_random_spread(table: pd.DataFrame) -> pd.DataFrame:
+    """Probe rows get the spread (min, max over seeds) of the random directions' high-bound mean change at their
+    scale; other rows NaN."""
+    out = table.copy()
+    random = out[out["direction"].str.startswith("random")]
+    spread = random.groupby("scale")["logprob_change_bound_high"].agg(["min", "max"])
+    probe = out["direction"] == "probe"
+    out.loc[probe, "random_logprob_change_min"] = out.loc[probe, "scale"].map(spread["min"])
+    out.loc[probe, "random_logprob_change_max"] = out.loc[probe, "scale"].map(spread["max"])
+    return out
 
 
 def _probe_sha(path: Path) -> str:

@@ -12,8 +12,9 @@ WINDOW_COLUMNS = ("condition", "first_layer", "last_layer", "depth", "n_question
                   *LOGPROB_COLUMNS)
 
 STEER_TABLE = "steer"
-STEER_COLUMNS = ("condition", "scale", "depth", "n_questions", "accuracy_pct", "regressions", "recoveries",
-                 "regressions_change", "recoveries_change", "broken", "fixed", "mcnemar_exact_p", *LOGPROB_COLUMNS)
+STEER_COLUMNS = ("condition", "direction", "scale", "depth", "n_questions", "accuracy_pct", "regressions", "recoveries",
+                 "regressions_change", "recoveries_change", "broken", "fixed", "mcnemar_exact_p", *LOGPROB_COLUMNS,
+                 "random_logprob_change_min", "random_logprob_change_max")
 
 TRACE_EFFECTS = "trace_effects"
 TRACE_LAYER_POSITION = "trace_layer_position"

@@ -59,16 +59,24 @@ def test_steering_adds_scale_times_radius_times_direction(tmp_path, capsys):
     argv = ["steer", "--out", str(out), "--model", str(model), "--demo-preset", "--prompt-mode", "sequential",
             "--limit", "4", "--batch-size", "2", "--max-new-tokens", "5", "--full-positions", "2", "--top-k", "6",
             "--device", "cpu", "--depth", "3", "--probe", str(tmp_path / "probe"), "--scales=-2,0,2",
-            "--resamples", "200"]
+            "--resamples", "200", "--random-directions", "1"]
     assert main(argv) == 0
     table = pd.read_parquet(out / "steer.parquet").set_index("condition")
-    assert list(table.index) == ["clean", "scale-2", "scale+2"]
+    assert list(table.index) == ["clean", "scale-2", "scale+2", "random0-2", "random0+2"]
+    assert list(table["direction"]) == ["clean", "probe", "probe", "random 0", "random 0"]
+    # the control: a random direction of the same norm, its change beside the probe's at each scale
+    for scale in ("-2", "+2"):
+        assert table.loc[f"scale{scale}", "random_logprob_change_min"] == table.loc[
+            f"random0{scale}", "logprob_change_bound_high"]
+    assert set(table.loc[["scale-2", "scale+2"], "correction"]) == {"holm over 2 cells"}
     assert table.loc["clean", "broken"] == table.loc["clean", "fixed"] == 0
     assert table.loc["clean", "regressions_change"] == table.loc["clean", "recoveries_change"] == 0
     manifest = read_manifest(out, "steer")
     radius = manifest["sources"]["probe"]["state_norm"]
     shift = np.load(out / "direction.npy")
     assert np.linalg.norm(shift) == pytest.approx(radius, rel=1e-5)
+    random = np.load(out / "direction-random0.npy")
+    assert np.linalg.norm(random) == pytest.approx(radius, rel=1e-5) and abs(random @ shift) < 0.9 * radius ** 2
     clean, steered = Run.open(out / "runs" / "clean"), Run.open(out / "runs" / "scale+2")
     for before, after in zip(clean.hidden(3, positions=[0]), steered.hidden(3, positions=[0])):
         layer = int(np.flatnonzero(before.layers == LAYER)[0])
