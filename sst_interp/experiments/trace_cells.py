@@ -20,18 +20,18 @@ ALIGNED_COLUMNS = ("layer", "offset", "n_questions", "indirect_effect_mean", "in
                    "total_effect_mean", "total_effect_sem", "sign_p", "sign_n", "sign_p_holm", "correction")
 
 
-def aligned_cells(effects: pd.DataFrame, targets: pd.DataFrame) -> pd.DataFrame:
+def aligned_cells(effects: pd.DataFrame, targets: pd.DataFrame, kind: str = "layer_position") -> pd.DataFrame:
     """Per (layer, offset) cell of the layer x position map (module docstring).
 
     Args:
-        effects: one row per measurement: ``question_id, map, layer, position, indirect_effect`` (rows of other
-            maps are ignored).
+        effects: one row per measurement: ``question_id, map, layer, position, indirect_effect`` (rows of maps
+            other than ``kind`` are ignored).
         targets: one row per question with a target: ``question_id, target_position, total_effect``.
 
     Returns:
         DataFrame with :data:`ALIGNED_COLUMNS`, one row per cell, sorted by layer then offset.
     """
-    rows = effects[effects["map"] == "layer_position"].merge(
+    rows = effects[effects["map"] == kind].merge(
         targets[["question_id", "target_position", "total_effect"]], on="question_id", how="inner")
     rows = rows.assign(offset=rows["position"] - rows["target_position"])
     out = []
