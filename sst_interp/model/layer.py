@@ -40,9 +40,10 @@ class StateStreamContext:
         capture: when set, each layer stores what it produced here (``capture_kind`` chooses what).
         capture_kind: ``"output"`` stores o [B, T, d]; ``"state"`` stores the updated state C [B, T, d].
         intervention: while an intervention is active (:class:`sst_interp.interventions.Intervener`), the object
-            whose ``state_in``/``alpha``/``blended``/``layer_out`` methods may change those streams and whose
-            ``freeze`` may keep the carried state; the blend's streams are offered only where a state is read,
-            ``layer_out`` in every layer and pass.
+            whose ``state_in``/``alpha``/``blended``/``layer_out`` methods may change those streams, whose
+            ``freeze`` may keep the carried state (asked once per stateful layer and pass), and whose
+            ``reads_no_state`` runs a carry pass with the stream off after a freeze of a pass that read none; the
+            blend's streams are offered only where a state is read, ``layer_out`` in every layer and pass.
     """
 
     mode: StateMode = "off"
