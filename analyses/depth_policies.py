@@ -336,11 +336,12 @@ class ParetoResult(AnalysisResult):
 
 
 def mark_pareto(frame: pd.DataFrame) -> pd.DataFrame:
-    """``pareto`` = True for measured rows (``live``, ``oracle``, a ``replayed`` per-turn probe) that no other
-    measured row beats on both accuracy (higher) and mean iterations (lower). Simulated rows have no point accuracy
-    and are never on the front."""
+    """``pareto`` = True for measured rows (``live``, a ``replayed`` per-turn probe) that no other measured row
+    beats on both accuracy (higher) and mean iterations (lower). The staged oracle is a hindsight bound (it knows
+    each question's first correct depth), not a policy anyone can run: it is never on the front and is not a row the
+    others are measured against. Simulated rows have no point accuracy and are never on the front."""
     out = frame.copy()
-    measured = out["source"].isin(["live", "oracle", "replayed"]) & out["accuracy_pct"].notna()
+    measured = out["source"].isin(["live", "replayed"]) & out["accuracy_pct"].notna()
     front = np.zeros(len(out), dtype=bool)
     acc, it = out["accuracy_pct"].to_numpy(float), out["mean_iterations"].to_numpy(float)
     idx = np.flatnonzero(measured.to_numpy())
@@ -503,11 +504,30 @@ def pareto(run: Any, name: str | None = None, quantiles: Sequence[float] = QUANT
 
 
 def combine(results: Sequence[ParetoResult]) -> ParetoResult:
-    """Several runs' Pareto rows in one table, the front recomputed over all of them."""
+    """Several runs' Pareto rows in one table, the front recomputed over all of them. A condition label that
+    several runs share is qualified with its run (``run: condition``), and a note warns when the measured rows come
+    from different numbers of questions (then they are not measured on one question set)."""
     frames = [r.rows for r in results if not r.rows.empty]
     frame = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(columns=list(PARETO_COLUMNS))
     notes = tuple(dict.fromkeys(n for r in results for n in r.notes))
+    if not frame.empty:
+        shared = frame["condition"].duplicated(keep=False) & frame["run"].notna()
+        frame.loc[shared, "condition"] = frame.loc[shared, "run"].astype(str) + ": " + frame.loc[shared, "condition"]
+        warning = question_set_warning(frame)
+        if warning:
+            notes = (*notes, warning)
     return ParetoResult(mark_pareto(frame), notes)
+
+
+def question_set_warning(frame: pd.DataFrame) -> str | None:
+    """A warning line when the measured rows of ``frame`` count different numbers of questions, else None."""
+    measured = frame[frame["source"] != "simulated"].dropna(subset=["n_questions"])
+    sizes = measured.groupby("run", dropna=False)["n_questions"].agg(lambda n: sorted({int(v) for v in n}))
+    if len({n for values in sizes for n in values}) < 2:
+        return None
+    listed = "; ".join(f"{run}: n = {', '.join(map(str, n))}" for run, n in sizes.items())
+    return (f"warning: these rows are measured on different question sets ({listed}); accuracies and the front "
+            f"compare different questions")
 
 
 # ------------------------------------------------------------------------------------------------ regimes, agreement

@@ -119,3 +119,38 @@ def _first_token_change(clean: Any, intervened: Any, depth: int, questions: list
     changes = first_token_logprob_changes(clean, intervened, depth, questions)
     kept = changes.dropna()
     return (float(kept.mean()) if len(kept) else float("nan")), len(kept), int(changes.isna().sum())
+
+
+def first_token_logprob_bounds(clean: Any, intervened: Any, depth: int, questions: list[str],
+                               intervened_depth: int | None = None, position: int = 0,
+                               floor: float | None = None) -> pd.DataFrame:
+    """Per question, bounds on the change :func:`first_token_logprob_changes` measures, so censored questions bound
+    a mean instead of leaving it: ``low == high`` where the token is in the intervened top-K; where it fell out,
+    ``high`` is the intervened K-th log-prob minus the clean one (the most the token can have) and ``low`` is
+    ``floor`` (default :data:`LOGPROB_FLOOR`) minus the clean one. Column ``censored`` marks those questions.
+
+    Returns:
+        DataFrame indexed by question id: ``low, high, censored``.
+    """
+    floor = LOGPROB_FLOOR if floor is None else float(floor)
+    before = _position0(clean, depth, questions, position)
+    after = _position0(intervened, depth if intervened_depth is None else intervened_depth, questions, position)
+    rows = {}
+    for question, (token, ids, logprobs) in before.items():
+        if question not in after:
+            continue
+        clean_logprob = float(logprobs[np.flatnonzero(ids == token)[0]])
+        _, other_ids, other_logprobs = after[question]
+        found = np.flatnonzero(other_ids == token)
+        if len(found):
+            change = float(other_logprobs[found[0]]) - clean_logprob
+            rows[question] = (change, change, False)
+        else:
+            rows[question] = (floor - clean_logprob, float(np.min(other_logprobs)) - clean_logprob, True)
+    return pd.DataFrame.from_dict(rows, orient="index", columns=["low", "high", "censored"]).astype(
+        {"low": float, "high": float, "censored": bool})
+
+
+#: The lowest log-prob :func:`first_token_logprob_bounds` assumes a censored token has: the log of float32's
+#: smallest positive number (a token below it has probability 0 in the float32 arithmetic the models' heads use).
+LOGPROB_FLOOR: float = float(np.log(np.finfo(np.float32).smallest_subnormal))

@@ -91,6 +91,8 @@ class SteerFlags:
     seed: int = arg(0, help="bootstrap seed")
     logprob_position: int = arg(0, help="generated position whose clean depth-k token's log-prob change is measured "
                                         "(default 0: the first token)")
+    random_directions: int = arg(3, help="control: this many random directions of the same norm (seeds 0..N-1), each "
+                                         "steered at every scale; 0 for none")
 
 
 COMMANDS: dict[str, tuple[type, str]] = {
@@ -155,7 +157,7 @@ def library_config(name: str, common: CommonFlags, own: Any, num_layers: int | N
 
     return SteerConfig(probe=own.probe, depth=common.depth, scales=tuple(own.scales),
                        positions=_positions(own.steer_positions), resamples=own.resamples, seed=own.seed,
-                       logprob_position=own.logprob_position)
+                       logprob_position=own.logprob_position, random_directions=own.random_directions)
 
 
 @cli_entry

@@ -108,6 +108,9 @@ class RecordFlags:
                                          "must use the run's count (default: torch's own count, OMP_NUM_THREADS when "
                                          "set, else the cores it finds; the count used is recorded in the run's "
                                          "identity)")
+    allow_empty_sites: bool = arg(False, help="with --intervention: record even when a rule of the spec changed no "
+                                              "site in the first batch (by default such a run is refused before "
+                                              "anything is written)")
     action_tokens: str | None = arg(None, metavar="<execute>=ID,</execute>=ID",
                                     help="codeact: reserved token ids of the action tokens (default: the "
                                          "checkpoint's training configuration, else Gemma 3's 262140/262141)")

@@ -1,5 +1,6 @@
 """The columns the window and steer tables share: flips against the clean depth-k run with McNemar's exact p, and
-the clean depth-k token's log-prob change with its bootstrap interval over questions."""
+the clean depth-k token's log-prob change, censored questions kept as bounds, with its interval and sign test
+(:mod:`sst_interp.experiments.intervals`)."""
 
 from __future__ import annotations
 
@@ -8,20 +9,40 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from sst_interp.kernels.stats import bootstrap_ci, mcnemar_exact
+from sst_interp.kernels.stats import mcnemar_exact
+from sst_interp.experiments.intervals import adjusted, correction_label, mean_interval, sign_test
 
 
-def flip_and_logprob_columns(broken: int, fixed: int, changes: pd.Series, resamples: int, seed: int) -> dict[str, Any]:
-    """``broken``/``fixed`` flips, their exact McNemar p (1.0 without flips), and the mean log-prob change over the
-    questions where the token stayed in both top-Ks with its 95% bootstrap CI (NaN where none did); ``changes`` is
-    NaN for censored questions."""
-    kept = changes.dropna().to_numpy(float)
-    ci = bootstrap_ci(kept, n_resamples=resamples, seed=seed) if len(kept) else None
+
+def flip_and_logprob_columns(broken: int, fixed: int, bounds: pd.DataFrame, resamples: int,
+                             seed: int) -> dict[str, Any]:
+    """``broken``/``fixed`` flips and their exact McNemar p (1.0 without flips); from ``bounds`` (per question
+    ``low``, ``high``, ``censored``, as :func:`~sst_interp.analyses.intervention_effect.first_token_logprob_bounds`
+    gives): the mean change (NaN when a question is censored), the mean's bounds with censored questions at either
+    end, a 95% BCa interval covering both (NaN below the minimum n) and the exact sign test."""
+    low, high = bounds["low"].to_numpy(float), bounds["high"].to_numpy(float)
+    censored = int(bounds["censored"].sum()) if len(bounds) else 0
+    low_ci = mean_interval(low, resamples, seed)[0]
+    high_ci = mean_interval(high, resamples, seed)[1]
+    p, counted = sign_test(low, high)
     return {
         "broken": broken, "fixed": fixed,
         "mcnemar_exact_p": float(mcnemar_exact(broken, fixed).pvalue) if broken + fixed else 1.0,
-        "logprob_change_mean": float(np.mean(kept)) if len(kept) else float("nan"),
-        "logprob_change_ci_low": ci.low if ci else float("nan"),
-        "logprob_change_ci_high": ci.high if ci else float("nan"),
-        "logprob_compared": int(len(kept)), "logprob_censored": int(changes.isna().sum()),
+        "logprob_change_mean": float(np.mean(high)) if len(high) and not censored else float("nan"),
+        "logprob_change_bound_low": float(np.mean(low)) if len(low) else float("nan"),
+        "logprob_change_bound_high": float(np.mean(high)) if len(high) else float("nan"),
+        "logprob_change_ci_low": low_ci, "logprob_change_ci_high": high_ci,
+        "logprob_sign_p": p, "logprob_sign_n": counted, "logprob_sign_p_holm": float("nan"),
+        "correction": "none (reference row)",
+        "logprob_compared": int(len(bounds) - censored), "logprob_censored": censored,
     }
+
+
+def holm(table: pd.DataFrame, cells: pd.Series) -> pd.DataFrame:
+    """``table`` with ``logprob_sign_p_holm`` adjusted over the rows ``cells`` marks (one sweep's conditions; the
+    clean reference rows are not tested) and ``correction`` naming it."""
+    out = table.copy()
+    mask = cells.to_numpy(bool)
+    out.loc[mask, "logprob_sign_p_holm"] = adjusted(out.loc[mask, "logprob_sign_p"].to_numpy(float))
+    out.loc[mask, "correction"] = correction_label(int(mask.sum()))
+    return out

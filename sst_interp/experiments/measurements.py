@@ -87,16 +87,29 @@ SHARED_DOC = {
     "depth": "the depth the condition was recorded at", "n_questions": "questions",
     "accuracy_pct": "accuracy", "broken": "questions right in the clean depth-k run, wrong here",
     "fixed": "questions wrong in the clean depth-k run, right here", "mcnemar_exact_p": "exact McNemar p of the flips",
-    "logprob_change_mean": "mean change of the clean depth-k token's log-prob (nats)",
-    "logprob_change_ci_low": "its 95% bootstrap bound over questions, low (nats)",
-    "logprob_change_ci_high": "the high bound (nats)", "logprob_compared": "questions with the token in both top-Ks",
-    "logprob_censored": "questions where it left the recorded top-K",
+    "logprob_change_mean": "mean change of the clean depth-k token's log-prob (nats; NaN when a question is "
+                           "censored: see the bounds)",
+    "logprob_change_bound_low": "the mean with censored questions at their floor (nats)",
+    "logprob_change_bound_high": "the mean with censored questions at the most they can have (nats)",
+    "logprob_change_ci_low": "95% BCa bootstrap limit of the low bound, over questions (nats; NaN below n = 6)",
+    "logprob_change_ci_high": "95% BCa bootstrap limit of the high bound (nats; NaN below n = 6)",
+    "logprob_sign_p": "exact two-sided sign test of the change (NaN below 6 questions of known sign)",
+    "logprob_sign_n": "questions the sign test counted (sign known, non-zero)",
+    "logprob_sign_p_holm": "the sign test's p adjusted over the sweep's conditions",
+    "correction": "the multiple-comparison correction and how many cells it spans",
+    "logprob_compared": "questions with the token in both top-Ks",
+    "logprob_censored": "questions where it left the recorded top-K (kept as bounds)",
 }
 WINDOW_DOC = {"condition": "clean depth 1, clean depth k, or the window", "first_layer": "the window's first layer",
               "last_layer": "its last layer", "accuracy_change_pp": "accuracy minus clean depth k's, points",
-              "accuracy_change_ci_low": "its 95% bootstrap bound over questions, low",
+              "accuracy_change_ci_low": "its 95% BCa bootstrap bound over questions, low (NaN below n = 6)",
               "accuracy_change_ci_high": "the high bound", **SHARED_DOC}
-STEER_DOC = {"condition": "clean depth 1, clean depth k, or the steering scale", "scale": "the scale (units of the "
+STEER_DOC = {"direction": "probe (the probe's direction), random N (the control of seed N, the same norm), or clean",
+             "random_logprob_change_min": "probe rows: the smallest high-bound mean log-prob change of the random "
+                                          "directions at this scale (nats)",
+             "random_logprob_change_max": "probe rows: the largest (nats); the probe's effect is the probe's, not any "
+                                          "push of that size, only outside [min, max]",
+             "condition": "clean depth 1, clean depth k, or the steering scale", "scale": "the scale (units of the "
              "state's mean norm at the probe's layer)", "regressions": "right at clean depth 1, wrong here",
              "recoveries": "wrong at clean depth 1, right here", "regressions_change": "regressions minus clean "
              "depth k's", "recoveries_change": "recoveries minus clean depth k's", **SHARED_DOC}
@@ -110,7 +123,7 @@ TRACE_ITERATION_DOC = {"layer": "decoder layer patched", "iteration": "depth k's
 MEASUREMENTS: tuple[Measurement, ...] = (
     Measurement("intervention_window", "", "Where the depth gain lives: iterations 2..k denied the state stream in "
                 "windows of layers (experiment a).", ("window_experiment",),
-                _table("window", "window", "CIs: 95% percentile bootstrap over questions (scipy.stats.bootstrap, "
+                _table("window", "window", "CIs: 95% BCa bootstrap over questions (scipy.stats.bootstrap, "
                        "seeded); McNemar: exact, window vs clean depth k"), _as_is,
                 {c: WINDOW_DOC[c] for c in WINDOW_COLUMNS}, notes=_notes, scope="experiment"),
     Measurement("intervention_trace", "", "Causal tracing across depths: indirect effect per (layer, position) "
@@ -126,7 +139,7 @@ MEASUREMENTS: tuple[Measurement, ...] = (
     Measurement("intervention_steer", "", "Steering the halt along the probe's direction (experiment c).",
                 ("steer_experiment",),
                 _table("steer", "steer", "scale in units of the state's mean norm at the probe's layer (position 0, "
-                       "clean depth k); CIs: 95% percentile bootstrap over questions"), _as_is,
+                       "clean depth k); CIs: 95% BCa bootstrap over questions, none below n = 6; sign test p Holm-adjusted over the scales"), _as_is,
                 {c: STEER_DOC[c] for c in STEER_COLUMNS}, notes=_notes, scope="experiment"),
 )
 

@@ -116,6 +116,14 @@ def record_condition(setup: Setup, out: Path, name: str, depths: list[int], spec
     return folder
 
 
+def condition_identity(setup: Setup, depths: list[int]) -> dict[str, Any]:
+    """The run identity a clean condition at ``depths`` gets (its model keys name the model being intervened on)."""
+    from sst_interp.record.identity import run_identity
+
+    return run_identity(dataclasses.replace(setup.base, depths=list(depths), intervention=None), setup.model_identity,
+                        setup.data_sha256)
+
+
 def require_depth(depth: int) -> None:
     """Experiments compare depth k with depth 1: k must be at least 2."""
     if depth < 2:

@@ -10,8 +10,9 @@ the clean depth-k run: s = 1 moves the state by its own typical length. Positive
 Each scale is one condition recorded at depth k. Against the clean run, per scale: accuracy at depth k,
 overthinking (regressions: correct at clean depth 1, wrong at steered depth k) and recoveries (the reverse), with
 their changes from the clean depth-k run's, the exact McNemar test of steered vs clean depth-k flips, and the
-change of the clean depth-k answer's first-token log-prob with a 95% percentile bootstrap interval over questions
-(scipy.stats.bootstrap, seeded).
+change of the clean depth-k answer's first-token log-prob (censored questions kept as bounds) with a 95% BCa
+bootstrap interval and the exact sign test, none below 6 questions, Holm-adjusted over the scales
+(:mod:`sst_interp.experiments.intervals`).
 """
 
 from __future__ import annotations
@@ -25,13 +26,17 @@ import pandas as pd
 
 from sst_interp.kernels.errors import UsageError
 from sst_interp.experiments import manifest as files
-from sst_interp.experiments.effects import flip_and_logprob_columns
+from sst_interp.experiments.effects import flip_and_logprob_columns, holm
 from sst_interp.experiments.tables import STEER_COLUMNS, STEER_TABLE
-from sst_interp.experiments.setup import Setup, record_condition, require_depth
+from sst_interp.experiments.setup import Setup, condition_identity, record_condition, require_depth
 from sst_interp.interventions import Intervention, InterventionSpec, Operation, Site
 
 TABLE, COLUMNS = STEER_TABLE, STEER_COLUMNS
 DIRECTION = "direction.npy"
+#: The fewest must-halt training examples a probe may have learnt its direction from (the demo's had 1).
+MIN_PROBE_POSITIVES = 5
+#: The run identity keys that name the model a probe was trained on: the backbone and the checkpoint's weights.
+MODEL_KEYS = ("model", "checkpoint_sha256")
 
 
 @dataclass(frozen=True)
@@ -56,6 +61,7 @@ class SteerConfig:
     resamples: int = 10_000
     seed: int = 0
     logprob_position: int = 0
+    random_directions: int = 3
 
     def check(self) -> None:
         """UsageError for a config no model can take."""
@@ -66,6 +72,8 @@ class SteerConfig:
             raise UsageError(f"--resamples must be at least 1, got {self.resamples}")
         if self.logprob_position < 0:
             raise UsageError(f"--logprob-position must be >= 0, got {self.logprob_position}")
+        if self.random_directions < 0:
+            raise UsageError(f"--random-directions must be >= 0, got {self.random_directions}")
 
 
 def probe_direction(path: Path, hidden_size: int, num_layers: int) -> tuple[np.ndarray, int]:
@@ -87,6 +95,27 @@ def probe_direction(path: Path, hidden_size: int, num_layers: int) -> tuple[np.n
     if norm == 0:
         raise UsageError(f"probe {path} has an all-zero input direction; nothing to steer along")
     return (direction / norm).astype(np.float32), int(meta.layer)
+
+
+def check_probe_provenance(path: Path, identity: dict[str, Any]) -> None:
+    """UsageError (one line) unless the probe at ``path`` was trained on a run of the model whose run identity is
+    ``identity`` (same backbone and checkpoint weights: :data:`MODEL_KEYS`) and on at least
+    :data:`MIN_PROBE_POSITIVES` must-halt examples."""
+    from sst_interp.probe.io import load_probe
+
+    provenance = load_probe(path)[1].provenance
+    trained = provenance.get("identity")
+    if not isinstance(trained, dict):
+        raise UsageError(f"probe {path} records no run it was trained on, so its model cannot be checked; train it "
+                         f"with `python -m sst_interp.probe train --run RUN` on a run of this model")
+    for key in MODEL_KEYS:
+        if trained.get(key) != identity.get(key):
+            raise UsageError(f"probe {path} was trained on a run of another model ({key} {trained.get(key)!r}; this "
+                             f"model's is {identity.get(key)!r}); train a probe on a run of this model")
+    positives = provenance.get("n_must_halt")
+    if positives is None or int(positives) < MIN_PROBE_POSITIVES:
+        raise UsageError(f"probe {path} was trained on {positives} must-halt example(s); steering needs a direction "
+                         f"learnt from at least {MIN_PROBE_POSITIVES}: record more questions for its run")
 
 
 def state_norm(run: Any, depth: int, layer: int) -> float:
@@ -119,6 +148,7 @@ def run_steer(setup: Setup, out: Path, config: SteerConfig) -> pd.DataFrame:
     config.check()
     direction, layer = probe_direction(config.probe, setup.sst.hidden_size, setup.num_layers)
     k = config.depth
+    check_probe_provenance(Path(config.probe), condition_identity(setup, [1, k]))
     clean_path = record_condition(setup, out, "clean", [1, k])
     clean = Run.open(clean_path)
     radius = state_norm(clean, k, layer)
@@ -126,22 +156,50 @@ def run_steer(setup: Setup, out: Path, config: SteerConfig) -> pd.DataFrame:
     direction_file.parent.mkdir(parents=True, exist_ok=True)
     np.save(direction_file, direction * np.float32(radius))  # the scale multiplies r * u
     conditions = {"clean": files.condition_entry(out, clean_path, None)}
-    rows = [_row(clean, clean, "clean", 0.0, k, config)]
-    for scale in config.scales:
-        if scale == 0:
-            continue
-        name = f"scale{scale:+g}"
-        spec = steer_spec(direction_file, layer, scale, k, config.positions)
-        folder = record_condition(setup, out, name, [k], spec)
-        conditions[name] = files.condition_entry(out, folder, spec)
-        rows.append(_row(clean, Run.open(folder), name, float(scale), k, config))
-    table = pd.DataFrame(rows, columns=list(COLUMNS))
+    rows = [dict(_row(clean, clean, "clean", 0.0, k, config), direction="clean")]
+    files_by_direction = {"probe": direction_file}
+    for seed in range(config.random_directions):
+        # the control: a direction drawn at random, scaled to the same norm r (so the same size of push)
+        path = Path(out) / f"direction-random{seed}.npy"
+        np.save(path, random_direction(setup.sst.hidden_size, seed) * np.float32(radius))
+        files_by_direction[f"random {seed}"] = path
+    for direction_name, path in files_by_direction.items():
+        for scale in config.scales:
+            if scale == 0:
+                continue
+            name = f"scale{scale:+g}" if direction_name == "probe" else f"{direction_name.replace(' ', '')}{scale:+g}"
+            spec = steer_spec(path, layer, scale, k, config.positions)
+            folder = record_condition(setup, out, name, [k], spec)
+            conditions[name] = files.condition_entry(out, folder, spec)
+            rows.append(dict(_row(clean, Run.open(folder), name, float(scale), k, config), direction=direction_name))
+    table = _with_random_spread(pd.DataFrame(rows, columns=list(COLUMNS)))
+    table = holm(table, table["direction"] == "probe")
     tables = {TABLE: files.write_table(out, TABLE, table)}
     sources = {"probe": {"path": str(Path(config.probe).resolve()), "layer": layer, "state_norm": radius,
                          "sha256": _probe_sha(Path(config.probe))},
-               "direction": {"path": DIRECTION, "sha256": files.file_sha256(direction_file)}}
+               "direction": {"path": DIRECTION, "sha256": files.file_sha256(direction_file)},
+               "random_directions": {name: {"path": path.name, "sha256": files.file_sha256(path)}
+                                     for name, path in files_by_direction.items() if name != "probe"}}
     files.write_manifest(out, "steer", config, setup.base, conditions, tables, sources)
     return table
+
+
+def random_direction(hidden_size: int, seed: int) -> np.ndarray:
+    """A unit direction [d] float32 drawn uniformly on the sphere with ``seed`` (the control's direction)."""
+    vector = np.random.default_rng([int(seed), 30]).standard_normal(hidden_size)
+    return (vector / np.linalg.norm(vector)).astype(np.float32)
+
+
+def _with_random_spread(table: pd.DataFrame) -> pd.DataFrame:
+    """Probe rows get the spread (min, max over seeds) of the random directions' high-bound mean change at their
+    scale; other rows NaN."""
+    out = table.copy()
+    random = out[out["direction"].str.startswith("random")]
+    spread = random.groupby("scale")["logprob_change_bound_high"].agg(["min", "max"])
+    probe = out["direction"] == "probe"
+    out.loc[probe, "random_logprob_change_min"] = out.loc[probe, "scale"].map(spread["min"])
+    out.loc[probe, "random_logprob_change_max"] = out.loc[probe, "scale"].map(spread["max"])
+    return out
 
 
 def _probe_sha(path: Path) -> str:
@@ -151,7 +209,7 @@ def _probe_sha(path: Path) -> str:
 
 
 def _row(clean: Any, run: Any, name: str, scale: float, k: int, config: SteerConfig) -> dict[str, object]:
-    from sst_interp.analyses.intervention_effect import first_token_logprob_changes
+    from sst_interp.analyses.intervention_effect import first_token_logprob_bounds
     from sst_interp.kernels.outcomes import correctness_matrix
 
     reference = correctness_matrix(clean)
@@ -162,12 +220,12 @@ def _row(clean: Any, run: Any, name: str, scale: float, k: int, config: SteerCon
     steered = mine.loc[questions].to_numpy(bool)
     regressions, recoveries = int((shallow & ~steered).sum()), int((~shallow & steered).sum())
     broken, fixed = int((deep & ~steered).sum()), int((~deep & steered).sum())
-    changes = first_token_logprob_changes(clean, run, k, questions, position=config.logprob_position)
+    bounds = first_token_logprob_bounds(clean, run, k, questions, position=config.logprob_position)
     return {
         "condition": name, "scale": scale, "depth": k, "n_questions": len(questions),
         "accuracy_pct": 100.0 * steered.mean() if len(steered) else float("nan"),
         "regressions": regressions, "recoveries": recoveries,
         "regressions_change": regressions - int((shallow & ~deep).sum()),
         "recoveries_change": recoveries - int((~shallow & deep).sum()),
-        **flip_and_logprob_columns(broken, fixed, changes, config.resamples, config.seed),
+        **flip_and_logprob_columns(broken, fixed, bounds, config.resamples, config.seed),
     }

@@ -1,18 +1,24 @@
 """The names and columns of the tables the three experiments write (a light module: the registry's entries for
 them, :mod:`sst_interp.experiments.measurements`, document their columns without loading the model stack)."""
 
+#: the log-prob columns both tables share (:mod:`sst_interp.experiments.effects` fills them)
+LOGPROB_COLUMNS = ("logprob_change_mean", "logprob_change_bound_low", "logprob_change_bound_high",
+                   "logprob_change_ci_low", "logprob_change_ci_high", "logprob_sign_p", "logprob_sign_n",
+                   "logprob_sign_p_holm", "correction", "logprob_compared", "logprob_censored")
+
 WINDOW_TABLE = "window"
 WINDOW_COLUMNS = ("condition", "first_layer", "last_layer", "depth", "n_questions", "accuracy_pct", "accuracy_change_pp",
                   "accuracy_change_ci_low", "accuracy_change_ci_high", "broken", "fixed", "mcnemar_exact_p",
-                  "logprob_change_mean", "logprob_change_ci_low", "logprob_change_ci_high", "logprob_compared",
-                  "logprob_censored")
+                  *LOGPROB_COLUMNS)
 
 STEER_TABLE = "steer"
-STEER_COLUMNS = ("condition", "scale", "depth", "n_questions", "accuracy_pct", "regressions", "recoveries",
-                 "regressions_change", "recoveries_change", "broken", "fixed", "mcnemar_exact_p", "logprob_change_mean",
-                 "logprob_change_ci_low", "logprob_change_ci_high", "logprob_compared", "logprob_censored")
+STEER_COLUMNS = ("condition", "direction", "scale", "depth", "n_questions", "accuracy_pct", "regressions", "recoveries",
+                 "regressions_change", "recoveries_change", "broken", "fixed", "mcnemar_exact_p", *LOGPROB_COLUMNS,
+                 "random_logprob_change_min", "random_logprob_change_max")
 
 TRACE_EFFECTS = "trace_effects"
 TRACE_LAYER_POSITION = "trace_layer_position"
 TRACE_LAYER_ITERATION = "trace_layer_iteration"
 TRACE_TARGETS = "trace_targets"
+TRACE_LAYER_OFFSET = "trace_layer_offset"
+TRACE_LAYER_OFFSET_RESAMPLED = "trace_layer_offset_resampled"

@@ -36,6 +36,8 @@ from sst_interp.experiments import manifest as files
 from sst_interp.experiments.tables import (
     TRACE_EFFECTS,
     TRACE_LAYER_ITERATION,
+    TRACE_LAYER_OFFSET,
+    TRACE_LAYER_OFFSET_RESAMPLED,
     TRACE_LAYER_POSITION,
     TRACE_TARGETS,
 )
@@ -57,12 +59,15 @@ class TraceConfig:
         layers: the layers patched (None: every layer).
         target_position: None (the first position where the depths' tokens differ) or a fixed position P <
             ``positions`` (depth k's token there, for questions whose tokens agree before P).
+        resample_control: also patch each layer x position cell with depth k's state of *another* question
+            (``resample``, seed 0): the corruption by resampled states beside the corruption by depth.
     """
 
     depth: int = 2
     positions: int = 6
     layers: tuple[int, ...] | None = None
     target_position: int | None = None
+    resample_control: bool = True
 
     def check(self, num_layers: int, full_positions: int) -> None:
         """UsageError for a config this model or recording cannot take."""
@@ -122,11 +127,13 @@ def find_targets(clean: Any, depth: int, positions: int,
     return targets, skipped
 
 
-def patch_spec(run: Path, depth: int, layer: int, position: int, source_iteration: int) -> InterventionSpec:
+def patch_spec(run: Path, depth: int, layer: int, position: int, source_iteration: int,
+               resampled: bool = False) -> InterventionSpec:
     """Depth ``depth``'s ``layer_out`` at (layer, position, ``source_iteration``), read from ``run``, replacing
-    iteration 1's at (turn 0, position, layer)."""
+    iteration 1's at (turn 0, position, layer); ``resampled``: another question's (``resample``, seed 0)."""
     site = Site("layer_out", layers=(layer,), positions=(position,), iterations=(1,), turns=(0,))
-    operation = Operation("patch", run=str(run), depth=depth, source_iteration=source_iteration)
+    operation = Operation("resample" if resampled else "patch", run=str(run), depth=depth,
+                          source_iteration=source_iteration, seed=0 if resampled else None)
     return InterventionSpec((Intervention(site, operation),))
 
 
@@ -136,6 +143,9 @@ def run_trace(setup: Setup, out: Path, config: TraceConfig) -> dict[str, pd.Data
     Returns:
         {``trace_effects``: one row per (question, map, layer, position, iteration) measured;
         ``trace_layer_position``, ``trace_layer_iteration``: their means per cell with the number of questions;
+        ``trace_layer_offset``: the layer x position map aligned to each question's target, with n, SEs, the
+        total effect, the sign test and its Holm adjustment per cell
+        (:func:`~sst_interp.experiments.trace_cells.aligned_cells`);
         ``trace_targets``: one row per question (target, the two log-probs, or why it has none)}.
     """
     config.check(setup.num_layers, setup.base.full_positions)
@@ -154,8 +164,12 @@ def run_trace(setup: Setup, out: Path, config: TraceConfig) -> dict[str, pd.Data
     cells += [("layer_iteration", layer, 0, iteration) for iteration in range(1, k) for layer in layers]
     print(f"[trace: {len(targets)} of {len(targets) + len(skipped)} questions have a target; {len(cells)} patched "
           f"cells]")
+    if config.resample_control:
+        cells += [("layer_position_resampled", layer, position, k) for position in range(config.positions)
+                  for layer in layers]
     for kind, layer, position, iteration in tqdm(cells, unit="cell", desc="trace", disable=not targets):
-        patched = measure(1, patch_spec(clean_path, k, layer, position, iteration), position)
+        spec = patch_spec(clean_path, k, layer, position, iteration, resampled=kind.endswith("resampled"))
+        patched = measure(1, spec, position)
         effects += [{"question_id": q, "map": kind, "layer": layer, "position": position, "iteration": iteration,
                      "indirect_effect": v - base1[q]} for q, v in patched.items()]
     frame = pd.DataFrame(effects, columns=["question_id", "map", "layer", "position", "iteration", "indirect_effect"])
@@ -168,8 +182,14 @@ def run_trace(setup: Setup, out: Path, config: TraceConfig) -> dict[str, pd.Data
                     "skipped": ""} for q, t in targets.items()]
     target_rows += [{"question_id": q, "target_position": -1, "target_token": -1, "logprob_depth1": np.nan,
                      "logprob_depthk": np.nan, "total_effect": np.nan, "skipped": why} for q, why in skipped.items()]
-    tables = {EFFECTS: frame, LAYER_POSITION: by_position, LAYER_ITERATION: by_iteration,
-              TARGETS: pd.DataFrame(target_rows)}
+    from sst_interp.experiments.trace_cells import aligned_cells
+
+    target_frame = pd.DataFrame(target_rows)
+    tables = {EFFECTS: frame, LAYER_POSITION: by_position, LAYER_ITERATION: by_iteration, TARGETS: target_frame,
+              TRACE_LAYER_OFFSET: aligned_cells(frame, target_frame[target_frame["skipped"] == ""])}
+    if config.resample_control:
+        tables[TRACE_LAYER_OFFSET_RESAMPLED] = aligned_cells(frame, target_frame[target_frame["skipped"] == ""],
+                                                             "layer_position_resampled")
     written = {name: files.write_table(out, name, table) for name, table in tables.items()}
     conditions = {"clean": files.condition_entry(out, clean_path, None)}
     files.write_manifest(out, "trace", config, setup.base, conditions, written)

@@ -10,9 +10,9 @@ For depth k and each window W of layers, one condition is recorded at depth k wi
 
 Per window, against the clean run at depth k over the same questions: accuracy and its change, and the change in
 log-probability of the clean depth-k answer's first token (turn 0, position 0, final iteration; censored where it
-left the intervened top-K), each with a 95% percentile bootstrap interval over questions
-(:func:`sst_interp.kernels.stats.bootstrap_ci`: scipy.stats.bootstrap, 10,000 resamples, seed 0), and the exact
-McNemar test of the flips. The clean depth-1 run is the reference row (the depth gain that a window could remove).
+left the intervened top-K, and then kept as a bound), each with a 95% BCa bootstrap interval over questions and
+the exact sign test, none below 6 questions (:mod:`sst_interp.experiments.intervals`), the sign test's p
+Holm-adjusted over the windows, and the exact McNemar test of the flips. The clean depth-1 run is the reference row (the depth gain that a window could remove).
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ import pandas as pd
 
 from sst_interp.kernels.errors import UsageError
 from sst_interp.experiments import manifest as files
-from sst_interp.experiments.effects import flip_and_logprob_columns
+from sst_interp.experiments.effects import flip_and_logprob_columns, holm
 from sst_interp.experiments.tables import WINDOW_COLUMNS, WINDOW_TABLE
 from sst_interp.experiments.setup import Setup, record_condition, require_depth
 from sst_interp.interventions import Intervention, InterventionSpec, Operation, Site
@@ -108,6 +108,7 @@ def run_window(setup: Setup, out: Path, config: WindowConfig) -> pd.DataFrame:
         conditions[name] = files.condition_entry(out, folder, spec)
         rows.append(_row(clean, folder, name, layers, k, k, config))
     table = pd.DataFrame(rows, columns=list(COLUMNS))
+    table = holm(table, ~table["condition"].str.startswith("clean"))
     tables = {TABLE: files.write_table(out, TABLE, table)}
     files.write_manifest(out, "window", config, setup.base, conditions, tables)
     return table
@@ -116,8 +117,8 @@ def run_window(setup: Setup, out: Path, config: WindowConfig) -> pd.DataFrame:
 def _row(clean_path: Path, path: Path, name: str, layers: tuple[int, ...] | None, depth: int, k: int,
          config: WindowConfig) -> dict[str, object]:
     """One table row: the run at ``path`` (its ``depth``) against the clean run at depth k."""
-    from sst_interp.analyses.intervention_effect import first_token_logprob_changes
-    from sst_interp.kernels.stats import bootstrap_ci
+    from sst_interp.analyses.intervention_effect import first_token_logprob_bounds
+    from sst_interp.experiments.intervals import mean_interval
     from sst_interp.kernels.outcomes import correctness_matrix
     from sst_interp.store import Run
 
@@ -129,15 +130,14 @@ def _row(clean_path: Path, path: Path, name: str, layers: tuple[int, ...] | None
     b = mine.loc[questions].to_numpy(bool)
     diff = b.astype(float) - a.astype(float)
     broken, fixed = int((a & ~b).sum()), int((~a & b).sum())
-    accuracy_ci = bootstrap_ci(diff, n_resamples=config.resamples, seed=config.seed) if len(diff) else None
-    changes = first_token_logprob_changes(clean, run, k, questions, intervened_depth=depth,
-                                          position=config.logprob_position)
+    accuracy_ci = mean_interval(diff, config.resamples, config.seed)
+    bounds = first_token_logprob_bounds(clean, run, k, questions, intervened_depth=depth,
+                                        position=config.logprob_position)
     return {
         "condition": name, "first_layer": -1 if layers is None else layers[0],
         "last_layer": -1 if layers is None else layers[-1], "depth": depth, "n_questions": len(questions),
         "accuracy_pct": 100.0 * b.mean() if len(b) else float("nan"),
         "accuracy_change_pp": 100.0 * diff.mean() if len(diff) else float("nan"),
-        "accuracy_change_ci_low": 100.0 * accuracy_ci.low if accuracy_ci else float("nan"),
-        "accuracy_change_ci_high": 100.0 * accuracy_ci.high if accuracy_ci else float("nan"),
-        **flip_and_logprob_columns(broken, fixed, changes, config.resamples, config.seed),
+        "accuracy_change_ci_low": 100.0 * accuracy_ci[0], "accuracy_change_ci_high": 100.0 * accuracy_ci[1],
+        **flip_and_logprob_columns(broken, fixed, bounds, config.resamples, config.seed),
     }

@@ -2,11 +2,14 @@
 model generates or records, and compare with the clean run.
 
 - :mod:`~sst_interp.interventions.spec`: sites, operations and specs (JSON/YAML);
-- :mod:`~sst_interp.interventions.apply`: :func:`intervene` and the :class:`Intervener` that carries a spec out.
+- :mod:`~sst_interp.interventions.apply`: :func:`intervene` and the :class:`Intervener` that carries a spec out;
+- :mod:`~sst_interp.interventions.sites`: how many sites each rule changed, and the refusal of a rule that changed
+  none.
 """
 
 from sst_interp.interventions.apply import Intervener, check_spec, intervene, patch_runs
+from sst_interp.interventions.sites import SiteTally, require_sites, run_site_counts
 from sst_interp.interventions.spec import OPERATIONS, STREAMS, Intervention, InterventionSpec, Operation, Site
 
 __all__ = ["OPERATIONS", "STREAMS", "Intervener", "Intervention", "InterventionSpec", "Operation", "Site",
-           "check_spec", "intervene", "patch_runs"]
+           "SiteTally", "check_spec", "intervene", "patch_runs", "require_sites", "run_site_counts"]

@@ -49,6 +49,10 @@ class Intervener:
         self._active: torch.Tensor | None = None
         self._depth = 0
         self._directions: dict[int, torch.Tensor] = {}
+        self._rule = {id(item): number for number, item in enumerate(spec.interventions)}
+        #: per rule of the spec, how many (row, position, iteration, layer) sites it changed so far
+        self.site_counts: list[int] = [0] * len(spec.interventions)
+        self._stream_off: set[int] = set()  # layers whose next pass reads no state (a freeze where none was read)
         self._validate()
         self._patches = {id(i): _PatchSource(i.operation) for i in spec.interventions
                          if i.operation.kind in ("patch", "resample")}
@@ -70,6 +74,8 @@ class Intervener:
         self._coords = None if info.position is None else (int(info.turn), int(info.position), int(info.iteration))
         self._active = info.active
         self._depth = int(info.depth)
+        if info.position is None or (info.position == 0 and info.iteration == 1):
+            self._stream_off.clear()  # a prompt pass starts the state afresh
 
     def on_pass_end(self, info: Any, logits: torch.Tensor | None) -> None:
         """Observer: the pass is over."""
@@ -93,6 +99,8 @@ class Intervener:
         last = value[:, -1:, :]
         for item in items:
             last = self._operate(item, layer, last)
+            if item.operation.kind not in ("patch", "resample"):  # those count the rows they patch themselves
+                self._count(item, self._active_rows())
         if value.shape[1] == 1:
             return last
         return torch.cat([value[:, :-1, :], last], dim=1)
@@ -123,6 +131,7 @@ class Intervener:
             # A row whose question id is None is left alone (an experiment patches only the rows it measures).
             chosen = torch.tensor([q is not None for q in self.question_ids], dtype=torch.bool)
             rows = (self._active.cpu() & chosen).to(value.device)[:, None, None]
+            self._count(item, int(rows.sum()))
             return torch.where(rows, patched.to(device=value.device, dtype=value.dtype)[:, None, :], value)
         raise AssertionError(f"operation {kind} has no tensor form")
 
@@ -130,11 +139,19 @@ class Intervener:
         """S(C_prev) [B, T, d] float32 as the blend will read it."""
         return self._apply("state_in", layer, value)
 
-    def alpha(self, layer: int, value: torch.Tensor) -> torch.Tensor:
-        """alpha_l [d] float32 of this pass."""
-        for item in self._matching("alpha", layer):
-            value = torch.full_like(value, float(item.operation.value))
-        return value
+    def alpha(self, layer: int, value: torch.Tensor, columns: int = 1) -> torch.Tensor:
+        """alpha_l of this pass: ``value`` [d] float32 itself when no rule sets it; else [d] for a one-column
+        pass, or [columns, d] where only the last column (the one the pass's coordinates name) is set."""
+        items = self._matching("alpha", layer)
+        if not items:
+            return value
+        changed = value
+        for item in items:
+            changed = torch.full_like(value, float(item.operation.value))
+            self._count(item, self._active_rows())
+        if columns == 1:
+            return changed
+        return torch.cat([value.expand(columns - 1, -1), changed[None]], dim=0)
 
     def blended(self, layer: int, value: torch.Tensor) -> torch.Tensor:
         """h~ [B, T, d] after the blend."""
@@ -144,9 +161,34 @@ class Intervener:
         """The layer's output o [B, T, d] (also the next pass's state)."""
         return self._apply("layer_out", layer, value)
 
-    def freeze(self, layer: int) -> bool:
-        """Whether this pass leaves the carried state as it was."""
-        return any(i.operation.kind == "freeze" for i in self._matching("layer_out", layer))
+    def freeze(self, layer: int, read_state: bool = True) -> bool:
+        """Whether this pass leaves the carried state as it was: the next pass reads the state this one read, or,
+        when it read none (``read_state`` False: the stream was off), reads none either. Asked once per stateful
+        layer and pass."""
+        items = [i for i in self._matching("layer_out", layer) if i.operation.kind == "freeze"]
+        for item in items:
+            self._count(item, self._active_rows())
+        if items and not read_state:
+            self._stream_off.add(layer)
+        elif not items:
+            self._stream_off.discard(layer)
+        return bool(items)
+
+    def reads_no_state(self, layer: int) -> bool:
+        """Whether ``layer``'s pass now runs with the stream off, after a freeze of a pass that read no state."""
+        return layer in self._stream_off
+
+    def _active_rows(self) -> int:
+        return int(self._active.sum()) if self._active is not None else 0
+
+    def _count(self, item: Intervention, rows: int) -> None:
+        self.site_counts[self._rule[id(item)]] += rows
+
+    def site_report(self) -> list[dict[str, Any]]:
+        """Per rule: its number (1-based), stream, operation and the (row, position, iteration, layer) sites it
+        changed so far."""
+        return [{"rule": n + 1, "stream": item.site.stream, "operation": item.operation.kind,
+                 "sites": self.site_counts[n]} for n, item in enumerate(self.spec.interventions)]
 
 
 def check_spec(spec: InterventionSpec, num_layers: int, hidden_size: int) -> None:

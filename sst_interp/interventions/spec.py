@@ -25,7 +25,8 @@ Operations:
   position, iteration and layer (at depth ``depth``, default the depth being generated), computed streaming one
   question at a time;
 - ``resample``: ``layer_out`` becomes the state ``run`` recorded at the same site for another question, drawn per
-  question with ``seed`` (the same question always draws the same other question).
+  question with ``seed`` (the same question always draws the same other question); ``depth`` and
+  ``source_iteration`` as for ``patch``.
 """
 
 from __future__ import annotations
@@ -116,8 +117,10 @@ class Operation:
             raise UsageError("a 'set_alpha' intervention needs value (the blend coefficient, e.g. 0)")
         if self.kind in READS_RUN and not self.run:
             raise UsageError(f"a {self.kind!r} intervention needs run (the run directory to read the states from)")
-        if self.source_iteration is not None and (self.kind != "patch" or int(self.source_iteration) < 1):
-            raise UsageError(f"source_iteration (1-based) belongs to 'patch' operations, got {self.source_iteration!r} "
+        if self.source_iteration is not None and (self.kind not in ("patch", "resample")
+                                                  or int(self.source_iteration) < 1):
+            raise UsageError(f"source_iteration (1-based) belongs to 'patch' and 'resample' operations, got "
+                             f"{self.source_iteration!r} "
                              f"on {self.kind!r}")
 
 

@@ -40,9 +40,10 @@ class StateStreamContext:
         capture: when set, each layer stores what it produced here (``capture_kind`` chooses what).
         capture_kind: ``"output"`` stores o [B, T, d]; ``"state"`` stores the updated state C [B, T, d].
         intervention: while an intervention is active (:class:`sst_interp.interventions.Intervener`), the object
-            whose ``state_in``/``alpha``/``blended``/``layer_out`` methods may change those streams and whose
-            ``freeze`` may keep the carried state; the blend's streams are offered only where a state is read,
-            ``layer_out`` in every layer and pass.
+            whose ``state_in``/``alpha``/``blended``/``layer_out`` methods may change those streams, whose
+            ``freeze`` may keep the carried state (asked once per stateful layer and pass), and whose
+            ``reads_no_state`` runs a carry pass with the stream off after a freeze of a pass that read none; the
+            blend's streams are offered only where a state is read, ``layer_out`` in every layer and pass.
     """
 
     mode: StateMode = "off"
@@ -68,7 +69,11 @@ class SSTLayerMixin:
         h = adapter.attention_half(self, hidden_states, kwargs)
         params = self.sst_state
         index = self.sst_index
-        if ctx.mode == "off" or params is None:
+        intervention = ctx.intervention
+        # A freeze at a pass that read no state (position 0, iteration 1 under the prompt mode none) keeps the next
+        # pass from reading one too: it runs with the stream off, as the frozen pass did.
+        stream_off = ctx.mode == "carry" and intervention is not None and intervention.reads_no_state(index)
+        if ctx.mode == "off" or params is None or stream_off:
             previous = None
             h_tilde = h
         elif ctx.mode == "given":
@@ -85,18 +90,24 @@ class SSTLayerMixin:
         # layer_out exists in every layer and pass (also without a state stream, or with it off, as in position 0 of
         # the prompt mode none), so causal tracing can patch any layer; the Intervener leaves passes that emit no
         # token alone.
-        intervention = ctx.intervention
+        frozen = False
         if intervention is not None:
             output = intervention.layer_out(index, output)
+            if params is not None:
+                frozen = intervention.freeze(index, read_state=previous is not None)
         if ctx.mode == "carry" and params is not None:
-            if intervention is not None and intervention.freeze(index):
-                ctx.carry[index] = previous.squeeze(1)  # the next pass reads the state this pass read
+            if frozen:
+                if previous is not None:
+                    ctx.carry[index] = previous.squeeze(1)  # the next pass reads the state this pass read
+                # else: this pass read none; the Intervener runs the next pass with the stream off
+            elif previous is None:
+                ctx.carry[index] = output.squeeze(1)  # as after a prompt pass with the stream off
             else:
                 ctx.carry[index] = params.update(previous, output).squeeze(1)
         if ctx.capture is not None:
             if ctx.capture_kind == "state" and params is not None and previous is not None:
                 state = params.update(previous, output)
-                if intervention is not None and intervention.freeze(index):
+                if frozen:
                     # the two-pass prefill's last column is position 0, iteration 1: its carried state stays the
                     # state it read (the Intervener freezes only the last column of a multi-column pass)
                     state = torch.cat([state[:, :-1], previous[:, -1:].to(state.dtype)], dim=1)
@@ -112,7 +123,13 @@ def _blend(params: StateStreamParams, h: torch.Tensor, previous: torch.Tensor, i
     if intervention is None:
         return params.blend(h, previous)
     state = intervention.state_in(index, params.read_state(previous, h))
-    mixed = torch.lerp(h.float(), state, intervention.alpha(index, params.blend_alpha())).to(h.dtype)
+    base = params.blend_alpha()
+    alpha = intervention.alpha(index, base, h.shape[1])  # [d], or [T, d] when only the last column is set
+    mixed = torch.lerp(h.float(), state, alpha).to(h.dtype)
+    if alpha is not base:
+        # alpha 0 is the stream off, h~ = h exactly: the float32 lerp would round h in a float64 model
+        off = (alpha == 0).all(-1)
+        mixed = torch.where(off[..., None] if off.dim() else off, h, mixed)
     return intervention.blended(index, mixed)
 
 

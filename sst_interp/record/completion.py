@@ -22,9 +22,11 @@ def batch_generation_config(sst: Any, tokenizer: Any, options: RecordOptions, st
 
 
 @contextmanager
-def intervened(sst: Any, options: RecordOptions, question_ids: list[str], recorder: Any) -> Iterator[Any]:
+def intervened(sst: Any, options: RecordOptions, question_ids: list[str], recorder: Any,
+               tally: Any = None) -> Iterator[Any]:
     """The observer a batch generates with: the recorder alone, or with ``--intervention`` an Intervener that
-    changes the streams first and the recorder that records what the intervened model computed."""
+    changes the streams first and the recorder that records what the intervened model computed. ``tally`` (a
+    :class:`~sst_interp.interventions.SiteTally`) receives the batch's site counts per rule."""
     spec = options.intervention_spec()
     if spec is None:
         yield recorder
@@ -34,12 +36,14 @@ def intervened(sst: Any, options: RecordOptions, question_ids: list[str], record
 
     with intervene(sst, spec, question_ids) as intervener:
         yield ObserverGroup(intervener, recorder)
+    if tally is not None:
+        tally.add(intervener.site_report())
 
 
 def record_batch(sst: Any, tokenizer: Any, batch: list[Any], depth: Any, options: RecordOptions,
-                 config: Any) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+                 config: Any, tally: Any = None) -> tuple[list[dict[str, Any]], dict[str, Any]]:
     """Generate one batch under a depth policy (``FixedDepth(k)`` or a probe policy) with the recorder attached;
-    returns (generation rows, writer columns)."""
+    returns (generation rows, writer columns). ``tally``: see :func:`intervened`."""
     from sst_interp.data import grade, stop_strings
     from sst_interp.hooks import Recorder
     from sst_interp.model.generation import generate
@@ -47,7 +51,8 @@ def record_batch(sst: Any, tokenizer: Any, batch: list[Any], depth: Any, options
     prompts = [list(tokenizer(q.prompt).input_ids) for q in batch]
     gen_config = batch_generation_config(sst, tokenizer, options, stop_strings(batch[0].source))
     ids = [q.question_id for q in batch]
-    with Recorder.for_model(sst, ids, config) as recorder, intervened(sst, options, ids, recorder) as observer:
+    with Recorder.for_model(sst, ids, config) as recorder, \
+            intervened(sst, options, ids, recorder, tally) as observer:
         result = generate(sst, prompts, depth, gen_config, observer=observer,
                           decode_fn=lambda tokens: tokenizer.decode(tokens, skip_special_tokens=True))
     import numpy as np

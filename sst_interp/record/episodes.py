@@ -14,7 +14,7 @@ from sst_interp.record.options import RecordOptions
 
 
 def record_episode_batch(sst: Any, tokenizer: Any, batch: list[Any], depth: Any, options: RecordOptions, config: Any,
-                         sandbox: Any) -> tuple[list[dict[str, Any]], list[dict[str, Any]], dict[str, Any], Any]:
+                         sandbox: Any, tally: Any = None) -> tuple[list[dict[str, Any]], list[dict[str, Any]], dict[str, Any], Any]:
     """Run and record one batch of episodes (``batch``: questions whose prompt is the CodeACT first turn).
 
     Returns:
@@ -30,7 +30,8 @@ def record_episode_batch(sst: Any, tokenizer: Any, batch: list[Any], depth: Any,
 
     gen_config = batch_generation_config(sst, tokenizer, options)
     ids = [q.question_id for q in batch]
-    with Recorder.for_model(sst, ids, config) as recorder, intervened(sst, options, ids, recorder) as observer:
+    with Recorder.for_model(sst, ids, config) as recorder, \
+            intervened(sst, options, ids, recorder, tally) as observer:
         result = run_episodes(sst, tokenizer, [q.prompt for q in batch], depth, gen_config, episode_config(options),
                               sandbox, observer=observer)
     generation_rows, episode_rows = [], []

@@ -68,6 +68,7 @@ class RecordOptions:
     sandbox: SandboxConfig = field(default_factory=SandboxConfig)
     allow_low_disk: bool = False
     intervention: str | None = None
+    allow_empty_sites: bool = False
     action_tokens: tuple[tuple[str, int], ...] | None = None
     threads: int | None = None
 

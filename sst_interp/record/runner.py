@@ -165,11 +165,16 @@ def record_questions(sst: Any, tokenizer: Any, questions: list[Any], options: Re
         from sst_interp.sandbox import check_backend
 
         check_backend(sandbox)
-    batch_fn = _batch_function(options, sst, tokenizer, config, sandbox)
+    tally = None
+    if spec is not None:
+        from sst_interp.interventions import SiteTally
+
+        tally = SiteTally()
+    batch_fn = _batch_function(options, sst, tokenizer, config, sandbox, tally)
     ranks = ranks or Ranks()
     policy = make_depth_policy(options, depths)
     if policy is not None and not getattr(policy, "per_position", False):
-        return _record_with_policy(options, policy, batch_fn, questions, identity, extra, out, ranks)
+        return _record_with_policy(options, policy, batch_fn, questions, identity, extra, out, ranks, tally)
     if policy is not None:  # per-position: one batched run filed under the policy's maximum depth
         depths = [policy.max_depth]
         extra = dict(extra, depths=depths, depth_policy=policy.describe(), max_depth=policy.max_depth)
@@ -190,6 +195,16 @@ def record_questions(sst: Any, tokenizer: Any, questions: list[Any], options: Re
         return space
 
     space = ranks.run_on_main(check_space)
+    first, first_depth = None, None
+    if tally is not None:  # a rule that changes nothing is refused before the run directory is created
+        before = completed_before(out)
+        work = share_of_work(batches_of_work({k: [q for q in questions if q.question_id not in before.get(k, set())]
+                                              for k in depths}, depths, options.batch_size), ranks, cost=batch_cost)
+        if work:
+            # the first batch at the deepest depth: every iteration a rule may name exists there
+            first_depth, batch = next(item for item in work if item[0] == max(d for d, _ in work))
+            first = _checked_batch(batch_fn, batch, FixedDepth(first_depth) if policy is None else policy, tally,
+                                   options)
     with _open_run(out, identity, extra, questions, ranks) as writer:
         remaining = {k: [q for q in questions if q.question_id not in writer.completed(k)] for k in depths}
         if ranks.is_main:
@@ -202,8 +217,13 @@ def record_questions(sst: Any, tokenizer: Any, questions: list[Any], options: Re
         with tqdm(total=total, unit="q", desc=desc, disable=total == 0 or not ranks.is_main) as progress:
             for depth, batch in mine:
                 progress.set_postfix_str(f"depth {depth}")
-                submission = batch_fn(batch, FixedDepth(depth) if policy is None else policy)
-                writer.submit(depth, [q.question_id for q in batch], **submission)
+                ids = [q.question_id for q in batch]
+                if first is not None and first[0] == ids and depth == first_depth:
+                    (_, submission, meta), first = first, None
+                else:
+                    submission = batch_fn(batch, FixedDepth(depth) if policy is None else policy)
+                    meta = _site_meta(tally)
+                writer.submit(depth, ids, **submission, meta=meta)
                 progress.update(len(batch))
     return _summary(out, depths, ranks)
 
@@ -256,28 +276,53 @@ def _summary(out: Path, depths: list[int], ranks: Ranks) -> dict[int, float]:
     return print_summary(out, depths, show=ranks.is_main)
 
 
-def _batch_function(options: RecordOptions, sst: Any, tokenizer: Any, config: Any, sandbox: Any) -> Any:
-    """(batch, depth policy) -> the writer's submit keywords, for the protocol of ``options``."""
+def _site_meta(tally: Any) -> dict[str, Any] | None:
+    """The batch's manifest keys for an intervened run: its site counts per rule."""
+    if tally is None:
+        return None
+    from sst_interp.interventions.sites import SITES_KEY
+
+    return {SITES_KEY: tally.take()}
+
+
+def _checked_batch(batch_fn: Any, batch: list[Any], policy: Any, tally: Any,
+                   options: RecordOptions) -> tuple[list[str], dict[str, Any], dict[str, Any] | None]:
+    """Record the first batch before anything is written and refuse a rule that changed no site in it
+    (unless ``--allow-empty-sites``); returns (its question ids, its submission, its manifest keys)."""
+    from sst_interp.interventions import require_sites
+    from sst_interp.interventions.sites import SITES_KEY
+
+    submission = batch_fn(batch, policy)
+    meta = _site_meta(tally)
+    require_sites(meta[SITES_KEY] if meta else None, options.allow_empty_sites)
+    return [q.question_id for q in batch], submission, meta
+
+
+def _batch_function(options: RecordOptions, sst: Any, tokenizer: Any, config: Any, sandbox: Any,
+                    tally: Any = None) -> Any:
+    """(batch, depth policy) -> the writer's submit keywords, for the protocol of ``options``; ``tally`` receives
+    each batch's intervention site counts."""
     if options.codeact:
         from sst_interp.record.episodes import record_episode_batch
 
         def episodes(batch: list[Any], policy: Any) -> dict[str, Any]:
             rows, episode_rows, columns, _ = record_episode_batch(sst, tokenizer, batch, policy, options, config,
-                                                                  sandbox)
+                                                                  sandbox, tally)
             return dict(generations=rows, episodes=episode_rows, **columns)
 
         return episodes
     from sst_interp.record.completion import record_batch
 
     def completions(batch: list[Any], policy: Any) -> dict[str, Any]:
-        rows, columns = record_batch(sst, tokenizer, batch, policy, options, config)
+        rows, columns = record_batch(sst, tokenizer, batch, policy, options, config, tally)
         return dict(generations=rows, **columns)
 
     return completions
 
 
 def _record_with_policy(options: RecordOptions, policy: Any, batch_fn: Any, questions: list[Any],
-                        identity: dict[str, Any], extra: dict[str, Any], out: Path, ranks: Ranks) -> dict[int, float]:
+                        identity: dict[str, Any], extra: dict[str, Any], out: Path, ranks: Ranks,
+                        tally: Any = None) -> dict[int, float]:
     """A run under a probe depth policy: one question per generation call (the policy picks one depth per
     call), each filed under the depth it chose (its first model turn's, for an episode). Resumes like a flat run;
     under torchrun the questions are dealt round-robin to the ranks."""
@@ -286,6 +331,12 @@ def _record_with_policy(options: RecordOptions, policy: Any, batch_fn: Any, ques
     from sst_interp.store import Run
 
     extra = dict(extra, depths=[], depth_policy=policy.describe(), max_depth=policy.max_depth)
+    first = None
+    if tally is not None:  # a rule that changes nothing is refused before the run directory is created
+        before = set().union(*completed_before(out).values())
+        todo = share_of_work([q for q in questions if q.question_id not in before], ranks)
+        if todo:
+            first = _checked_batch(batch_fn, [todo[0]], policy, tally, options)
     with _open_run(out, identity, extra, questions, ranks) as writer:
         done = set().union(*(writer.completed(k) for k in range(1, policy.max_depth + 1)))
         todo = [q for q in questions if q.question_id not in done]
@@ -294,8 +345,12 @@ def _record_with_policy(options: RecordOptions, policy: Any, batch_fn: Any, ques
                   f"in {out}")
         mine = share_of_work(todo, ranks)
         for question in tqdm(mine, unit="q", desc="record", disable=not mine or not ranks.is_main):
-            submission = batch_fn([question], policy)
+            if first is not None and first[0] == [question.question_id]:
+                (_, submission, meta), first = first, None
+            else:
+                submission = batch_fn([question], policy)
+                meta = _site_meta(tally)
             depth = int(submission["generations"][0]["depth"])
-            writer.submit(depth, [question.question_id], **submission)
+            writer.submit(depth, [question.question_id], **submission, meta=meta)
     recorded = Run.open(out).depths
     return _summary(out, [d for d in range(1, policy.max_depth + 1) if d in recorded], ranks)

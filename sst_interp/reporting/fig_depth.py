@@ -40,15 +40,18 @@ def draw_pareto(data: ArtefactData) -> Figure:
         exact_ax.plot(part["mean_iterations"], 100.0 * part["exact_questions"] / n, marker="o", color=color,
                       label=f"{rule}")
     measured = points[points["source"] != "simulated"]
+    legend_done: set[str] = set()
     for k, (_, row) in enumerate(measured.iterrows()):
         if row["source"] == "oracle":
-            marker, color = "*", NEUTRAL
+            marker, color, kind = "*", NEUTRAL, "staged oracle (hindsight: never on the front)"
         elif str(row["policy"]).startswith("fixed:"):
-            marker, color = "s", "black"
+            marker, color, kind = "s", "black", "fixed depth (live)"
         else:
-            marker, color = "o", RULE_COLORS.get(_rule_of(str(row["policy"])), NEUTRAL)
+            rule = _rule_of(str(row["policy"]))
+            marker, color, kind = "o", RULE_COLORS.get(rule, NEUTRAL), f"{rule} (live policy run)"
         ax.scatter([row["mean_iterations"]], [row["accuracy_pct"]], marker=marker, s=70, color=color,
-                   edgecolors="black", linewidths=0.5, zorder=4)
+                   edgecolors="black", linewidths=0.5, zorder=4, label=None if kind in legend_done else kind)
+        legend_done.add(kind)
         # the oracle's label goes below its point: it often sits on the deepest fixed depth's
         ax.annotate(str(row["condition"]), (row["mean_iterations"], row["accuracy_pct"]), fontsize=7,
                     xytext=(4, -10 if row["source"] == "oracle" else 4 + 9 * (k % 2)), textcoords="offset points")

@@ -63,6 +63,7 @@ class _Job:
     generations: Any
     shards: dict[str, Any]
     episodes: Any = None
+    meta: dict[str, Any] | None = None
 
 
 @dataclass
@@ -212,10 +213,12 @@ class RunWriter:
             self._commit(new_manifest)
 
     def submit(self, depth: int, question_ids: Sequence[str], generations: Any = None, hidden: Any = None,
-               logits: Any = None, sketch: Any = None, gates: Any = None, episodes: Any = None) -> None:
+               logits: Any = None, sketch: Any = None, gates: Any = None, episodes: Any = None,
+               meta: dict[str, Any] | None = None) -> None:
         """Queue one batch for writing; it is committed (and ``completed(depth)`` includes it) once written.
 
-        ``episodes`` (CodeACT runs): one row per question of the batch, for ``episodes.parquet``.
+        ``episodes`` (CodeACT runs): one row per question of the batch, for ``episodes.parquet``. ``meta``: JSON
+        keys kept in the batch's manifest entry (an intervened run's site counts), dropped with the batch.
 
         Column dicts as in :mod:`sst_interp.store.tables` (numpy arrays or torch tensors, one entry per row).
         Blocks while the queue is full. Raises the writer thread's error, if any, and ValueError when a
@@ -238,7 +241,7 @@ class RunWriter:
             self._pending.setdefault(depth, set()).update(ids)
         shards = {k: v for k, v in (("hidden", hidden), ("logits", logits), ("sketch", sketch), ("gates", gates))
                   if v is not None}
-        job = _Job(depth, ids, generations, shards, episodes)
+        job = _Job(depth, ids, generations, shards, episodes, dict(meta) if meta else None)
         while True:
             try:
                 self._queue.put(job, timeout=0.2)
@@ -300,6 +303,8 @@ class RunWriter:
         layout = self._manifest
         entry: dict[str, Any] = {"batch": batch_id, "question_ids": job.question_ids, "shards": {},
                                  "generations": job.generations is not None, "episodes": job.episodes is not None}
+        if job.meta:
+            entry.update({k: v for k, v in job.meta.items() if k not in entry})
         for kind, columns in job.shards.items():
             table, present = tables.build_shard_table(kind, columns, job.question_ids, layout)
             if table.num_rows == 0:

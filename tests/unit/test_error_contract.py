@@ -149,6 +149,9 @@ CASES = [
     Case("intervention-resample-run-of-another-width", "record",
          (*REC, "--intervention", "{data}/spec_resample_wide.json", "--out", "{out}"),
          "holds states of d = 48; this model's are d = 32"),
+    Case("intervention-sites-never-fire", "record",  # issue 30: iteration 4 at depth 1
+         (*REC, "--intervention", "{data}/spec_never_fires.yaml", "--out", "{out}"),
+         "rule 1 (zero on layer_out) changed no (row, position, iteration, layer) site"),
     Case("intervene-depth-1", "intervene", ("window", "--out", "{out}", "--model", "{model}", "--depth", "1"),
          "--depth must be at least 2"),
     Case("intervene-window-larger-than-model", "intervene",
@@ -159,6 +162,9 @@ CASES = [
          "layers [7] do not exist"),
     Case("intervene-steer-probe-missing", "intervene",
          ("steer", "--out", "{out}", "--model", "{model}", "--probe", "{data}/no_probe"), "no probe at"),
+    Case("intervene-steer-probe-of-another-model", "intervene",  # issue 30
+         ("steer", "--out", "{out}", *FAST, "--model", "{model}", "--limit", "2", "--depth", "2", "--probe",
+          "{data}/probe_other_model"), "was trained on a run of another model"),
     Case("demo-n-0", "record", (*REC, "--source-option", "n=0", "--out", "{out}"), "holds no questions"),
     Case("codeact-data-read-only-out", "codeact_data",
          ("--gsm8k", str(GSM8K), "--out", "{ro}/traces", "--sandbox", "subprocess"), "cannot write into"),
@@ -368,6 +374,13 @@ def files(tmp_path_factory) -> dict[str, Path]:
         {"site": {"stream": "residual"}, "operation": {"kind": "zero"}}]}))
     (data / "spec_bad_layer.yaml").write_text("interventions:\n  - site: {stream: layer_out, layers: [9]}\n"
                                               "    operation: {kind: zero}\n")
+    (data / "spec_never_fires.yaml").write_text("interventions:\n  - site: {stream: layer_out, iterations: [4]}\n"
+                                                "    operation: {kind: zero}\n")
+    from sst_interp.probe.io import ProbeMeta, save_probe
+    from sst_interp.probe.model import HaltingProbe, ProbeConfig
+
+    save_probe(data / "probe_other_model", HaltingProbe(ProbeConfig(input_size=32)),
+               ProbeMeta(layer=1, provenance={"identity": {"model": "another/model"}, "n_must_halt": 10}))
     (data / "spec_no_run.json").write_text(json.dumps({"interventions": [
         {"site": {"stream": "layer_out"}, "operation": {"kind": "patch", "run": "/no/such/run"}}]}))
     (data / "spec_mean_far.json").write_text(json.dumps({"interventions": [

@@ -146,6 +146,36 @@ def test_pareto_front_holds_only_measured_rows_no_other_beats():
     assert front.to_dict() == {"fixed 1": True, "fixed 4": False, "state": True, "staged": False, "sim": False}
 
 
+def test_the_hindsight_oracle_is_never_on_the_front_even_where_it_beats_every_live_row():
+    rows = pd.DataFrame([
+        dp.row_of(run="r", condition="fixed 1", source="live", accuracy_pct=5.0, mean_iterations=1.0),
+        dp.row_of(run="r", condition="state", source="live", accuracy_pct=6.0, mean_iterations=2.5),
+        dp.row_of(run="r", condition="staged (oracle)", source="oracle", accuracy_pct=9.0, mean_iterations=1.2),
+    ], columns=list(dp.PARETO_COLUMNS))
+    front = dp.mark_pareto(rows).set_index("condition")["pareto"]
+    assert front.to_dict() == {"fixed 1": True, "state": True, "staged (oracle)": False}
+
+
+def test_combined_runs_get_distinct_labels_and_a_warning_when_question_sets_differ():
+    fixed = dp.ParetoResult(pd.DataFrame([
+        dp.row_of(run="fixed-run", condition="fixed 1", source="live", n_questions=24, accuracy_pct=5.0,
+                  mean_iterations=1.0)], columns=list(dp.PARETO_COLUMNS)))
+    again = dp.ParetoResult(pd.DataFrame([
+        dp.row_of(run="other-run", condition="fixed 1", source="live", n_questions=24, accuracy_pct=4.0,
+                  mean_iterations=1.0)], columns=list(dp.PARETO_COLUMNS)))
+    live = dp.ParetoResult(pd.DataFrame([
+        dp.row_of(run="kl-run", condition="kl<=0.1", source="live", n_questions=8, accuracy_pct=7.0,
+                  mean_iterations=1.5)], columns=list(dp.PARETO_COLUMNS)))
+    same = dp.combine([fixed, again])
+    assert list(same.rows["condition"]) == ["fixed-run: fixed 1", "other-run: fixed 1"]
+    assert not any(n.startswith("warning") for n in same.notes)
+    mixed = dp.combine([fixed, live])
+    assert list(mixed.rows["condition"]) == ["fixed 1", "kl<=0.1"]
+    assert [n for n in mixed.notes if n.startswith("warning")] == [
+        "warning: these rows are measured on different question sets (fixed-run: n = 24; kl-run: n = 8); "
+        "accuracies and the front compare different questions"]
+
+
 class _PlantedRun:
     """A run recorded under a per-turn probe: questions filed under the depth the probe chose, no ``iterations``
     column (the format allows that: each token then ran the row's ``chosen_depth``)."""

@@ -79,6 +79,19 @@ def test_trace_finds_the_planted_path_and_nothing_else(tmp_path, fixed):
                 assert row.indirect_effect != 0.0, row
             elif row.layer < STAR or row.iteration == 1 or t > 0:
                 assert row.indirect_effect == 0.0, row
+    # the control: patched with another question's depth-k state, layer 0 (below the stream, so equal at every depth
+    # of one question and never an effect when patched by depth) moves the target: corruption by resampled states
+    # finds what is question-specific, corruption by depth what depth adds
+    resampled = effects[effects["map"] == "layer_position_resampled"]
+    assert len(resampled) == len(effects[effects["map"] == "layer_position"])
+    below = resampled[(resampled["layer"] == 0)]
+    assert (below["indirect_effect"] != 0.0).any()
+    aligned = tables["trace_layer_offset_resampled"].set_index(["layer", "offset"])
+    assert aligned.loc[(0, 0), "n_questions"] == len(measured)
+    depth_aligned = tables["trace_layer_offset"].set_index(["layer", "offset"])
+    assert depth_aligned.loc[(0, 0), "indirect_effect_mean"] == 0.0
+    assert depth_aligned.loc[(LAYERS - 1, 0), "indirect_effect_mean"] == pytest.approx(
+        depth_aligned.loc[(LAYERS - 1, 0), "total_effect_mean"], abs=1e-12)
     # the heatmap table is the per-question table's mean, and the files are what the manifest pins
     cells = tables["trace_layer_position"].set_index(["layer", "position"])
     star = effects[(effects["map"] == "layer_position") & (effects["layer"] == STAR) & (effects["position"] == 0)]

@@ -39,8 +39,9 @@ def test_windows_cover_every_layer():
 
 # sequential: position 0 is a one-column pass like the iterations after it, so depth 1 is reproduced bit for bit;
 # two_pass: position 0's iteration 1 is the last column of the prompt pass, which rounds differently from a
-# one-column pass (the same 1e-6 as alpha 0 vs the backbone), but its carried state is frozen too
-@pytest.mark.parametrize("mode, tolerance", [("sequential", 0.0), ("two_pass", 1e-5)])
+# one-column pass (the same 1e-6 as alpha 0 vs the backbone), but its carried state is frozen too; none (the demo
+# preset's default, issue 30): position 0's iteration 1 reads no state, so the frozen iterations 2..3 read none either
+@pytest.mark.parametrize("mode, tolerance", [("sequential", 0.0), ("two_pass", 1e-5), ("none", 1e-5)])
 def test_freezing_every_layer_is_depth_one(tmp_path, capsys, mode, tolerance):
     model = save_tiny_model(tmp_path / "model")
     out = tmp_path / "exp"
