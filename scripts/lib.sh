@@ -50,11 +50,13 @@ setup_venv() {
   local stamp=".venv/.sst-interp-${extras:-base}" want
   want="$(sha256sum pyproject.toml | cut -d' ' -f1)"
   if [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
-    echo "installing into .venv: torch 2.13.0 (CPU), then sst-interp${extras:+[$extras]}"
-    python -m pip install --quiet --upgrade pip
-    # The CPU wheel first: a bare "torch" requirement would pull a multi-GB CUDA build.
-    python -m pip install --quiet torch==2.13.0
-    python -m pip install --quiet -e ".${extras:+[$extras]}"
+    echo "installing into .venv: torch 2.13.0 (CPU), then sst-interp${extras:+[$extras]} (log: .venv/install.log)"
+    {
+      python -m pip install --upgrade pip &&
+      # The CPU wheel first: a bare "torch" requirement would pull a multi-GB CUDA build.
+      python -m pip install torch==2.13.0 &&
+      python -m pip install -e ".${extras:+[$extras]}"
+    } > .venv/install.log 2>&1 || fail "pip could not install sst-interp${extras:+[$extras]}; see .venv/install.log"
     echo "$want" > "$stamp"
   fi
 }
