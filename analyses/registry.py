@@ -660,6 +660,40 @@ DEPTH_POLICY_MEASUREMENTS: tuple[Measurement, ...] = (
 MEASUREMENTS = (*MEASUREMENTS, *DEPTH_POLICY_MEASUREMENTS)
 
 
+#: Across latent-iteration families (docs/families.md): one run's rows of the report's side-by-side figures, which
+#: stack this entry over every run of the report (sst_interp/reporting/specs_families.py).
+FAMILY_STATE_DOC = {"run": "run name", "family": "sst, hrm_text or inkling2_loop",
+                    "iteration": "i >= 2: the transition i-1 -> i of the deepest depth",
+                    "overlap": "mean top-k |value| overlap of the carried state, k = the manifest's sketch_k",
+                    "relative_change": "mean ||s_i - s_{i-1}|| / ||s_{i-1}|| of the carried state",
+                    "n_positions": "full positions averaged"}
+FAMILY_CAPACITY_DOC = {"run": "run name", "family": "sst, hrm_text or inkling2_loop",
+                       "depth": "the family's loop count", "accuracy_pct": "accuracy at that flat depth",
+                       "staged_capacity_pct": "correct at some depth <= this one",
+                       "n_questions": "questions recorded at every depth"}
+
+
+def _family_figure(measure: str) -> Callable[[Any], Any]:
+    """A run's rows of a cross-family figure, as figure data (or the reason the run cannot give them)."""
+    def compute(a: Any) -> Any:
+        from sst_interp.analyses.figure_data import FigureData
+
+        result = _lazy("families", measure)(a.run, a.run.path.name)
+        return result if isinstance(result, NotApplicable) else FigureData({"main": result}, {})
+
+    return compute
+
+
+FAMILY_MEASUREMENTS: tuple[Measurement, ...] = (
+    Measurement("family_state", "", "The carried loop state across iterations (overlap and relative change), "
+                "comparable across families.", ("iterations",), _family_figure("state_profile"), _figure_main,
+                FAMILY_STATE_DOC, kind="figure"),
+    Measurement("family_capacity", "", "Accuracy and staged capacity per loop count, comparable across families.",
+                ("depths",), _family_figure("capacity_profile"), _figure_main, FAMILY_CAPACITY_DOC, kind="figure"),
+)
+MEASUREMENTS = (*MEASUREMENTS, *FAMILY_MEASUREMENTS)
+
+
 def _by_computing(name: str) -> Callable[[Any], str | None]:
     """A :attr:`Measurement.found` that computes the measurement (memoised, so ``data()`` reuses it) and reports
     what the analysis found: for the measurements of the iterations, whose support depends on what the shared steps
