@@ -36,7 +36,7 @@ from sst_interp.analyses.registry import MEASUREMENTS, Measurement, all_measurem
 from sst_interp.kernels.results import NotApplicable
 from sst_interp.kernels.errors import UsageError
 from sst_interp.kernels.outcomes import correctness_matrix
-from sst_interp.store import Run
+from sst_interp.store import CorruptRunError, Run
 
 
 def as_run(source: str | Path | Run) -> Run:
@@ -159,6 +159,8 @@ class Measured:
         def build() -> Any:
             try:
                 return measurement.per_question(self, question, depth, turn)
+            except CorruptRunError:
+                raise
             except UsageError as err:
                 return NotApplicable(" ".join(str(err).split()), measurement.key)
 
@@ -325,9 +327,12 @@ class RunAnalysis(Measured):
 
 
 def _computed(measurement: Measurement, analysis: Measured) -> Any:
-    """``measurement.compute(analysis)``, a UsageError it raises (the input cannot support it) as a NotApplicable."""
+    """``measurement.compute(analysis)``, a UsageError it raises (the input cannot support it) as a NotApplicable. A
+    damaged file is not that: CorruptRunError goes through, so the report and the API refuse the run in one line."""
     try:
         return measurement.compute(analysis)
+    except CorruptRunError:
+        raise
     except UsageError as err:
         return NotApplicable(" ".join(str(err).split()), measurement.key)
 
