@@ -121,8 +121,8 @@ def test_the_report_shows_the_experiment_and_refuses_a_folder_without_one(tmp_pa
     # the same table through the registry entry the report stacks: documented columns, the numbers as written
     experiment = analyses.open_experiment(out)
     support = experiment.available().set_index("label")
-    assert support.loc["tab_intervention_window", "available"]
-    assert "holds no steer experiment" in support.loc["tab_intervention_steer", "reason"]
+    assert support.loc["tab:intervention_window", "available"]  # available() lists canonical keys
+    assert "holds no steer experiment" in support.loc["tab:intervention_steer", "reason"]
     tidy = experiment.intervention_window()
     assert list(tidy.columns) == list(lookup("tab_intervention_window").columns)
     pd.testing.assert_frame_equal(tidy.astype({"condition": object}), written, check_dtype=False)

@@ -65,6 +65,10 @@ def unprivileged_python() -> str:
         pytest.skip("needs root to switch to an unprivileged uid (setpriv); the root case runs in test_escapes.py")
     if shutil.which("setpriv") is None:
         pytest.skip("setpriv (util-linux) is not installed")
+    closed = [str(d) for d in (REPO, *REPO.parents) if not d.stat().st_mode & 0o001]
+    if closed:
+        pytest.skip(f"uid {USER} cannot reach the checkout to import the package: {closed[0]} is closed to others "
+                    "(clone into a world-traversable folder to run this test)")
     python = _system_python()
     if python is None:
         pytest.skip(f"no /usr/bin/python{sys.version_info.major}.{sys.version_info.minor} that uid {USER} may run "
