@@ -14,13 +14,14 @@ import argparse
 import sys
 from collections.abc import Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from sst_interp.cli.args import config_parser
 from sst_interp.kernels.errors import cli_entry
 from sst_interp.store import manifest as mf
-from sst_interp.store.consistency import REPAIR_COMMAND
-from sst_interp.store.rebuild import rebuild_manifest
-from sst_interp.store.verify import VerifyReport, verify_run
+
+if TYPE_CHECKING:
+    from sst_interp.store.verify import VerifyReport
 
 EXIT_DAMAGED = 1
 
@@ -43,6 +44,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     if args.command == "repair":
         return _repair(args.run)
+    # Imported here, not at the top: verify and rebuild load pyarrow and numpy (about 0.5 s of CPU), which --help
+    # does not need.
+    from sst_interp.store.verify import verify_run
+
     report = verify_run(args.run)
     if not report.ok:
         return _refuse(args.run, report)
@@ -76,7 +81,7 @@ def _refuse(run: str, report: VerifyReport) -> int:
         parts.append(f"{len(report.inconsistent)} inconsistencies in {run}")
     faulty = {rel for rel, _ in report.damaged} | {f.file for f in report.inconsistent}
     if mf.MANIFEST_NAME in faulty:
-        advice = f"{REPAIR_COMMAND} {run} rebuilds manifest.json from the shards and tables"
+        advice = f"{mf.REPAIR_COMMAND} {run} rebuilds manifest.json from the shards and tables"
     else:
         advice = "rerun the same record command to re-record their questions"
     print(f"error: {' and '.join(parts)}; {advice}", file=sys.stderr)
@@ -84,6 +89,8 @@ def _refuse(run: str, report: VerifyReport) -> int:
 
 
 def _repair(run: str) -> int:
+    from sst_interp.store.rebuild import rebuild_manifest  # see main: not loaded for --help
+
     report = rebuild_manifest(run)
     removed = f"; removed {len(report.removed)} shard file(s) it could not keep ({', '.join(report.removed[:3])}" \
               f"{' ...' if len(report.removed) > 3 else ''}): rerun the same record command to record their " \

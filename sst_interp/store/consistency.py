@@ -27,9 +27,9 @@ from sst_interp.store import manifest as mf
 from sst_interp.store import schema as sch
 from sst_interp.store.discovery import ShardFile, single_value
 from sst_interp.store.errors import CorruptRunError
+from sst_interp.store.manifest import REPAIR_COMMAND
 
 #: What to run when the manifest is the file at fault.
-REPAIR_COMMAND = "python -m sst_interp.store repair"
 COORDS = {"hidden": ("turn", "position", "iteration", "layer"), "logits": ("turn", "position", "iteration"),
           "sketch": ("turn", "position", "iteration", "layer"), "gates": ("turn", "position", "iteration", "layer")}
 LAYERED = ("hidden", "sketch", "gates")

@@ -27,6 +27,9 @@ from typing import Any
 
 from sst_interp.store.atomic import atomic_open
 
+#: The command that rebuilds a run's manifest (named in every error that suggests it).
+REPAIR_COMMAND = "python -m sst_interp.store repair"
+
 MANIFEST_NAME = "manifest.json"
 
 
