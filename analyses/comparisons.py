@@ -137,7 +137,8 @@ def _pair(role: str):
     def check(c: ComparisonAnalysis) -> str | None:
         if role in c.pairs.pairs:
             return None
-        return (f"needs an ablation pair: an SST run trained as the {role.replace('_', ' ')} variant "
+        variant = role.replace("_", " ").removesuffix(" variant")  # "alpha init", "ema"
+        return (f"needs an ablation pair: an SST run trained as the {variant} variant "
                 f"({ablation.HOW[role]}) recorded on the same questions, protocol and depths as a main SST run "
                 f"(theta_init=-1.8, direct update); runs given: {c.pairs.listing()}")
 
