@@ -55,19 +55,20 @@ def draw_both(data: ArtefactData) -> Figure:
     return fig
 
 
-def draw_training(data: ArtefactData) -> Figure:
-    """Training loss of every training, raw (light) and moving average (solid)."""
-    fig = new_figure(6.5, 4.4)
+def _one_panel(data: ArtefactData, height: float, panel) -> Figure:
+    """One loss panel (``_training`` or ``_validation``) over every training, legend below."""
+    fig = new_figure(6.5, height)
     ax = fig.add_subplot()
-    _training(ax, data.tables, list(data.meta["series"]), _colors(data))
+    panel(ax, data.tables, list(data.meta["series"]), _colors(data))
     bottom_legend(fig, [ax], ncol=2)
     return fig
+
+
+def draw_training(data: ArtefactData) -> Figure:
+    """Training loss of every training, raw (light) and moving average (solid)."""
+    return _one_panel(data, 4.4, _training)
 
 
 def draw_validation(data: ArtefactData) -> Figure:
     """Validation loss of every training, as evaluated."""
-    fig = new_figure(6.5, 4.0)
-    ax = fig.add_subplot()
-    _validation(ax, data.tables, list(data.meta["series"]), _colors(data))
-    bottom_legend(fig, [ax], ncol=2)
-    return fig
+    return _one_panel(data, 4.0, _validation)
