@@ -108,17 +108,23 @@ class LayerCapture:
 
     def _hook(self, index: int):
         def hook(module: nn.Module, args: Any, output: Any) -> None:
-            kind = self.state.kind
-            if kind is None:
-                return
-            last = layer_output(output)[:, -1, :].detach()
-            value = last.to(self.dtype, copy=True)  # [B, d], a copy so the pass's activations can be freed
-            if kind == "full":
-                self.hidden.add(self.state, index, value)
-            else:
-                self._pending_sketch.append((index, value))
+            self.keep(index, layer_output(output))
 
         return hook
+
+    def keep(self, index: int, output: torch.Tensor) -> None:
+        """Keep layer ``index``'s output [B, T, d] of the pass in ``state`` (its last column), as the hook does; a
+        compiled decode step, which runs no hooks, hands its captured outputs here."""
+        kind = self.state.kind
+        if kind is None:
+            return
+        # [B, d], a copy: the pass's activations can be freed, and a CUDA graph's outputs are overwritten by its next
+        # replay
+        value = output[:, -1, :].detach().to(self.dtype, copy=True)
+        if kind == "full":
+            self.hidden.add(self.state, index, value)
+        else:
+            self._pending_sketch.append((index, value))
 
     def finish_pass(self) -> None:
         """The pass in ``state`` ended: turn its sketched layers into top-k index sets, all layers in one call."""

@@ -38,8 +38,9 @@ class Recorder:
     """
 
     def __init__(self, layers: Sequence[nn.Module], hidden_size: int, question_ids: Sequence[str],
-                 config: RecordConfig) -> None:
+                 config: RecordConfig, layer_hooks: bool = True) -> None:
         self.config = config
+        self.layer_hooks = layer_hooks
         self.question_ids = [str(q) for q in question_ids]
         self.state = PassState()
         self.layers = LayerCapture(layers, self.state, config, hidden_size)
@@ -49,14 +50,18 @@ class Recorder:
         self.tokens: dict[tuple[int, int], torch.Tensor] = {}
 
     @classmethod
-    def for_model(cls, sst: Any, question_ids: Sequence[str], config: RecordConfig) -> Recorder:
-        """A Recorder on ``sst.layers`` with ``sst.hidden_size``."""
-        return cls(sst.layers, sst.hidden_size, question_ids, config)
+    def for_model(cls, sst: Any, question_ids: Sequence[str], config: RecordConfig,
+                  layer_hooks: bool = True) -> Recorder:
+        """A Recorder on ``sst.layers`` with ``sst.hidden_size``. ``layer_hooks=False`` for a compiled session
+        (:class:`~sst_interp.model.compiled.CompiledSession`), which hands every pass's layer outputs to
+        :meth:`on_layer_outputs` instead."""
+        return cls(sst.layers, sst.hidden_size, question_ids, config, layer_hooks)
 
     # ------------------------------------------------------------------------------------------ hooks
     def __enter__(self) -> Recorder:
         try:
-            self.layers.attach(self.hooks)
+            if self.layer_hooks:
+                self.layers.attach(self.hooks)
             if self.gates is not None:
                 self.gates.attach(self.hooks)
         except BaseException:
@@ -85,6 +90,13 @@ class Recorder:
         state.index = len(state.active) - 1
         state.position, state.iteration, state.turn = int(position), int(info.iteration), int(info.turn)
         state.kind = "full" if position < self.config.full_window else "sketch"
+
+    def on_layer_outputs(self, outputs: dict[int, torch.Tensor]) -> None:
+        """Compiled-session observer: every layer's output {layer: [B, 1, d]} of the pass just run (no hooks ran)."""
+        if self.layer_hooks:
+            raise RuntimeError("this Recorder hooks the layers; make it with layer_hooks=False for a compiled session")
+        for index in sorted(outputs):
+            self.layers.keep(index, outputs[index])
 
     def on_pass_end(self, info: Any, logits: torch.Tensor | None) -> None:
         """Observer: a pass ended with ``logits`` [B, V] (or None when the LM head did not run)."""

@@ -61,7 +61,9 @@ class StateStreamParams(nn.Module):
     def _inference_alpha(self) -> torch.Tensor:
         # Generation calls the blend once per layer and pass; without autograd, alpha only changes when theta does
         # (its version counter moves on every in-place update, e.g. an optimizer step or a checkpoint load).
-        if torch.is_grad_enabled() and self.theta.requires_grad:
+        if (torch.is_grad_enabled() and self.theta.requires_grad) or torch.compiler.is_compiling():
+            # A compiled step computes alpha inside its graph (a fused [d] sigmoid): the cache's version check is
+            # Python state that a graph cannot guard on.
             return self.alpha()
         key = (self.theta._version, self.theta.device)
         if self._alpha_cache is None or self._alpha_cache[:2] != key:

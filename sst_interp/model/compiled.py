@@ -1,0 +1,332 @@
+"""The compiled decode step (issue 35): one function per pass, a static KV cache, and no Python hook on the path.
+
+A generation pass at a generated position is a pure function of (token ids, position ids, the KV cache, the carried
+states): :meth:`CompiledSession._step` runs the decoder on one column of a :class:`~sst_interp.model.column_cache.ColumnCache`,
+writes the new carried states into buffers at fixed addresses, and returns the final hidden state, the logits when
+the pass needs them, and, when recording, every layer's output. ``torch.compile`` turns it into one graph
+(``mode="reduce-overhead"`` on CUDA, i.e. CUDA graphs; the inductor's default mode on the CPU), compiled once per
+(batch size, depth-independent variant): iterations of a position rerun the same graph at the same cache column.
+
+What stays eager: the prompt (its width differs per batch), the depth decision between passes, the token choice and
+the observer callbacks. Interventions run their Python callbacks inside the layers and are refused on this path.
+
+Exactness: the step performs the same operations as the eager session, on a cache whose unwritten columns are masked
+out, so tokens agree and logits agree to float32 rounding (the attention reduces over ``max_columns`` keys instead of
+the columns so far); ``tests/unit/model/test_compiled_step.py`` checks both.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import sysconfig
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Any, Iterator, Literal
+
+import torch
+
+from sst_interp.hooks.capture import layer_output
+from sst_interp.kernels.errors import UsageError
+from sst_interp.kernels.owned import OwnedHooks
+from sst_interp.model.column_cache import MASK_FORMATS, ColumnCache, column_masks
+from sst_interp.model.generation import (DepthPolicy, GenerationConfig, GenerationObserver, GenerationSession,
+                                         PassInfo)
+from sst_interp.model.sst import SSTModel
+
+CompileChoice = Literal["on", "off", "auto"]
+COMPILE_CHOICES: tuple[str, ...] = ("on", "off", "auto")
+
+
+@dataclass(frozen=True)
+class CompileOptions:
+    """How decode passes run.
+
+    Args:
+        enabled: ``on``, ``off``, or ``auto`` (on where a CUDA device runs the model, off on the CPU: there the
+            first question pays a compilation that costs more than the questions of a short run save).
+        mode: the ``torch.compile`` mode; ``None`` picks ``reduce-overhead`` (CUDA graphs) on CUDA, the default
+            mode elsewhere.
+    """
+
+    enabled: CompileChoice = "auto"
+    mode: str | None = None
+
+    def __post_init__(self) -> None:
+        if self.enabled not in COMPILE_CHOICES:
+            raise UsageError(f"--compile takes one of {', '.join(COMPILE_CHOICES)}, got {self.enabled!r}")
+
+    def active_for(self, device: torch.device) -> bool:
+        """Whether decode passes compile on ``device``."""
+        return self.enabled == "on" or (self.enabled == "auto" and device.type == "cuda")
+
+    def mode_for(self, device: torch.device) -> str:
+        """The ``torch.compile`` mode on ``device``."""
+        return self.mode or ("reduce-overhead" if device.type == "cuda" else "default")
+
+
+def compile_refusal(sst: SSTModel, policy: DepthPolicy | None = None, intervening: bool = False) -> str | None:
+    """Why this setup cannot decode compiled (one line naming ``--compile off``), or None when it can."""
+    implementation = getattr(sst.backbone.config, "_attn_implementation", None)
+    if implementation not in MASK_FORMATS:
+        return (f"the compiled decode step supports attention implementations {', '.join(MASK_FORMATS)}, "
+                f"not {implementation!r}; use --compile off")
+    if intervening:
+        return "interventions run Python callbacks inside the layers and cannot run compiled; use --compile off"
+    if policy is not None and getattr(policy, "probe_layer", None) is not None:
+        return "depth policies that read a layer through a hook cannot run compiled; use --compile off"
+    if sst.device.type == "cpu" and not _c_compiler():
+        return ("torch.compile on the CPU needs a C compiler (set CXX or install g++) for the inductor; "
+                "use --compile off")
+    return None
+
+
+def _c_compiler() -> str | None:
+    return os.environ.get("CXX") or shutil.which("g++") or shutil.which("c++") or sysconfig.get_config_var("CXX")
+
+
+class DecodeStep:
+    """The compiled decode step for one (batch size, cache columns) shape, with its buffers at fixed addresses.
+
+    Holds the :class:`ColumnCache`, the ``real`` column mask [B, columns] and the carried states {layer: [B, d]}:
+    every session of this shape reuses them, so the compiled graph (and, on CUDA, its captured graph) is made once
+    per shape and variant, not once per batch of questions.
+
+    Args:
+        sst: the model.
+        batch: batch size B.
+        columns: cache columns (prompt width plus new tokens, rounded up by :class:`StepCompiler`).
+        compile_mode: the ``torch.compile`` mode, or ``None`` to run the same function eager.
+        stream: blend the state stream (``True``) or decode the backbone alone (``False``).
+        capture_outputs: return every layer's output of each pass (for a recording observer).
+    """
+
+    def __init__(self, sst: SSTModel, batch: int, columns: int, compile_mode: str | None, stream: bool,
+                 capture_outputs: bool) -> None:
+        self.sst = sst
+        self.batch, self.columns, self.stream = int(batch), int(columns), bool(stream)
+        backbone_config = sst.backbone.config
+        self.implementation = backbone_config._attn_implementation
+        layer_types = getattr(backbone_config, "layer_types", None) or ()
+        self.sliding_window = (getattr(backbone_config, "sliding_window", None)
+                               if "sliding_attention" in layer_types else None)
+        self.cache = ColumnCache(sst.num_layers, self.columns, sst.device)
+        self.real = torch.zeros(self.batch, self.columns, dtype=torch.bool, device=sst.device)  # [B, columns]
+        self.buffers = sst.zero_states(self.batch)  # {layer: [B, d]} at fixed addresses
+        self.carry = dict(self.buffers)  # the dict the layers read and write; _pin puts the buffers back
+        for tensor in (self.real, *self.buffers.values()):
+            torch._dynamo.mark_static_address(tensor)
+        self.capture_outputs = bool(capture_outputs)
+        if compile_mode is None:
+            self.fn, self.head = self._step, sst.lm_logits
+        else:
+            self.fn = torch.compile(self._step, mode=compile_mode, fullgraph=True, dynamic=False)
+            self.head = torch.compile(sst.lm_logits, mode=compile_mode, fullgraph=True, dynamic=False)
+
+    def reset(self) -> None:
+        """Before a new batch: no column holds a token, every carried state is zero (the KV buffers need no reset:
+        a column is read only after the pass that writes it)."""
+        self.real.zero_()
+        for buffer in self.buffers.values():
+            buffer.zero_()
+        self.carry.update(self.buffers)
+
+    def pin(self) -> None:
+        """Copy states that eager code put in :attr:`carry` (the prefill, a per-position policy's restore) into the
+        buffers, and put the buffers back in the dict: the step reads fixed addresses."""
+        for index, buffer in self.buffers.items():
+            state = self.carry[index]
+            if state is not buffer:
+                buffer.copy_(state)
+                self.carry[index] = buffer
+
+    def _step(self, input_ids: torch.Tensor, position_ids: torch.Tensor
+              ) -> tuple[torch.Tensor, dict[int, torch.Tensor]]:
+        """One decode pass: input_ids [B, 1] and position_ids [B, 1] at the cache's current column.
+
+        Returns the final-norm hidden state [B, 1, d] and, when the step captures, every layer's output
+        {layer: [B, 1, d]} (an empty dict otherwise).
+        """
+        ctx = self.sst.context
+        outputs: dict[int, torch.Tensor] = {}
+        ctx.mode = "carry" if self.stream else "off"
+        ctx.carry = self.carry
+        ctx.capture = outputs if self.capture_outputs else None
+        ctx.capture_kind = "output"
+        masks = column_masks(self.real, self.cache.column, 1, self.columns, self.sliding_window,
+                             self.implementation, self.sst.dtype)
+        hidden = self.sst.decoder_forward(input_ids=input_ids, attention_mask=masks, position_ids=position_ids,
+                                          cache=self.cache, use_cache=True)
+        ctx.mode, ctx.carry, ctx.capture = "off", {}, None
+        for index, buffer in self.buffers.items():
+            buffer.copy_(self.carry[index])  # the layers put new tensors in the dict; the buffers keep the address
+            self.carry[index] = buffer
+        return hidden, outputs
+
+    def run(self, input_ids: torch.Tensor, position_ids: torch.Tensor, want_logits: bool,
+            ) -> tuple[torch.Tensor, torch.Tensor | None, dict[int, torch.Tensor]]:
+        """One decode pass (:meth:`_step`, compiled) and, when ``want_logits``, the LM head (its own compiled graph,
+        so passes without logits skip it and one step graph serves both).
+
+        Returns hidden [B, 1, d] and logits [B, V] (None unless ``want_logits``), both the caller's to keep, and the
+        layer outputs {layer: [B, 1, d]}, valid until the next call.
+        """
+        self.pin()
+        # contiguous: a slice of the prompt and a fresh token column would otherwise differ in stride (a guard)
+        hidden, outputs = self.fn(input_ids.contiguous(), position_ids.contiguous())
+        logits = self.head(hidden)[:, -1].clone() if want_logits else None
+        return hidden.clone(), logits, outputs
+
+
+class StepCompiler:
+    """Makes and keeps one :class:`DecodeStep` per (batch size, column bucket): pass one to every generation call of
+    a run, so compilation happens once per shape, not per batch.
+
+    Args:
+        sst: the model.
+        compile_mode: the ``torch.compile`` mode, or ``None`` for the same step eager.
+        stream: blend the state stream (``False``: the backbone alone, the plain baseline).
+        capture_outputs: the steps return every layer's output (a recording run); one graph serves passes with and
+            without a recording observer, which then ignore them.
+        bucket: cache columns are rounded up to a multiple of this, so batches of different prompt widths share a
+            shape.
+    """
+
+    def __init__(self, sst: SSTModel, compile_mode: str | None = "default", stream: bool = True,
+                 capture_outputs: bool = False, bucket: int = 256) -> None:
+        self.sst, self.compile_mode, self.stream, self.bucket = sst, compile_mode, stream, int(bucket)
+        self.capture_outputs = bool(capture_outputs)
+        self.steps: dict[tuple[int, int], DecodeStep] = {}
+
+    def step_for(self, batch: int, columns: int) -> DecodeStep:
+        """The (reset) step for ``batch`` rows and at least ``columns`` cache columns."""
+        rounded = -(-int(columns) // self.bucket) * self.bucket
+        key = (int(batch), rounded)
+        if key not in self.steps:
+            self.steps[key] = DecodeStep(self.sst, batch, rounded, self.compile_mode, self.stream,
+                                         self.capture_outputs)
+        step = self.steps[key]
+        step.reset()
+        return step
+
+
+class CompiledSession(GenerationSession):
+    """A :class:`GenerationSession` whose passes at generated positions run one compiled step each.
+
+    The prompt prefill runs eager on the same :class:`ColumnCache`. Every decode pass (iteration 1 of a new position
+    and each rerun) calls the compiled step; the KV entries of a rerun are written at the position's column again,
+    and the carried states live in buffers at fixed addresses that the step overwrites.
+
+    An observer that defines ``on_layer_outputs(outputs)`` receives, before ``on_pass_end`` of every pass at a
+    generated position, the outputs of every layer at the pass's last column: ``{layer: [B, 1, d]}`` (a recorder
+    needs no hooks). Inside a CUDA graph those tensors are overwritten by the next replay, so the observer copies
+    what it keeps.
+
+    Args:
+        sst: the model.
+        prompts, policy, config, observer, decode_fn: as for :class:`GenerationSession` (single turn).
+        compiler: the run's :class:`StepCompiler`.
+    """
+
+    def __init__(self, sst: SSTModel, prompts: list[list[int]], policy: DepthPolicy, config: GenerationConfig,
+                 observer: GenerationObserver | None = None, decode_fn=None,
+                 compiler: StepCompiler | None = None) -> None:
+        super().__init__(sst, prompts, policy, config, observer, decode_fn)
+        refusal = compile_refusal(sst, policy)
+        if refusal is not None:
+            raise UsageError(refusal)
+        if getattr(self.observer, "layer_hooks", False):
+            # a hook inside the compiled graph would be traced into it, with the recorder's Python state as guards
+            raise ValueError("a recorder on a compiled session takes the step's outputs: make it with "
+                             "Recorder.for_model(..., layer_hooks=False)")
+        self.wants_outputs = callable(getattr(self.observer, "on_layer_outputs", None))
+        compiler = compiler or StepCompiler(sst, capture_outputs=self.wants_outputs)
+        self.step = compiler.step_for(self.batch, self.input_ids.shape[1] + config.max_new_tokens)
+        self.cache = self.step.cache
+        self.real = self.step.real
+        self.carry = self.step.carry
+        if self.wants_outputs and not self.step.capture_outputs:
+            raise ValueError("a recording observer needs a StepCompiler(capture_outputs=True)")
+
+    # -- passes (GenerationSession calls these)
+    def _run(self, info: PassInfo, mode: str, input_ids: torch.Tensor, position_ids: torch.Tensor,
+             want_logits: bool, attention_mask: torch.Tensor | None = None, given=None,
+             capture: str | None = None, use_cache: bool = True):
+        seen = self.mask if attention_mask is None else attention_mask  # [B, columns so far]
+        width = input_ids.shape[1]
+        first = seen.shape[1] - width
+        info = PassInfo(position=info.position, iteration=info.iteration, depth=info.depth,
+                        active=info.active.clone(), turn=self.turn)
+        decode = mode == "carry" and width == 1 and use_cache and given is None and capture is None
+        if decode:
+            self.cache.set_column(first)
+            self.real[:, first] = seen[:, first].bool()
+            self.observer.on_pass_start(info)
+            hidden, logits, outputs = self.step.run(input_ids, position_ids, bool(want_logits))
+            if self.wants_outputs and info.position is not None:
+                self.observer.on_layer_outputs(outputs)
+            self.last_hidden = hidden
+            self.observer.on_pass_end(info, logits)
+            return logits, {}
+        return self._run_eager(info, mode, input_ids, position_ids, want_logits, seen, first, given, capture,
+                               use_cache)
+
+    def _run_eager(self, info: PassInfo, mode: str, input_ids, position_ids, want_logits: bool, seen, first: int,
+                   given, capture: str | None, use_cache: bool):
+        """A prompt pass (any width, any state mode) on the column cache, with the same masks the step builds."""
+        width = input_ids.shape[1]
+        if use_cache:
+            self.cache.set_column(first)
+            self.real[:, first: first + width] = seen[:, first:].bool()
+            masks = column_masks(self.real, first, width, self.cache.max_columns, self.step.sliding_window,
+                                 self.step.implementation, self.sst.dtype)
+        else:  # two-pass pass 1: the segment alone
+            masks = column_masks(seen[:, first:].bool(), 0, width, width, self.step.sliding_window,
+                                 self.step.implementation, self.sst.dtype)
+        self.observer.on_pass_start(info)
+        with self._eager_outputs(info) as outputs, \
+                self.sst.state_mode(mode, given=given, carry=self.carry if mode == "carry" else None,
+                                    capture=capture) as captured:
+            hidden = self.sst.decoder_forward(input_ids=input_ids, attention_mask=masks, position_ids=position_ids,
+                                              cache=self.cache if use_cache else None, use_cache=use_cache)
+        if outputs is not None:
+            self.observer.on_layer_outputs(outputs)
+        self.last_hidden = hidden[:, -1:]
+        logits = self.sst.lm_logits(self.last_hidden)[:, -1] if want_logits else None
+        self.observer.on_pass_end(info, logits)
+        return logits, captured
+
+    @contextmanager
+    def _eager_outputs(self, info: PassInfo) -> Iterator[dict[int, torch.Tensor] | None]:
+        """For a recording observer, every layer's output at the pass's last column, through hooks owned for this
+        pass alone (the compiled step captures without hooks; these are removed before it runs)."""
+        if not self.wants_outputs or info.position is None:
+            yield None
+            return
+        outputs: dict[int, torch.Tensor] = {}
+        hooks = OwnedHooks()
+
+        def keep(index: int):
+            def hook(module: Any, args: Any, output: Any) -> None:
+                outputs[index] = layer_output(output)[:, -1:]
+            return hook
+
+        try:
+            for index, layer in enumerate(self.sst.layers):
+                hooks.forward(layer, keep(index))
+            yield outputs
+        finally:
+            hooks.close()
+
+
+def generate_compiled(sst: SSTModel, prompts: list[list[int]], depth: int | DepthPolicy = 1,
+                      config: GenerationConfig | None = None, observer: GenerationObserver | None = None,
+                      decode_fn=None, compiler: StepCompiler | None = None):
+    """:func:`~sst_interp.model.generation.generate` through :class:`CompiledSession` (same arguments and result).
+    Pass the same ``compiler`` to every call of a run (a new one compiles again)."""
+    from sst_interp.model.generation import as_depth_policy
+
+    policy = as_depth_policy(depth)
+    config = config or GenerationConfig()
+    with torch.no_grad(), CompiledSession(sst, prompts, policy, config, observer, decode_fn, compiler) as session:
+        return session.run_turn()
