@@ -99,7 +99,7 @@ class GpuCheckArgs:
                                         "device; default: all)")
     json: str | None = arg(None, help="with --paper-shape: also write the table as JSON to this file, rewritten after "
                                       "every phase (a run cut off by a time limit keeps the phases it finished)")
-    phases: list[str] | None = arg(None, help="with --paper-shape: run only these phases (some of plain, sst, "
+    phases: list[str] | None = arg(None, help="with --paper-shape: run only these phases (some of plain, compiled, sst, "
                                               "record, qlora; default: all)")
     profile: bool = arg(False, help="with --paper-shape: print a torch.profiler summary of plain and SST decoding")
 

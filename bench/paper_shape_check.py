@@ -11,6 +11,11 @@ comparisons share weights, allocator state and clocks:
    run on the same weights with the SST layers switched back to the backbone's class (:func:`plain_layers`),
    interleaved with the SST runs. Goal at depth 1: at most 1.05. ``sst dK fused``: the same with the blend
    compiled into one kernel per layer (:meth:`~sst_interp.model.SSTModel.compile_blend`).
+3b. ``compiled``: the compiled decode step (:mod:`sst_interp.model.compiled`; CUDA graphs on CUDA): ``plain
+   compiled`` (the backbone through the same step, stream off) in ms per step, goal <= 25 ms at batch 1; ``sst
+   compiled dK`` against K compiled plain steps, goal <= 1.05; ``record compiled dK`` (the Recorder fed by the
+   step, no hooks, logits every iteration) against SST compiled decoding at the same depth, goal <= 1.10. Each
+   compilation's seconds are reported once, in the rows' numbers.
 4. ``record dK``: ``record``'s capture (:class:`~sst_interp.hooks.Recorder`: 10 full positions, 512 sketch
    positions, top-K 100 logits per iteration, bfloat16) with each batch submitted to a
    :class:`~sst_interp.store.RunWriter`, against plain generation of the same tokens K times over (the passes it
@@ -47,6 +52,9 @@ from torch import nn
 GOAL_SST_DEPTH1 = 1.05
 GOAL_RECORD_THROUGHPUT = 0.90
 GOAL_TRAIN_RATIO = 2.0
+GOAL_PLAIN_COMPILED_MS = 25.0  # batch 1 on an H100: >= 4.7x HF eager's 118 ms
+GOAL_SST_COMPILED = 1.05  # SST depth k against k compiled plain steps
+GOAL_RECORD_COMPILED = 1.10  # recording against SST decoding, both compiled, same depth
 
 #: The CPU smoke run's shrunk shape: the 27B layer pattern and head layout scaled down (d = 64, 7 layers).
 SMOKE_SHAPE: dict[str, Any] = dict(hidden_size=64, intermediate_size=256, vocab_size=512, num_attention_heads=4,
@@ -71,7 +79,7 @@ class ShapeRow:
 
 
 #: The phases of the check, in the order they run (``--phases`` picks some).
-PHASES: tuple[str, ...] = ("plain", "sst", "record", "qlora")
+PHASES: tuple[str, ...] = ("plain", "compiled", "sst", "record", "qlora")
 
 
 @dataclass
@@ -257,6 +265,83 @@ def measure_sst(sst, settings: ShapeSettings, vocab: int) -> list[ShapeRow]:
                 met=ratio <= GOAL_SST_DEPTH1 if goal else None, peak_gib=peak["gib"],
                 numbers={"s_per_token": step, "plain_s_per_step": plain_step}))
     sst.compile_blend(False)
+    return rows
+
+
+def measure_compiled(sst, settings: ShapeSettings, vocab: int, hf_step: dict[int, float]) -> list[ShapeRow]:
+    """The compiled decode step: plain and SST depths at batch 1, then recording through it (see the docstring)."""
+    from sst_interp.hooks import RecordConfig, Recorder
+    from sst_interp.model import GenerationConfig
+    from sst_interp.model.compiled import StepCompiler, generate_compiled
+
+    cuda = settings.device.startswith("cuda")
+    mode = "reduce-overhead" if cuda else "default"
+    prompts = synthetic_prompts(1, settings.prompt_tokens, vocab, seed=1)
+    capture = RecordConfig(full_positions=10, sketch_positions=512, top_k=100, dtype="bfloat16")
+
+    def run(compiler, depth: int, n: int, recorder_ids: list[str] | None = None) -> None:
+        config = GenerationConfig(max_new_tokens=n, logits_every_iteration=recorder_ids is not None)
+        if recorder_ids is None:
+            result = generate_compiled(sst, prompts, depth, config, compiler=compiler)
+        else:
+            with Recorder.for_model(sst, recorder_ids, capture, layer_hooks=False) as recorder:
+                result = generate_compiled(sst, prompts, depth, config, observer=recorder, compiler=compiler)
+            recorder.columns()
+        assert all(len(tokens) == n for tokens in result.token_ids)
+
+    def warm(compiler, depth: int, recording: bool = False) -> float:
+        # reduce-overhead records its CUDA graphs on the first calls after compiling: three short runs
+        ids = ["warm"] if recording else None
+        return sum(timed(lambda: run(compiler, depth, 3, ids), settings.device) for _ in range(3))
+
+    def step_time(compiler, depth: int, recording: bool = False) -> float:
+        ids = ["q"] if recording else None
+        samples = [per_token(lambda n: timed(lambda: run(compiler, depth, n, ids), settings.device),
+                             settings.decode_tokens) for _ in range(settings.repeats)]
+        return statistics.median(samples)
+
+    rows: list[ShapeRow] = []
+
+    def add(row: ShapeRow) -> None:
+        rows.append(row)  # printed at once: a run cut off mid-phase still shows the rows it had
+        print(f"   {row.name}: {row.result} [ratio {row.ratio:.3f}, {row.status}]", flush=True)
+
+    with peak_memory(settings.device) as peak:
+        plain_compiler = StepCompiler(sst, mode, stream=False)
+        plain_compile_s = warm(plain_compiler, 1)
+        plain = step_time(plain_compiler, 1)
+    hf = hf_step.get(1)
+    versus = f"; HF eager {1000 * hf:.2f} ms: {hf / plain:.2f}x faster" if hf else ""
+    add(ShapeRow("plain compiled", f"{1000 * plain:.2f} ms per step at batch 1 ({mode}; compile + warm-up "
+                                           f"{plain_compile_s:.0f} s){versus}",
+                         ratio=plain * 1000 / GOAL_PLAIN_COMPILED_MS, goal=f"<= {GOAL_PLAIN_COMPILED_MS:.0f} ms",
+                         met=(plain * 1000 <= GOAL_PLAIN_COMPILED_MS) if cuda else None, peak_gib=peak["gib"],
+                         numbers={"s_per_step": plain, "compile_s": plain_compile_s,
+                                  "hf_eager_s_per_step": hf or float("nan")}))
+    plain_compiler = None
+    free(settings.device)
+    with peak_memory(settings.device) as peak:
+        sst_compiler = StepCompiler(sst, mode, stream=True, capture_outputs=True)
+        sst_compile_s = warm(sst_compiler, 2)
+        sst_steps = {depth: step_time(sst_compiler, depth) for depth in settings.depths}
+    for depth, step in sst_steps.items():
+        ratio = step / (depth * plain)
+        add(ShapeRow(f"sst compiled d{depth}",
+                             f"{1000 * step:.2f} ms/token vs {depth} x {1000 * plain:.2f} ms compiled plain (batch 1"
+                             f"; compile + warm-up {sst_compile_s:.0f} s, once for every depth)",
+                             ratio=ratio, goal=f"<= {GOAL_SST_COMPILED}", met=ratio <= GOAL_SST_COMPILED,
+                             peak_gib=peak["gib"], numbers={"s_per_token": step, "compile_s": sst_compile_s}))
+    warm(sst_compiler, 1, recording=True)
+    for depth in settings.record_depths:
+        with peak_memory(settings.device) as peak:
+            recording = step_time(sst_compiler, depth, recording=True)
+        base = sst_steps.get(depth) or step_time(sst_compiler, depth)
+        ratio = recording / base
+        add(ShapeRow(f"record compiled d{depth}",
+                             f"{1000 * recording:.2f} ms/token recording (10 full, 512 sketch positions, top-100 "
+                             f"logits every iteration) vs {1000 * base:.2f} ms SST compiled",
+                             ratio=ratio, goal=f"<= {GOAL_RECORD_COMPILED}", met=ratio <= GOAL_RECORD_COMPILED,
+                             peak_gib=peak["gib"], numbers={"s_per_token": recording, "sst_s_per_token": base}))
     return rows
 
 
@@ -457,8 +542,16 @@ def run_paper_shape(settings: ShapeSettings,
     vocab = config.vocab_size
     sst = SSTModel.from_backbone(backbone, SSTConfig())  # the paper's SST: unit-scale state, direct update
     profile_text = ""
+    hf_step: dict[int, float] = {}
+
+    def plain_phase() -> list[ShapeRow]:
+        plain_rows, steps = measure_plain(sst, settings, vocab)
+        hf_step.update(steps)
+        return plain_rows
+
     phases: list[tuple[str, Callable[[], list[ShapeRow]]]] = [
-        ("plain", lambda: measure_plain(sst, settings, vocab)[0]),
+        ("plain", plain_phase),
+        ("compiled", lambda: measure_compiled(sst, settings, vocab, hf_step)),
         ("sst", lambda: measure_sst(sst, settings, vocab)),
         ("record", lambda: measure_record(sst, settings, vocab)),
     ]

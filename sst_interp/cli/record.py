@@ -54,6 +54,9 @@ class RecordFlags:
     ids: list[str] | None = arg(None, metavar="ID,...", help="comma-separated question ids to record")
     prompt_mode: str | None = arg(None, help="two_pass | sequential | none: how the prompt and appended tool turns "
                                              "are processed (default: none under the demo preset, else two_pass)")
+    compile: str = arg("auto", help="on | off | auto: decode through the compiled step (CUDA graphs on CUDA, "
+                                    "torch.compile on the CPU; compiled once per batch size) or eager; auto is on "
+                                    "on CUDA for single-turn completions without interventions, off elsewhere")
     device: str = arg("auto", help="torch device: cpu | cuda | auto (cuda when available); not used with "
                                    "--device-map auto")
     device_map: str = arg("none", help="none (default: the whole model on --device) | auto (a model bigger than one "

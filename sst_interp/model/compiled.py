@@ -81,6 +81,23 @@ def compile_refusal(sst: SSTModel, policy: DepthPolicy | None = None, intervenin
     return None
 
 
+def compiler_for(sst: SSTModel, options: CompileOptions, *, policy: DepthPolicy | None = None,
+                 intervening: bool = False, capture_outputs: bool = False) -> StepCompiler | None:
+    """The run's :class:`StepCompiler`, or None for eager decoding.
+
+    ``--compile on`` on a setup the step cannot serve is a :class:`UsageError` (one line naming ``--compile off``);
+    ``auto`` decodes eager there, and on the CPU.
+    """
+    if not options.active_for(sst.device):
+        return None
+    refusal = compile_refusal(sst, policy, intervening)
+    if refusal is not None:
+        if options.enabled == "on":
+            raise UsageError(refusal)
+        return None
+    return StepCompiler(sst, options.mode_for(sst.device), capture_outputs=capture_outputs)
+
+
 def _c_compiler() -> str | None:
     return os.environ.get("CXX") or shutil.which("g++") or shutil.which("c++") or sysconfig.get_config_var("CXX")
 
@@ -117,6 +134,7 @@ class DecodeStep:
         for tensor in (self.real, *self.buffers.values()):
             torch._dynamo.mark_static_address(tensor)
         self.capture_outputs = bool(capture_outputs)
+        self.cuda_graphs = compile_mode is not None and "reduce-overhead" in compile_mode and sst.device.type == "cuda"
         if compile_mode is None:
             self.fn, self.head = self._step, sst.lm_logits
         else:
@@ -172,6 +190,10 @@ class DecodeStep:
         layer outputs {layer: [B, 1, d]}, valid until the next call.
         """
         self.pin()
+        if self.cuda_graphs:
+            # The previous pass's graph outputs are dead (the caller kept clones): CUDA graph trees may reuse their
+            # memory instead of recording a new graph because they still look alive.
+            torch.compiler.cudagraph_mark_step_begin()
         # contiguous: a slice of the prompt and a fresh token column would otherwise differ in stride (a guard)
         hidden, outputs = self.fn(input_ids.contiguous(), position_ids.contiguous())
         logits = self.head(hidden)[:, -1].clone() if want_logits else None

@@ -41,20 +41,28 @@ def intervened(sst: Any, options: RecordOptions, question_ids: list[str], record
 
 
 def record_batch(sst: Any, tokenizer: Any, batch: list[Any], depth: Any, options: RecordOptions,
-                 config: Any, tally: Any = None) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+                 config: Any, tally: Any = None, compiler: Any = None) -> tuple[list[dict[str, Any]], dict[str, Any]]:
     """Generate one batch under a depth policy (``FixedDepth(k)`` or a probe policy) with the recorder attached;
-    returns (generation rows, writer columns). ``tally``: see :func:`intervened`."""
+    returns (generation rows, writer columns). ``tally``: see :func:`intervened`. ``compiler``: the run's
+    :class:`~sst_interp.model.compiled.StepCompiler` (decode passes run compiled, the recorder takes the step's
+    outputs), or None for eager generation."""
     from sst_interp.data import grade, stop_strings
     from sst_interp.hooks import Recorder
+    from sst_interp.model.compiled import generate_compiled
     from sst_interp.model.generation import generate
 
     prompts = [list(tokenizer(q.prompt).input_ids) for q in batch]
     gen_config = batch_generation_config(sst, tokenizer, options, stop_strings(batch[0].source))
     ids = [q.question_id for q in batch]
-    with Recorder.for_model(sst, ids, config) as recorder, \
-            intervened(sst, options, ids, recorder, tally) as observer:
-        result = generate(sst, prompts, depth, gen_config, observer=observer,
-                          decode_fn=lambda tokens: tokenizer.decode(tokens, skip_special_tokens=True))
+    decode = lambda tokens: tokenizer.decode(tokens, skip_special_tokens=True)  # noqa: E731
+    if compiler is not None:
+        with Recorder.for_model(sst, ids, config, layer_hooks=False) as recorder:
+            result = generate_compiled(sst, prompts, depth, gen_config, observer=recorder, decode_fn=decode,
+                                       compiler=compiler)
+    else:
+        with Recorder.for_model(sst, ids, config) as recorder, \
+                intervened(sst, options, ids, recorder, tally) as observer:
+            result = generate(sst, prompts, depth, gen_config, observer=observer, decode_fn=decode)
     import numpy as np
 
     # A per-position policy files every question under its maximum depth (the shards' partition); the depth a

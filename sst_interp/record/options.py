@@ -71,10 +71,17 @@ class RecordOptions:
     allow_empty_sites: bool = False
     action_tokens: tuple[tuple[str, int], ...] | None = None
     threads: int | None = None
+    compile: str = "auto"
 
     @property
     def codeact(self) -> bool:
         return self.protocol == "codeact"
+
+    def compile_options(self) -> Any:
+        """``--compile`` as a :class:`~sst_interp.model.compiled.CompileOptions` (a bad value is a UsageError)."""
+        from sst_interp.model.compiled import CompileOptions
+
+        return CompileOptions(self.compile)
 
     def intervention_spec(self) -> Any:
         """The parsed ``--intervention`` spec (an InterventionSpec), or None; a bad file is a UsageError.
@@ -152,6 +159,9 @@ class RecordOptions:
             raise UsageError(f"--limit must be at least 1, got {self.limit}")
         if self.dtype not in ("auto", "float32", "bfloat16"):
             raise UsageError(f"--dtype must be auto, float32 or bfloat16, got {self.dtype!r}")
+        self.compile_options()
+        if self.compile == "on" and (self.codeact or self.placement()[0] is not None):
+            raise UsageError("the compiled decode step serves single-turn completions on one device; use --compile off")
         if self.prompt_mode is not None and self.prompt_mode not in PROMPT_MODES:
             raise UsageError(f"--prompt-mode must be one of {', '.join(PROMPT_MODES)}, got {self.prompt_mode!r}")
         self.checkpoint = resolve_checkpoint(self.checkpoint)

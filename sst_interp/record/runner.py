@@ -311,10 +311,17 @@ def _batch_function(options: RecordOptions, sst: Any, tokenizer: Any, config: An
             return dict(generations=rows, episodes=episode_rows, **columns)
 
         return episodes
+    from sst_interp.model.compiled import compiler_for
     from sst_interp.record.completion import record_batch
 
+    compilers: dict[str, Any] = {}  # one StepCompiler per policy kind, kept for the whole run: compiled once
+
     def completions(batch: list[Any], policy: Any) -> dict[str, Any]:
-        rows, columns = record_batch(sst, tokenizer, batch, policy, options, config, tally)
+        kind = type(policy).__name__
+        if kind not in compilers:
+            compilers[kind] = compiler_for(sst, options.compile_options(), policy=policy,
+                                           intervening=options.intervention is not None, capture_outputs=True)
+        rows, columns = record_batch(sst, tokenizer, batch, policy, options, config, tally, compilers[kind])
         return dict(generations=rows, **columns)
 
     return completions
