@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import os
 import shutil
-import sysconfig
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any, Iterator, Literal
@@ -78,16 +77,23 @@ def compile_fn(fn, mode: str, device: torch.device):
 
 
 def compile_refusal(sst: SSTModel, policy: DepthPolicy | None = None, intervening: bool = False) -> str | None:
-    """Why this setup cannot decode compiled (one line naming ``--compile off``), or None when it can."""
+    """Why this model and setup cannot decode compiled (one line naming ``--compile off``), or None when it can."""
     implementation = getattr(sst.backbone.config, "_attn_implementation", None)
     if implementation not in MASK_FORMATS:
         return (f"the compiled decode step supports attention implementations {', '.join(MASK_FORMATS)}, "
                 f"not {implementation!r}; use --compile off")
+    return setup_refusal(intervening=intervening, probe_policy=getattr(policy, "probe_layer", None) is not None,
+                         device=sst.device.type)
+
+
+def setup_refusal(*, intervening: bool = False, probe_policy: bool = False, device: str = "cpu") -> str | None:
+    """The checks of :func:`compile_refusal` that need no model (``record`` runs them before loading one)."""
     if intervening:
         return "interventions run Python callbacks inside the layers and cannot run compiled; use --compile off"
-    if policy is not None and getattr(policy, "probe_layer", None) is not None:
+    if probe_policy:
         return "depth policies that read a layer through a hook cannot run compiled; use --compile off"
-    if sst.device.type == "cpu" and not _c_compiler():
+    if str(device).split(":")[0] in ("cpu", "auto") and not (str(device) == "auto" and torch.cuda.is_available()) \
+            and not _c_compiler():
         return ("torch.compile on the CPU needs a C compiler (set CXX or install g++) for the inductor; "
                 "use --compile off")
     return None
@@ -111,7 +117,10 @@ def compiler_for(sst: SSTModel, options: CompileOptions, *, policy: DepthPolicy 
 
 
 def _c_compiler() -> str | None:
-    return os.environ.get("CXX") or shutil.which("g++") or shutil.which("c++") or sysconfig.get_config_var("CXX")
+    # the inductor's C++ backend looks for these (CXX first); a compiler named but not installed does not count
+    named = os.environ.get("CXX", "").split()
+    candidates = ([named[0]] if named else []) + ["g++", "clang++", "c++"]
+    return next((path for path in map(shutil.which, candidates) if path), None)
 
 
 class DecodeStep:

@@ -83,6 +83,22 @@ class RecordOptions:
 
         return CompileOptions(self.compile)
 
+    def _check_compile(self) -> None:
+        """``--compile on`` where the compiled step cannot serve the run is refused here, before anything loads
+        (``auto`` decodes eager there instead)."""
+        from sst_interp.model.compiled import setup_refusal
+
+        options = self.compile_options()
+        if options.enabled != "on":
+            return
+        if self.codeact or self.placement()[0] is not None:
+            raise UsageError("the compiled decode step serves single-turn completions on one device; "
+                             "use --compile off")
+        refusal = setup_refusal(intervening=self.intervention is not None,
+                                probe_policy=self.depth_policy.startswith("probe:"), device=self.device)
+        if refusal is not None:
+            raise UsageError(refusal)
+
     def intervention_spec(self) -> Any:
         """The parsed ``--intervention`` spec (an InterventionSpec), or None; a bad file is a UsageError.
 
@@ -159,9 +175,7 @@ class RecordOptions:
             raise UsageError(f"--limit must be at least 1, got {self.limit}")
         if self.dtype not in ("auto", "float32", "bfloat16"):
             raise UsageError(f"--dtype must be auto, float32 or bfloat16, got {self.dtype!r}")
-        self.compile_options()
-        if self.compile == "on" and (self.codeact or self.placement()[0] is not None):
-            raise UsageError("the compiled decode step serves single-turn completions on one device; use --compile off")
+        self._check_compile()
         if self.prompt_mode is not None and self.prompt_mode not in PROMPT_MODES:
             raise UsageError(f"--prompt-mode must be one of {', '.join(PROMPT_MODES)}, got {self.prompt_mode!r}")
         self.checkpoint = resolve_checkpoint(self.checkpoint)
