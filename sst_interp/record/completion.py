@@ -21,6 +21,23 @@ def batch_generation_config(sst: Any, tokenizer: Any, options: RecordOptions, st
                             pad_token_id=pad, logits_every_iteration=True)
 
 
+def run_compiler(sst: Any, options: RecordOptions) -> Any:
+    """The run's :class:`~sst_interp.model.compiled.StepCompiler` (None: decode eager), from ``--compile`` and what
+    the run needs: CodeACT episodes, a device map, an intervention or a hook-reading probe policy decode eager
+    (``--compile on`` there was refused by :meth:`RecordOptions.validate`)."""
+    from sst_interp.model.compiled import compiler_for
+
+    if options.codeact or options.placement()[0] is not None or options.depth_policy.startswith("probe:"):
+        return None
+    return compiler_for(sst, options.compile_options(), intervening=options.intervention is not None,
+                        capture_outputs=True)
+
+
+def decode_kind(compiler: Any) -> str:
+    """How a run's decode passes execute, for its numerics fingerprint: ``eager`` or ``compiled:<mode>``."""
+    return "eager" if compiler is None else f"compiled:{compiler.compile_mode}"
+
+
 @contextmanager
 def intervened(sst: Any, options: RecordOptions, question_ids: list[str], recorder: Any,
                tally: Any = None) -> Iterator[Any]:

@@ -31,7 +31,9 @@ F = TypeVar("F", bound=Callable[..., Any])
 #: and ``cpu_capability`` where no layer computes on the CPU, ``cuda_capability`` and ``cuda_version`` where none
 #: computes on a GPU.
 FIELDS = ("device_kind", "device_name", "cpu_capability", "threads", "cuda_capability", "cuda_version",
-          "deterministic_algorithms", "torch", "transformers", "dtype", "batch_size", "attention")
+          "deterministic_algorithms", "torch", "transformers", "dtype", "batch_size", "attention", "decode")
+#: What a field absent from an older run's fingerprint was: runs recorded before ``--compile`` decoded eager.
+ABSENT_MEANS = {"decode": "eager"}
 
 #: How to match each field on a resume; ``{old}`` is the run's value.
 _HINTS = {
@@ -48,16 +50,19 @@ _HINTS = {
     "dtype": "pass --dtype {old} to resume, or pick another --out",
     "batch_size": "pass --batch-size {old} to resume, or pick another --out",
     "attention": "load the model with attention {old} to resume, or pick another --out",
+    "decode": "pass --compile {flag} to resume, or pick another --out",
 }
 
 
-def numerics_fingerprint(sst: Any, dtype: str, batch_size: int) -> dict[str, Any]:
+def numerics_fingerprint(sst: Any, dtype: str, batch_size: int, decode: str = "eager") -> dict[str, Any]:
     """The fingerprint of recording with the loaded ``sst`` here and now: one value per name in :data:`FIELDS`.
 
     Args:
         sst: the loaded :class:`~sst_interp.model.sst.SSTModel` (its devices and attention implementation are read).
         dtype: the resolved compute dtype (``float32`` or ``bfloat16``).
         batch_size: questions per generation batch.
+        decode: ``eager`` or ``compiled:<mode>`` (:func:`sst_interp.record.completion.decode_kind`): a compiled step
+            sums in another order, so its numbers differ from eager ones in the last bits.
     """
     import torch
     import transformers
@@ -82,6 +87,7 @@ def numerics_fingerprint(sst: Any, dtype: str, batch_size: int) -> dict[str, Any
         "dtype": dtype,
         "batch_size": int(batch_size),
         "attention": str(getattr(sst.backbone.config, "_attn_implementation", None)),
+        "decode": decode,
     }
 
 
@@ -120,7 +126,8 @@ def _gpu_indices(sst: Any) -> list[int]:
 def fingerprint_differences(old: dict[str, Any], new: dict[str, Any]) -> list[str]:
     """Names of the fields whose values differ between two fingerprints, in :data:`FIELDS` order (then any other)."""
     names = list(FIELDS) + sorted((set(old) | set(new)) - set(FIELDS))
-    return [name for name in names if old.get(name) != new.get(name)]
+    return [name for name in names
+            if old.get(name, ABSENT_MEANS.get(name)) != new.get(name, ABSENT_MEANS.get(name))]
 
 
 def check_numerics(out: Path, fingerprint: dict[str, Any]) -> None:
@@ -147,8 +154,9 @@ def check_numerics(out: Path, fingerprint: dict[str, Any]) -> None:
         return
     name = differ[0]
     others = f" (and {', '.join(differ[1:])})" if len(differ) > 1 else ""
-    hint = _HINTS.get(name, "pick another --out").format(old=old.get(name))
-    raise UsageError(f"--out {out} was recorded with {name}={old.get(name)!r}, this command has "
+    was = old.get(name, ABSENT_MEANS.get(name))
+    hint = _HINTS.get(name, "pick another --out").format(old=was, flag="off" if was == "eager" else "on")
+    raise UsageError(f"--out {out} was recorded with {name}={was!r}, this command has "
                      f"{name}={new.get(name)!r}{others}, which changes the recorded numbers; {hint}")
 
 

@@ -233,7 +233,9 @@ def _checked_fingerprint(sst: Any, options: RecordOptions, out: Path, ranks: Ran
     ``out`` (a UsageError naming the setting otherwise), before the run directory is created or resumed."""
     from sst_interp.record.numerics import check_numerics, check_ranks_agree, numerics_fingerprint
 
-    fingerprint = numerics_fingerprint(sst, options.dtype, options.batch_size)
+    from sst_interp.record.completion import decode_kind, run_compiler
+
+    fingerprint = numerics_fingerprint(sst, options.dtype, options.batch_size, decode_kind(run_compiler(sst, options)))
     check_ranks_agree(fingerprint, ranks)
     ranks.run_on_main(lambda: check_numerics(out, fingerprint))
     return fingerprint
@@ -311,17 +313,12 @@ def _batch_function(options: RecordOptions, sst: Any, tokenizer: Any, config: An
             return dict(generations=rows, episodes=episode_rows, **columns)
 
         return episodes
-    from sst_interp.model.compiled import compiler_for
-    from sst_interp.record.completion import record_batch
+    from sst_interp.record.completion import record_batch, run_compiler
 
-    compilers: dict[str, Any] = {}  # one StepCompiler per policy kind, kept for the whole run: compiled once
+    compiler = run_compiler(sst, options)  # one for the whole run: each batch size compiles once
 
     def completions(batch: list[Any], policy: Any) -> dict[str, Any]:
-        kind = type(policy).__name__
-        if kind not in compilers:
-            compilers[kind] = compiler_for(sst, options.compile_options(), policy=policy,
-                                           intervening=options.intervention is not None, capture_outputs=True)
-        rows, columns = record_batch(sst, tokenizer, batch, policy, options, config, tally, compilers[kind])
+        rows, columns = record_batch(sst, tokenizer, batch, policy, options, config, tally, compiler)
         return dict(generations=rows, **columns)
 
     return completions

@@ -196,3 +196,34 @@ def test_auto_compiles_on_cuda_only():
     assert not CompileOptions("auto").active_for(torch.device("cpu"))
     assert CompileOptions("on").active_for(torch.device("cpu"))
     assert CompileOptions().mode_for(torch.device("cuda")) == "reduce-overhead"
+
+
+# ------------------------------------------------------------------------------------------------ record --compile
+def test_record_compile_on_writes_the_same_run_as_eager(tmp_path):
+    """``record --compile on`` on the CPU: same generations, the same recorded states to float32 rounding, and the
+    fingerprint names the decode."""
+    from sst_interp.cli.record import main as record_main
+    from sst_interp.store.reader import Run
+    from tests.unit.conftest import FAST, save_tiny_model
+
+    model = save_tiny_model(tmp_path / "model")
+    runs = {}
+    for flag in ("off", "on"):
+        out = tmp_path / f"run_{flag}"
+        assert record_main([*FAST, "--model", str(model), "--depths", "1,3", "--limit", "3", "--batch-size", "2",
+                            "--demo-preset", "--compile", flag, "--out", str(out)]) == 0
+        runs[flag] = Run.open(out)
+    eager, fast = runs["off"], runs["on"]
+    assert fast.manifest["identity"]["numerics"]["decode"] == "compiled:default"
+    assert eager.manifest["identity"]["numerics"]["decode"] == "eager"
+    def answers(run):
+        table = run.generations().sort_values(["depth", "question_id"])
+        return [(row.question_id, row.depth, list(row.token_ids)) for row in table.itertuples()]
+
+    assert answers(fast) == answers(eager) and len(answers(eager)) == 6
+    for depth in (1, 3):
+        blocks = list(zip(eager.hidden(depth), fast.hidden(depth), strict=True))
+        assert len(blocks) == 3
+        for a, b in blocks:
+            assert (a.question_id, a.iterations.tolist()) == (b.question_id, b.iterations.tolist())
+            assert np.allclose(a.values, b.values, rtol=1e-5, atol=1e-5)
