@@ -59,8 +59,12 @@ class WindowFlags:
 
     size: int = arg(4, help="layers per window")
     stride: int = arg(4, help="layers between consecutive windows' first layers")
-    mode: str = arg("freeze", choices=("freeze", "zero"),
-                    help="freeze: iterations 2..k read the state iteration 1 read | zero: state_in zeroed at 2..k")
+    mode: str = arg("freeze", choices=("freeze", "zero", "mean", "resample"),
+                    help="freeze: iterations 2..k read the state iteration 1 read | zero: state_in zeroed at 2..k | "
+                         "mean: they read the clean run's mean state there | resample: another question's state")
+    controls: list[str] = arg(default_factory=lambda: ["mean", "resample"],
+                              help="baselines every window is also recorded under, beside --mode (default: "
+                                   "mean,resample; none for no control)")
     resamples: int = arg(10_000, help="bootstrap resamples")
     seed: int = arg(0, help="bootstrap seed")
     logprob_position: int = arg(0, help="generated position whose clean depth-k token's log-prob change is measured "
@@ -145,7 +149,8 @@ def library_config(name: str, common: CommonFlags, own: Any, num_layers: int | N
     if name == "window":
         from sst_interp.experiments.window import WindowConfig
 
-        return WindowConfig(depth=common.depth, size=own.size, stride=own.stride, mode=own.mode,
+        controls = () if [c.strip() for c in own.controls] == ["none"] else tuple(own.controls)
+        return WindowConfig(depth=common.depth, size=own.size, stride=own.stride, mode=own.mode, controls=controls,
                             resamples=own.resamples, seed=own.seed, logprob_position=own.logprob_position)
     if name == "trace":
         from sst_interp.experiments.trace import TraceConfig
@@ -184,7 +189,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if name == "window":
         from sst_interp.experiments.window import run_window
 
-        config.check(setup.num_layers)
+        config.check(setup.num_layers, setup.base.full_positions)
         table = run_window(setup, common.out, config)
     elif name == "trace":
         from sst_interp.experiments.trace import LAYER_POSITION, run_trace

@@ -100,7 +100,10 @@ SHARED_DOC = {
     "logprob_compared": "questions with the token in both top-Ks",
     "logprob_censored": "questions where it left the recorded top-K (kept as bounds)",
 }
-WINDOW_DOC = {"condition": "clean depth 1, clean depth k, or the window", "first_layer": "the window's first layer",
+WINDOW_DOC = {"condition": "clean depth 1, clean depth k, or the window",
+              "mode": "how the window denies the stream: freeze, zero, or the controls mean (the clean run's mean "
+                      "state) and resample (another question's state); clean for the reference rows",
+              "first_layer": "the window's first layer",
               "last_layer": "its last layer", "accuracy_change_pp": "accuracy minus clean depth k's, points",
               "accuracy_change_ci_low": "its 95% BCa bootstrap bound over questions, low (NaN below n = 6)",
               "accuracy_change_ci_high": "the high bound", **SHARED_DOC}

@@ -53,6 +53,7 @@ class Intervener:
         #: per rule of the spec, how many (row, position, iteration, layer) sites it changed so far
         self.site_counts: list[int] = [0] * len(spec.interventions)
         self._stream_off: set[int] = set()  # layers whose next pass reads no state (a freeze where none was read)
+        self._read: Any = None  # S() of the state_in pass in progress: carried state [B, 1, d] -> [B, 1, d] float32
         self._validate()
         self._patches = {id(i): _PatchSource(i.operation) for i in spec.interventions
                          if i.operation.kind in ("patch", "resample")}
@@ -67,6 +68,11 @@ class Intervener:
             if item.operation.kind in ("patch", "resample") and self.question_ids is None:
                 raise UsageError(f"intervention {number}: {item.operation.kind!r} reads states per question: pass "
                                  f"question_ids")
+            update = getattr(getattr(self.sst, "config", None), "update", "direct")
+            if item.site.stream == "state_in" and item.operation.kind in READS_RUN and update != "direct":
+                raise UsageError(f"intervention {number}: {item.operation.kind!r} on state_in reads the reference "
+                                 f"run's layer outputs as its carried states, which they are only under the update "
+                                 f"'direct' (this SST's is {update!r}); use layer_out instead")
 
     # ------------------------------------------------------------------------------------------ observer
     def on_pass_start(self, info: Any) -> None:
@@ -113,16 +119,20 @@ class Intervener:
             wide = torch.promote_types(value.dtype, torch.float32)  # bf16 adds in float32 and rounds once
             direction = self._directions[id(item)].to(device=value.device, dtype=wide)
             return (value.to(wide) + item.operation.scale * direction).to(value.dtype)
+        # on state_in, the reference is the state carried into this iteration: the one recorded at iteration - 1
+        carried = item.site.stream == "state_in"
         if kind == "mean":
             assert self._coords is not None
             turn, position, iteration = self._coords
-            mean = self._means[id(item)].value(self._depth, turn, position, iteration, layer)
+            mean = self._means[id(item)].value(self._depth, turn, position, iteration - carried, layer)
+            reference = mean.to(device=value.device)[None, None, :].expand(value.shape[0], 1, -1)
+            reference = self._read(reference) if carried else reference
             rows = self._active.to(value.device)[:, None, None]
-            return torch.where(rows, mean.to(device=value.device, dtype=value.dtype)[None, None, :], value)
+            return torch.where(rows, _toward(value, reference.to(value.dtype), item.operation.scale), value)
         if kind in ("patch", "resample"):
             assert self._coords is not None and self.question_ids is not None
             turn, position, iteration = self._coords
-            source_iteration = item.operation.source_iteration or iteration
+            source_iteration = (item.operation.source_iteration or iteration) - carried
             source = self._patches[id(item)]
             questions = (self.question_ids if kind == "patch"
                          else [None if q is None else source.other(q, item.operation.seed or 0)
@@ -132,12 +142,19 @@ class Intervener:
             chosen = torch.tensor([q is not None for q in self.question_ids], dtype=torch.bool)
             rows = (self._active.cpu() & chosen).to(value.device)[:, None, None]
             self._count(item, int(rows.sum()))
-            return torch.where(rows, patched.to(device=value.device, dtype=value.dtype)[:, None, :], value)
+            reference = patched.to(device=value.device)[:, None, :]
+            reference = self._read(reference) if carried else reference
+            return torch.where(rows, _toward(value, reference.to(value.dtype), item.operation.scale), value)
         raise AssertionError(f"operation {kind} has no tensor form")
 
-    def state_in(self, layer: int, value: torch.Tensor) -> torch.Tensor:
-        """S(C_prev) [B, T, d] float32 as the blend will read it."""
-        return self._apply("state_in", layer, value)
+    def state_in(self, layer: int, value: torch.Tensor, read: Any = None) -> torch.Tensor:
+        """S(C_prev) [B, T, d] float32 as the blend will read it; ``read`` maps a carried state [B, 1, d] to what
+        the blend of this pass's last column reads of it (S with this pass's h), for ``mean`` and ``resample``."""
+        self._read = read
+        try:
+            return self._apply("state_in", layer, value)
+        finally:
+            self._read = None
 
     def alpha(self, layer: int, value: torch.Tensor, columns: int = 1) -> torch.Tensor:
         """alpha_l of this pass: ``value`` [d] float32 itself when no rule sets it; else [d] for a one-column
@@ -270,6 +287,13 @@ def intervene(sst: Any, spec: InterventionSpec, question_ids: Sequence[str | Non
         yield intervener
     finally:
         context.intervention = None
+
+
+def _toward(value: torch.Tensor, reference: torch.Tensor, scale: float) -> torch.Tensor:
+    """value + scale * (reference - value): the reference itself (exactly) at scale 1, ``value`` at 0."""
+    if scale == 1.0:
+        return reference
+    return value + float(scale) * (reference - value)
 
 
 def _direction(operation: Operation) -> torch.Tensor:
