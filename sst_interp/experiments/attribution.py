@@ -191,7 +191,8 @@ def _forced_config(config: GenerationConfig, targets: Sequence[Target | None]) -
     wanted = [t.position for t in targets if t is not None]
     if not wanted:
         raise UsageError("no row has a target: nothing to measure")
-    return dataclasses.replace(config, max_new_tokens=max(wanted) + 1, stop_strings=())
+    # M is read at the final iteration only: no LM head at the others (they would join the graph for nothing)
+    return dataclasses.replace(config, max_new_tokens=max(wanted) + 1, stop_strings=(), logits_every_iteration=False)
 
 
 def attribution_pass(sst: Any, prompts: list[list[int]], targets: Sequence[Target | None], depth: int,
@@ -333,3 +334,115 @@ def patch_effects(sst: Any, prompts: list[list[int]], targets: Sequence[Target |
                  for row, q in enumerate(reached) if q is not None]
     return pd.DataFrame(rows, columns=["question_id", "layer", "position", "iteration", "source_iteration", "real",
                                        "seconds"])
+
+
+# ---------------------------------------------------------------------------------------------- the experiment
+EFFECTS = "attribution_effects"
+CELLS = "attribution_cells"
+VERIFIED = "attribution_verified"
+TIMING = "attribution_timing"
+
+
+@dataclass(frozen=True)
+class AttributionConfig:
+    """``python -m sst_interp.intervene attribute``: causal tracing's question (which (layer, position) of depth k
+    carries its answer into depth 1, :mod:`sst_interp.experiments.trace`) answered by attribution patching over
+    layer x position x depth k's iteration, then the top cells checked by real patching.
+
+    Args:
+        depth: k (>= 2).
+        positions: targets are looked for at generated positions 0..positions-1 (at most ``--full-positions``).
+        layers: the layers attributed (None: every layer).
+        target_position: as :class:`~sst_interp.experiments.trace.TraceConfig`.
+        verify_top: how many cells (layer, position, source iteration), ranked by |mean estimate|, are patched for
+            real (one forced generation per cell and batch).
+    """
+
+    depth: int = 2
+    positions: int = 6
+    layers: tuple[int, ...] | None = None
+    target_position: int | None = None
+    verify_top: int = 5
+
+    def check(self, num_layers: int, full_positions: int) -> None:
+        """UsageError for a config this model or recording cannot take."""
+        from sst_interp.experiments.trace import TraceConfig
+
+        TraceConfig(self.depth, self.positions, self.layers, self.target_position).check(num_layers, full_positions)
+        if self.verify_top < 0:
+            raise UsageError(f"--verify-top must be >= 0, got {self.verify_top}")
+
+
+def run_attribution(setup: Any, out: Path, config: AttributionConfig) -> dict[str, pd.DataFrame]:
+    """Record the clean run (depths 1 and k), attribute every (layer, position, source iteration) cell with one
+    gradient per batch of depth-1 forced passes, verify the top cells by real patching, and write the tables and
+    ``experiment-attribute.json`` under ``out``.
+
+    Returns:
+        {``attribution_effects``: one row per (question, layer, position, source iteration): the estimate;
+        ``attribution_cells``: their mean per cell with the question count;
+        ``attribution_verified``: the top cells' mean estimate beside the mean real patching effect;
+        ``attribution_timing``: per batch, the seconds of a clean forced pass, of the attribution pass (forward and
+        backward) and of one real patching generation per verified cell}.
+    """
+    from sst_interp.experiments import manifest as files
+    from sst_interp.experiments.setup import record_condition
+    from sst_interp.experiments.trace import find_targets, prompt_ids
+    from sst_interp.record.completion import batch_generation_config
+    from sst_interp.store import Run
+
+    check_gradients(setup.sst)
+    config.check(setup.num_layers, setup.base.full_positions)
+    k = config.depth
+    layers = list(config.layers) if config.layers is not None else list(range(setup.num_layers))
+    clean_path = record_condition(setup, out, "clean", [1, k])
+    targets, skipped = find_targets(Run.open(clean_path), k, config.positions, config.target_position)
+    print(f"[attribute: {len(targets)} of {len(targets) + len(skipped)} questions have a target]")
+    generation = batch_generation_config(setup.sst, setup.tokenizer, setup.base)
+    patch = Operation("patch", run=str(clean_path), depth=k)
+    size = setup.base.batch_size
+    batches = []
+    for start in range(0, len(setup.questions), size):
+        questions = setup.questions[start: start + size]
+        wanted = [targets.get(q.question_id) for q in questions]
+        if any(t is not None for t in wanted):
+            batches.append(([prompt_ids(setup, q) for q in questions], wanted))
+    effects, timing, clean_metrics = [], [], []
+    for prompts, wanted in batches:
+        started = time.perf_counter()
+        clean = metric_values(setup.sst, prompts, wanted, 1, generation)
+        clean_seconds = time.perf_counter() - started
+        gradients = attribution_pass(setup.sst, prompts, wanted, 1, generation, layers=layers)
+        effects.append(estimates(gradients, patch, wanted, setup.sst, source_iterations=tuple(range(1, k + 1))))
+        clean_metrics.append(clean)
+        timing.append({"rows": sum(t is not None for t in wanted), "sites": len(gradients.grads),
+                       "clean_pass_s": clean_seconds, "attribution_pass_s": gradients.seconds})
+    frame = pd.concat(effects, ignore_index=True) if effects else pd.DataFrame(
+        columns=["question_id", "layer", "position", "iteration", "source_iteration", "estimate", "gradient_norm",
+                 "delta_norm"])
+    cells = (frame.groupby(["layer", "position", "source_iteration"])["estimate"].agg(["mean", "count"])
+             .reset_index().rename(columns={"mean": "estimate_mean", "count": "n_questions"}))
+    top = cells.reindex(cells["estimate_mean"].abs().sort_values(ascending=False).index).head(config.verify_top)
+    verified = []
+    for cell in top.itertuples():
+        site = [(int(cell.layer), int(cell.position), 1, int(cell.source_iteration))]
+        real, seconds = [], 0.0
+        for (prompts, wanted), clean in zip(batches, clean_metrics):
+            measured = patch_effects(setup.sst, prompts, wanted, 1, generation, patch, site, clean)
+            real.append(measured)
+            seconds += float(measured["seconds"].iloc[0]) if len(measured) else 0.0
+        real_frame = pd.concat(real, ignore_index=True)
+        verified.append({"layer": int(cell.layer), "position": int(cell.position),
+                         "source_iteration": int(cell.source_iteration), "n_questions": len(real_frame),
+                         "estimate_mean": float(cell.estimate_mean), "real_mean": float(real_frame["real"].mean()),
+                         "real_patching_s": seconds})
+    verified_frame = pd.DataFrame(verified, columns=["layer", "position", "source_iteration", "n_questions",
+                                                     "estimate_mean", "real_mean", "real_patching_s"])
+    timing_frame = pd.DataFrame(timing, columns=["rows", "sites", "clean_pass_s", "attribution_pass_s"])
+    timing_frame["ratio"] = timing_frame["attribution_pass_s"] / timing_frame["clean_pass_s"]
+    tables = {EFFECTS: frame, CELLS: cells.sort_values(["layer", "position", "source_iteration"]).reset_index(
+        drop=True), VERIFIED: verified_frame, TIMING: timing_frame}
+    written = {name: files.write_table(out, name, table) for name, table in tables.items()}
+    conditions = {"clean": files.condition_entry(out, clean_path, None)}
+    files.write_manifest(out, "attribute", config, setup.base, conditions, written)
+    return tables

@@ -117,3 +117,55 @@ def test_gradients_on_a_quantised_model_without_lora_are_refused():
     # with a LoRA adapter's parameters, the gradient has a path
     sst.backbone.register_parameter("lora_A", torch.nn.Parameter(torch.zeros(1)))
     check_gradients(sst)
+
+
+# ---------------------------------------------------------------------------------------------- the experiment
+def test_the_experiment_finds_only_the_planted_path_and_verifies_its_top_cells(tmp_path):
+    from sst_interp.experiments.attribution import AttributionConfig, run_attribution
+    from sst_interp.experiments.manifest import kinds_in, read_table
+    from sst_interp.experiments.trace import find_targets
+    from sst_interp.store import Run
+    from tests.unit.experiments.test_trace import DEPTH, STAR, planted_setup
+
+    tables = run_attribution(planted_setup(4), tmp_path, AttributionConfig(depth=DEPTH, positions=6, verify_top=3))
+    effects = tables["attribution_effects"]
+    assert len(effects) and set(effects["source_iteration"]) == set(range(1, DEPTH + 1))
+    # the planted model passes information between positions only through layer STAR's stream, and depth k's
+    # states below STAR are depth 1's: every other cell's estimate is exactly 0 (zero gradient or zero difference)
+    found, _ = find_targets(Run.open(tmp_path / "runs" / "clean"), DEPTH, 6)
+    target_of = {q: t.position for q, t in found.items()}
+    effects = effects.assign(target=effects["question_id"].map(target_of))
+    on_path = (effects["layer"] == STAR) | ((effects["layer"] > STAR) & (effects["position"] == effects["target"]))
+    assert (effects.loc[~on_path, "estimate"] == 0).all()
+    assert (effects.loc[on_path & (effects["source_iteration"] == DEPTH), "estimate"] != 0).any()
+    verified = tables["attribution_verified"]
+    assert len(verified) == 3 and (verified["n_questions"] > 0).all()
+    assert (verified["real_mean"] != 0).all()  # the top-ranked cells are real effects
+    timing = tables["attribution_timing"]
+    assert (timing["ratio"] > 0).all() and (timing["sites"] > 0).all()
+    assert "attribute" in kinds_in(tmp_path)
+    pd.testing.assert_frame_equal(read_table(tmp_path, "attribute", "attribution_verified"), verified)
+
+
+def test_the_command_refuses_gradients_on_a_quantised_model(tmp_path, capsys, monkeypatch):
+    from sst_interp.cli.intervene import main
+    from sst_interp.experiments import setup as experiment_setup
+    from tests.unit.conftest import fails_with_one_error_line, save_tiny_model
+
+    model = save_tiny_model(tmp_path / "model")
+    argv = ["attribute", "--out", str(tmp_path / "exp"), "--model", str(model), "--demo-preset", "--limit", "2",
+            "--batch-size", "2", "--max-new-tokens", "4", "--full-positions", "3", "--positions", "3", "--top-k",
+            "6", "--device", "cpu", "--depth", "2", "--verify-top", "1"]
+    assert main(argv) == 0
+    assert (tmp_path / "exp" / "attribution_verified.csv").is_file()
+    load = experiment_setup.load
+
+    def quantised(base):
+        setup = load(base)
+        setup.sst.backbone.is_quantized = True  # as a 4-bit load would mark it
+        return setup
+
+    monkeypatch.setattr(experiment_setup, "load", quantised)
+    argv[2] = str(tmp_path / "exp2")
+    fails_with_one_error_line(capsys, main, argv, "quantised without a LoRA adapter")
+    assert not (tmp_path / "exp2").exists()
