@@ -1,6 +1,6 @@
 """The intervention experiments' tables and figure as registry entries (scope ``experiment``).
 
-An experiment folder (``python -m sst_interp.intervene {window,trace,steer} --out DIR``) is measured like a run:
+An experiment folder (``python -m sst_interp.intervene {window,trace,steer,attribute} --out DIR``) is measured like a run:
 ``e = analyses.open_experiment(DIR)``, then ``e.data("tab_intervention_window")``, ``e.notes(...)``,
 ``e.available()``. The report's Interventions artefacts stack these entries over the ``--experiment`` folders.
 This package sits above :mod:`sst_interp.analyses`, so it registers its entries itself (the registry imports this
