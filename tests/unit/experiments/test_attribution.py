@@ -140,7 +140,8 @@ def test_the_experiment_finds_only_the_planted_path_and_verifies_its_top_cells(t
     assert (effects.loc[on_path & (effects["source_iteration"] == DEPTH), "estimate"] != 0).any()
     verified = tables["attribution_verified"]
     assert len(verified) == 3 and (verified["n_questions"] > 0).all()
-    assert (verified["real_mean"] != 0).all()  # the top-ranked cells are real effects
+    assert (verified["real_mean"] != 0).all()  # the top-ranked cells are real effects, in the direction estimated
+    assert (np.sign(verified["real_mean"]) == np.sign(verified["estimate_mean"])).all(), verified
     timing = tables["attribution_timing"]
     assert (timing["ratio"] > 0).all() and (timing["sites"] > 0).all()
     assert "attribute" in kinds_in(tmp_path)
