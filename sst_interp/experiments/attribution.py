@@ -41,6 +41,13 @@ import pandas as pd
 import torch
 
 from sst_interp.kernels.errors import UsageError
+from sst_interp.experiments.tables import (
+    ATTRIBUTION_CELLS,
+    ATTRIBUTION_EFFECTS,
+    ATTRIBUTION_TIMING,
+    ATTRIBUTION_VERIFIED,
+    ATTRIBUTION_VERIFIED_COLUMNS,
+)
 from sst_interp.experiments.trace import Target
 from sst_interp.interventions import Intervener, Intervention, InterventionSpec, Operation, Site, intervene
 from sst_interp.model.generation import FixedDepth, GenerationConfig, GenerationSession
@@ -337,10 +344,7 @@ def patch_effects(sst: Any, prompts: list[list[int]], targets: Sequence[Target |
 
 
 # ---------------------------------------------------------------------------------------------- the experiment
-EFFECTS = "attribution_effects"
-CELLS = "attribution_cells"
-VERIFIED = "attribution_verified"
-TIMING = "attribution_timing"
+EFFECTS, CELLS, VERIFIED, TIMING = ATTRIBUTION_EFFECTS, ATTRIBUTION_CELLS, ATTRIBUTION_VERIFIED, ATTRIBUTION_TIMING
 
 
 @dataclass(frozen=True)
@@ -436,8 +440,7 @@ def run_attribution(setup: Any, out: Path, config: AttributionConfig) -> dict[st
                          "source_iteration": int(cell.source_iteration), "n_questions": len(real_frame),
                          "estimate_mean": float(cell.estimate_mean), "real_mean": float(real_frame["real"].mean()),
                          "real_patching_s": seconds})
-    verified_frame = pd.DataFrame(verified, columns=["layer", "position", "source_iteration", "n_questions",
-                                                     "estimate_mean", "real_mean", "real_patching_s"])
+    verified_frame = pd.DataFrame(verified, columns=list(ATTRIBUTION_VERIFIED_COLUMNS))
     timing_frame = pd.DataFrame(timing, columns=["rows", "sites", "clean_pass_s", "attribution_pass_s"])
     timing_frame["ratio"] = timing_frame["attribution_pass_s"] / timing_frame["clean_pass_s"]
     tables = {EFFECTS: frame, CELLS: cells.sort_values(["layer", "position", "source_iteration"]).reset_index(

@@ -22,3 +22,10 @@ TRACE_LAYER_ITERATION = "trace_layer_iteration"
 TRACE_TARGETS = "trace_targets"
 TRACE_LAYER_OFFSET = "trace_layer_offset"
 TRACE_LAYER_OFFSET_RESAMPLED = "trace_layer_offset_resampled"
+
+ATTRIBUTION_EFFECTS = "attribution_effects"
+ATTRIBUTION_CELLS = "attribution_cells"
+ATTRIBUTION_VERIFIED = "attribution_verified"
+ATTRIBUTION_TIMING = "attribution_timing"
+ATTRIBUTION_VERIFIED_COLUMNS = ("layer", "position", "source_iteration", "n_questions", "estimate_mean", "real_mean",
+                                "real_patching_s")

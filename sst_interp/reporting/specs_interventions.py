@@ -74,4 +74,8 @@ SPECS = [
                  "scale sweep; overthinking (regressions) and recoveries against clean depth 1, flips against clean "
                  "depth k.", "report", NEEDS,
                  _stacked("tab_intervention_steer")),
+    ArtefactSpec("tab_intervention_attribution", "table", "", FAMILY,
+                 "Attribution patching: trace's patch (depth k's layer output into depth 1) estimated to first "
+                 "order at every layer x position x iteration from one gradient; the top cells beside their real "
+                 "patching effect.", "report", NEEDS, _stacked("tab_intervention_attribution")),
 ]

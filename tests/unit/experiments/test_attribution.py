@@ -158,7 +158,14 @@ def test_the_command_refuses_gradients_on_a_quantised_model(tmp_path, capsys, mo
             "--batch-size", "2", "--max-new-tokens", "4", "--full-positions", "3", "--positions", "3", "--top-k",
             "6", "--device", "cpu", "--depth", "2", "--verify-top", "1"]
     assert main(argv) == 0
-    assert (tmp_path / "exp" / "attribution_verified.csv").is_file()
+    # the report shows the verified cells as written
+    from sst_interp.cli.report import main as report
+
+    assert report(["--run", str(tmp_path / "exp" / "runs" / "clean"), "--out", str(tmp_path / "rep"), "--quiet",
+                   "--only", "tab_intervention_attribution", "--experiment", str(tmp_path / "exp")]) == 0
+    shown = pd.read_csv(tmp_path / "rep" / "tab_intervention_attribution.csv")
+    pd.testing.assert_frame_equal(shown.drop(columns="experiment"),
+                                  pd.read_csv(tmp_path / "exp" / "attribution_verified.csv"))
     load = experiment_setup.load
 
     def quantised(base):
