@@ -210,7 +210,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if name == "window":
         from sst_interp.experiments.window import run_window
 
-        config.check(setup.num_layers, setup.base.full_positions)
+        config.check(setup.num_layers, setup.base.full_positions, setup.sst.config.update)
         table = run_window(setup, common.out, config)
     elif name == "attribute":
         from sst_interp.experiments.attribution import TIMING, VERIFIED, run_attribution

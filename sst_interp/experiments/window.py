@@ -80,8 +80,10 @@ class WindowConfig:
         """``mode``, then the controls that differ from it, in order."""
         return tuple(dict.fromkeys((self.mode, *self.controls)))
 
-    def check(self, num_layers: int | None = None, full_positions: int | None = None) -> None:
-        """UsageError for a config this model or recording (None: any) cannot take."""
+    def check(self, num_layers: int | None = None, full_positions: int | None = None,
+              update: str | None = None) -> None:
+        """UsageError for a config this model (its layer count, its SST's state ``update``) or recording (its
+        full positions) cannot take; None: any."""
         require_depth(self.depth)
         for name, modes in (("--mode", (self.mode,)), ("--controls", self.controls)):
             bad = [m for m in modes if m not in WINDOW_MODES]
@@ -92,6 +94,10 @@ class WindowConfig:
             raise UsageError(f"--logprob-position {self.logprob_position} is beyond --full-positions "
                              f"{full_positions}, where the {'/'.join(reads)} baseline acts (it reads the clean run's "
                              f"states there); raise --full-positions or pass --controls none")
+        if reads and update is not None and update != "direct":
+            raise UsageError(f"the {'/'.join(reads)} baseline reads the clean run's layer outputs as carried states, "
+                             f"which they are only under the update 'direct' (this SST's is {update!r}); pass "
+                             f"--controls none")
         if self.size < 1:
             raise UsageError(f"--size must be at least 1, got {self.size}")
         if num_layers is not None and self.size > num_layers:
@@ -143,7 +149,7 @@ def run_window(setup: Setup, out: Path, config: WindowConfig) -> pd.DataFrame:
     """Record the clean run (depths 1 and k) and one run per window (depth k) under ``out``; write the table
     (``window.parquet``/``.csv``) and ``experiment-<kind>.json``. Returns the table (columns :data:`COLUMNS`)."""
     full = setup.base.full_positions
-    config.check(setup.num_layers, full)
+    config.check(setup.num_layers, full, setup.sst.config.update)
     k = config.depth
     clean = record_condition(setup, out, "clean", [1, k])
     conditions = {"clean": files.condition_entry(out, clean, None)}

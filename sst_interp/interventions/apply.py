@@ -28,7 +28,7 @@ import numpy as np
 import torch
 
 from sst_interp.kernels.errors import UsageError
-from sst_interp.interventions.spec import READS_RUN, Intervention, InterventionSpec, Operation
+from sst_interp.interventions.spec import READS_RUN, Intervention, InterventionSpec, Operation, Site
 
 
 class Intervener:
@@ -126,7 +126,7 @@ class Intervener:
             turn, position, iteration = self._coords
             source = self._means[id(item)] if kind == "mean" else self._patches[id(item)]
             reference = reference_values(item.operation, source, self.question_ids, self._depth, turn, position,
-                                         iteration - carried, layer, self._active)
+                                         iteration - 1 if carried else iteration, layer, self._active)
             reference = reference.to(device=value.device)[:, None, :]
             reference = self._read(reference) if carried else reference
             rows = self._active.cpu()
@@ -303,9 +303,7 @@ class ReferenceStates:
     generation (attribution patching's estimates take the difference to the clean states). The spec's checks
     (:func:`check_spec`) apply as for an :class:`Intervener`."""
 
-    def __init__(self, operation: Operation, num_layers: int, hidden_size: int, site: Any = None) -> None:
-        from sst_interp.interventions.spec import Site
-
+    def __init__(self, operation: Operation, num_layers: int, hidden_size: int, site: Site | None = None) -> None:
         if operation.kind not in READS_RUN:
             raise UsageError(f"a reference state comes from a run: use {', '.join(READS_RUN)}, not "
                              f"{operation.kind!r}")

@@ -106,6 +106,16 @@ def test_the_mean_and_resample_controls_are_rows_beside_the_window(tmp_path):
         assert not np.array_equal(block.values[0, 1], clean[block.question_id][0, 1])
 
 
+def test_the_reference_baselines_are_refused_for_an_ema_linked_sst():
+    from sst_interp.experiments.window import WindowConfig
+    from sst_interp.kernels.errors import UsageError
+
+    WindowConfig(depth=3, size=3).check(3, 3, "direct")
+    WindowConfig(depth=3, size=3, controls=()).check(3, 3, "ema_linked")
+    with pytest.raises(UsageError, match="only under the update 'direct'"):
+        WindowConfig(depth=3, size=3).check(3, 3, "ema_linked")
+
+
 @pytest.mark.parametrize("extra, pattern", [
     (["--controls", "mean,melt"], "--controls must be among freeze, zero, mean, resample, got melt"),
     (["--logprob-position", "3"], "--logprob-position 3 is beyond --full-positions 3"),
