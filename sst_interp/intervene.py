@@ -1,4 +1,4 @@
-"""``python -m sst_interp.intervene {window,trace,steer}`` (the command lives in :mod:`sst_interp.cli.intervene`)."""
+"""``python -m sst_interp.intervene {window,trace,steer,attribute}`` (the command lives in :mod:`sst_interp.cli.intervene`)."""
 
 from sst_interp.cli.intervene import main
 

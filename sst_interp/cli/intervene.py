@@ -1,9 +1,11 @@
-"""``python -m sst_interp.intervene {window,trace,steer}``: the three intervention experiments, one command each.
+"""``python -m sst_interp.intervene {window,trace,steer,attribute}``: the intervention experiments, one command each.
 
 - ``window``: where the depth gain lives (deny iterations 2..k the state stream in sliding windows of layers);
 - ``trace``: causal tracing across depths (patch depth k's states into depth 1: layer x position and layer x
   iteration heatmaps);
-- ``steer``: steering the halt (add the halting probe's direction with a scale sweep).
+- ``steer``: steering the halt (add the halting probe's direction with a scale sweep);
+- ``attribute``: trace's question by attribution patching: one forward and one backward pass per batch estimate
+  every (layer, position, depth k's iteration) cell to first order; the top cells are then patched for real.
 
 Each records its conditions as ordinary run directories under ``--out``/runs (rerunning the same command resumes
 them; the three may share one ``--out`` and so its clean run), writes tidy Parquet/CSV tables and
@@ -59,8 +61,12 @@ class WindowFlags:
 
     size: int = arg(4, help="layers per window")
     stride: int = arg(4, help="layers between consecutive windows' first layers")
-    mode: str = arg("freeze", choices=("freeze", "zero"),
-                    help="freeze: iterations 2..k read the state iteration 1 read | zero: state_in zeroed at 2..k")
+    mode: str = arg("freeze", choices=("freeze", "zero", "mean", "resample"),
+                    help="freeze: iterations 2..k read the state iteration 1 read | zero: state_in zeroed at 2..k | "
+                         "mean: they read the clean run's mean state there | resample: another question's state")
+    controls: list[str] = arg(default_factory=lambda: ["mean", "resample"],
+                              help="baselines every window is also recorded under, beside --mode (default: "
+                                   "mean,resample; none for no control)")
     resamples: int = arg(10_000, help="bootstrap resamples")
     seed: int = arg(0, help="bootstrap seed")
     logprob_position: int = arg(0, help="generated position whose clean depth-k token's log-prob change is measured "
@@ -76,6 +82,17 @@ class TraceFlags:
     target_position: int | None = arg(None, help="target depth k's token at this position, for questions whose "
                                                  "tokens agree before it (default: the first position where the "
                                                  "depths' tokens differ)")
+
+
+@dataclass(frozen=True)
+class AttributeFlags:
+    """``attribute``'s own flags."""
+
+    positions: int = arg(6, help="look for the first depth-1/depth-k difference at positions 0..N-1")
+    layers: str = arg("all", help="layers attributed: all, or e.g. 0,3,5-7")
+    target_position: int | None = arg(None, help="target depth k's token at this position (as trace)")
+    verify_top: int = arg(5, help="cells (layer, position, source iteration) with the largest |mean estimate| "
+                                  "patched for real, one forced generation each per batch; 0 for none")
 
 
 @dataclass(frozen=True)
@@ -99,13 +116,15 @@ COMMANDS: dict[str, tuple[type, str]] = {
     "window": (WindowFlags, "where the depth gain lives: deny iterations 2..k the state stream in layer windows"),
     "trace": (TraceFlags, "causal tracing across depths: patch depth k's states into depth 1"),
     "steer": (SteerFlags, "steering the halt: add the halting probe's direction with a scale sweep"),
+    "attribute": (AttributeFlags, "attribution patching: first-order estimates of trace's patches over layer x "
+                                  "position x iteration from one gradient, the top cells verified"),
 }
 
 
 def build_parser() -> argparse.ArgumentParser:
     """The parser: one sub-command per experiment, each with :class:`CommonFlags` and its own flags."""
-    parser = config_parser(PROG, "The three intervention experiments on latent iterations, one command each.")
-    sub = parser.add_subparsers(dest="experiment", required=True, metavar="{window,trace,steer}")
+    parser = config_parser(PROG, "The intervention experiments on latent iterations, one command each.")
+    sub = parser.add_subparsers(dest="experiment", required=True, metavar="{window,trace,steer,attribute}")
     for name, (flags, text) in COMMANDS.items():
         command = sub.add_parser(name, help=text, description=text)
         add_config_flags(command, CommonFlags)
@@ -145,8 +164,15 @@ def library_config(name: str, common: CommonFlags, own: Any, num_layers: int | N
     if name == "window":
         from sst_interp.experiments.window import WindowConfig
 
-        return WindowConfig(depth=common.depth, size=own.size, stride=own.stride, mode=own.mode,
+        controls = () if [c.strip() for c in own.controls] == ["none"] else tuple(own.controls)
+        return WindowConfig(depth=common.depth, size=own.size, stride=own.stride, mode=own.mode, controls=controls,
                             resamples=own.resamples, seed=own.seed, logprob_position=own.logprob_position)
+    if name == "attribute":
+        from sst_interp.experiments.attribution import AttributionConfig
+
+        layers = None if num_layers is None else parse_layers(own.layers, num_layers)
+        return AttributionConfig(depth=common.depth, positions=own.positions, layers=layers,
+                                 target_position=own.target_position, verify_top=own.verify_top)
     if name == "trace":
         from sst_interp.experiments.trace import TraceConfig
 
@@ -184,8 +210,18 @@ def main(argv: Sequence[str] | None = None) -> int:
     if name == "window":
         from sst_interp.experiments.window import run_window
 
-        config.check(setup.num_layers)
+        config.check(setup.num_layers, setup.base.full_positions, setup.sst.config.update)
         table = run_window(setup, common.out, config)
+    elif name == "attribute":
+        from sst_interp.experiments.attribution import TIMING, VERIFIED, run_attribution
+
+        config.check(setup.num_layers, setup.base.full_positions)
+        tables = run_attribution(setup, common.out, config)
+        timing = tables[TIMING]
+        print(f"attribution pass / clean pass: {timing['attribution_pass_s'].sum() / timing['clean_pass_s'].sum():.2f}"
+              f" ({timing['sites'].sum()} sites; real patching takes one forced generation per site)",
+              file=sys.stderr)
+        table = tables[VERIFIED]
     elif name == "trace":
         from sst_interp.experiments.trace import LAYER_POSITION, run_trace
 

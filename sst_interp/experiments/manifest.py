@@ -4,7 +4,7 @@ The three experiments may share one folder (and so its clean run, recorded once 
 agree); each writes its own manifest and tables. ``experiment-<kind>.json``::
 
     {"format": "sst_interp.intervention_experiment", "format_version": 1,
-     "experiment": "window" | "trace" | "steer",
+     "experiment": "window" | "trace" | "steer" | "attribute",
      "config": {...},                               # the experiment's typed config
      "record": {...},                               # the record options every condition shares
      "conditions": {"clean": {"path": "runs/clean", "manifest_sha256": "...", "depths": [1, 4],
@@ -33,7 +33,7 @@ from sst_interp.outputs import write_output
 
 FORMAT = "sst_interp.intervention_experiment"
 FORMAT_VERSION = 1
-KINDS = ("window", "trace", "steer")
+KINDS = ("window", "trace", "steer", "attribute")
 
 
 def manifest_name(kind: str) -> str:

@@ -1,6 +1,6 @@
 """The intervention experiments' tables and figure as registry entries (scope ``experiment``).
 
-An experiment folder (``python -m sst_interp.intervene {window,trace,steer} --out DIR``) is measured like a run:
+An experiment folder (``python -m sst_interp.intervene {window,trace,steer,attribute} --out DIR``) is measured like a run:
 ``e = analyses.open_experiment(DIR)``, then ``e.data("tab_intervention_window")``, ``e.notes(...)``,
 ``e.available()``. The report's Interventions artefacts stack these entries over the ``--experiment`` folders.
 This package sits above :mod:`sst_interp.analyses`, so it registers its entries itself (the registry imports this
@@ -21,7 +21,14 @@ from sst_interp.analyses.figure_data import FigureData
 from sst_interp.analyses.registry import Measurement, register, register_requirement
 from sst_interp.kernels.results import AnalysisResult
 from sst_interp.experiments.manifest import KINDS, kinds_in, read_manifest, read_table
-from sst_interp.experiments.tables import STEER_COLUMNS, TRACE_LAYER_ITERATION, TRACE_LAYER_POSITION, WINDOW_COLUMNS
+from sst_interp.experiments.tables import (
+    ATTRIBUTION_VERIFIED,
+    ATTRIBUTION_VERIFIED_COLUMNS,
+    STEER_COLUMNS,
+    TRACE_LAYER_ITERATION,
+    TRACE_LAYER_POSITION,
+    WINDOW_COLUMNS,
+)
 
 
 @dataclass(frozen=True)
@@ -100,7 +107,10 @@ SHARED_DOC = {
     "logprob_compared": "questions with the token in both top-Ks",
     "logprob_censored": "questions where it left the recorded top-K (kept as bounds)",
 }
-WINDOW_DOC = {"condition": "clean depth 1, clean depth k, or the window", "first_layer": "the window's first layer",
+WINDOW_DOC = {"condition": "clean depth 1, clean depth k, or the window",
+              "mode": "how the window denies the stream: freeze, zero, or the controls mean (the clean run's mean "
+                      "state) and resample (another question's state); clean for the reference rows",
+              "first_layer": "the window's first layer",
               "last_layer": "its last layer", "accuracy_change_pp": "accuracy minus clean depth k's, points",
               "accuracy_change_ci_low": "its 95% BCa bootstrap bound over questions, low (NaN below n = 6)",
               "accuracy_change_ci_high": "the high bound", **SHARED_DOC}
@@ -119,6 +129,12 @@ TRACE_DOC = {"layer": "decoder layer patched", "position": "generated position p
 TRACE_ITERATION_DOC = {"layer": "decoder layer patched", "iteration": "depth k's iteration patched (position 0)",
                        "indirect_effect_mean": TRACE_DOC["indirect_effect_mean"], "n_questions": "questions",
                        "indirect_effect_sem": TRACE_DOC["indirect_effect_sem"]}
+ATTRIBUTION_DOC = {"layer": "decoder layer patched", "position": "generated position patched",
+                   "source_iteration": "depth k's iteration whose state is patched into depth 1's iteration 1",
+                   "n_questions": "questions whose target is at or after the position",
+                   "estimate_mean": "mean first-order estimate of the effect on the target's log-prob (nats)",
+                   "real_mean": "mean effect of the real patch (nats)",
+                   "real_patching_s": "seconds of the real patching generations of the cell"}
 
 MEASUREMENTS: tuple[Measurement, ...] = (
     Measurement("intervention_window", "", "Where the depth gain lives: iterations 2..k denied the state stream in "
@@ -141,6 +157,13 @@ MEASUREMENTS: tuple[Measurement, ...] = (
                 _table("steer", "steer", "scale in units of the state's mean norm at the probe's layer (position 0, "
                        "clean depth k); CIs: 95% BCa bootstrap over questions, none below n = 6; sign test p Holm-adjusted over the scales"), _as_is,
                 {c: STEER_DOC[c] for c in STEER_COLUMNS}, notes=_notes, scope="experiment"),
+    Measurement("intervention_attribution", "", "Attribution patching: the cells with the largest first-order "
+                "estimate, each beside its real patching effect (trace's patch, one gradient per batch).",
+                ("attribute_experiment",),
+                _table("attribute", ATTRIBUTION_VERIFIED, "estimate = gradient of the target's log-prob at depth "
+                       "1's layer output . (depth k's state - depth 1's), tokens before the target forced; real = "
+                       "the same patch run"), _as_is,
+                {c: ATTRIBUTION_DOC[c] for c in ATTRIBUTION_VERIFIED_COLUMNS}, notes=_notes, scope="experiment"),
 )
 
 register(*MEASUREMENTS)

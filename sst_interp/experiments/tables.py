@@ -7,8 +7,8 @@ LOGPROB_COLUMNS = ("logprob_change_mean", "logprob_change_bound_low", "logprob_c
                    "logprob_sign_p_holm", "correction", "logprob_compared", "logprob_censored")
 
 WINDOW_TABLE = "window"
-WINDOW_COLUMNS = ("condition", "first_layer", "last_layer", "depth", "n_questions", "accuracy_pct", "accuracy_change_pp",
-                  "accuracy_change_ci_low", "accuracy_change_ci_high", "broken", "fixed", "mcnemar_exact_p",
+WINDOW_COLUMNS = ("condition", "mode", "first_layer", "last_layer", "depth", "n_questions", "accuracy_pct",
+                  "accuracy_change_pp", "accuracy_change_ci_low", "accuracy_change_ci_high", "broken", "fixed", "mcnemar_exact_p",
                   *LOGPROB_COLUMNS)
 
 STEER_TABLE = "steer"
@@ -22,3 +22,10 @@ TRACE_LAYER_ITERATION = "trace_layer_iteration"
 TRACE_TARGETS = "trace_targets"
 TRACE_LAYER_OFFSET = "trace_layer_offset"
 TRACE_LAYER_OFFSET_RESAMPLED = "trace_layer_offset_resampled"
+
+ATTRIBUTION_EFFECTS = "attribution_effects"
+ATTRIBUTION_CELLS = "attribution_cells"
+ATTRIBUTION_VERIFIED = "attribution_verified"
+ATTRIBUTION_TIMING = "attribution_timing"
+ATTRIBUTION_VERIFIED_COLUMNS = ("layer", "position", "source_iteration", "n_questions", "estimate_mean", "real_mean",
+                                "real_patching_s")

@@ -6,13 +6,25 @@ For depth k and each window W of layers, one condition is recorded at depth k wi
   read the state iteration 1 read (the previous position's); iteration k updates it as usual, so later positions
   see a normal hand-over. With W = every layer this is exactly depth 1 (tested): iterations 2..k repeat
   iteration 1 bit for bit.
-- ``zero``: ``state_in`` of W's layers is zeroed at iterations 2..k (the blend reads S = 0 there).
+- ``zero``: ``state_in`` of W's layers is zeroed at iterations 2..k (the blend reads S = 0 there). This is not
+  "no stream": h~ = (1 - alpha) h, the residual stream shrunk.
+- ``mean`` (a control): iterations 2..k of W's layers read S(mean C) instead of S(C): the state the clean depth-k
+  run carried into the same (position, iteration, layer), averaged over every question. The blend keeps its
+  scale; only what is specific to the question is taken away.
+- ``resample`` (a control): the same with the state another question (drawn with seed 0) carried there in the clean
+  depth-k run: a state of the right kind, but the wrong question's.
+
+``mean`` and ``resample`` read the clean run's recorded states, so they act at the positions it holds in full
+(``--full-positions``; later positions run as in the clean run) and need the update ``direct``. By default every
+window is recorded in the chosen ``mode`` and, beside it, under each of ``controls`` (``mean`` and ``resample``):
+the table's ``mode`` column says which.
 
 Per window, against the clean run at depth k over the same questions: accuracy and its change, and the change in
 log-probability of the clean depth-k answer's first token (turn 0, position 0, final iteration; censored where it
 left the intervened top-K, and then kept as a bound), each with a 95% BCa bootstrap interval over questions and
 the exact sign test, none below 6 questions (:mod:`sst_interp.experiments.intervals`), the sign test's p
-Holm-adjusted over the windows, and the exact McNemar test of the flips. The clean depth-1 run is the reference row (the depth gain that a window could remove).
+Holm-adjusted over the windows of every mode, and the exact McNemar test of the flips. The clean depth-1 run is the
+reference row (the depth gain that a window could remove).
 """
 
 from __future__ import annotations
@@ -30,7 +42,10 @@ from sst_interp.experiments.tables import WINDOW_COLUMNS, WINDOW_TABLE
 from sst_interp.experiments.setup import Setup, record_condition, require_depth
 from sst_interp.interventions import Intervention, InterventionSpec, Operation, Site
 
-WindowMode = Literal["freeze", "zero"]
+WindowMode = Literal["freeze", "zero", "mean", "resample"]
+WINDOW_MODES: tuple[str, ...] = ("freeze", "zero", "mean", "resample")
+#: the modes that read the clean run's recorded states (and so only act at its full positions)
+READS_CLEAN: tuple[str, ...] = ("mean", "resample")
 TABLE, COLUMNS = WINDOW_TABLE, WINDOW_COLUMNS
 
 
@@ -42,7 +57,9 @@ class WindowConfig:
         depth: k (>= 2).
         size: layers per window.
         stride: layers between the first layers of consecutive windows.
-        mode: ``freeze`` or ``zero`` (module docstring).
+        mode: ``freeze``, ``zero``, ``mean`` or ``resample`` (module docstring).
+        controls: further modes every window is recorded under beside ``mode`` (default: the ``mean`` and
+            ``resample`` baselines; () for none).
         resamples: bootstrap resamples.
         seed: bootstrap seed.
         logprob_position: the generated position whose clean depth-k token's log-prob change is measured (0: the
@@ -53,15 +70,34 @@ class WindowConfig:
     size: int = 4
     stride: int = 4
     mode: WindowMode = "freeze"
+    controls: tuple[str, ...] = ("mean", "resample")
     resamples: int = 10_000
     seed: int = 0
     logprob_position: int = 0
 
-    def check(self, num_layers: int | None = None) -> None:
-        """UsageError for a config this model (None: any model) cannot take."""
+    @property
+    def modes(self) -> tuple[str, ...]:
+        """``mode``, then the controls that differ from it, in order."""
+        return tuple(dict.fromkeys((self.mode, *self.controls)))
+
+    def check(self, num_layers: int | None = None, full_positions: int | None = None,
+              update: str | None = None) -> None:
+        """UsageError for a config this model (its layer count, its SST's state ``update``) or recording (its
+        full positions) cannot take; None: any."""
         require_depth(self.depth)
-        if self.mode not in ("freeze", "zero"):
-            raise UsageError(f"--mode must be freeze or zero, got {self.mode!r}")
+        for name, modes in (("--mode", (self.mode,)), ("--controls", self.controls)):
+            bad = [m for m in modes if m not in WINDOW_MODES]
+            if bad:
+                raise UsageError(f"{name} must be among {', '.join(WINDOW_MODES)}, got {', '.join(map(str, bad))}")
+        reads = [m for m in self.modes if m in READS_CLEAN]
+        if reads and full_positions is not None and self.logprob_position >= full_positions:
+            raise UsageError(f"--logprob-position {self.logprob_position} is beyond --full-positions "
+                             f"{full_positions}, where the {'/'.join(reads)} baseline acts (it reads the clean run's "
+                             f"states there); raise --full-positions or pass --controls none")
+        if reads and update is not None and update != "direct":
+            raise UsageError(f"the {'/'.join(reads)} baseline reads the clean run's layer outputs as carried states, "
+                             f"which they are only under the update 'direct' (this SST's is {update!r}); pass "
+                             f"--controls none")
         if self.size < 1:
             raise UsageError(f"--size must be at least 1, got {self.size}")
         if num_layers is not None and self.size > num_layers:
@@ -83,30 +119,49 @@ def windows(num_layers: int, size: int, stride: int) -> list[tuple[int, ...]]:
     return [tuple(range(s, s + size)) for s in starts]
 
 
-def window_spec(layers: tuple[int, ...], depth: int, mode: WindowMode) -> InterventionSpec:
-    """The spec that denies iterations 2..``depth`` the state stream in ``layers`` (module docstring)."""
+def window_spec(layers: tuple[int, ...], depth: int, mode: WindowMode, clean: Path | None = None,
+                full_positions: int | None = None) -> InterventionSpec:
+    """The spec that denies iterations 2..``depth`` the state stream in ``layers`` (module docstring); ``mean`` and
+    ``resample`` read the ``clean`` run (recorded at ``depth``) at its ``full_positions`` first positions."""
+    later = tuple(range(2, depth + 1))
     if mode == "freeze":
         item = Intervention(Site("layer_out", layers=layers, iterations=tuple(range(1, depth))), Operation("freeze"))
+    elif mode == "zero":
+        item = Intervention(Site("state_in", layers=layers, iterations=later), Operation("zero"))
+    elif mode in READS_CLEAN:
+        if clean is None or full_positions is None:
+            raise UsageError(f"the {mode} window reads the clean run's states: pass clean and full_positions")
+        site = Site("state_in", layers=layers, iterations=later, positions=tuple(range(full_positions)))
+        item = Intervention(site, Operation(mode, run=str(clean), depth=depth, seed=0 if mode == "resample" else None))
     else:
-        item = Intervention(Site("state_in", layers=layers, iterations=tuple(range(2, depth + 1))), Operation("zero"))
+        raise UsageError(f"unknown window mode {mode!r}; use one of {', '.join(WINDOW_MODES)}")
     return InterventionSpec((item,))
+
+
+def condition_name(layers: tuple[int, ...], mode: str) -> str:
+    """``window-<first>-<last>`` for ``freeze`` (the experiment's original condition names, so earlier folders
+    resume), ``window-<first>-<last>-<mode>`` for the other modes."""
+    name = f"window-{layers[0]}-{layers[-1]}"
+    return name if mode == "freeze" else f"{name}-{mode}"
 
 
 def run_window(setup: Setup, out: Path, config: WindowConfig) -> pd.DataFrame:
     """Record the clean run (depths 1 and k) and one run per window (depth k) under ``out``; write the table
     (``window.parquet``/``.csv``) and ``experiment-<kind>.json``. Returns the table (columns :data:`COLUMNS`)."""
-    config.check(setup.num_layers)
+    full = setup.base.full_positions
+    config.check(setup.num_layers, full, setup.sst.config.update)
     k = config.depth
     clean = record_condition(setup, out, "clean", [1, k])
     conditions = {"clean": files.condition_entry(out, clean, None)}
-    rows = [_row(clean, clean, "clean depth 1", None, 1, k, config), _row(clean, clean, f"clean depth {k}", None, k, k,
-                                                                          config)]
-    for layers in windows(setup.num_layers, config.size, config.stride):
-        name = f"window-{layers[0]}-{layers[-1]}"
-        spec = window_spec(layers, k, config.mode)
-        folder = record_condition(setup, out, name, [k], spec)
-        conditions[name] = files.condition_entry(out, folder, spec)
-        rows.append(_row(clean, folder, name, layers, k, k, config))
+    rows = [_row(clean, clean, "clean depth 1", "clean", None, 1, k, config),
+            _row(clean, clean, f"clean depth {k}", "clean", None, k, k, config)]
+    for mode in config.modes:
+        for layers in windows(setup.num_layers, config.size, config.stride):
+            name = condition_name(layers, mode)
+            spec = window_spec(layers, k, mode, clean, full)
+            folder = record_condition(setup, out, name, [k], spec)
+            conditions[name] = files.condition_entry(out, folder, spec)
+            rows.append(_row(clean, folder, name, mode, layers, k, k, config))
     table = pd.DataFrame(rows, columns=list(COLUMNS))
     table = holm(table, ~table["condition"].str.startswith("clean"))
     tables = {TABLE: files.write_table(out, TABLE, table)}
@@ -114,7 +169,7 @@ def run_window(setup: Setup, out: Path, config: WindowConfig) -> pd.DataFrame:
     return table
 
 
-def _row(clean_path: Path, path: Path, name: str, layers: tuple[int, ...] | None, depth: int, k: int,
+def _row(clean_path: Path, path: Path, name: str, mode: str, layers: tuple[int, ...] | None, depth: int, k: int,
          config: WindowConfig) -> dict[str, object]:
     """One table row: the run at ``path`` (its ``depth``) against the clean run at depth k."""
     from sst_interp.analyses.intervention_effect import first_token_logprob_bounds
@@ -134,7 +189,7 @@ def _row(clean_path: Path, path: Path, name: str, layers: tuple[int, ...] | None
     bounds = first_token_logprob_bounds(clean, run, k, questions, intervened_depth=depth,
                                         position=config.logprob_position)
     return {
-        "condition": name, "first_layer": -1 if layers is None else layers[0],
+        "condition": name, "mode": mode, "first_layer": -1 if layers is None else layers[0],
         "last_layer": -1 if layers is None else layers[-1], "depth": depth, "n_questions": len(questions),
         "accuracy_pct": 100.0 * b.mean() if len(b) else float("nan"),
         "accuracy_change_pp": 100.0 * diff.mean() if len(diff) else float("nan"),

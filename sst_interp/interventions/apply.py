@@ -28,7 +28,7 @@ import numpy as np
 import torch
 
 from sst_interp.kernels.errors import UsageError
-from sst_interp.interventions.spec import READS_RUN, Intervention, InterventionSpec, Operation
+from sst_interp.interventions.spec import READS_RUN, Intervention, InterventionSpec, Operation, Site
 
 
 class Intervener:
@@ -53,6 +53,7 @@ class Intervener:
         #: per rule of the spec, how many (row, position, iteration, layer) sites it changed so far
         self.site_counts: list[int] = [0] * len(spec.interventions)
         self._stream_off: set[int] = set()  # layers whose next pass reads no state (a freeze where none was read)
+        self._read: Any = None  # S() of the state_in pass in progress: carried state [B, 1, d] -> [B, 1, d] float32
         self._validate()
         self._patches = {id(i): _PatchSource(i.operation) for i in spec.interventions
                          if i.operation.kind in ("patch", "resample")}
@@ -67,6 +68,11 @@ class Intervener:
             if item.operation.kind in ("patch", "resample") and self.question_ids is None:
                 raise UsageError(f"intervention {number}: {item.operation.kind!r} reads states per question: pass "
                                  f"question_ids")
+            update = getattr(getattr(self.sst, "config", None), "update", "direct")
+            if item.site.stream == "state_in" and item.operation.kind in READS_RUN and update != "direct":
+                raise UsageError(f"intervention {number}: {item.operation.kind!r} on state_in reads the reference "
+                                 f"run's layer outputs as its carried states, which they are only under the update "
+                                 f"'direct' (this SST's is {update!r}); use layer_out instead")
 
     # ------------------------------------------------------------------------------------------ observer
     def on_pass_start(self, info: Any) -> None:
@@ -113,31 +119,34 @@ class Intervener:
             wide = torch.promote_types(value.dtype, torch.float32)  # bf16 adds in float32 and rounds once
             direction = self._directions[id(item)].to(device=value.device, dtype=wide)
             return (value.to(wide) + item.operation.scale * direction).to(value.dtype)
-        if kind == "mean":
-            assert self._coords is not None
+        # on state_in, the reference is the state carried into this iteration: the one recorded at iteration - 1
+        carried = item.site.stream == "state_in"
+        if kind in READS_RUN:
+            assert self._coords is not None and self._active is not None
             turn, position, iteration = self._coords
-            mean = self._means[id(item)].value(self._depth, turn, position, iteration, layer)
-            rows = self._active.to(value.device)[:, None, None]
-            return torch.where(rows, mean.to(device=value.device, dtype=value.dtype)[None, None, :], value)
-        if kind in ("patch", "resample"):
-            assert self._coords is not None and self.question_ids is not None
-            turn, position, iteration = self._coords
-            source_iteration = item.operation.source_iteration or iteration
-            source = self._patches[id(item)]
-            questions = (self.question_ids if kind == "patch"
-                         else [None if q is None else source.other(q, item.operation.seed or 0)
-                               for q in self.question_ids])
-            patched = source.values(questions, self._depth, turn, position, source_iteration, layer, self._active)
-            # A row whose question id is None is left alone (an experiment patches only the rows it measures).
-            chosen = torch.tensor([q is not None for q in self.question_ids], dtype=torch.bool)
-            rows = (self._active.cpu() & chosen).to(value.device)[:, None, None]
-            self._count(item, int(rows.sum()))
-            return torch.where(rows, patched.to(device=value.device, dtype=value.dtype)[:, None, :], value)
+            source = self._means[id(item)] if kind == "mean" else self._patches[id(item)]
+            reference = reference_values(item.operation, source, self.question_ids, self._depth, turn, position,
+                                         iteration - 1 if carried else iteration, layer, self._active)
+            reference = reference.to(device=value.device)[:, None, :]
+            reference = self._read(reference) if carried else reference
+            rows = self._active.cpu()
+            if kind != "mean":
+                # A row whose question id is None is left alone (an experiment patches only the rows it measures).
+                assert self.question_ids is not None
+                rows = rows & torch.tensor([q is not None for q in self.question_ids], dtype=torch.bool)
+                self._count(item, int(rows.sum()))
+            rows = rows.to(value.device)[:, None, None]
+            return torch.where(rows, _toward(value, reference.to(value.dtype), item.operation.scale), value)
         raise AssertionError(f"operation {kind} has no tensor form")
 
-    def state_in(self, layer: int, value: torch.Tensor) -> torch.Tensor:
-        """S(C_prev) [B, T, d] float32 as the blend will read it."""
-        return self._apply("state_in", layer, value)
+    def state_in(self, layer: int, value: torch.Tensor, read: Any = None) -> torch.Tensor:
+        """S(C_prev) [B, T, d] float32 as the blend will read it; ``read`` maps a carried state [B, 1, d] to what
+        the blend of this pass's last column reads of it (S with this pass's h), for ``mean`` and ``resample``."""
+        self._read = read
+        try:
+            return self._apply("state_in", layer, value)
+        finally:
+            self._read = None
 
     def alpha(self, layer: int, value: torch.Tensor, columns: int = 1) -> torch.Tensor:
         """alpha_l of this pass: ``value`` [d] float32 itself when no rule sets it; else [d] for a one-column
@@ -270,6 +279,50 @@ def intervene(sst: Any, spec: InterventionSpec, question_ids: Sequence[str | Non
         yield intervener
     finally:
         context.intervention = None
+
+
+def reference_values(operation: Operation, source: Any, question_ids: Sequence[str | None] | None,
+                     generated_depth: int, turn: int, position: int, iteration: int, layer: int,
+                     active: torch.Tensor | None) -> torch.Tensor:
+    """[B, d] float32: the state a ``patch``, ``mean`` or ``resample`` ``operation`` reads from ``source`` (its
+    :class:`_PatchSource` or :class:`_MeanSource`) for each row at (turn, position, iteration, layer) of a
+    generation at ``generated_depth``; ``iteration`` is the generated one (``source_iteration`` overrides it). Rows
+    that are inactive or whose question id is None get zeros under patch and resample."""
+    if operation.kind == "mean":
+        rows = len(question_ids) if question_ids is not None else int(active.shape[0]) if active is not None else 1
+        return source.value(generated_depth, turn, position, iteration, layer)[None, :].expand(rows, -1)
+    assert question_ids is not None
+    questions = (list(question_ids) if operation.kind == "patch"
+                 else [None if q is None else source.other(q, operation.seed or 0) for q in question_ids])
+    return source.values(questions, generated_depth, turn, position, operation.source_iteration or iteration, layer,
+                         active)
+
+
+class ReferenceStates:
+    """The states a ``patch``, ``mean`` or ``resample`` operation would put at ``layer_out`` sites, read outside a
+    generation (attribution patching's estimates take the difference to the clean states). The spec's checks
+    (:func:`check_spec`) apply as for an :class:`Intervener`."""
+
+    def __init__(self, operation: Operation, num_layers: int, hidden_size: int, site: Site | None = None) -> None:
+        if operation.kind not in READS_RUN:
+            raise UsageError(f"a reference state comes from a run: use {', '.join(READS_RUN)}, not "
+                             f"{operation.kind!r}")
+        check_spec(InterventionSpec((Intervention(site or Site("layer_out"), operation),)), num_layers, hidden_size)
+        self.operation = operation
+        self.source = _MeanSource(operation) if operation.kind == "mean" else _PatchSource(operation)
+
+    def values(self, question_ids: Sequence[str | None], generated_depth: int, turn: int, position: int,
+               iteration: int, layer: int) -> torch.Tensor:
+        """[B, d] float32 (:func:`reference_values`; rows whose id is None are zeros)."""
+        return reference_values(self.operation, self.source, question_ids, generated_depth, turn, position,
+                                iteration, layer, None)
+
+
+def _toward(value: torch.Tensor, reference: torch.Tensor, scale: float) -> torch.Tensor:
+    """value + scale * (reference - value): the reference itself (exactly) at scale 1, ``value`` at 0."""
+    if scale == 1.0:
+        return reference
+    return value + float(scale) * (reference - value)
 
 
 def _direction(operation: Operation) -> torch.Tensor:

@@ -27,6 +27,16 @@ Operations:
 - ``resample``: ``layer_out`` becomes the state ``run`` recorded at the same site for another question, drawn per
   question with ``seed`` (the same question always draws the same other question); ``depth`` and
   ``source_iteration`` as for ``patch``.
+
+``patch``, ``mean`` and ``resample`` with ``scale`` s other than 1 move the value only part of the way:
+value + s * (reference - value) (s = 0: unchanged; attribution patching's first-order check scales patches so).
+
+``mean`` and ``resample`` also apply to ``state_in`` at iterations >= 2: the blend then reads S(C_ref), where
+C_ref is the state ``run`` carried into the same iteration (its recorded ``layer_out`` of iteration - 1 at the
+same position and layer: the carried state under the update ``direct``, the only one they accept), while the
+layer's own output and every other layer's stream are left alone. This is the window experiment's mean and
+resample baseline: the stream is replaced by a typical (or another question's) state instead of being cut
+(``zero`` reads S = 0, which shrinks the residual stream by (1 - alpha)).
 """
 
 from __future__ import annotations
@@ -44,8 +54,8 @@ OPERATIONS: tuple[str, ...] = ("zero", "add", "set_alpha", "freeze", "patch", "m
 READS_RUN: tuple[str, ...] = ("patch", "mean", "resample")
 _STREAMS_OF: dict[str, tuple[str, ...]] = {
     "zero": ("state_in", "blended", "layer_out"), "add": ("state_in", "blended", "layer_out"),
-    "set_alpha": ("alpha",), "freeze": ("layer_out",), "patch": ("layer_out",), "mean": ("layer_out",),
-    "resample": ("layer_out",),
+    "set_alpha": ("alpha",), "freeze": ("layer_out",), "patch": ("layer_out",), "mean": ("layer_out", "state_in"),
+    "resample": ("layer_out", "state_in"),
 }
 
 
@@ -136,6 +146,16 @@ class Intervention:
         if self.site.stream not in allowed:
             raise UsageError(f"operation {self.operation.kind!r} applies to the stream(s) {', '.join(allowed)}, "
                              f"not {self.site.stream!r}")
+        if self.site.stream == "state_in" and self.operation.kind in READS_RUN:
+            # the state iteration i reads is the one recorded at iteration i - 1; iteration 1 reads the previous
+            # position's (or the prompt's), which a recording does not hold as a carried state
+            if self.site.iterations is None or min(self.site.iterations) < 2:
+                raise UsageError(f"{self.operation.kind!r} on state_in replaces the state carried from the previous "
+                                 f"iteration: list iterations >= 2, got "
+                                 f"{'all' if self.site.iterations is None else list(self.site.iterations)}")
+            if self.operation.source_iteration is not None:
+                raise UsageError(f"{self.operation.kind!r} on state_in reads iteration - 1 of the reference run; "
+                                 f"source_iteration does not apply")
 
 
 @dataclass(frozen=True)

@@ -233,11 +233,15 @@ class GenerationSession:
         decode_fn: token ids -> text, for stop strings.
         carry_across_turns: the first token of an appended segment reads the state the previous turn ended
             with (``True``) or a zero state, as at the start of a prompt (``False``, the default).
+        gradients: run the turn with autograd on (attribution patching differentiates a metric through every
+            pass, the KV cache and the carried states); off by default, as generation needs no graph.
     """
 
     def __init__(self, sst: SSTModel, prompts: list[list[int]], policy: DepthPolicy, config: GenerationConfig,
-                 observer: GenerationObserver | None = None, decode_fn=None, carry_across_turns: bool = False) -> None:
+                 observer: GenerationObserver | None = None, decode_fn=None, carry_across_turns: bool = False,
+                 gradients: bool = False) -> None:
         self.sst, self.policy, self.config = sst, policy, config
+        self.gradients = bool(gradients)
         self.observer = observer or _NullObserver()
         self.decode_fn = decode_fn
         self.carry_across_turns = carry_across_turns
@@ -422,9 +426,13 @@ class GenerationSession:
         self.pending = (ids, mask)
         self.active = torch.tensor([row is not None for row in rows], dtype=torch.bool, device=self.sst.device)
 
-    @torch.no_grad()
     def run_turn(self) -> GenerationResult:
-        """Generate one turn for the active rows; returns this turn's tokens per row (empty for inactive rows)."""
+        """Generate one turn for the active rows; returns this turn's tokens per row (empty for inactive rows).
+        Autograd is off unless the session was made with ``gradients``."""
+        with torch.set_grad_enabled(self.gradients):
+            return self._run_turn()
+
+    def _run_turn(self) -> GenerationResult:
         if self.turn < 0:
             tokens, mask = self.input_ids, self.mask
         elif self.pending is None:

@@ -122,7 +122,9 @@ def _blend(params: StateStreamParams, h: torch.Tensor, previous: torch.Tensor, i
     """eq:blend; under an intervention, the same arithmetic in steps, each stream offered to it."""
     if intervention is None:
         return params.blend(h, previous)
-    state = intervention.state_in(index, params.read_state(previous, h))
+    # the Intervener reads a reference state as this column's blend would (S scales by h under state_scale hidden)
+    state = intervention.state_in(index, params.read_state(previous, h),
+                                  lambda carried: params.read_state(carried, h[:, -1:]))
     base = params.blend_alpha()
     alpha = intervention.alpha(index, base, h.shape[1])  # [d], or [T, d] when only the last column is set
     mixed = torch.lerp(h.float(), state, alpha).to(h.dtype)

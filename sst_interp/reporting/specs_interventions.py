@@ -57,8 +57,10 @@ def _with_experiment(frames: list[tuple[str, pd.DataFrame]]) -> pd.DataFrame:
 
 SPECS = [
     ArtefactSpec("tab_intervention_window", "table", "", FAMILY,
-                 "Where the depth gain lives: iterations 2..k denied the state stream in windows of layers; accuracy "
-                 "and first-token log-prob change against clean depth k, with bootstrap CIs over questions.",
+                 "Where the depth gain lives: iterations 2..k denied the state stream in windows of layers (mode "
+                 "freeze or zero), beside the mean and resample baselines (the clean run's mean state, another "
+                 "question's state); accuracy and first-token log-prob change against clean depth k, with bootstrap "
+                 "CIs over questions.",
                  "report", NEEDS, _stacked("tab_intervention_window")),
     ArtefactSpec("tab_intervention_trace", "table", "", FAMILY,
                  "Causal tracing across depths: mean indirect effect of patching depth k's last-iteration layer "
@@ -72,4 +74,8 @@ SPECS = [
                  "scale sweep; overthinking (regressions) and recoveries against clean depth 1, flips against clean "
                  "depth k.", "report", NEEDS,
                  _stacked("tab_intervention_steer")),
+    ArtefactSpec("tab_intervention_attribution", "table", "", FAMILY,
+                 "Attribution patching: trace's patch (depth k's layer output into depth 1) estimated to first "
+                 "order at every layer x position x iteration from one gradient; the top cells beside their real "
+                 "patching effect.", "report", NEEDS, _stacked("tab_intervention_attribution")),
 ]

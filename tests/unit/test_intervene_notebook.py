@@ -32,7 +32,10 @@ def test_the_window_notebook_runs_experiment_a(tmp_path, monkeypatch):
     assert all(not any(o.get("output_type") == "error" for o in cell.get("outputs", [])) for cell in code)
     assert "3 layers, 4 questions" in _text(code[0])
     table = pd.read_parquet(out / "window.parquet")
-    assert list(table["condition"]) == ["clean depth 1", "clean depth 2", "window-0-0", "window-1-1", "window-2-2"]
+    windows = ["window-0-0", "window-1-1", "window-2-2"]
+    assert list(table["condition"]) == ["clean depth 1", "clean depth 2", *windows, *[f"{w}-mean" for w in windows],
+                                        *[f"{w}-resample" for w in windows]]
+    assert list(table["mode"]) == ["clean"] * 2 + ["freeze"] * 3 + ["mean"] * 3 + ["resample"] * 3
     for condition in table["condition"]:
         assert condition in _text(code[1])
     assert "mcnemar_exact_p" in _text(code[2])  # intervention_effect of the first window against the clean run

@@ -45,7 +45,7 @@ def test_windows_cover_every_layer():
 def test_freezing_every_layer_is_depth_one(tmp_path, capsys, mode, tolerance):
     model = save_tiny_model(tmp_path / "model")
     out = tmp_path / "exp"
-    assert main(_argv(model, out, "--size", "3", "--stride", "3", mode=mode)) == 0
+    assert main(_argv(model, out, "--size", "3", "--stride", "3", "--controls", "none", mode=mode)) == 0
     table = pd.read_parquet(out / "window.parquet").set_index("condition")
     clean, frozen = Run.open(out / "runs" / "clean"), Run.open(out / "runs" / "window-0-2")
     deep = clean.generations().set_index(["question_id", "depth"])
@@ -61,24 +61,64 @@ def test_freezing_every_layer_is_depth_one(tmp_path, capsys, mode, tolerance):
         assert table.loc["window-0-2", column] == pytest.approx(table.loc["clean depth 1", column], abs=1e-4)
     assert table.loc["clean depth 3", "logprob_change_mean"] == 0.0
     # the same comparison at a later position: the window still reads exactly like depth 1 there
-    assert main(_argv(model, out, "--size", "3", "--stride", "3", "--logprob-position", "1", mode=mode)) == 0
+    assert main(_argv(model, out, "--size", "3", "--stride", "3", "--logprob-position", "1", "--controls", "none",
+                      mode=mode)) == 0
     later = pd.read_parquet(out / "window.parquet").set_index("condition")
     assert later.loc["window-0-2", "logprob_change_mean"] == pytest.approx(
         later.loc["clean depth 1", "logprob_change_mean"], abs=1e-4)
     assert later.loc["clean depth 1", "logprob_change_mean"] != table.loc["clean depth 1", "logprob_change_mean"]
-    assert main(_argv(model, out, "--size", "3", "--stride", "3", mode=mode)) == 0  # back to position 0
+    assert main(_argv(model, out, "--size", "3", "--stride", "3", "--controls", "none", mode=mode)) == 0  # position 0
     manifest = read_manifest(out, "window")
     assert set(manifest["conditions"]) == {"clean", "window-0-2"}
     assert manifest["conditions"]["window-0-2"]["spec"]["interventions"][0]["operation"]["kind"] == "freeze"
     assert Run.open(out / "runs" / "window-0-2").manifest["intervention"] == manifest["conditions"]["window-0-2"]["spec"]
     # rerunning resumes: nothing is recorded again, the same table comes out
     before = (out / "runs" / "clean" / "manifest.json").read_bytes()
-    assert main(_argv(model, out, "--size", "3", "--stride", "3", mode=mode)) == 0
+    assert main(_argv(model, out, "--size", "3", "--stride", "3", "--controls", "none", mode=mode)) == 0
     assert (out / "runs" / "clean" / "manifest.json").read_bytes() == before
     pd.testing.assert_frame_equal(pd.read_parquet(out / "window.parquet").set_index("condition"), table)
 
 
+def test_the_mean_and_resample_controls_are_rows_beside_the_window(tmp_path):
+    # issue 30: zero shrinks the residual stream instead of removing the stream; mean and resample give the blend
+    # a state of the right scale that is not the question's own, and are recorded beside every window by default
+    model = save_tiny_model(tmp_path / "model")
+    out = tmp_path / "exp"
+    assert main(_argv(model, out, "--size", "3", "--stride", "3")) == 0
+    table = pd.read_parquet(out / "window.parquet").set_index("condition")
+    assert list(table["mode"]) == ["clean", "clean", "freeze", "mean", "resample"]
+    assert list(table.index[2:]) == ["window-0-2", "window-0-2-mean", "window-0-2-resample"]
+    manifest = read_manifest(out, "window")
+    for name, kind in (("window-0-2-mean", "mean"), ("window-0-2-resample", "resample")):
+        rule = manifest["conditions"][name]["spec"]["interventions"][0]
+        assert rule["site"] == {"stream": "state_in", "layers": [0, 1, 2], "iterations": [2, 3], "positions": [0, 1, 2]}
+        assert rule["operation"]["kind"] == kind and rule["operation"]["depth"] == 3
+        assert rule["operation"]["run"] == str(out / "runs" / "clean")
+    assert table.loc["window-0-2-resample", "correction"] == table.loc["window-0-2", "correction"] == "holm over 3 cells"
+    changes = table["logprob_change_bound_high"]
+    # each baseline does something, and something other than the freeze and than each other
+    assert abs(changes["window-0-2-mean"]) > 1e-4 and abs(changes["window-0-2-resample"]) > 1e-4
+    assert len({round(changes[c], 6) for c in ("window-0-2", "window-0-2-mean", "window-0-2-resample")}) == 3
+    # nothing moves before iteration 2: the baselines' iteration-1 states at position 0 are the clean run's
+    clean = {block.question_id: block.values for block in Run.open(out / "runs" / "clean").hidden(3)}
+    for block in Run.open(out / "runs" / "window-0-2-mean").hidden(3):
+        np.testing.assert_array_equal(block.values[0, 0], clean[block.question_id][0, 0])
+        assert not np.array_equal(block.values[0, 1], clean[block.question_id][0, 1])
+
+
+def test_the_reference_baselines_are_refused_for_an_ema_linked_sst():
+    from sst_interp.experiments.window import WindowConfig
+    from sst_interp.kernels.errors import UsageError
+
+    WindowConfig(depth=3, size=3).check(3, 3, "direct")
+    WindowConfig(depth=3, size=3, controls=()).check(3, 3, "ema_linked")
+    with pytest.raises(UsageError, match="only under the update 'direct'"):
+        WindowConfig(depth=3, size=3).check(3, 3, "ema_linked")
+
+
 @pytest.mark.parametrize("extra, pattern", [
+    (["--controls", "mean,melt"], "--controls must be among freeze, zero, mean, resample, got melt"),
+    (["--logprob-position", "3"], "--logprob-position 3 is beyond --full-positions 3"),
     (["--depth", "1"], "--depth must be at least 2"),
     (["--size", "9"], "--size 9 exceeds the model's 3 layers"),
     (["--stride", "0"], "--stride must be at least 1"),
@@ -125,7 +165,8 @@ def test_the_report_shows_the_experiment_and_refuses_a_folder_without_one(tmp_pa
     assert "holds no steer experiment" in support.loc["tab:intervention_steer", "reason"]
     tidy = experiment.intervention_window()
     assert list(tidy.columns) == list(lookup("tab_intervention_window").columns)
-    pd.testing.assert_frame_equal(tidy.astype({"condition": object}), written, check_dtype=False)
+    pd.testing.assert_frame_equal(tidy.astype({"condition": object, "mode": object}), written, check_dtype=False)
+    assert set(written["mode"]) == {"clean", "freeze", "mean", "resample"}
     assert any("window" in note for note in experiment.notes("tab_intervention_window"))
     capsys.readouterr()
     with pytest.raises(SystemExit) as info:
