@@ -100,3 +100,18 @@ def test_family_loop_shape_refuses_plants_it_cannot_hold(tmp_path: Path, change:
         return
     with pytest.raises(UsageError, match="too small for 1 swaps"):  # 11/12 overlap: one swap moves more than that
         write_loop_shape_run(tmp_path / "run", LoopShapeSpec(**change))
+
+
+def test_family_loop_shape_regime_labels_read_the_layers_visited_at_both_iterations(planted) -> None:
+    from sst_interp.analyses.logit_dynamics.regimes import labels_from_run, needed_pairs
+
+    path, truth = planted
+    run, spec = Run.open(path), truth.spec
+    labels = labels_from_run(run)
+    # every (question, position) of every compared pair is labelled, from the looped layers (the others hold
+    # iteration 1 only); every planted overlap is below the paper's crossover 0.976: all low-overlap
+    assert len(labels) == spec.n_questions * spec.full_positions * len(needed_pairs(run.depths))
+    assert labels["low_overlap"].all()
+    threshold = truth.overlap[(1, 2)]  # 0.5: the pairs further apart are below it, 1 -> 2 itself is not
+    for (a, b), group in labels_from_run(run, threshold=threshold).groupby(["iter_a", "iter_b"]):
+        assert (group["low_overlap"] == (truth.overlap[(a, b)] < threshold)).all(), (a, b)
