@@ -63,6 +63,8 @@ class LoopDeclaration:
         freeze_from: the first iteration at which a freeze is defined (a visit that reads no carried state has
             none to keep).
         freeze_meaning: what a freeze at ``(iteration, layer)`` does in this family (prose, for docs and errors).
+        lens_norm: ``model -> norm module`` that the per-layer logit lens (``analyses.logit_lens``) applies to any
+            recorded layer's output before the model's head (``None``: the decoder's final norm, as for SST).
     """
 
     family: str
@@ -83,6 +85,7 @@ class LoopDeclaration:
     freeze_layers: Callable[[Any], list[int]] | None = None
     freeze_from: int = 1
     freeze_meaning: str = ""
+    lens_norm: Callable[[Any], Any] | None = None
 
     def check_depth(self, depth: int) -> int:
         """``depth`` if the family can run it, else a :class:`UsageError` saying what a depth means here."""
@@ -224,6 +227,9 @@ HRM_TEXT_LOOP = LoopDeclaration(
                    "visit); at the last H block, z_H after the H-cycle is the z_H it read (the scaled token "
                    "embedding at cycle 1); the block's own output, recorded, is unchanged. Frozen at cycles p..D, "
                    "the model answers from z_H of cycle p - 1",
+    # the model has no norm after the stacks: each stack's output is final-normed, and both stacks' final norms are
+    # the same weightless RMSNorm, so every block's output is read as z_H is
+    lens_norm=lambda model: model.model.H_module.final_norm,
 )
 
 
@@ -304,6 +310,7 @@ INKLING2_LOOP = LoopDeclaration(
                    "read (pass 1 reads none, so there is nothing to keep); the layer's output is unchanged. Every "
                    "pass restarts from the pre-loop state, so a pass whose messages are kept repeats the frozen "
                    "pass: frozen at passes p..P (or at one pass p < P), the model answers as at depth p (P - 1)",
+    lens_norm=lambda model: model.model.norm,
 )
 
 
