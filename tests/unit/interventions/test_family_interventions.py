@@ -271,6 +271,32 @@ def test_family_record_zero_and_mean_put_exactly_the_intended_state(folder: Path
         assert not np.array_equal(values[0, 1, layer], before[0, 1, layer])  # the mean is not the question's own
 
 
+def test_hrm_record_freezing_z_h_at_the_last_cycle_records_the_depth_1_run(folder: Path, clean_run: Path,
+                                                                           family: str, tmp_path: Path) -> None:
+    if family != "hrm_text":
+        pytest.skip("the depth-D-1 consequence of a freeze at the last iteration is HRM-Text's")
+    from sst_interp import analyses
+
+    state = LOOPED["hrm_text"] + 2  # the last H block (5 of 6)
+    spec = _write(tmp_path / "freeze.json", ({"stream": "layer_out", "layers": [state], "iterations": [2]},
+                                             {"kind": "freeze"}))
+    frozen_path = _record(folder, tmp_path / "frozen", "--intervention", str(spec), "--allow-empty-sites")
+    frozen, clean = Run.open(frozen_path), Run.open(clean_run)
+    assert frozen.manifest["loop"]["state_layer"] == state
+    gens, ref = frozen.generations().set_index(["question_id", "depth"]), clean.generations().set_index(
+        ["question_id", "depth"])
+    lens, ref_lens = _blocks(frozen, 2, "logits"), _blocks(clean, 1, "logits")
+    for question in lens:
+        assert list(gens.loc[(question, 2), "token_ids"]) == list(ref.loc[(question, 1), "token_ids"])
+        # the lens reads z_H, kept at cycle 2 as cycle 1 left it: iteration 2 reads what depth 1's iteration 1 read
+        np.testing.assert_array_equal(lens[question]["top_logprobs"][:, 1], lens[question]["top_logprobs"][:, 0])
+        np.testing.assert_array_equal(lens[question]["top_logprobs"][:, 1], ref_lens[question]["top_logprobs"][:, 0])
+    sites = run_site_counts(frozen.manifest)  # depth 1 has no cycle 2: the rule changes sites at depth 2 only
+    assert sites[0]["sites"] == sum(len(gens.loc[(q, 2), "token_ids"]) for q in lens)
+    effect = analyses.open(frozen_path).intervention_effect(clean_run).set_index("depth")
+    assert effect.loc[1, "broken"] == effect.loc[1, "fixed"] == 0
+
+
 # ------------------------------------------------------------------------------------------------ bad input
 @pytest.mark.parametrize("family, site, operation, phrase", [
     ("inkling2_loop", {"stream": "layer_out", "layers": [0], "iterations": [2]}, {"kind": "zero"},
