@@ -160,7 +160,7 @@ def test_hrm_freezing_z_l_makes_the_next_l_visit_repeat_the_frozen_one(hrm: Loop
     assert not np.array_equal(clean[(0, 1, n)], clean[(0, 1, 0)])  # unfrozen, the two visits differ
 
 
-# ------------------------------------------------------------------------------------------------ freeze: Inkling-2 Loop
+# ---------------------------------------------------------------------------------------------- freeze: Inkling-2 Loop
 @pytest.mark.parametrize("depth, iterations, answers_as", [(3, [2], 2), (3, [2, 3], 2), (4, [2], 3), (4, [3, 4], 3)])
 def test_inkling_freezing_a_pass_repeats_it_and_answers_one_pass_shorter(inkling: LoopModel, depth: int,
                                                                          iterations: list[int],
