@@ -10,6 +10,7 @@ paper draws individual traces when N < 5). Aggregate profiles restrict to pre-di
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -84,9 +85,12 @@ class LayerProfile(AnalysisResult):
 
     def table(self) -> pd.DataFrame:
         """layer, n, mean, p5, p10, p25 (IQR low), median, p75 (IQR high), p90, p95."""
-        pct = np.nanpercentile(self.traces, PERCENTILES, axis=0)  # [7, L]
-        frame = pd.DataFrame({"layer": self.layers, "n": (~np.isnan(self.traces)).sum(axis=0),
-                              "mean": np.nanmean(self.traces, axis=0)})
+        with warnings.catch_warnings():
+            # a layer with no trace (a latent-iteration family's layer outside its loop) is n = 0 with NaN statistics
+            warnings.filterwarnings("ignore", "All-NaN slice|Mean of empty slice", RuntimeWarning)
+            pct = np.nanpercentile(self.traces, PERCENTILES, axis=0)  # [7, L]
+            mean = np.nanmean(self.traces, axis=0)
+        frame = pd.DataFrame({"layer": self.layers, "n": (~np.isnan(self.traces)).sum(axis=0), "mean": mean})
         for q, row in zip(PERCENTILES, pct):
             frame["median" if q == 50 else f"p{q}"] = row
         return frame[["layer", "n", "mean", "p5", "p10", "p25", "median", "p75", "p90", "p95"]]

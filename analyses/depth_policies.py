@@ -104,6 +104,18 @@ def declared_state_layer(manifest: Mapping[str, Any]) -> int | None:
     return None if declared is None else int(declared)
 
 
+def layers_at_every_iteration(manifest: Mapping[str, Any]) -> list[int] | None:
+    """The recorded layers a latent-iteration family visits at every iteration of its deepest recorded depth
+    (``loop.iterations_per_layer``); None for SST runs, whose every layer runs at every iteration. A measurement
+    that needs a layer's state at each iteration (the halting probe's layer sweep) chooses among these."""
+    loop = manifest.get("loop") or {}
+    counts = loop.get("iterations_per_layer") or {}
+    if not counts:
+        return None
+    deepest = max(counts, key=int)
+    return [layer for layer, count in enumerate(counts[deepest]) if int(count) == int(deepest)]
+
+
 def state_layer(manifest: Mapping[str, Any], num_layers: int) -> int:
     """The recorded layer whose output is the carried loop state: a family's declared one
     (:func:`declared_state_layer`), else the SST's last stateful layer, else the last layer."""

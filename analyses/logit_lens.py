@@ -76,7 +76,11 @@ def load_lens_head(manifest: dict[str, Any]) -> LensHead | NotApplicable:
     except (UsageError, OSError, ValueError) as err:
         return NotApplicable(f"the per-layer logit lens needs the model the run was recorded with ({model}), which "
                              f"could not be loaded: {' '.join(str(err).split())}", LABEL)
-    norm = backbone.get_decoder().norm
+    from sst_interp.model.loops import native_loop
+
+    loop = native_loop(getattr(backbone.config, "model_type", None))
+    # a looping family states which norm reads its layers (HRM-Text's decoder has none of its own)
+    norm = loop.lens_norm(backbone) if loop is not None and loop.lens_norm is not None else backbone.get_decoder().norm
     head = backbone.get_output_embeddings()
     softcap = getattr(backbone.config, "final_logit_softcapping", None)
     return LensHead(str(model), norm.eval(), head.eval(), None if softcap is None else float(softcap), tokenizer)
@@ -88,7 +92,9 @@ def layer_lens(run: Any, head: LensHead, question: str, depth: int, position: in
 
     Returns:
         One row per (iteration, layer, rank): :data:`LENS_COLUMNS` (``logprob`` in nats), or a NotApplicable (the
-        position has no full states: past the full-state window the run kept sketches only).
+        position has no full states: past the full-state window the run kept sketches only). A layer the run did
+        not visit at an iteration (a latent-iteration family's layer outside its loop) has token_id -1 and a NaN
+        logprob there.
     """
     if depth not in run.depths:
         return NotApplicable(f"depth {depth} is not in the run (depths {run.depths})", LABEL)
@@ -105,11 +111,14 @@ def layer_lens(run: Any, head: LensHead, question: str, depth: int, position: in
     logprobs = head.logprobs(states)  # [I, L, V]
     n = min(int(top_n), logprobs.shape[-1])
     top = np.argsort(-logprobs, axis=-1, kind="stable")[..., :n]  # [I, L, n]
+    unvisited = np.isnan(states).all(axis=-1)  # [I, L]
+    chosen = np.take_along_axis(logprobs, top, axis=-1)
+    top[unvisited], chosen[unvisited] = -1, np.nan
     n_iter, n_layers = top.shape[:2]
     return pd.DataFrame({
         "iteration": np.repeat(np.asarray(iterations, dtype=np.int64), n_layers * n),
         "layer": np.tile(np.repeat(np.arange(n_layers, dtype=np.int64), n), n_iter),
         "rank": np.tile(np.arange(n, dtype=np.int64), n_iter * n_layers),
         "token_id": top.reshape(-1).astype(np.int64),
-        "logprob": np.take_along_axis(logprobs, top, axis=-1).reshape(-1).astype(np.float64),
+        "logprob": chosen.reshape(-1).astype(np.float64),
     })

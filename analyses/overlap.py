@@ -124,8 +124,9 @@ class OverlapResult(AnalysisResult):
 
     @property
     def valid(self) -> np.ndarray:
-        """[Q, P] bool: the question has that position."""
-        return ~np.isnan(self.values).any(axis=2)
+        """[Q, P] bool: the question has that position (at some layer: a latent-iteration family's layers outside
+        its loop have no overlap between iterations, NaN)."""
+        return ~np.isnan(self.values).all(axis=2)
 
     def flat(self) -> np.ndarray:
         """Every recorded (question, position, layer) overlap as a 1-D array (NaNs dropped)."""
@@ -270,7 +271,12 @@ class _QuestionReads:
                 if it.size == 0:
                     raise UsageError(f"depth {depth} run has no iteration {iteration} "
                                      f"(has {block.iterations.tolist()})")
-                idx = _top_of_magnitudes(block.magnitudes((slice(None), int(it[0]))), k)  # [P, L, k]
+                magnitudes = block.magnitudes((slice(None), int(it[0])))  # [P, L, d]
+                idx = _top_of_magnitudes(magnitudes, k)  # [P, L, k]
+                if not block.complete:
+                    # a cell the run never visited (a family's layer outside its loop at iteration >= 2) is NaN:
+                    # its set is the reader's unrecorded fill, so its overlap is NaN, not a top-k of NaNs
+                    idx[np.isnan(magnitudes).any(axis=-1)] = -1
                 for j, pos in enumerate(block.positions.tolist()):
                     sets[int(pos)] = idx[j]
             grid = _TopK(sets)

@@ -73,13 +73,14 @@ def labels_from_overlap(
 
     A position is low-overlap when the ``reduce`` of its overlaps over ``layers`` (default: all) is
     below ``threshold``. The default ``"min"`` (below the threshold at any layer) matches the basins
-    module's default rule ``"any"``.
+    module's default rule ``"any"``. NaN overlaps (a layer not visited at both iterations) are left out of the
+    reduce; a position needs one layer with an overlap.
     """
     arr = np.asarray(overlap, dtype=np.float64)
     if arr.ndim != 2:
         raise UsageError(f"overlap must be [positions, layers], got shape {arr.shape}")
     cols = arr if layers is None else arr[:, list(layers)]
-    reducer = {"mean": np.mean, "min": np.min, "median": np.median}.get(reduce)
+    reducer = {"mean": np.nanmean, "min": np.nanmin, "median": np.nanmedian}.get(reduce)
     if reducer is None:
         raise UsageError(f"unknown reduce {reduce!r}; use mean, min or median")
     pos = np.arange(arr.shape[0]) if positions is None else np.asarray(positions, dtype=np.int64)
@@ -145,8 +146,10 @@ def labels_from_run(
             for a, b in pairs:
                 if a not in idx or b not in idx:
                     continue
-                ov = overlap_from_indices(idx[a], idx[b], run.hidden_size)  # [P, L]
-                ok = ~np.isnan(block.values[:, [its.index(a), its.index(b)]]).any(axis=(1, 2, 3))
+                # [P, L]: the layer was visited at both iterations (a family's layers outside its loop are not)
+                seen = ~np.isnan(block.values[:, [its.index(a), its.index(b)]]).any(axis=(1, 3))
+                ov = np.where(seen, overlap_from_indices(idx[a], idx[b], run.hidden_size), np.nan)  # [P, L]
+                ok = (seen if layers is None else seen[:, list(layers)]).any(axis=1)
                 frames.append(labels_from_overlap(ov[ok], depth=depth, question_id=block.question_id, iter_a=a,
                                                   iter_b=b, turn=block.turn, positions=block.positions[ok],
                                                   layers=layers, threshold=threshold, reduce=reduce))

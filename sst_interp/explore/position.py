@@ -81,7 +81,9 @@ def _regime(source: RunSource, qid: str, turn: int, position: int, depth: int | 
         return {"available": False, "reason": "the two depths hold this position in different forms"}
     first, last = lo_states[0], hi_states[hi_states.shape[0] - 1]
     if kind_lo == "hidden":
-        per_layer = topk_overlap(first, last, k)
+        per_layer = topk_overlap(np.nan_to_num(first), np.nan_to_num(last), k)
+        # a layer not visited at a compared iteration (a family's layer outside its loop) has no overlap there
+        per_layer = np.where(np.isnan(first).any(axis=-1) | np.isnan(last).any(axis=-1), np.nan, per_layer)
     else:
         per_layer = overlap_from_indices(first, last, run.hidden_size)
     threshold = source.threshold

@@ -4,7 +4,9 @@ model generates or records, and compare with the clean run.
 - :mod:`~sst_interp.interventions.spec`: sites, operations and specs (JSON/YAML);
 - :mod:`~sst_interp.interventions.apply`: :func:`intervene` and the :class:`Intervener` that carries a spec out;
 - :mod:`~sst_interp.interventions.sites`: how many sites each rule changed, and the refusal of a rule that changed
-  none.
+  none;
+- :mod:`~sst_interp.interventions.loops`: the same spec on a natively looping family (HRM-Text, Inkling-2 Loop):
+  :func:`~sst_interp.interventions.loops.intervene_loop` and the family checks.
 """
 
 from sst_interp.interventions.apply import Intervener, check_spec, intervene, patch_runs

@@ -433,7 +433,8 @@ class _MeanSource:
         return self._means[key]
 
     def value(self, generated_depth: int, turn: int, position: int, iteration: int, layer: int) -> torch.Tensor:
-        """[d] float32: the mean state at (turn, position, iteration, layer)."""
+        """[d] float64: the mean state at (turn, position, iteration, layer), rounded once, to the model's dtype, by
+        the operation that puts it (a float64 family run receives the mean itself)."""
         depth = self.depth or generated_depth
         (positions, iterations, layers), total, count = self._mean(depth, turn)
         where = (np.flatnonzero(positions == position), np.flatnonzero(iterations == iteration),
@@ -442,4 +443,4 @@ class _MeanSource:
         if n == 0:
             raise UsageError(f"mean: {self.run.path} recorded no hidden state at turn {turn}, position {position}, "
                              f"iteration {iteration}, layer {layer} (depth {depth})")
-        return torch.from_numpy((total[where[0][0], where[1][0], where[2][0]] / n).astype(np.float32))
+        return torch.from_numpy(total[where[0][0], where[1][0], where[2][0]] / n)

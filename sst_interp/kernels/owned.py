@@ -30,11 +30,12 @@ class OwnedHooks:
         self._handles.append(handle)
         return handle
 
-    def forward_with_kwargs(self, module: nn.Module,
-                            hook: Callable[[nn.Module, Any, dict[str, Any], Any], Any]) -> RemovableHandle:
+    def forward_with_kwargs(self, module: nn.Module, hook: Callable[[nn.Module, Any, dict[str, Any], Any], Any],
+                            prepend: bool = False) -> RemovableHandle:
         """``module.register_forward_hook(hook, with_kwargs=True)`` (the hook also sees the call's keywords),
-        owned by this object."""
-        handle = module.register_forward_hook(hook, with_kwargs=True)
+        owned by this object. ``prepend``: run before the module's other forward hooks (an intervention changes an
+        output before a recorder reads it, whichever was installed first)."""
+        handle = module.register_forward_hook(hook, with_kwargs=True, prepend=prepend)
         self._handles.append(handle)
         return handle
 

@@ -57,6 +57,14 @@ class LoopDeclaration:
         depth_fields: ``(config, depth) -> {config field: value}``: what running at ``depth`` sets.
         state_layer: ``config -> recorded layer`` whose output is the loop state that carries and that the ``state``
             exit rule reads (``None``: SST's last stateful layer, from its own config).
+        freeze_layers: ``config -> [recorded layer]``: the layers whose visit hands a carried state on to a later
+            visit, where a ``freeze`` intervention can keep that state as the visit read it (``None``: SST's
+            stateful layers, handled by its own layers).
+        freeze_from: the first iteration at which a freeze is defined (a visit that reads no carried state has
+            none to keep).
+        freeze_meaning: what a freeze at ``(iteration, layer)`` does in this family (prose, for docs and errors).
+        lens_norm: ``model -> norm module`` that the per-layer logit lens (``analyses.logit_lens``) applies to any
+            recorded layer's output before the model's head (``None``: the decoder's final norm, as for SST).
     """
 
     family: str
@@ -74,6 +82,10 @@ class LoopDeclaration:
     lens_head: Callable[[Any, Any], Any] | None = None
     depth_fields: Callable[[Any, int], dict[str, int]] | None = None
     state_layer: Callable[[Any], int] | None = None
+    freeze_layers: Callable[[Any], list[int]] | None = None
+    freeze_from: int = 1
+    freeze_meaning: str = ""
+    lens_norm: Callable[[Any], Any] | None = None
 
     def check_depth(self, depth: int) -> int:
         """``depth`` if the family can run it, else a :class:`UsageError` saying what a depth means here."""
@@ -90,6 +102,12 @@ class LoopDeclaration:
         for _, layer in self.visits(config, depth):
             counts[layer] += 1
         return counts
+
+    def looped_layers(self, config: Any) -> list[int]:
+        """The recorded layers visited more often at depth 2 than at depth 1 (every other layer holds the iterations
+        it has at depth 1, whatever the depth)."""
+        once, twice = self.iterations_per_layer(config, 1), self.iterations_per_layer(config, 2)
+        return [layer for layer, (a, b) in enumerate(zip(once, twice)) if b > a]
 
     def describe(self, config: Any, depths: list[int]) -> dict[str, Any]:
         """The manifest's ``loop`` object: the structure, and per depth how often each recorded layer runs."""
@@ -172,6 +190,12 @@ def _hrm_lens_head(model: Any, state: Any) -> Any:
     return model.lm_head(state)
 
 
+def _hrm_freeze_layers(config: Any) -> list[int]:
+    # each stack visit hands on its output (final-normed) as z_L or z_H: the carrying layer is the stack's last block
+    n, cycles = int(config.num_layers_per_stack), int(config.L_cycles)
+    return [visit * n + n - 1 for visit in range(cycles + 1)]
+
+
 def _hrm_depth_fields(config: Any, depth: int) -> dict[str, int]:
     # num_hidden_layers counts KV slots (one per stack block per visit): DynamicCache(config=...) sizes from it
     slots = int(config.num_layers_per_stack) * depth * (int(config.L_cycles) + 1)
@@ -197,6 +221,15 @@ HRM_TEXT_LOOP = LoopDeclaration(
     lens_head=_hrm_lens_head,
     depth_fields=_hrm_depth_fields,
     state_layer=lambda config: _hrm_slots_per_cycle(config) - 1,  # the last H block: z_H before the stack's norm
+    freeze_layers=_hrm_freeze_layers,
+    freeze_from=1,
+    freeze_meaning="at the last block of an L visit, z_L after the visit is the z_L it read (z_L_init at the first "
+                   "visit); at the last H block, z_H after the H-cycle is the z_H it read (the scaled token "
+                   "embedding at cycle 1); the block's own output, recorded, is unchanged. Frozen at cycles p..D, "
+                   "the model answers from z_H of cycle p - 1",
+    # the model has no norm after the stacks: each stack's output is final-normed, and both stacks' final norms are
+    # the same weightless RMSNorm, so every block's output is read as z_H is
+    lens_norm=lambda model: model.model.H_module.final_norm,
 )
 
 
@@ -271,6 +304,13 @@ INKLING2_LOOP = LoopDeclaration(
     lens_head=_inkling_lens_head,
     depth_fields=_inkling_depth_fields,
     state_layer=lambda config: int(config.loop_layer_index_end) - 1,  # the looped block's output
+    freeze_layers=lambda config: list(range(int(config.loop_layer_index_start), int(config.loop_layer_index_end))),
+    freeze_from=2,
+    freeze_meaning="at looped layer l and pass p >= 2, pass p + 1's layer l reads the messages pass p's layer l "
+                   "read (pass 1 reads none, so there is nothing to keep); the layer's output is unchanged. Every "
+                   "pass restarts from the pre-loop state, so a pass whose messages are kept repeats the frozen "
+                   "pass: frozen at passes p..P (or at one pass p < P), the model answers as at depth p (P - 1)",
+    lens_norm=lambda model: model.model.norm,
 )
 
 

@@ -139,8 +139,12 @@ def probe_sweep(a: Any) -> ProbeSweep:
     from sst_interp.probe.train import TrainConfig
 
     def build() -> ProbeSweep:
+        from sst_interp.analyses.depth_policies import layers_at_every_iteration
+
         run = a.run
-        layers = sweep_layers(run.num_layers)
+        # a family's layers outside its loop hold iteration 1 only: the labels need a state at every depth
+        looped = layers_at_every_iteration(run.manifest)
+        layers = sweep_layers(run.num_layers) if looped is None else [looped[i] for i in sweep_layers(len(looped))]
         data = load_probe_data_layers(run, layers)
         result = layer_sweep(data, ProbeConfig(run.hidden_size, hidden=MECHANISTIC_PROBE_WIDTH), TrainConfig(),
                              threshold=DEFAULT_THRESHOLD)

@@ -22,7 +22,6 @@ SST_ONLY_FLAGS = {
     "checkpoint": "--checkpoint loads an SST checkpoint",
     "demo_preset": "--demo-preset is the untrained SST preset",
     "prompt_mode": "--prompt-mode says how the prompt runs through the SST state stream",
-    "intervention": "--intervention acts on the SST state stream",
     "gates": "--gates hooks the SST layers' FFN gate",
 }
 
@@ -62,6 +61,18 @@ def check_family_options(options: RecordOptions, loop: Any, depths: list[int]) -
         loop.check_depth(depth)
 
 
+def check_family_spec(options: RecordOptions, model: Any) -> Any:
+    """The ``--intervention`` spec checked against the loaded family (its layers, which of them loop, where a
+    freeze keeps a carried state), or None; a spec it cannot take is a :class:`UsageError` before anything is
+    written."""
+    spec = options.intervention_spec()
+    if spec is not None:
+        from sst_interp.interventions.loops import check_loop_spec
+
+        check_loop_spec(spec, model.loop, model.config, model.hidden_size)
+    return spec
+
+
 def record_family(options: RecordOptions, loop: Any) -> dict[int, float]:
     """Record every depth of ``options`` with the looping family ``loop``; resumes like an SST run. Returns accuracy
     per depth."""
@@ -86,6 +97,11 @@ def record_family(options: RecordOptions, loop: Any) -> dict[int, float]:
                 "max_new_tokens": options.max_new_tokens, "decoding": "greedy",
                 "full_positions": options.full_positions, "sketch_positions": options.sketch_positions,
                 "sketch_k": options.sketch_k, "top_k": options.top_k, "batch_size": options.batch_size}
+    spec = options.intervention_spec()
+    if spec is not None:
+        from sst_interp.interventions import patch_runs
+
+        identity.update(intervention=spec.to_dict(), intervention_runs=patch_runs(spec))
     out = options.out_path()
     check_out(out, identity)
     device = check_device(options.device)
@@ -109,6 +125,7 @@ def record_family_questions(model: Any, tokenizer: Any, questions: list[Any], op
     depths = options.validate()
     check_family_options(options, model.loop, depths)
     check_against_model(options, model, tokenizer, questions)
+    spec = check_family_spec(options, model)
     out = Path(out)
     config = RecordConfig(full_positions=options.full_positions, sketch_positions=options.sketch_positions,
                           sketch_k=options.sketch_k, top_k=options.top_k, dtype=options.dtype, gates=False)
@@ -123,6 +140,19 @@ def record_family_questions(model: Any, tokenizer: Any, questions: list[Any], op
     if not space.fits and not options.allow_low_disk:
         raise UsageError(f"{space.line()}; or pass --allow-low-disk to record anyway")
     ranks = Ranks()
+    first = None
+    if spec is not None:
+        # as for an SST: the first batch at the deepest depth is recorded before the run directory exists, and a
+        # rule that changed no site in it is refused with nothing written
+        from sst_interp.interventions import require_sites
+        from sst_interp.interventions.sites import SITES_KEY
+
+        deepest = max(depths)
+        todo = [q for q in questions if q.question_id not in before.get(deepest, set())][:options.batch_size]
+        if todo:
+            rows, columns, meta = record_family_batch(model, tokenizer, todo, deepest, options, config, spec)
+            require_sites(meta[SITES_KEY], options.allow_empty_sites)
+            first = ([q.question_id for q in todo], deepest, rows, columns, meta)
     with _open_run(out, identity, extra, questions, ranks) as writer:
         remaining = {k: [q for q in questions if q.question_id not in writer.completed(k)] for k in depths}
         done = sum(len(questions) - len(v) for v in remaining.values())
@@ -133,33 +163,48 @@ def record_family_questions(model: Any, tokenizer: Any, questions: list[Any], op
                 todo = remaining[depth]
                 for start in range(0, len(todo), options.batch_size):
                     batch = todo[start:start + options.batch_size]
+                    ids = [q.question_id for q in batch]
                     progress.set_postfix_str(f"depth {depth}")
-                    rows, columns = record_family_batch(model, tokenizer, batch, depth, options, config)
-                    writer.submit(depth, [q.question_id for q in batch], generations=rows, **columns)
+                    if first is not None and first[:2] == (ids, depth):
+                        (_, _, rows, columns, meta), first = first, None
+                    else:
+                        rows, columns, meta = record_family_batch(model, tokenizer, batch, depth, options, config,
+                                                                  spec)
+                    writer.submit(depth, ids, generations=rows, meta=meta, **columns)
                     progress.update(len(batch))
     return _summary(out, depths, ranks)
 
 
 def record_family_batch(model: Any, tokenizer: Any, batch: list[Any], depth: int, options: RecordOptions,
-                        config: Any) -> tuple[list[dict[str, Any]], dict[str, Any]]:
-    """Generate one batch at ``depth`` with the :class:`~sst_interp.hooks.visits.VisitRecorder` attached; returns
-    (generation rows, writer columns)."""
+                        config: Any, spec: Any = None) -> tuple[list[dict[str, Any]], dict[str, Any],
+                                                                dict[str, Any] | None]:
+    """Generate one batch at ``depth`` with the :class:`~sst_interp.hooks.visits.VisitRecorder` attached, and the
+    intervention ``spec`` applied when given; returns (generation rows, writer columns, the batch's manifest keys:
+    the spec's site counts, or None)."""
+    from contextlib import nullcontext
+
     import numpy as np
 
     from sst_interp.data import grade, stop_strings
     from sst_interp.hooks import VisitRecorder
+    from sst_interp.interventions.loops import intervene_loop
+    from sst_interp.interventions.sites import SITES_KEY
     from sst_interp.model.generation import GenerationConfig
     from sst_interp.model.loading import eos_token_ids
     from sst_interp.model.loop_model import generate_looped
+    from sst_interp.model.observers import ObserverGroup
 
     prompts = [list(tokenizer(q.prompt).input_ids) for q in batch]
     pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
     gen_config = GenerationConfig(max_new_tokens=options.max_new_tokens, eos_token_ids=eos_token_ids(tokenizer, model),
                                   stop_strings=tuple(stop_strings(batch[0].source)), pad_token_id=pad)
     ids = [q.question_id for q in batch]
-    with VisitRecorder.for_model(model, ids, config) as recorder:
-        result = generate_looped(model, prompts, depth, gen_config, observer=recorder,
+    changing = intervene_loop(model, spec, ids) if spec is not None else nullcontext(None)
+    with changing as intervener, VisitRecorder.for_model(model, ids, config) as recorder:
+        # the intervener first: it sets each call's coordinates, and its hooks change a visit before it is recorded
+        result = generate_looped(model, prompts, depth, gen_config, observer=ObserverGroup(intervener, recorder),
                                  decode_fn=lambda tokens: tokenizer.decode(tokens, skip_special_tokens=True))
+    meta = {SITES_KEY: intervener.site_report()} if intervener is not None else None
     rows = []
     for row, question in enumerate(batch):
         tokens = result.token_ids[row]
@@ -172,7 +217,7 @@ def record_family_batch(model: Any, tokenizer: Any, batch: list[Any], depth: int
             "grader": verdict.grader, "depth_policy": result.depth_policy, "chosen_depth": depth,
             "prompt_tokens": len(prompts[row]), "iterations": np.asarray(result.iterations[row], dtype=np.int32),
         })
-    return rows, recorder.columns()
+    return rows, recorder.columns(), meta
 
 
 def family_manifest(options: RecordOptions, model: Any, tokenizer: Any, config: Any,
@@ -183,7 +228,9 @@ def family_manifest(options: RecordOptions, model: Any, tokenizer: Any, config: 
     from sst_interp.model.loading import eos_token_ids
 
     vocab = getattr(model.config, "vocab_size", None)
-    return {
+    spec = options.intervention_spec()
+    extra = {} if spec is None else {"intervention": spec.to_dict()}  # as an SST run's manifest states it
+    return extra | {
         "hidden_size": model.hidden_size,
         "num_layers": model.num_layers,
         "dtype": options.dtype,

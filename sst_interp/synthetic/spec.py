@@ -14,6 +14,12 @@ KINDS = ("always", "never", "recover", "regress", "fragile", "random")
 PAPER_POSITION_RATES = (1.0, 0.42, 0.2, 0.04, 0.06, 0.15, 0.12, 0.18, 0.2, 0.22)
 
 
+def scaled_k(hidden_size: int) -> int:
+    """The paper's k = 1024 of d = 5376 scaled to ``hidden_size``: the sketch k ``record`` writes by default and the
+    k the overlap measurements take by default."""
+    return max(1, int(round(hidden_size * 1024 / 5376)))
+
+
 @dataclass
 class SyntheticSpec:
     """Size and plants of a synthetic run (the paper scale is 198 questions, depths 1-4, 10 full positions,
@@ -133,7 +139,7 @@ class SyntheticSpec:
         """k of the basin plant and the sketches: ``sketch_k`` or round(d * 1024 / 5376)."""
         if self.sketch_k is not None:
             return int(self.sketch_k)
-        return max(1, int(round(self.hidden_size * 1024 / 5376)))
+        return scaled_k(self.hidden_size)
 
     @property
     def reorg_top_n(self) -> int:

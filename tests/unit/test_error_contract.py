@@ -300,6 +300,9 @@ CASES = [
     Case("record-family-hrm-per-position-policy", "record",
          (*FAST, "--model", "{data}/hrm_model", "--depths", "1,2", "--depth-policy", "entropy:0.5", "--out", "{out}"),
          "hrm_text runs are recorded at fixed depths only"),
+    Case("record-family-hrm-freeze-where-no-state-carries", "record",
+         (*FAST, "--model", "{data}/hrm_model", "--depths", "1,2", "--intervention", "{data}/spec_freeze_block0.json",
+          "--out", "{out}"), "layers [0] hand no carried state on in hrm_text"),
     Case("generate-empty-prompt", "generate", ("--model", "{model}", "--prompt", "  "), "--prompt is empty"),
     Case("store-verify-not-a-run", "store", ("verify", "{data}"), "not a run directory"),
     Case("report-no-such-run", "report", ("--run", "{data}/no-run", "--out", "{out}"), "no-run"),
@@ -370,6 +373,8 @@ def files(tmp_path_factory) -> dict[str, Path]:
     (data / "gpt2_model").mkdir()
     (data / "gpt2_model" / "config.json").write_text(json.dumps({"model_type": "gpt2"}))
     save_tiny_model(data / "hrm_model", "hrm_text")
+    (data / "spec_freeze_block0.json").write_text(json.dumps({"interventions": [
+        {"site": {"stream": "layer_out", "layers": [0]}, "operation": {"kind": "freeze"}}]}))
     (data / "spec_bad_stream.json").write_text(json.dumps({"interventions": [
         {"site": {"stream": "residual"}, "operation": {"kind": "zero"}}]}))
     (data / "spec_bad_layer.yaml").write_text("interventions:\n  - site: {stream: layer_out, layers: [9]}\n"

@@ -1,0 +1,254 @@
+"""Interventions on a natively looping family (HRM-Text, Inkling-2 Loop), through the same spec as an SST.
+
+A family runs every iteration of a token inside one forward call, so the pass coordinates of the observer (turn,
+position) are completed per visit: each hook on a visit module learns its (iteration, layer) from the call, exactly
+as the recorder does (:attr:`~sst_interp.model.loops.LoopDeclaration.visit_sites`). The family's one stream is
+``layer_out``, the visit's output, which is what a family run records at (turn, position, iteration, layer):
+
+- ``zero``, ``add``, ``mean``, ``patch``, ``resample``: the visit's output becomes the new value (the same
+  arithmetic as for an SST, :meth:`Intervener._operate`); the next block, the carried state and the recorder read it;
+- ``freeze``: the carried state is kept as the visit read it, and the visit's own output is unchanged
+  (:attr:`~sst_interp.model.loops.LoopDeclaration.freeze_meaning`): on HRM-Text z_L or z_H after the stack's
+  visit is the one the visit read; on Inkling-2 Loop the next pass's layer reads the messages this pass's layer
+  read.
+
+Only the last column of a call is changed (at position 0, the prefill, the prompt's last token): the columns before
+it are the prompt, which no site addresses. The intervener's hooks run before any other hook on the same module, so
+a recorder attached alongside records the changed values.
+
+Usage::
+
+    with intervene_loop(model, spec, question_ids=ids) as intervener:
+        generate_looped(model, prompts, depth, config, observer=ObserverGroup(intervener, recorder))
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from typing import Any
+
+import torch
+from torch import nn
+
+from sst_interp.interventions.apply import Intervener, check_spec
+from sst_interp.interventions.spec import Intervention, InterventionSpec
+from sst_interp.kernels.errors import UsageError
+from sst_interp.kernels.owned import OwnedHooks
+
+#: the one stream of a family's visit (its output, as recorded)
+FAMILY_STREAM = "layer_out"
+
+
+def check_loop_spec(spec: InterventionSpec, loop: Any, config: Any, hidden_size: int) -> None:
+    """Refuse (UsageError, one line) a spec the family cannot take, before anything loads or is written: what
+    :func:`~sst_interp.interventions.apply.check_spec` refuses, a stream other than ``layer_out``, a layer the
+    family never visits at a listed iteration (a layer outside the loop runs at iteration 1 only), and a freeze
+    where no carried state leaves the visit (a layer outside ``loop.freeze_layers``, or an iteration before
+    ``loop.freeze_from``)."""
+    names = loop.layer_names(config)
+    check_spec(spec, len(names), hidden_size)
+    looped = set(loop.looped_layers(config))
+    once = {layer: sorted({i for i, l in loop.visits(config, 1) if l == layer}) for layer in range(len(names))}
+    carrying = set(loop.freeze_layers(config)) if loop.freeze_layers is not None else set()
+    for number, item in enumerate(spec.interventions, 1):
+        site, kind = item.site, item.operation.kind
+        where = f"intervention {number} ({kind})"
+        if site.stream != FAMILY_STREAM:
+            raise UsageError(f"{where}: stream {site.stream!r} is inside an SST layer; {loop.family} intervenes on "
+                             f"{FAMILY_STREAM!r}, a visit's output")
+        for layer in site.layers or ():
+            if layer in looped or site.iterations is None:
+                continue
+            never = [i for i in site.iterations if i not in once[layer]]
+            if never:
+                raise UsageError(f"{where}: {loop.family} never loops layer {layer} ({names[layer]}): it runs at "
+                                 f"iteration {', '.join(map(str, once[layer]))} only, not {never}; the looped "
+                                 f"layers are {sorted(looped)}")
+        if kind != "freeze":
+            continue
+        outside = [layer for layer in (site.layers or ()) if layer not in carrying]
+        if outside:
+            raise UsageError(f"{where}: layers {outside} hand no carried state on in {loop.family}; a freeze takes "
+                             f"layers {sorted(carrying)} ({loop.freeze_meaning})")
+        early = [i for i in (site.iterations or ()) if i < loop.freeze_from]
+        if early:
+            raise UsageError(f"{where}: {loop.family} has no carried state to keep at iteration {early}; a freeze "
+                             f"takes iterations >= {loop.freeze_from} ({loop.freeze_meaning})")
+
+
+class LoopIntervener(Intervener):
+    """The observer and hooks that carry a spec out on a :class:`~sst_interp.model.loop_model.LoopModel` (see
+    the module docstring). Install it with :func:`intervene_loop`.
+
+    Args:
+        model: the LoopModel (its declaration and config validate the spec).
+        spec: what to change.
+        question_ids: the question of each batch row (``patch``, ``resample``).
+    """
+
+    def __init__(self, model: Any, spec: InterventionSpec, question_ids: Sequence[str | None] | None = None) -> None:
+        self.model = model
+        self._pass: tuple[int, int] | None = None  # (turn, position) of the forward call in progress
+        self._carried: dict[Any, torch.Tensor] = {}  # per carried state, its latest value's last column
+        self._message_calls = 0
+        super().__init__(model, spec, question_ids)
+        loop = model.loop
+        self._freeze_layers = set(loop.freeze_layers(model.config)) if loop.freeze_layers is not None else set()
+        self.hooks = OwnedHooks()
+
+    def _validate(self) -> None:
+        check_loop_spec(self.spec, self.model.loop, self.model.config, self.model.hidden_size)
+        super()._validate()
+
+    # ------------------------------------------------------------------------------------------ observer
+    def on_pass_start(self, info: Any) -> None:
+        """Observer: a forward call (every iteration of ``info.position``) begins."""
+        self._pass = None if info.position is None else (int(info.turn), int(info.position))
+        self._active = info.active
+        self._depth = int(info.depth)
+        self._carried.clear()
+        self._message_calls = 0
+
+    def on_pass_end(self, info: Any, logits: torch.Tensor | None) -> None:
+        """Observer: the call is over."""
+        self._pass = None
+        self._coords = None
+
+    # ------------------------------------------------------------------------------------------ hooks
+    def install(self) -> None:
+        """Hook the family's visit modules and its carried-state modules (removed by :meth:`remove`)."""
+        backbone = self.model.backbone
+        try:
+            for module, address in self.model.loop.visit_sites(backbone):
+                self.hooks.forward_with_kwargs(module, self._visit_hook(address), prepend=True)
+            if any(item.operation.kind == "freeze" for item in self.spec.interventions):
+                install = _FREEZE_HOOKS.get(self.model.loop.family)
+                if install is None:
+                    raise UsageError(f"{self.model.loop.family} declares no carried state a freeze can keep")
+                install(self, backbone)
+        except BaseException:
+            self.hooks.close()
+            raise
+
+    def remove(self) -> None:
+        """Remove every hook (idempotent)."""
+        self.hooks.close()
+
+    def _at(self, iteration: int) -> bool:
+        """Set the coordinates of a visit of ``iteration`` in the call in progress; False outside a token's call."""
+        if self._pass is None:
+            self._coords = None
+            return False
+        self._coords = (*self._pass, int(iteration))
+        return True
+
+    def _visit_hook(self, address: Callable[[dict[str, Any]], tuple[int, int]]):
+        def hook(module: nn.Module, args: Any, kwargs: dict[str, Any], output: Any) -> Any:
+            iteration, layer = address(kwargs)
+            if not self._at(iteration):
+                return None
+            for item in self.frozen(layer):  # counted at the visit whose carried state it keeps
+                self._count(item, self._active_rows())
+            value = output[0] if isinstance(output, tuple) else output
+            changed = self._apply(FAMILY_STREAM, layer, value)
+            self._coords = None
+            if changed is value:
+                return None
+            return (changed, *output[1:]) if isinstance(output, tuple) else changed
+
+        return hook
+
+    def frozen(self, layer: int) -> list[Intervention]:
+        """The freeze rules at the current coordinates and ``layer`` (none where the family hands no state on)."""
+        if self._coords is None or layer not in self._freeze_layers or self._coords[2] < self.model.loop.freeze_from:
+            return []
+        return [item for item in self._matching(FAMILY_STREAM, layer) if item.operation.kind == "freeze"]
+
+    def keep(self, key: Any, read: torch.Tensor | None, layer: int, iteration: int, output: torch.Tensor) -> Any:
+        """The carried state ``key`` leaves a visit of (``iteration``, ``layer``) as ``output`` [B, T, ...]: its last
+        column becomes ``read`` (the state the visit read, [B, ...]) where a freeze rule matches. Remembers what
+        leaves, for the next visit to read. Returns the replacement output, or None for unchanged."""
+        frozen = self._at(iteration) and bool(self.frozen(layer))
+        self._coords = None
+        if frozen and read is None:
+            raise AssertionError(f"a freeze at iteration {iteration}, layer {layer} found no state the visit read")
+        if not frozen:
+            self._carried[key] = output[:, -1].detach()
+            return None
+        changed = output.clone()
+        changed[:, -1] = read.to(changed.dtype)
+        self._carried[key] = read
+        return changed
+
+
+@contextmanager
+def intervene_loop(model: Any, spec: InterventionSpec,
+                   question_ids: Sequence[str | None] | None = None) -> Iterator[LoopIntervener]:
+    """A :class:`LoopIntervener` on ``model`` for the block (its hooks removed on exit, also on error); pass it to
+    :func:`~sst_interp.model.loop_model.generate_looped` as the observer, before a recorder in an
+    :class:`~sst_interp.model.observers.ObserverGroup`."""
+    intervener = LoopIntervener(model, spec, question_ids)
+    intervener.install()
+    try:
+        yield intervener
+    finally:
+        intervener.remove()
+
+
+# ------------------------------------------------------------------------------------------------ freezes
+def _hrm_freeze_hooks(intervener: LoopIntervener, backbone: nn.Module) -> None:
+    """HRM-Text: z_L and z_H are the L and H stacks' outputs (final-normed). A stack's forward hook sees what the
+    visit hands on; the state it read is the previous output of the same stack in this call, or the initial state
+    (z_L_init; the token embedding times embedding_scale, recomputed here with the model's own operation)."""
+    from sst_interp.model.loops import hrm_address
+
+    inner, config = backbone.model, backbone.config
+    last = int(config.num_layers_per_stack) - 1
+
+    def embedding(module: nn.Module, args: Any, output: torch.Tensor) -> None:
+        intervener._carried["H"] = (output * inner.embedding_scale)[:, -1].detach()
+
+    def stack(key: str) -> Callable[..., Any]:
+        def hook(module: nn.Module, args: Any, kwargs: dict[str, Any], output: torch.Tensor) -> Any:
+            iteration, layer = hrm_address(config, last, int(kwargs.get("cycle_offset", 0)))
+            read = intervener._carried.get(key)
+            if read is None and key == "L":
+                read = inner.z_L_init.to(dtype=output.dtype, device=output.device).expand(output.shape[0], -1)
+            return intervener.keep(key, read, layer, iteration, output)
+
+        return hook
+
+    intervener.hooks.forward(inner.embed_tokens, embedding)
+    intervener.hooks.forward_with_kwargs(inner.L_module, stack("L"), prepend=True)
+    intervener.hooks.forward_with_kwargs(inner.H_module, stack("H"), prepend=True)
+
+
+def _inkling_freeze_hooks(intervener: LoopIntervener, backbone: nn.Module) -> None:
+    """Inkling-2 Loop: pass p >= 2 reads pass p - 1 through ``message_input``, called once per looped layer in
+    order, pass after pass. A freeze at (pass p, layer l) gives pass p + 1's call for layer l the messages pass p's
+    call returned."""
+    config = backbone.config
+    start = int(config.loop_layer_index_start)
+    looped = int(config.loop_layer_index_end) - start
+
+    def hook(module: nn.Module, args: Any, kwargs: dict[str, Any], output: torch.Tensor) -> Any:
+        call = intervener._message_calls
+        intervener._message_calls += 1
+        index = args[2] if len(args) > 2 else kwargs["loop_layer_idx"]
+        reading, offset = call // looped + 2, call % looped  # this call feeds pass `reading`, looped layer `offset`
+        if int(index) != offset:
+            raise AssertionError(f"Inkling-2 Loop message call {call} is for looped layer {index}, expected "
+                                 f"{offset}: transformers' loop order changed")
+        # the state pass `reading` receives is what pass `reading - 1` handed on; a freeze there keeps what that
+        # pass itself read
+        return intervener.keep(offset, intervener._carried.get(offset), start + offset, reading - 1, output)
+
+    intervener.hooks.forward_with_kwargs(backbone.model.message_input, hook, prepend=True)
+
+
+#: family -> installs the hooks that keep a carried state where a freeze rule matches
+_FREEZE_HOOKS: dict[str, Callable[[LoopIntervener, nn.Module], None]] = {
+    "hrm_text": _hrm_freeze_hooks,
+    "inkling2_loop": _inkling_freeze_hooks,
+}
