@@ -108,12 +108,15 @@ def test_paper_shape_cpu_smoke_prints_the_table_and_writes_json(tmp_path):
 
     payload = json.loads(out.read_text())
     names = [row["name"] for row in payload["rows"]]
-    assert names == ["build", "plain b1", "plain b2", "sst d1", "sst d2", "record d1", "record d2", "writer",
-                     "qlora 1-pass", "qlora 2-pass"]
+    assert names == ["build", "plain b1", "plain b2", "plain compiled", "sst compiled d1", "sst compiled d2",
+                     "record compiled d1", "record compiled d2", "sst d1", "sst d2", "record d1", "record d2",
+                     "writer", "qlora 1-pass", "qlora 2-pass"]
     rows = {row["name"]: row for row in payload["rows"]}
     # The meta-device count of the full 27B configuration is part of the build row, even in the smoke run.
     assert rows["build"]["numbers"]["full_parameters"] == 27_009_346_304
     assert rows["sst d1"]["goal"] == "<= 1.05" and rows["sst d1"]["ratio"] > 0
+    assert rows["plain compiled"]["numbers"]["compile_s"] > 0 and rows["sst compiled d2"]["ratio"] > 0
+    assert rows["record compiled d2"]["goal"] == "<= 1.1" and rows["record compiled d2"]["ratio"] > 0
     assert rows["record d2"]["numbers"]["payload_bytes"] > rows["record d1"]["numbers"]["payload_bytes"] > 0
     assert all(row["name"] in done.stdout for row in payload["rows"])
     assert "goals " in done.stdout
@@ -127,7 +130,7 @@ def test_paper_shape_flags_without_paper_shape_are_one_line_errors():
     done = _run("--cpu-smoke", "--paper-shape", "--phases", "plain,warp")
     assert done.returncode == 2
     assert [line for line in done.stderr.splitlines() if line.strip()] == [
-        "error: --phases plain,warp: use some of plain, sst, record, qlora"]
+        "error: --phases plain,warp: use some of plain, compiled, sst, record, qlora"]
 
 
 @pytest.mark.slow

@@ -1,0 +1,112 @@
+"""Compiled against eager decoding on the CPU, side by side in one run (issue 35, item 7).
+
+Run: ``python bench/bench_compile.py [--new-tokens 16] [--batches 1,8] [--depths 1,2,3,4] [--repeats 1]``
+
+On the default backbone (float32), for each batch size, per generated token (decode steps only:
+``(T(N tokens) - T(1 token)) / (N - 1)``, so neither the prompt nor the compilation is spread over the tokens):
+
+- ``plain``: the backbone through the decode step with the state stream off, eager against compiled;
+- ``sst dK``: :func:`sst_interp.model.generate` (the eager session) against
+  :func:`sst_interp.model.compiled.generate_compiled` at depth K;
+- ``record dK``: the same with ``record``'s capture (the Recorder; hooks when eager, the step's outputs when
+  compiled) and its columns gathered, at depths 1 and max(--depths).
+
+The CPU's per-kernel dispatch is the cost that CUDA graphs remove on a GPU; the inductor removes it here by fusing
+the small kernels. Goal: compiled at least 2x faster than eager at batch 1, recording included. Each compilation
+(one step graph and one LM-head graph per batch size and stream setting) is timed once and printed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import time
+from collections.abc import Callable
+
+import torch
+
+from sst_interp.hooks import RecordConfig, Recorder
+from sst_interp.model import GenerationConfig, SSTConfig, SSTModel, generate
+from sst_interp.model.backbone import load_backbone
+from sst_interp.model.compiled import StepCompiler, generate_compiled
+
+PROMPT = "Question: A farmer has 17 sheep and buys 25 more. How many sheep does the farmer have now?\nAnswer:"
+GOAL = 2.0
+CAPTURE = RecordConfig(full_positions=10, sketch_positions=512, top_k=128)
+
+
+def seconds(fn: Callable[[], object]) -> float:
+    started = time.perf_counter()
+    fn()
+    return time.perf_counter() - started
+
+
+def per_token(total: Callable[[int], float], new_tokens: int, repeats: int) -> float:
+    return statistics.median((total(new_tokens) - total(1)) / (new_tokens - 1) for _ in range(repeats))
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--new-tokens", type=int, default=16)
+    parser.add_argument("--batches", default="1,8")
+    parser.add_argument("--depths", default="1,2,3,4")
+    parser.add_argument("--repeats", type=int, default=1)
+    args = parser.parse_args()
+    depths = [int(d) for d in args.depths.split(",")]
+    backbone, tokenizer = load_backbone("default", dtype="float32")
+    sst = SSTModel.from_backbone(backbone, SSTConfig(state_scale="hidden"))
+    ids = list(tokenizer(PROMPT).input_ids)
+    print(f"default backbone, float32, {torch.get_num_threads()} threads, torch {torch.__version__}; "
+          f"{args.new_tokens} new tokens, ms per token (decode steps only)", flush=True)
+    rows: list[tuple[str, float, float]] = []
+    for batch in (int(b) for b in args.batches.split(",")):
+        prompts = [ids] * batch
+        plain_eager = StepCompiler(sst, None, stream=False)
+        plain_compiled = StepCompiler(sst, "default", stream=False)
+        sst_compiled = StepCompiler(sst, "default", capture_outputs=True)
+
+        def decode(compiler, depth: int, n: int, record: bool = False) -> None:
+            config = GenerationConfig(max_new_tokens=n, logits_every_iteration=record, prompt_mode="none")
+            names = [f"q{row}" for row in range(batch)]
+            if compiler is None:
+                if record:
+                    with Recorder.for_model(sst, names, CAPTURE) as recorder:
+                        generate(sst, prompts, depth, config, observer=recorder)
+                    recorder.columns()
+                else:
+                    generate(sst, prompts, depth, config)
+            elif record:
+                with Recorder.for_model(sst, names, CAPTURE, layer_hooks=False) as recorder:
+                    generate_compiled(sst, prompts, depth, config, observer=recorder, compiler=compiler)
+                recorder.columns()
+            else:
+                generate_compiled(sst, prompts, depth, config, compiler=compiler)
+
+        for name, compiler in (("plain", plain_compiled), ("sst", sst_compiled)):
+            took = seconds(lambda: decode(compiler, 2, 3))
+            print(f"batch {batch}: compiling the {name} step and LM head (with a 3-token warm-up): {took:.1f} s",
+                  flush=True)
+
+        def compare(label: str, eager: Callable[[int], None], fast: Callable[[int], None]) -> None:
+            eager(2), fast(2)  # warm
+            slow_ms = 1000 * per_token(lambda n: seconds(lambda: eager(n)), args.new_tokens, args.repeats)
+            fast_ms = 1000 * per_token(lambda n: seconds(lambda: fast(n)), args.new_tokens, args.repeats)
+            rows.append((f"b{batch} {label}", slow_ms, fast_ms))
+            print(f"b{batch} {label:<10} eager {slow_ms:8.1f}  compiled {fast_ms:8.1f}  speed-up "
+                  f"{slow_ms / fast_ms:5.2f}x", flush=True)
+
+        compare("plain", lambda n: decode(plain_eager, 1, n), lambda n: decode(plain_compiled, 1, n))
+        for depth in depths:
+            compare(f"sst d{depth}", lambda n, d=depth: decode(None, d, n),
+                    lambda n, d=depth: decode(sst_compiled, d, n))
+        for depth in sorted({depths[0], depths[-1]}):
+            compare(f"record d{depth}", lambda n, d=depth: decode(None, d, n, record=True),
+                    lambda n, d=depth: decode(sst_compiled, d, n, record=True))
+    ones = [eager / fast for name, eager, fast in rows if name.startswith("b1 ")]
+    if ones:
+        print(f"\nbatch 1: smallest speed-up {min(ones):.2f}x (goal >= {GOAL}x): "
+              f"{'met' if min(ones) >= GOAL else 'NOT met'}")
+
+
+if __name__ == "__main__":
+    main()
