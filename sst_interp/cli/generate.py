@@ -38,6 +38,9 @@ class GenerateFlags:
                                        "two_pass)")
     dtype: str = arg("auto", choices=("auto", "float32", "bfloat16"),
                      help="the model's compute dtype (auto: bfloat16 on CUDA, float32 on the CPU)")
+    compile: str = arg("auto", choices=("on", "off", "auto"),
+                       help="decode through the compiled step (CUDA graphs on CUDA, torch.compile on the CPU; the "
+                            "first depth pays the compilation, printed once) or eager; auto: on on CUDA")
     device: str = arg("auto", help="torch device: auto (cuda when available) | cpu | cuda | cuda:N; not used with "
                                    "--device-map auto")
     device_map: str = arg("none", help="none (default: the whole model on --device) | auto (a model bigger than one "
@@ -65,7 +68,14 @@ def main(argv: list[str] | None = None) -> int:
                                           resolve_prompt_mode)
     from sst_interp.model.placement import parse_device_map, parse_max_memory
 
+    from sst_interp.model.compiled import CompileOptions, compiler_for, generate_compiled, setup_refusal
+
     depths = check_depths(args.depths)
+    if args.compile == "on":
+        refusal = ("the compiled decode step runs on one device; use --compile off" if args.device_map != "none"
+                   else setup_refusal(device=args.device))
+        if refusal is not None:
+            raise UsageError(refusal)
     if args.max_new_tokens < 1:
         raise UsageError("--max-new-tokens must be at least 1")
     if not args.prompt.strip():
@@ -87,10 +97,16 @@ def main(argv: list[str] | None = None) -> int:
         eos_token_ids=eos_token_ids(tokenizer, sst),
         pad_token_id=tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0,
     )
-    for depth in depths:
+    compiler = None if device_map is not None else compiler_for(sst, CompileOptions(args.compile))
+    for index, depth in enumerate(depths):
         start = time.perf_counter()
-        result = generate(sst, [prompt_ids], depth, config)
+        if compiler is None:
+            result = generate(sst, [prompt_ids], depth, config)
+        else:
+            result = generate_compiled(sst, [prompt_ids], depth, config, compiler=compiler)
         seconds = time.perf_counter() - start
+        if compiler is not None and index == 0:
+            print(f"[compiled decode step: {compiler.compile_mode}; the first depth's time includes compiling]")
         text = tokenizer.decode(result.token_ids[0], skip_special_tokens=True)
         n = len(result.token_ids[0])
         print(f"--- depth {depth} ({n} tokens, {seconds:.1f} s, stop: {result.stop_reasons[0]})")

@@ -292,6 +292,17 @@ CASES = [
     Case("record-into-run-with-other-batch-size", "record", (*REC, "--batch-size", "3", "--out", "{run}"),
          "batch_size: 8 -> 3"),  # the identity names it before the model loads
     Case("record-out-a-file", "record", (*REC, "--out", "{data}/empty.jsonl"), "is a file"),
+    # ---- the compiled decode step (issue 35): refused before anything loads, naming --compile off
+    Case("record-compile-bad-value", "record", (*REC, "--compile", "maybe", "--out", "{out}"),
+         "--compile takes one of on, off, auto"),
+    Case("record-compile-on-codeact", "record", (*REC, *CODEACT, "--compile", "on", "--out", "{out}"),
+         "single-turn completions on one device; use --compile off"),
+    Case("record-compile-on-intervention", "record",
+         (*REC, "--intervention", "{data}/spec_bad_layer.yaml", "--compile", "on", "--out", "{out}"),
+         "interventions run Python callbacks inside the layers and cannot run compiled; use --compile off"),
+    Case("generate-compile-on-device-map", "generate",
+         ("--prompt", "7 + 5 =", "--model", "{model}", "--depths", "1", "--device-map", "auto", "--compile", "on"),
+         "runs on one device; use --compile off"),
     # ---- latent-iteration families (issue 36): refused before any weight loads
     Case("record-family-unsupported-model-type", "record", (*FAST, "--model", "{data}/gpt2_model", "--out", "{out}"),
          "unsupported model_type 'gpt2'; supported families: sst"),
