@@ -57,6 +57,9 @@ def check_family_options(options: RecordOptions, loop: Any, depths: list[int]) -
                          "only")
     if options.codeact:
         raise UsageError(f"--protocol codeact: {loop.family} runs are recorded with the completion protocol only")
+    if options.compile == "on":
+        raise UsageError(f"--compile on: the compiled decode step serves SSTs; {loop.family} runs decode eager "
+                         "(use --compile off)")
     for depth in depths:
         loop.check_depth(depth)
 

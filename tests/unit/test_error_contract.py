@@ -306,6 +306,9 @@ CASES = [
     # ---- latent-iteration families (issue 36): refused before any weight loads
     Case("record-family-unsupported-model-type", "record", (*FAST, "--model", "{data}/gpt2_model", "--out", "{out}"),
          "unsupported model_type 'gpt2'; supported families: sst"),
+    Case("record-family-hrm-compile-on", "record",
+         (*FAST, "--model", "{data}/hrm_model", "--compile", "on", "--out", "{out}"),
+         "the compiled decode step serves SSTs; hrm_text runs decode eager (use --compile off)"),
     Case("record-family-hrm-sst-only-flag", "record",
          (*FAST, "--model", "{data}/hrm_model", "--prompt-mode", "two_pass", "--out", "{out}"), "hrm_text has none"),
     Case("record-family-hrm-per-position-policy", "record",
