@@ -165,6 +165,10 @@ def library_config(name: str, common: CommonFlags, own: Any, num_layers: int | N
         from sst_interp.experiments.window import WindowConfig
 
         controls = () if [c.strip() for c in own.controls] == ["none"] else tuple(own.controls)
+        if "resample" in controls and common.limit == 1:
+            # refused before the clean run is recorded, not after: resample draws another question's state
+            raise UsageError("--controls resample draws the state of another question, and --limit 1 leaves one; "
+                             "raise --limit or pass --controls mean")
         return WindowConfig(depth=common.depth, size=own.size, stride=own.stride, mode=own.mode, controls=controls,
                             resamples=own.resamples, seed=own.seed, logprob_position=own.logprob_position)
     if name == "attribute":

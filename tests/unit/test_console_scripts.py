@@ -75,7 +75,8 @@ COMMANDS = {
     "intervene": Command("sst-intervene", "sst_interp.intervene",
                          ("window", "--out", "{out}/window", "--model", "{model}", "--demo-preset", "--limit", "1",
                           "--batch-size", "1", "--max-new-tokens", "2", "--full-positions", "2", "--top-k", "4",
-                          "--device", "cpu", "--depth", "2", "--size", "2", "--resamples", "50"), "window/experiment-window.json"),
+                          "--device", "cpu", "--depth", "2", "--size", "2", "--resamples", "50", "--controls", "mean"),
+                         "window/experiment-window.json"),
     "explore": Command("sst-explore", "sst_interp.explore", ("{synthetic}", "--port", "0"), serves=True),
 }
 #: Every way to start each command: ("sst-record", argv prefix) and ("-m sst_interp.record", argv prefix).

@@ -152,6 +152,8 @@ CASES = [
     Case("intervention-sites-never-fire", "record",  # issue 30: iteration 4 at depth 1
          (*REC, "--intervention", "{data}/spec_never_fires.yaml", "--out", "{out}"),
          "rule 1 (zero on layer_out) changed no (row, position, iteration, layer) site"),
+    Case("intervene-window-resample-one-question", "intervene",
+         ("window", "--out", "{out}", "--model", "{model}", "--limit", "1"), "raise --limit or pass --controls mean"),
     Case("intervene-depth-1", "intervene", ("window", "--out", "{out}", "--model", "{model}", "--depth", "1"),
          "--depth must be at least 2"),
     Case("intervene-window-larger-than-model", "intervene",
