@@ -11,7 +11,8 @@
 - ``position_sim`` (``python -m sst_interp.probe.position_sim``): ``PositionPolicy`` objects.
 
 Each command module builds its parser from dataclass fields declared with :func:`sst_interp.kernels.fields.arg`:
-``record`` and ``train`` from their library configs themselves (``RecordOptions``, ``TrainConfig``), the others from
+``record``, ``train`` and ``explore`` from their library configs themselves (``RecordOptions``, ``TrainConfig``,
+``ExploreConfig``), the others from
 one flags dataclass (``probe`` adds one per subcommand); it converts the parsed flags once into the library's typed
 configs, calls the library, and
 returns an exit code from ``main(argv) -> int``; ``console()`` is its ``[project.scripts]`` entry. The library never

@@ -12,7 +12,8 @@ Every field of a config dataclass becomes one documented flag, the same way in a
   ``KEY=ID,KEY=ID``;
 - a field without a default is a required flag; ``arg(..., choices=...)`` restricts the values;
 - a field declared with ``arg(..., flags=Flags(form, convert))`` is typed as the flags of ``form`` instead, in its
-  place; the parsed form is turned into the field's value by ``convert``;
+  place; the parsed form is turned into the field's value by ``convert``; ``arg(..., positional=True)`` is a
+  positional argument; a field declared with :func:`~sst_interp.kernels.fields.setting` is not on the command line;
 - bad input (an unknown flag, a missing value, a bad number) is a :class:`~sst_interp.kernels.errors.UsageError`, so
   under :func:`~sst_interp.kernels.errors.cli_entry` it is one ``error: ...`` line on stderr and exit code 2, the same as
   every other input error.
@@ -74,10 +75,15 @@ def add_config_flags(parser: argparse.ArgumentParser, config_type: type, *, omit
         if "help" not in field.metadata:
             raise TypeError(f"{config_type.__name__}.{field.name} has no help; declare it with "
                             "sst_interp.kernels.fields.arg")
+        if field.metadata.get("command_line") is False:  # a library-only setting
+            continue
         if "flags" in field.metadata:  # typed as its form's flags, in its place
             add_config_flags(parser, field.metadata["flags"].form, omit_unset=omit_unset)
             continue
         default = _field_default(field)
+        if field.metadata.get("positional"):
+            parser.add_argument(field.name, **_type_options(field, hints[field.name]), help=field.metadata["help"])
+            continue
         options: dict[str, Any] = {"dest": field.name, **_type_options(field, hints[field.name])}
         options["help"] = _help_text(field.metadata["help"], default)
         if default is dataclasses.MISSING:

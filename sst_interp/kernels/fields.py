@@ -46,6 +46,7 @@ def arg(
     repeat: bool = False,
     metavar: str | None = None,
     flags: Flags | None = None,
+    positional: bool = False,
 ) -> Any:
     """A dataclass field that is also a documented CLI flag (see :mod:`sst_interp.cli.args` for the mapping).
 
@@ -58,6 +59,7 @@ def arg(
         metavar: the value's placeholder in ``--help``.
         flags: the flags the field is typed as instead of its own (see :class:`Flags`); ``help`` then documents
             the field for the library only.
+        positional: the field is a positional argument (``explore RUN``) instead of a ``--flag``.
     """
     metadata: dict[str, Any] = {"help": help}
     if choices is not None:
@@ -68,4 +70,14 @@ def arg(
         metadata["metavar"] = metavar
     if flags is not None:
         metadata["flags"] = flags
+    if positional:
+        metadata["positional"] = True
     return dataclasses.field(default=default, default_factory=default_factory, metadata=metadata)
+
+
+def setting(default: Any = dataclasses.MISSING, *, help: str,
+            default_factory: Callable[[], Any] | Any = dataclasses.MISSING) -> Any:
+    """A config field that is not on the command line (set by the library's callers only), documented like the
+    fields declared with :func:`arg`."""
+    return dataclasses.field(default=default, default_factory=default_factory,
+                             metadata={"help": help, "command_line": False})
