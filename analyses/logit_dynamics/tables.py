@@ -262,6 +262,37 @@ def _check_regime(regime: str) -> None:
         raise UsageError(f"regime must be {LOW!r} or {STABLE!r}, got {regime!r}")
 
 
+@dataclass(frozen=True)
+class _ReorgStart:
+    """What both reorganisation tables open with: the regime's table class, its within/cross records, their counts,
+    and the first rows (records, tokens replaced: mean with its interval, quantiles)."""
+
+    cls: type[LogitTable]
+    parts: dict[str, pd.DataFrame]
+    counts: dict[str, int]
+    rows: list[tuple[str, dict[str, Any]]]
+
+
+def _reorg_start(recs: LogitRecords, regime: str, classes: tuple[type[LogitTable], type[LogitTable]],
+                 changed_only: bool, n_resamples: int, seed: int) -> _ReorgStart | NotApplicable:
+    """The shared opening of :func:`reorg_argmax` (``changed_only``: argmax changes) and :func:`reorg_all` (all
+    records); ``classes`` are the (low-overlap, stable) tables. NotApplicable where labels or records are missing."""
+    _check_regime(regime)
+    cls = classes[0] if regime == LOW else classes[1]
+    label = cls.label
+    if (bad := _no_labels(recs, label)) is not None:
+        return bad
+    parts = _methods(recs, regime, changed_only=changed_only)
+    what = f"{regime} argmax changes" if changed_only else f"{regime} records"
+    if (bad := _need(parts, what, label)) is not None:
+        return bad
+    rep = {g: f["replaced"].to_numpy(float) for g, f in parts.items()}
+    counts = {g: len(f) for g, f in parts.items()}
+    rows: list[tuple[str, dict[str, Any]]] = [("records", counts)]
+    rows += _mean_rows("tokens replaced", rep, seed, n_resamples) + _quantile_rows("tokens replaced", rep)
+    return _ReorgStart(cls, parts, counts, rows)
+
+
 def reorg_argmax(recs: LogitRecords, regime: str = LOW, n_resamples: int = 10_000, seed: int = stats.DEFAULT_SEED
                  ) -> ReorgLowArgmax | ReorgStableArgmax | NotApplicable:
     """Posterior reorganisation at argmax changes of one regime: within-run vs cross-run (1 -> X pairs).
@@ -269,18 +300,12 @@ def reorg_argmax(recs: LogitRecords, regime: str = LOW, n_resamples: int = 10_00
     Footer rows: Mann-Whitney p between the two regimes (same method) for tokens replaced and for the
     argmax suppression, per method column.
     """
-    _check_regime(regime)
-    cls = ReorgLowArgmax if regime == LOW else ReorgStableArgmax
-    label = cls.label
-    if (bad := _no_labels(recs, label)) is not None:
-        return bad
-    parts = _methods(recs, regime, changed_only=True)
-    if (bad := _need(parts, f"{regime} argmax changes", label)) is not None:
-        return bad
+    start = _reorg_start(recs, regime, (ReorgLowArgmax, ReorgStableArgmax), changed_only=True,
+                         n_resamples=n_resamples, seed=seed)
+    if isinstance(start, NotApplicable):
+        return start
+    cls, parts, counts, rows = start.cls, start.parts, start.counts, start.rows
     groups = ["within", "cross"]
-    rep = {g: f["replaced"].to_numpy(float) for g, f in parts.items()}
-    rows: list[tuple[str, dict[str, float]]] = [("records", {g: len(f) for g, f in parts.items()})]
-    rows += _mean_rows("tokens replaced", rep, seed, n_resamples) + _quantile_rows("tokens replaced", rep)
     ranks = {g: _pooled(f, "top5_rank_shift") for g, f in parts.items()}
     lps = {g: _pooled(f, "top5_lp_shift") for g, f in parts.items()}
     if all(v.size for v in ranks.values()):
@@ -309,23 +334,16 @@ def reorg_argmax(recs: LogitRecords, regime: str = LOW, n_resamples: int = 10_00
             p[g] = stats.mann_whitney(x, y).pvalue if x.size and y.size and not np.all(
                 np.concatenate([x, y]) == x[0]) else 1.0
         rows.append((f"{name} Mann-Whitney p (low vs stable)", p))
-    return cls(_wide(rows, groups), {g: len(f) for g, f in parts.items()})
+    return cls(_wide(rows, groups), counts)
 
 
 def reorg_all(recs: LogitRecords, regime: str = LOW, n_resamples: int = 10_000, seed: int = stats.DEFAULT_SEED
               ) -> ReorgLowAll | ReorgStableAll | NotApplicable:
     """Token replacement and argmax change rate over all records of one regime: within-run vs cross-run."""
-    _check_regime(regime)
-    cls = ReorgLowAll if regime == LOW else ReorgStableAll
-    label = cls.label
-    if (bad := _no_labels(recs, label)) is not None:
-        return bad
-    parts = _methods(recs, regime, changed_only=False)
-    if (bad := _need(parts, f"{regime} records", label)) is not None:
-        return bad
-    rep = {g: f["replaced"].to_numpy(float) for g, f in parts.items()}
-    n = {g: len(f) for g, f in parts.items()}
-    rows: list[tuple[str, dict[str, Any]]] = [("records", n)]
-    rows += _mean_rows("tokens replaced", rep, seed, n_resamples) + _quantile_rows("tokens replaced", rep)
+    start = _reorg_start(recs, regime, (ReorgLowAll, ReorgStableAll), changed_only=False,
+                         n_resamples=n_resamples, seed=seed)
+    if isinstance(start, NotApplicable):
+        return start
+    cls, parts, n, rows = start.cls, start.parts, start.counts, start.rows
     rows += _rate_rows("argmax change rate", {g: int(f["changed"].sum()) for g, f in parts.items()}, n)
     return cls(_wide(rows, ["within", "cross"]), n)

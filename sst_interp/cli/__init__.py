@@ -10,8 +10,11 @@
   :class:`~sst_interp.train.codeact_traces.TraceSetConfig`;
 - ``position_sim`` (``python -m sst_interp.probe.position_sim``): ``PositionPolicy`` objects.
 
-Each command module declares one flags dataclass (fields declared with :func:`sst_interp.cli.args.arg`; ``probe``
-adds one per subcommand), converts the parsed flags once into the library's typed configs, calls the library, and
+Each command module builds its parser from dataclass fields declared with :func:`sst_interp.kernels.fields.arg`:
+``record``, ``train`` and ``explore`` from their library configs themselves (``RecordOptions``, ``TrainConfig``,
+``ExploreConfig``), the others from
+one flags dataclass (``probe`` adds one per subcommand); it converts the parsed flags once into the library's typed
+configs, calls the library, and
 returns an exit code from ``main(argv) -> int``; ``console()`` is its ``[project.scripts]`` entry. The library never
 sees a flags object, and nothing below this package imports it: the ``python -m`` modules elsewhere
 (``sst_interp/record/__main__.py``, ``sst_interp/train/codeact_data.py``, ...) are shims that only call

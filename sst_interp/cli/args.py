@@ -3,13 +3,17 @@
 Every field of a config dataclass becomes one documented flag, the same way in all five CLIs:
 
 - the flag is the field name with ``_`` -> ``-`` (``max_new_tokens`` -> ``--max-new-tokens``);
-- the help text is the field's ``metadata["help"]`` (declare fields with :func:`arg`); a non-None default other
+- the help text is the field's ``metadata["help"]`` (declare fields with :func:`~sst_interp.kernels.fields.arg`, on
+  the kernels floor so that library configs declare their own flags; re-exported here); a non-None default other
   than ``False`` is appended as ``(default: X)`` unless the help already says what the default is;
 - the field's type picks the parsing: ``bool`` (also ``bool | None``) is ``--flag`` / ``--no-flag``; ``int``,
   ``float``, ``str`` and ``Path`` (optionally ``| None``) take one value; ``list[X]`` takes a comma-separated
   list, or with ``arg(..., repeat=True)`` one value per repetition of the flag; ``dict[str, int]`` takes
   ``KEY=ID,KEY=ID``;
 - a field without a default is a required flag; ``arg(..., choices=...)`` restricts the values;
+- a field declared with ``arg(..., flags=Flags(form, convert))`` is typed as the flags of ``form`` instead, in its
+  place; the parsed form is turned into the field's value by ``convert``; ``arg(..., positional=True)`` is a
+  positional argument; a field declared with :func:`~sst_interp.kernels.fields.setting` is not on the command line;
 - bad input (an unknown flag, a missing value, a bad number) is a :class:`~sst_interp.kernels.errors.UsageError`, so
   under :func:`~sst_interp.kernels.errors.cli_entry` it is one ``error: ...`` line on stderr and exit code 2, the same as
   every other input error.
@@ -28,44 +32,18 @@ import argparse
 import dataclasses
 import types
 import typing
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
 
 from sst_interp.kernels.errors import UsageError
+from sst_interp.kernels.fields import Flags, arg
+
+__all__ = ["CliParser", "add_config_flags", "arg", "config_from_namespace", "config_parser", "given_fields"]
 
 C = TypeVar("C")
 
 _SCALARS: tuple[type, ...] = (int, float, str, Path)
-
-
-def arg(
-    default: Any = dataclasses.MISSING,
-    *,
-    help: str,
-    default_factory: Callable[[], Any] | Any = dataclasses.MISSING,
-    choices: Sequence[Any] | None = None,
-    repeat: bool = False,
-    metavar: str | None = None,
-) -> Any:
-    """A dataclass field that is also a documented CLI flag (see the module docstring).
-
-    Args:
-        default: the field's default; leave it out for a required flag.
-        help: the flag's help text (also the field's documentation).
-        default_factory: a zero-argument factory for a mutable default (lists, dicts).
-        choices: the only values the flag accepts.
-        repeat: a ``list`` field is given by repeating the flag (one value each) instead of comma-separated.
-        metavar: the value's placeholder in ``--help``.
-    """
-    metadata: dict[str, Any] = {"help": help}
-    if choices is not None:
-        metadata["choices"] = tuple(choices)
-    if repeat:
-        metadata["repeat"] = True
-    if metavar is not None:
-        metadata["metavar"] = metavar
-    return dataclasses.field(default=default, default_factory=default_factory, metadata=metadata)
 
 
 class CliParser(argparse.ArgumentParser):
@@ -95,8 +73,17 @@ def add_config_flags(parser: argparse.ArgumentParser, config_type: type, *, omit
         if not field.init:
             continue
         if "help" not in field.metadata:
-            raise TypeError(f"{config_type.__name__}.{field.name} has no help; declare it with sst_interp.cli.args.arg")
+            raise TypeError(f"{config_type.__name__}.{field.name} has no help; declare it with "
+                            "sst_interp.kernels.fields.arg")
+        if field.metadata.get("command_line") is False:  # a library-only setting
+            continue
+        if "flags" in field.metadata:  # typed as its form's flags, in its place
+            add_config_flags(parser, field.metadata["flags"].form, omit_unset=omit_unset)
+            continue
         default = _field_default(field)
+        if field.metadata.get("positional"):
+            parser.add_argument(field.name, **_type_options(field, hints[field.name]), help=field.metadata["help"])
+            continue
         options: dict[str, Any] = {"dest": field.name, **_type_options(field, hints[field.name])}
         options["help"] = _help_text(field.metadata["help"], default)
         if default is dataclasses.MISSING:
@@ -112,9 +99,22 @@ def config_from_namespace(config_type: type[C], namespace: argparse.Namespace) -
 
 
 def given_fields(config_type: type, namespace: argparse.Namespace) -> dict[str, Any]:
-    """Field name -> parsed value for each field of ``config_type`` present in ``namespace``."""
-    return {f.name: getattr(namespace, f.name) for f in dataclasses.fields(config_type)
-            if f.init and hasattr(namespace, f.name)}
+    """Field name -> parsed value for each field of ``config_type`` present in ``namespace``.
+
+    A field typed as a :class:`~sst_interp.kernels.fields.Flags` form is present when any flag of its form is; its
+    value is the form's conversion (in field order, so the first bad field is the one reported)."""
+    values: dict[str, Any] = {}
+    for field in dataclasses.fields(config_type):
+        if not field.init:
+            continue
+        flags: Flags | None = field.metadata.get("flags")
+        if flags is not None:
+            given = given_fields(flags.form, namespace)
+            if given:
+                values[field.name] = flags.convert(flags.form(**given))
+        elif hasattr(namespace, field.name):
+            values[field.name] = getattr(namespace, field.name)
+    return values
 
 
 def _field_default(field: dataclasses.Field) -> Any:

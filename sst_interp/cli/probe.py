@@ -37,6 +37,7 @@ if TYPE_CHECKING:  # the probe itself (torch) is imported by each command, after
 
     from sst_interp.probe.dataset import ProbeData
     from sst_interp.probe.model import HaltingProbe
+    from sst_interp.probe.train import TrainConfig as ProbeTrainConfig
 
 
 @dataclass(frozen=True)
@@ -136,6 +137,20 @@ def _open_run(path: Path) -> Any:
     return Run.open(path).check_tables()  # a damaged table is refused before any output
 
 
+def _layer_data(cfg: ProbeFlags) -> ProbeData:
+    """The probe data of ``--run`` at ``--layer`` (the run is checked first): how ``loocv`` and ``ablate`` start."""
+    from sst_interp.probe.dataset import load_probe_data
+
+    return load_probe_data(_open_run(cfg.run), cfg.layer)
+
+
+def _train_config(cfg: ProbeFlags) -> ProbeTrainConfig:
+    """The probe training config of ``--epochs`` and ``--seed``, shared by every probe a command trains."""
+    from sst_interp.probe.train import TrainConfig
+
+    return TrainConfig(epochs=cfg.epochs, seed=cfg.seed)
+
+
 def _default_out(cfg: ProbeFlags, layer: int | str) -> Path:
     if cfg.out is not None:
         return cfg.out
@@ -146,7 +161,7 @@ def _probe_for(cfg: ProbeFlags, data: ProbeData, hidden: int) -> tuple[HaltingPr
     """Load ``--probe`` or train a fresh one on ``data``."""
     from sst_interp.probe.model import ProbeConfig
     from sst_interp.probe.io import load_probe
-    from sst_interp.probe.train import TrainConfig, train_probe
+    from sst_interp.probe.train import train_probe
 
     if cfg.probe is not None:
         probe, meta = load_probe(cfg.probe)
@@ -155,7 +170,7 @@ def _probe_for(cfg: ProbeFlags, data: ProbeData, hidden: int) -> tuple[HaltingPr
         return probe, {"loaded": str(cfg.probe), **meta.provenance}
     data.labels.require_must_halt()
     config = ProbeConfig(data.hidden_size, hidden=hidden, activation=cfg.activation)
-    probe, report = train_probe(data.x, data.y, config, TrainConfig(epochs=cfg.epochs, seed=cfg.seed))
+    probe, report = train_probe(data.x, data.y, config, _train_config(cfg))
     provenance = {
         **data.source,
         "n_timesteps": len(data.y),
@@ -219,7 +234,6 @@ def cmd_sweep(cfg: ProbeFlags, options: SweepFlags) -> int:
     """``sweep``."""
     from sst_interp.probe.dataset import load_probe_data_layers
     from sst_interp.probe.model import ProbeConfig
-    from sst_interp.probe.train import TrainConfig
     from sst_interp.probe.sweeps import layer_sweep, select_heldout_layer, select_layer, sweep_layers
 
     _check_permutations(options.permutations)
@@ -227,7 +241,7 @@ def cmd_sweep(cfg: ProbeFlags, options: SweepFlags) -> int:
     layers = options.layers if options.layers else sweep_layers(run.num_layers)
     data = load_probe_data_layers(run, layers)
     config = ProbeConfig(run.hidden_size, hidden=cfg.hidden, activation=cfg.activation)
-    sweep = layer_sweep(data, config, TrainConfig(epochs=cfg.epochs, seed=cfg.seed), options.loocv_layers,
+    sweep = layer_sweep(data, config, _train_config(cfg), options.loocv_layers,
                         cfg.threshold, permutations=options.permutations, permutation_seed=options.permutation_seed)
     heldout, reason = select_heldout_layer(sweep)
     out = _default_out(cfg, "sweep")
@@ -241,16 +255,13 @@ def cmd_sweep(cfg: ProbeFlags, options: SweepFlags) -> int:
 
 def cmd_loocv(cfg: ProbeFlags, options: LoocvFlags) -> int:
     """``loocv``."""
-    from sst_interp.probe.dataset import load_probe_data
     from sst_interp.probe.model import ProbeConfig
-    from sst_interp.probe.train import TrainConfig
     from sst_interp.probe.loocv import cover_bound, loocv
 
-    run = _open_run(cfg.run)
-    data = load_probe_data(run, cfg.layer)
+    data = _layer_data(cfg)
     data.labels.require_must_halt()
     config = ProbeConfig(data.hidden_size, hidden=cfg.hidden, activation=cfg.activation)
-    train_config = TrainConfig(epochs=cfg.epochs, seed=cfg.seed)
+    train_config = _train_config(cfg)
     _check_permutations(options.permutations)
     result = loocv(data, config, train_config, cfg.threshold, options.criterion,  # type: ignore[arg-type]
                    permutations=options.permutations, permutation_seed=options.permutation_seed)
@@ -265,18 +276,15 @@ def cmd_loocv(cfg: ProbeFlags, options: LoocvFlags) -> int:
 
 def cmd_ablate(cfg: ProbeFlags, options: AblateFlags) -> int:
     """``ablate``."""
-    from sst_interp.probe.dataset import load_probe_data
-    from sst_interp.probe.train import TrainConfig
     from sst_interp.probe.ablation import neuron_analysis
     from sst_interp.probe.evaluate import evaluate_probe
     from sst_interp.probe.features import feature_grid, greedy_prune, topk_sweep, train_linear_on
     from sst_interp.probe.loocv import cover_bound, loocv
     from sst_interp.probe.sweeps import activation_swap
 
-    run = _open_run(cfg.run)
-    data = load_probe_data(run, cfg.layer)
+    data = _layer_data(cfg)
     probe, _ = _probe_for(cfg, data, cfg.hidden)
-    train_config = TrainConfig(epochs=cfg.epochs, seed=cfg.seed)
+    train_config = _train_config(cfg)
     tables: dict[str, pd.DataFrame] = {}
     summary: dict[str, Any] = {"layer": data.layer}
     if not probe.is_linear:

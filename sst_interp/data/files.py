@@ -14,10 +14,10 @@ A given path may be the file itself or a folder holding either the layout path o
 from __future__ import annotations
 
 import gzip
-import json
 import os
 import socket
 import threading
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -25,6 +25,7 @@ from typing import Any
 import pyarrow.parquet as pq
 
 from sst_interp.kernels.errors import UsageError
+from sst_interp.kernels.jsonlines import json_objects
 
 DATA_DIR_ENV = "SST_INTERP_DATA_DIR"
 
@@ -197,29 +198,27 @@ def read_records(path: Path, expected: str, required: tuple[str, ...],
 def _parse_jsonl(handle: Any, path: Path, expected: str) -> list[dict[str, Any]]:
     """Parse JSON Lines from a binary file ``handle``, one line at a time; blank lines are skipped, anything else
     must be a JSON object of at most :data:`MAX_LINE_BYTES`."""
-    records = []
+    return [record for _, record in json_objects(
+        _bounded_lines(handle, path, expected),
+        not_json=lambda number, error: f"{path}: line {number} is not JSON ({error}); expected {expected}",
+        not_object=lambda number, _: f"{path}: line {number} is not a JSON object; expected {expected}")]
+
+
+def _bounded_lines(handle: Any, path: Path, expected: str) -> Iterator[str]:
+    """The lines of a binary file ``handle``, decoded; a line longer than :data:`MAX_LINE_BYTES` is refused with its
+    size before it is decoded."""
     number = 0
     while True:
         # readline with a limit never holds more than one line's worth beyond it, however long the line is
         line = handle.readline(MAX_LINE_BYTES + 1)
         if not line:
-            break
+            return
         number += 1
         if len(line) > MAX_LINE_BYTES and not line.endswith(b"\n"):
             size = len(line) + _rest_of_line(handle)
             raise UsageError(f"{path}: line {number} is {size / 2**20:.1f} MiB, longer than the "
                              f"{MAX_LINE_BYTES // 2**20} MiB a row may be; expected {expected}")
-        text = line.decode("utf-8")
-        if not text.strip():
-            continue
-        try:
-            record = json.loads(text)
-        except json.JSONDecodeError as err:
-            raise UsageError(f"{path}: line {number} is not JSON ({err.msg}); expected {expected}") from err
-        if not isinstance(record, dict):
-            raise UsageError(f"{path}: line {number} is not a JSON object; expected {expected}")
-        records.append(record)
-    return records
+        yield line.decode("utf-8")
 
 
 def _rest_of_line(handle: Any) -> int:

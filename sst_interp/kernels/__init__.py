@@ -7,6 +7,8 @@
   ``NotApplicable``);
 - :mod:`~sst_interp.kernels.stats`: the statistics (binomial, McNemar, Wilson/Clopper-Pearson, bootstrap, Fisher);
 - :mod:`~sst_interp.kernels.owned`: hook ownership (``OwnedHooks``: every hook removed on exit);
+- :mod:`~sst_interp.kernels.fields`: config fields declared once with their default, help and command-line form
+  (``arg``; the command layer builds each parser from them);
 - :mod:`~sst_interp.kernels.lazy`, :mod:`~sst_interp.kernels.paths`, :mod:`~sst_interp.kernels.processes`: lazy
   package exports, path and process helpers.
 

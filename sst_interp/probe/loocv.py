@@ -162,13 +162,25 @@ class LoocvResult(AnalysisResult):
         )
 
 
-def heldout_folds(
-    data: ProbeData,
-    probe_config: ProbeConfig,
-    train_config: TrainConfig | None = None,
-    threshold: float = DEFAULT_THRESHOLD,
-    criterion: Criterion = "outcome",
-) -> pd.DataFrame:
+@dataclass(frozen=True)
+class FoldPlan:
+    """How every LOOCV fold's probe is trained and scored: the one parameter list of the observed folds
+    (:func:`heldout_folds`) and of each permutation's (:func:`permutation_null`).
+
+    Attributes:
+        probe_config: architecture of every fold's probe.
+        train_config: hyperparameters (None: the paper's).
+        threshold: halting threshold.
+        criterion: what counts as the held-out question being correctly classified (module docstring).
+    """
+
+    probe_config: ProbeConfig
+    train_config: TrainConfig | None = None
+    threshold: float = DEFAULT_THRESHOLD
+    criterion: Criterion = "outcome"
+
+
+def heldout_folds(data: ProbeData, plan: FoldPlan) -> pd.DataFrame:
     """The LOOCV folds alone: one fresh probe per held-out MUST HALT question, scored on that question.
 
     Returns one row per MUST HALT question: ``question_id``, ``success``, ``kind``, ``chosen_depth``,
@@ -184,36 +196,29 @@ def heldout_folds(
     rows = []
     for q in held_out:
         keep = groups != q
-        probe, _ = train_probe(data.x[keep], y[keep], probe_config, train_config)
-        ev = evaluate_probe(probe, data, threshold)
+        probe, _ = train_probe(data.x[keep], y[keep], plan.probe_config, plan.train_config)
+        ev = evaluate_probe(probe, data, plan.threshold)
         mine = (groups == q) & y
         detected = bool((ev.detection.predicted[mine]).all())
         kind = str(ev.outcome.kind[qpos[q]])
-        success = kind == "correct" if criterion == "outcome" else detected
+        success = kind == "correct" if plan.criterion == "outcome" else detected
         rows.append({"question_id": q, "success": bool(success), "kind": kind,
                      "chosen_depth": int(ev.outcome.chosen_depth[qpos[q]]), "must_halt_detected": detected})
     return pd.DataFrame(rows)
 
 
-def permutation_null(
-    data: ProbeData,
-    probe_config: ProbeConfig,
-    train_config: TrainConfig | None = None,
-    threshold: float = DEFAULT_THRESHOLD,
-    criterion: Criterion = "outcome",
-    permutations: int = DEFAULT_PERMUTATIONS,
-    seed: int = 0,
-) -> tuple[int, ...]:
+def permutation_null(data: ProbeData, plan: FoldPlan, permutations: int = DEFAULT_PERMUTATIONS,
+                     seed: int = 0) -> tuple[int, ...]:
     """LOOCV successes under ``permutations`` label permutations (:func:`~sst_interp.probe.permutation.permute_labels`).
 
-    Each permutation reruns :func:`heldout_folds` in full, retraining every fold's probe with ``train_config``.
+    Each permutation reruns :func:`heldout_folds` in full, retraining every fold's probe as ``plan`` says.
     """
     if permutations < 0:
         raise UsageError(f"permutations must be >= 0, got {permutations}")
     rng = np.random.default_rng(seed)
     out = []
     for _ in range(permutations):
-        folds = heldout_folds(permute_labels(data, rng), probe_config, train_config, threshold, criterion)
+        folds = heldout_folds(permute_labels(data, rng), plan)
         out.append(int(folds["success"].sum()))
     return tuple(out)
 
@@ -255,14 +260,15 @@ def loocv(
     full_predicted = np.asarray(full_predicted, dtype=bool)
     if full_predicted.shape != data.y.shape:
         raise UsageError(f"full_predicted must have one entry per timestep ({len(data.y)}), got {full_predicted.shape}")
-    folds = heldout_folds(data, probe_config, train_config, threshold, criterion)
+    plan = FoldPlan(probe_config, train_config, threshold, criterion)
+    folds = heldout_folds(data, plan)
     depth = data.labels.timesteps["depth"].to_numpy()
     groups, y = data.groups, data.y
     # The depth-matched null of each fold: the full probe's in-sample rate at the held-out question's MUST HALT depths.
     folds["null_depth_matched"] = [
         float(full_predicted[np.isin(depth, np.unique(depth[(groups == q) & y]))].mean()) for q in folds["question_id"]
     ]
-    null = permutation_null(data, probe_config, train_config, threshold, criterion, permutations, permutation_seed)
+    null = permutation_null(data, plan, permutations, permutation_seed)
     return LoocvResult(folds, float(full_predicted.mean()), criterion, null_successes=null,
                        permutation_seed=permutation_seed)
 

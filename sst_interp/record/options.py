@@ -1,77 +1,119 @@
 """The options of one recording (:class:`RecordOptions`): the typed library config that :func:`record` and
-:func:`record_questions` take. The ``record`` command builds it from its flags (:mod:`sst_interp.cli.record`,
-where each field's flag and help text live)."""
+:func:`record_questions` take, and the one declaration of the ``record`` command's flags (each field's default and
+help text; :mod:`sst_interp.cli.record` builds the parser from it, :mod:`sst_interp.record.forms` says how the
+three fields that are not typed as they are held are typed)."""
 
 from __future__ import annotations
 
 import functools
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from sst_interp.checkpoints import DEFAULT_CODEACT_CHECKPOINT, resolve_checkpoint
 from sst_interp.kernels.errors import UsageError
+from sst_interp.kernels.fields import arg
 from sst_interp.model.config import PROMPT_MODES
+from sst_interp.record.forms import ACTION_TOKEN_TEXTS, ACTION_TOKENS_FLAGS, SANDBOX_FLAGS, SOURCE_OPTION_FLAGS
 from sst_interp.sandbox.config import SandboxConfig
 
 DEFAULT_DEPTHS = (1, 2, 3, 4)
 PROTOCOLS = ("completion", "codeact")
 #: Fields that mean something only for CodeACT episodes (--sandbox also serves HumanEval grading, so it is not here).
 CODEACT_ONLY = ("max_turns", "max_context_tokens", "carry_state_across_turns", "tool_output_chars", "action_tokens")
-#: The two action tokens a CodeACT episode needs ids for, in their order.
-ACTION_TOKEN_TEXTS = ("<execute>", "</execute>")
 
 
 @dataclass
 class RecordOptions:
-    """Configuration of one recording. Each field is the ``record`` flag of the same name (``_`` -> ``-``), already
-    parsed: ``python -m sst_interp.record --help`` documents them all.
+    """Configuration of one recording, and the one declaration of the ``record`` command's flags.
 
-    Typed fields: ``depths`` the flat iteration depths (each >= 1, no repeats); ``ids`` question ids to record
-    (None: all); ``source_options`` keyword arguments of the question loader; ``action_tokens``
-    ``(("<execute>", id), ("</execute>", id))`` or None (the checkpoint's, else Gemma 3's); ``max_new_tokens``
-    None is the question set's default; ``dtype`` ``auto`` is resolved by :meth:`validate` for the device;
-    ``sandbox`` where model code runs (codeact, humaneval): its ``output_cap_chars`` and ``hidden_paths`` are set
-    per run from ``tool_output_chars`` and the run directory; ``threads`` the CPU thread count while recording
-    (None: torch's own count), recorded in the run's numerics fingerprint (:mod:`sst_interp.record.numerics`).
+    Each field is the flag of the same name (``_`` -> ``-``), declared with its default and help text; ``python -m
+    sst_interp.record --help`` is built from these declarations. Three fields are typed as other flags
+    (``source_options``, ``sandbox``, ``action_tokens``: :mod:`sst_interp.record.forms`). ``max_new_tokens`` None
+    is the question set's default and ``dtype`` ``auto`` is resolved for the device, both by :meth:`validate`;
+    ``threads`` is recorded in the run's numerics fingerprint (:mod:`sst_interp.record.numerics`).
     """
 
-    questions: str = "demo"
-    data: str | None = None
-    depths: list[int] = field(default_factory=lambda: list(DEFAULT_DEPTHS))
-    model: str | None = None
-    checkpoint: str | None = None
-    demo_preset: bool | None = None
-    max_new_tokens: int | None = None
-    batch_size: int = 8
-    dtype: str = "auto"
-    out: str | None = None
-    full_positions: int = 10
-    sketch_positions: int = 512
-    sketch_k: int | None = None
-    top_k: int = 128
-    gates: bool = False
-    limit: int | None = None
-    ids: list[str] | None = None
-    prompt_mode: str | None = None
-    device: str = "auto"
-    device_map: str = "none"
-    max_memory: str | None = None
-    source_options: dict[str, Any] = field(default_factory=dict)
-    depth_policy: str = "fixed"
-    protocol: str = "completion"
-    max_turns: int = 5
-    max_context_tokens: int = 4096
-    carry_state_across_turns: bool = False
-    tool_output_chars: int = 2000
-    sandbox: SandboxConfig = field(default_factory=SandboxConfig)
-    allow_low_disk: bool = False
-    intervention: str | None = None
-    allow_empty_sites: bool = False
-    action_tokens: tuple[tuple[str, int], ...] | None = None
-    threads: int | None = None
-    compile: str = "auto"
+    questions: str = arg("demo", help="question set: demo | gsm8k | gpqa | math500 | humaneval")
+    data: str | None = arg(None, help="local data file or folder for the question set (default: "
+                                      "$SST_INTERP_DATA_DIR or the hub)")
+    depths: list[int] = arg(default_factory=lambda: list(DEFAULT_DEPTHS), help="comma-separated flat iteration depths")
+    model: str | None = arg(None, help="backbone: default (the embedded Gemma 3 270M) | local HF folder | .gguf file "
+                                       "| hub id (default: default)")
+    checkpoint: str | None = arg(None, help="SST checkpoint folder, or a named checkpoint: demo-codeact | "
+                                            "demo-codeact-baseline (default: demo-codeact under --protocol codeact "
+                                            "when no --model is given, else an untrained SST)")
+    demo_preset: bool | None = arg(None, help="untrained SST with state_scale='hidden' (default: on exactly when "
+                                              "neither --model nor --checkpoint is given)")
+    max_new_tokens: int | None = arg(None, help="most tokens per answer, or per model turn under codeact (default per "
+                                                "set: demo 16, gsm8k 256, gpqa 256, math500 512, humaneval 384)")
+    batch_size: int = arg(8, help="questions (episodes) per generation batch and per written batch")
+    dtype: str = arg("auto", help="auto | float32 | bfloat16: the model's compute dtype and the stored dtype of "
+                                  "hidden states (auto: bfloat16 on CUDA, float32 on the CPU; the resolved one is "
+                                  "recorded)")
+    out: str | None = arg(None, help="run directory (default runs/<questions>, runs/<questions>-codeact under "
+                                     "codeact)")
+    full_positions: int = arg(10, help="generated positions recorded in full (position 0 always), per model turn")
+    sketch_positions: int = arg(512, help="further positions recorded as top-k |value| sketches, per model turn")
+    sketch_k: int | None = arg(None, help="sketch size (default round(d * 1024 / 5376))")
+    top_k: int = arg(128, help="K of the per-iteration top-K logits")
+    gates: bool = arg(False, help="also record FFN gate activity")
+    limit: int | None = arg(None, help="record only the first N questions")
+    ids: list[str] | None = arg(None, metavar="ID,...", help="comma-separated question ids to record")
+    prompt_mode: str | None = arg(None, help="two_pass | sequential | none: how the prompt and appended tool turns "
+                                             "are processed (default: none under the demo preset, else two_pass)")
+    compile: str = arg("auto", help="on | off | auto: decode through the compiled step (CUDA graphs on CUDA, "
+                                    "torch.compile on the CPU; compiled once per batch size) or eager; auto is on "
+                                    "on CUDA for single-turn completions without interventions, off elsewhere")
+    device: str = arg("auto", help="torch device: cpu | cuda | auto (cuda when available); not used with "
+                                   "--device-map auto")
+    device_map: str = arg("none", help="none (default: the whole model on --device) | auto (a model bigger than one "
+                                       "device: accelerate spreads the layers over the GPUs, then the CPU; each "
+                                       "layer's state stream stays with its layer)")
+    max_memory: str | None = arg(None, metavar="DEVICE=SIZE,...",
+                                 help="with --device-map auto: memory budget per device, e.g. 0=20GiB,cpu=60GiB "
+                                      "(default: what accelerate finds free)")
+    source_options: dict[str, Any] = arg(default_factory=dict, flags=SOURCE_OPTION_FLAGS,
+                                         help="keyword arguments of the question loader (--source-option)")
+    depth_policy: str = arg("fixed", help="fixed (default: a flat run per depth of --depths) | probe:PATH (a saved "
+                                          "halting probe picks the depth at position 0 of each model turn, up to "
+                                          "max(--depths); the question is filed under the depth it chose first; "
+                                          "Sec. 6, app:halting_eval) | per-position rules, e.g. kl:0.01,max=4 "
+                                          "(kl:TAU, entropy:TAU, margin:TAU, state:TAU, probe-pos:PATH, min=, "
+                                          "max=; max defaults "
+                                          "to max(--depths); each position halts when a rule fires; filed under "
+                                          "max)")
+    protocol: str = arg("completion", choices=PROTOCOLS,
+                        help="completion (default: one generation per question) | codeact (multi-turn episodes whose "
+                             "code runs in a sandbox, as the paper evaluates; app:dataset_format)")
+    max_turns: int = arg(5, help="codeact: most model turns per episode")
+    max_context_tokens: int = arg(4096, help="codeact: most tokens in an episode's context")
+    carry_state_across_turns: bool = arg(False, help="codeact: a tool-response turn starts from the state the model "
+                                                     "turn before it ended with (default: from a zero state)")
+    tool_output_chars: int = arg(2000, help="codeact: most characters of tool output returned to the model")
+    sandbox: SandboxConfig = arg(default_factory=SandboxConfig, flags=SANDBOX_FLAGS,
+                                 help="where model code runs (codeact, humaneval): its output_cap_chars and "
+                                      "hidden_paths are set per run from tool_output_chars and the run directory "
+                                      "(--sandbox, --sandbox-*)")
+    allow_low_disk: bool = arg(False, help="record even when the disk estimate exceeds the free space (by default "
+                                           "such a run is refused before anything is written)")
+    intervention: str | None = arg(None, metavar="SPEC.yaml",
+                                   help="record with an intervention applied (a JSON or YAML spec of "
+                                        "sst_interp.interventions: sites and operations); the spec and the runs it "
+                                        "patches from are part of the run identity")
+    threads: int | None = arg(None, help="CPU threads torch computes with while recording (intra-op, and inter-op "
+                                         "where torch still allows it); recorded numbers can depend on it, so a resume "
+                                         "must use the run's count (default: torch's own count, OMP_NUM_THREADS when "
+                                         "set, else the cores it finds; the count used is recorded in the run's "
+                                         "identity)")
+    allow_empty_sites: bool = arg(False, help="with --intervention: record even when a rule of the spec changed no "
+                                              "site in the first batch (by default such a run is refused before "
+                                              "anything is written)")
+    action_tokens: tuple[tuple[str, int], ...] | None = arg(None, flags=ACTION_TOKENS_FLAGS,
+                                                            help="((\"<execute>\", id), (\"</execute>\", id)), or "
+                                                                 "None for the checkpoint's, else Gemma 3's "
+                                                                 "(--action-tokens)")
 
     @property
     def codeact(self) -> bool:

@@ -35,6 +35,8 @@ from sst_interp.sandbox.interpreter import base_interpreter, sandbox_env
 from sst_interp.sandbox.limits import rlimits
 from sst_interp.sandbox.output import CaptureFiles
 from sst_interp.sandbox.seccomp import filter_fd, mount_filter_program
+# the supervisor's own wording, so a sandbox that dies outside it is described the same way as one inside
+from sst_interp.sandbox.supervisor import describe_status
 from sst_interp.sandbox.tempdirs import process_parent
 
 _HERE = Path(__file__).resolve().parent
@@ -121,13 +123,6 @@ def _make_cgroup(config: SandboxConfig) -> SandboxCgroup | None:
     except OSError as err:
         raise SandboxError(f"could not make the sandbox's memory cgroup under {cap.parent} ({err.strerror}); "
                            f"unset $SST_INTERP_SANDBOX_CGROUP or delegate that cgroup to this user") from err
-
-
-def _signal_name(number: int) -> str:
-    try:
-        return signal.Signals(number).name
-    except ValueError:
-        return f"signal {number}"
 
 
 class SandboxProcess:
@@ -289,14 +284,6 @@ class SandboxProcess:
     def exit_reason(self) -> str:
         """How the process ended, in words (call after :meth:`kill`, which reaps it)."""
         code = self.popen.returncode
-        if code is None:
-            return "still running"
-        number = -code if code < 0 else (code - 128 if self.config.backend == "bwrap" and code > 128 else 0)
-        if number:
-            name = _signal_name(number)
-            if number == signal.SIGKILL:
-                return f"killed by {name} (memory exhausted, the CPU limit of {self.config.cpu_seconds} s, or a kill)"
-            if number == signal.SIGXCPU:
-                return f"killed by {name} (the CPU limit of {self.config.cpu_seconds} s)"
-            return f"killed by {name}"
-        return f"exited with status {code}"
+        if code is not None and self.config.backend == "bwrap" and code > 128:
+            code = 128 - code  # bwrap exits 128 + N when its child died of signal N: read it as Popen's -N
+        return describe_status(code, self.config.cpu_seconds)

@@ -70,16 +70,15 @@ def layer_profile_weights(name: str, num_layers: int) -> np.ndarray:
 
 # ---------------------------------------------------------------------------------------------- the plan
 @dataclass
-class QuestionPlan:
-    """Everything planted for one question (shapes use P = full + sketch positions, I = max depth).
+class PlantedArrays:
+    """The arrays planted for a question, declared once: a :class:`QuestionPlan` holds one question's, and
+    :class:`~sst_interp.synthetic.truth.PlantedTruth` the same arrays stacked over the run's questions (a leading
+    ``[Q]`` axis). Shapes use P = full + sketch positions, P_full = full positions, I = max depth.
 
     Args:
-        index: question index in the run.
-        question_id: its id.
-        kind: correctness kind (one of ``KINDS``).
         correct: [n_depths] bool, correctness at each recorded flat depth.
         basin: [P] bool, positions with a planted basin shift.
-        basin_kind: [P] int8, -1 (none) or BASIN_SUSTAINED / BASIN_FIRST / BASIN_LATE.
+        basin_kind: [P] int8, -1 (none) or BASIN_SUSTAINED / BASIN_FIRST / BASIN_LATE (0 / 1 / 2).
         onset: [P] int8, first transition t (iteration t -> t+1) carrying the shift; 0 when none.
         swaps: [P, L, I] int16, cumulative number of swapped top-k dimensions at iteration i (index i-1) relative
             to iteration 1; top-k overlap(iter a, iter b) = 1 - |swaps_b - swaps_a| / k exactly.
@@ -89,13 +88,9 @@ class QuestionPlan:
         flip_basin: [P_full, I] bool, the flip at (position, iteration) happened in the basin-shift phase.
         gaps: [P_full] float64, iteration-1 top-1 minus top-2 logprob gap (multiple of 1/16).
         replaced: [P_full, I] int16, iteration-1 top-n tokens (n = min(100, K)) pushed out of the top-n.
-        halt: [I] bool, MUST HALT label of iteration (= depth) d (``app:halting_training``).
-        noise_scale: [I] float64, scale of the iteration's noise in the hidden states (L2 delta plant).
+        halt: [I] bool, MUST HALT label of iteration (= depth) d, column d-1 (``app:halting_training``).
     """
 
-    index: int
-    question_id: str
-    kind: str
     correct: np.ndarray
     basin: np.ndarray
     basin_kind: np.ndarray
@@ -107,6 +102,22 @@ class QuestionPlan:
     gaps: np.ndarray
     replaced: np.ndarray
     halt: np.ndarray
+
+
+@dataclass
+class QuestionPlan(PlantedArrays):
+    """Everything planted for one question: the :class:`PlantedArrays` of one question, and
+
+    Args:
+        index: question index in the run.
+        question_id: its id.
+        kind: correctness kind (one of ``KINDS``).
+        noise_scale: [I] float64, scale of the iteration's noise in the hidden states (L2 delta plant).
+    """
+
+    index: int
+    question_id: str
+    kind: str
     noise_scale: np.ndarray
 
 
@@ -125,8 +136,9 @@ def plan_question(spec: SyntheticSpec, index: int) -> QuestionPlan:
         noise[i - 1] = spec.l2_noise * spec.l2_decay ** (i - 2)
         if spec.l2_signal and _degrades(depths, correct, i):
             noise[i - 1] *= 1.0 + spec.l2_signal
-    return QuestionPlan(index, spec.question_id(index), kind, correct, basin, basin_kind, onset, swaps, divergence,
-                        winners, flip_basin, gaps, replaced, halt, noise)
+    return QuestionPlan(index=index, question_id=spec.question_id(index), kind=kind, correct=correct, basin=basin,
+                        basin_kind=basin_kind, onset=onset, swaps=swaps, divergence=divergence, winners=winners,
+                        flip_basin=flip_basin, gaps=gaps, replaced=replaced, halt=halt, noise_scale=noise)
 
 
 def staged(depths: list[int], correct: np.ndarray, d: int) -> bool:

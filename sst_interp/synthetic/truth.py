@@ -10,31 +10,21 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from sst_interp.synthetic.plan import staged
+from sst_interp.synthetic.plan import PlantedArrays, staged
 from sst_interp.synthetic.spec import SyntheticSpec
 
 
 @dataclass
-class PlantedTruth:
-    """Exactly what a synthetic run holds (shapes: Q questions, P = full + sketch positions, I = max depth).
+class PlantedTruth(PlantedArrays):
+    """Exactly what a synthetic run holds (shapes: Q questions, P = full + sketch positions, I = max depth): the
+    :class:`~sst_interp.synthetic.plan.PlantedArrays` of every question stacked (``correct`` is ``[Q, n_depths]``,
+    ``swaps`` ``[Q, P, L, I]``, ...), and
 
     Args:
         spec: the spec it was written from.
         question_ids: [Q] ids, in questions.parquet order.
         depths: the recorded depths.
         kinds: [Q] correctness kind of each question.
-        correct: [Q, n_depths] bool.
-        basin: [Q, P] bool, planted basin-shift positions.
-        basin_kind: [Q, P] int8 (-1 none, 0 sustained, 1 first, 2 late).
-        onset: [Q, P] int8, first shifting transition (i -> i+1).
-        swaps: [Q, P, L, I] int16, cumulative swapped top-k dims at each iteration relative to iteration 1.
-        divergence: [Q, n_depths] int64, first token position where each depth's trace differs from the
-            smallest depth's (-1 identical / the smallest depth).
-        winners: [Q, P_full, I] int16, iteration-1 rank of each iteration's argmax.
-        flip_basin: [Q, P_full, I] bool, flip made in the basin phase.
-        gaps: [Q, P_full] float64, iteration-1 top-1 minus top-2 log-prob gap.
-        replaced: [Q, P_full, I] int16, iteration-1 top-n tokens out of the top-n at each iteration.
-        halt: [Q, I] bool, MUST HALT label at depth d (column d-1).
         halting_layer: layer of the halting feature.
         halting_dims: its dimensions (empty: no feature).
         tokens: {(question_id, depth): [n_tokens] int32} generated token ids.
@@ -44,17 +34,6 @@ class PlantedTruth:
     question_ids: list[str]
     depths: list[int]
     kinds: list[str]
-    correct: np.ndarray
-    basin: np.ndarray
-    basin_kind: np.ndarray
-    onset: np.ndarray
-    swaps: np.ndarray
-    divergence: np.ndarray
-    winners: np.ndarray
-    flip_basin: np.ndarray
-    gaps: np.ndarray
-    replaced: np.ndarray
-    halt: np.ndarray
     halting_layer: int
     halting_dims: list[int]
     tokens: dict[tuple[str, int], np.ndarray]

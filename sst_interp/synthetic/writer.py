@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
+from dataclasses import fields
 from pathlib import Path
 from typing import Any
 
@@ -11,7 +12,7 @@ import numpy as np
 import pandas as pd
 
 from sst_interp.synthetic.arrays import hidden_cube, logit_arrays, question_layout, sketch_rows, token_trace
-from sst_interp.synthetic.plan import QuestionPlan, plan_question
+from sst_interp.synthetic.plan import PlantedArrays, QuestionPlan, plan_question
 from sst_interp.synthetic.spec import SyntheticSpec
 from sst_interp.synthetic.truth import PlantedTruth
 
@@ -145,13 +146,8 @@ def _questions_frame(spec: SyntheticSpec) -> pd.DataFrame:
 
 def _truth(spec: SyntheticSpec, plans: list[QuestionPlan], tokens: dict[tuple[str, int], np.ndarray],
            i_max: int) -> PlantedTruth:
-    def stack(name: str) -> np.ndarray:
-        return np.stack([getattr(p, name) for p in plans])
-
+    stacked = {field.name: np.stack([getattr(p, field.name) for p in plans]) for field in fields(PlantedArrays)}
     return PlantedTruth(
         spec=spec, question_ids=[p.question_id for p in plans], depths=list(spec.depths),
-        kinds=[p.kind for p in plans], correct=stack("correct"), basin=stack("basin"),
-        basin_kind=stack("basin_kind"), onset=stack("onset"), swaps=stack("swaps"), divergence=stack("divergence"),
-        winners=stack("winners"), flip_basin=stack("flip_basin"), gaps=stack("gaps"), replaced=stack("replaced"),
-        halt=stack("halt"), halting_layer=spec.halting_layer_index, halting_dims=spec.halting_dim_list(),
-        tokens=tokens)
+        kinds=[p.kind for p in plans], halting_layer=spec.halting_layer_index, halting_dims=spec.halting_dim_list(),
+        tokens=tokens, **stacked)

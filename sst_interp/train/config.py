@@ -10,7 +10,7 @@ import json
 from dataclasses import asdict, dataclass, fields
 from typing import Any
 
-from sst_interp.cli.args import arg
+from sst_interp.kernels.fields import arg
 from sst_interp.codeact.format import GEMMA3_ACTION_IDS
 from sst_interp.kernels.errors import UsageError
 from sst_interp.kernels.paper import A_MAX, A_MIN, THETA_INIT

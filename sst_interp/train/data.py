@@ -21,7 +21,6 @@ and the order repeats unchanged for later epochs, for the SST and the baseline a
 
 from __future__ import annotations
 
-import json
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -32,6 +31,7 @@ import torch
 
 from sst_interp.codeact.format import GEMMA3_ACTION_IDS, encode_with_actions
 from sst_interp.kernels.errors import UsageError
+from sst_interp.kernels.jsonlines import json_objects
 
 IGNORE_INDEX = -100
 
@@ -147,15 +147,11 @@ def read_jsonl(path: str | Path) -> list[dict[str, Any]]:
         raise UsageError(f"training data file not found: {path}; pass an existing JSONL file")
     rows: list[dict[str, Any]] = []
     with path.open(encoding="utf-8") as handle:
-        for number, line in enumerate(handle, start=1):
-            if not line.strip():
-                continue
-            try:
-                row = json.loads(line)
-            except json.JSONDecodeError as err:
-                raise UsageError(f"{path}, line {number}: not valid JSON ({err.msg}); fix or remove that line") from err
-            if not isinstance(row, dict):
-                raise UsageError(f"{path}, line {number}: expected a JSON object, got {type(row).__name__}")
+        for number, row in json_objects(
+                handle,
+                not_json=lambda line, error: f"{path}, line {line}: not valid JSON ({error}); fix or remove that line",
+                not_object=lambda line, value: f"{path}, line {line}: expected a JSON object, got "
+                                               f"{type(value).__name__}"):
             row["_line"] = number
             rows.append(row)
     if not rows:

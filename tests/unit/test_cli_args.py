@@ -12,6 +12,7 @@ import pytest
 from sst_interp.cli import generate, report
 from sst_interp.cli.args import add_config_flags, arg, config_from_namespace, config_parser, given_fields
 from sst_interp.kernels.errors import UsageError
+from sst_interp.kernels.fields import Flags, setting
 from sst_interp.cli import probe as probe_cli
 from sst_interp.cli import record as record_cli
 from sst_interp.cli import train as train_cli
@@ -153,3 +154,32 @@ def test_a_field_without_help_is_refused():
 
     with pytest.raises(TypeError, match="has no help"):
         add_config_flags(config_parser("x", "y"), Undocumented)
+
+
+@dataclasses.dataclass
+class _PairForm:
+    """The command-line form of :attr:`_Declared.pair`."""
+
+    pair: str | None = arg(None, help="KEY=VALUE")
+
+
+@dataclasses.dataclass
+class _Declared:
+    """A library config declaring a positional, a field typed as another flag, and a library-only setting."""
+
+    target: Path = arg(positional=True, help="a positional")
+    pair: tuple[str, str] | None = arg(
+        None, help="held as a tuple", flags=Flags(_PairForm, lambda form: None if form.pair is None
+                                                  else tuple(form.pair.split("=", 1))))
+    hidden: bool = setting(True, help="library only")
+
+
+def test_forms_positionals_and_library_only_settings():
+    parser = config_parser("declared", "an example")
+    add_config_flags(parser, _Declared)
+    assert {"--pair"} == set(_options(parser))
+    parsed = config_from_namespace(_Declared, parser.parse_args(["t", "--pair", "a=b"]))
+    assert parsed == _Declared(target=Path("t"), pair=("a", "b"), hidden=True)
+    unset = config_parser("declared", "an example")
+    add_config_flags(unset, _Declared, omit_unset=True)
+    assert given_fields(_Declared, unset.parse_args(["t"])) == {"target": Path("t")}

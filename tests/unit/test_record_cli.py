@@ -8,7 +8,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from sst_interp.cli.record import RecordFlags, main, parse_args
+from sst_interp.cli.record import main, parse_args
 from sst_interp.record import RecordOptions, staged_capacity
 
 
@@ -29,19 +29,20 @@ def test_every_flag_maps_to_a_field():
                        "--dtype", "bfloat16", "--out", "o", "--full-positions", "4", "--sketch-positions", "5",
                        "--sketch-k", "9", "--top-k", "11", "--gates", "--limit", "2", "--ids", "a,b",
                        "--prompt-mode", "sequential", "--device", "cpu", "--source-option", "subset=main"])
-    assert args == RecordFlags(questions="gsm8k", data="x.jsonl", depths=[1, 3], model="m", checkpoint="c",
-                              demo_preset=False, max_new_tokens=7, batch_size=3, dtype="bfloat16", out="o",
-                              full_positions=4, sketch_positions=5, sketch_k=9, top_k=11, gates=True, limit=2,
-                              ids=["a", "b"], prompt_mode="sequential", device="cpu", source_option=["subset=main"])
-    options = args.options()
+    assert args == RecordOptions(questions="gsm8k", data="x.jsonl", depths=[1, 3], model="m", checkpoint="c",
+                                 demo_preset=False, max_new_tokens=7, batch_size=3, dtype="bfloat16", out="o",
+                                 full_positions=4, sketch_positions=5, sketch_k=9, top_k=11, gates=True, limit=2,
+                                 ids=["a", "b"], prompt_mode="sequential", device="cpu",
+                                 source_options={"subset": "main"})
+    options = args
     assert isinstance(options, RecordOptions)
     assert options.ids == ["a", "b"] and options.source_options == {"subset": "main"} and options.depths == [1, 3]
     defaults = parse_args([])
     assert (defaults.questions, defaults.depths, defaults.full_positions, defaults.sketch_positions,
             defaults.top_k, defaults.demo_preset) == ("demo", [1, 2, 3, 4], 10, 512, 128, None)
-    assert defaults.options().out_path() == Path("runs/demo")
-    assert RecordFlags(source_option=["n=48", "seed=-3"]).options().source_options == {"n": 48, "seed": -3}
-    assert RecordFlags(action_tokens="</execute>=5,<execute>=4").options().action_tokens == (
+    assert defaults.out_path() == Path("runs/demo")
+    assert parse_args(["--source-option", "n=48", "--source-option", "seed=-3"]).source_options == {"n": 48, "seed": -3}
+    assert parse_args(["--action-tokens", "</execute>=5,<execute>=4"]).action_tokens == (
         ("<execute>", 4), ("</execute>", 5))
 
 

@@ -55,10 +55,10 @@ def test_sandbox_flags_reach_the_sandbox_config():
     args = parse_args(["--protocol", "codeact", "--tool-output-chars", "5000", "--sandbox-memory-mb", "512",
                        "--sandbox-max-processes", "5", "--sandbox-tmp-mb", "8", "--sandbox-cpu-seconds", "9",
                        "--sandbox-max-file-mb", "3", "--sandbox-max-inodes", "77"])
-    config = sandbox_config(args.options())
+    config = sandbox_config(args)
     assert (config.output_cap_chars, config.memory_mb, config.max_processes, config.tmp_mb, config.cpu_seconds,
             config.max_file_mb, config.max_inodes) == (5000, 512, 5, 8, 9, 3, 77)
-    assert sandbox_config(parse_args(["--protocol", "codeact"]).options()).memory_mb == 1024  # the documented default
+    assert sandbox_config(parse_args(["--protocol", "codeact"])).memory_mb == 1024  # the documented default
 
 
 def test_unknown_protocol_is_an_argparse_error(capsys):
@@ -69,9 +69,9 @@ def test_unknown_protocol_is_an_argparse_error(capsys):
 
 def test_codeact_defaults():
     args = parse_args(["--questions", "gsm8k", "--protocol", "codeact"])
-    assert (args.max_turns, args.sandbox, args.carry_state_across_turns, args.tool_output_chars) == (5, "bwrap",
+    assert (args.max_turns, args.sandbox.backend, args.carry_state_across_turns, args.tool_output_chars) == (5, "bwrap",
                                                                                                    False, 2000)
-    assert str(args.options().out_path()) == "runs/gsm8k-codeact"
+    assert str(args.out_path()) == "runs/gsm8k-codeact"
     assert parse_args([]).protocol == "completion"
 
 
