@@ -1,11 +1,12 @@
 """The compiled decode step (issue 35): one function per pass, a static KV cache, and no Python hook on the path.
 
 A generation pass at a generated position is a pure function of (token ids, position ids, the KV cache, the carried
-states): :meth:`CompiledSession._step` runs the decoder on one column of a :class:`~sst_interp.model.column_cache.ColumnCache`,
-writes the new carried states into buffers at fixed addresses, and returns the final hidden state, the logits when
-the pass needs them, and, when recording, every layer's output. ``torch.compile`` turns it into one graph
-(``mode="reduce-overhead"`` on CUDA, i.e. CUDA graphs; the inductor's default mode on the CPU), compiled once per
-(batch size, depth-independent variant): iterations of a position rerun the same graph at the same cache column.
+states): :meth:`DecodeStep._step` runs the decoder on one column of a
+:class:`~sst_interp.model.column_cache.ColumnCache`, writes the new carried states into buffers at fixed addresses,
+and returns the final hidden state and, when recording, every layer's output; the LM head is a second small graph,
+run only by passes that need logits. ``torch.compile`` turns each into one graph (CUDA graphs on CUDA, the
+inductor's default mode on the CPU), compiled once per batch size: iterations of a position rerun the same graph at
+the same cache column, and every depth shares it.
 
 What stays eager: the prompt (its width differs per batch), the depth decision between passes, the token choice and
 the observer callbacks. Interventions run their Python callbacks inside the layers and are refused on this path.
