@@ -60,7 +60,8 @@ def test_every_planned_artefact_is_produced_and_non_empty(report):
     # the synthetic run is a completion run: the CodeACT episode table is the one run artefact it cannot have; the
     # intervention experiments' artefacts need report --experiment folders, which this report is not given
     experiments = [s.name for s in all_specs() if s.family == "Interventions"]
-    assert len(experiments) == 4
+    assert experiments == ["tab_intervention_window", "tab_intervention_trace", "fig_intervention_trace_heatmap",
+                           "tab_intervention_steer", "tab_intervention_attribution"]
     # one SST run and bare training logs: no ablation pair, no --external, no saved training configs
     comparisons = {"tab_alpha_init_ablation", "tab_ema_variant_ablation", "tab_hyperparameters", "fig_sst_vs_nobias_loss",
                    "tab_external_gsm8k", "tab_external_gpqa", "tab_external_comparison"}
