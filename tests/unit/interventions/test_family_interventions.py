@@ -36,6 +36,7 @@ from sst_interp.model.observers import ObserverGroup
 from sst_interp.model.testing import tiny_hrm_text, tiny_inkling2_loop
 from sst_interp.store import Run
 from tests.unit.conftest import FAST, fails_with_one_error_line, save_tiny_model
+from tests.unit.observers import KeptLogits
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -56,22 +57,6 @@ def inkling() -> LoopModel:
     return LoopModel(tiny_inkling2_loop())
 
 
-class _Logits:
-    """An observer keeping every call's logits (what the generator chose from)."""
-
-    def __init__(self) -> None:
-        self.logits: list[torch.Tensor] = []
-
-    def on_pass_start(self, info) -> None:  # noqa: ANN001
-        pass
-
-    def on_pass_end(self, info, logits) -> None:  # noqa: ANN001
-        self.logits.append(logits[0].clone())
-
-    def on_token(self, position, token_ids, active) -> None:  # noqa: ANN001
-        pass
-
-
 def _spec(*rules: tuple[dict, dict]) -> InterventionSpec:
     return InterventionSpec.from_dict({"interventions": [{"site": site, "operation": op} for site, op in rules]})
 
@@ -79,7 +64,7 @@ def _spec(*rules: tuple[dict, dict]) -> InterventionSpec:
 def _generate(model: LoopModel, depth: int, spec: InterventionSpec | None = None, prompt: list[int] = PROMPT):
     """(tokens, logits [positions, V], hidden {(position, iteration, layer): [d] float64}, the intervener's site
     report) of one greedy generation with the recorder attached, the spec applied when given."""
-    logits = _Logits()
+    logits = KeptLogits()
     capture = RecordConfig(full_positions=NEW_TOKENS, sketch_positions=0, top_k=4)
     config = GenerationConfig(max_new_tokens=NEW_TOKENS)
     report = None

@@ -17,31 +17,13 @@ from sst_interp.model.column_cache import ColumnCache, column_masks
 from sst_interp.model.compiled import (CompileOptions, StepCompiler, compile_refusal, generate_compiled,
                                        setup_refusal)
 from tests.unit.model.conftest import make_sst
+from tests.unit.observers import KeptLogits
 
 pytestmark = pytest.mark.slow
 
 PROMPTS = [[5, 6, 7, 8, 9, 10, 11, 12, 13], [3, 4, 12]]  # left padding; longer than the sliding window (4)
 NEW_TOKENS = 8
 LOGIT_TOLERANCE = 1e-5
-
-
-class LogitLog:
-    """Observer: (position, iteration) and logits [B, V] of every pass that ran the LM head."""
-
-    def __init__(self) -> None:
-        self.keys: list[tuple] = []
-        self.logits: list[torch.Tensor] = []
-
-    def on_pass_start(self, info) -> None:
-        pass
-
-    def on_pass_end(self, info, logits) -> None:
-        if logits is not None:
-            self.keys.append((info.position, info.iteration))
-            self.logits.append(logits.detach().clone())
-
-    def on_token(self, position, token_ids, active) -> None:
-        pass
 
 
 def unique_graphs() -> int:
@@ -64,7 +46,7 @@ def compiled(sst):
 
 
 def both(sst, compiler, depth, config):
-    eager_log, compiled_log = LogitLog(), LogitLog()
+    eager_log, compiled_log = KeptLogits(), KeptLogits()
     eager = generate(sst, PROMPTS, depth, config, observer=eager_log)
     fast = generate_compiled(sst, PROMPTS, depth, config, observer=compiled_log, compiler=compiler)
     return eager, fast, eager_log, compiled_log
@@ -78,7 +60,7 @@ def test_compiled_tokens_equal_eager_and_logits_agree(sst, compiled, prompt_mode
     assert fast.token_ids == eager.token_ids
     assert fast.chosen_depth == eager.chosen_depth
     assert compiled_log.keys == eager_log.keys and len(eager_log.keys) == NEW_TOKENS * depth
-    worst = max((a - b).abs().max().item() for a, b in zip(eager_log.logits, compiled_log.logits))
+    worst = max((a - b).abs().max().item() for a, b in zip(eager_log.batches, compiled_log.batches))
     assert worst <= LOGIT_TOLERANCE
 
 
@@ -98,7 +80,7 @@ def test_a_per_position_policy_runs_compiled_as_eager(sst, compiled):
     assert fast.token_ids == eager.token_ids
     assert fast.iterations == eager.iterations
     assert len({count for row in eager.iterations for count in row}) > 1  # rows halted at different iterations
-    worst = max((a - b).abs().max().item() for a, b in zip(eager_log.logits, compiled_log.logits))
+    worst = max((a - b).abs().max().item() for a, b in zip(eager_log.batches, compiled_log.batches))
     assert worst <= LOGIT_TOLERANCE
 
 

@@ -20,6 +20,7 @@ from sst_interp.model.generation import GenerationConfig
 from sst_interp.model.loop_model import LoopModel, generate_looped
 from sst_interp.model.loops import HRM_TEXT_LOOP, SST_LOOP, hrm_address, loop_for_model_type
 from sst_interp.model.testing import tiny_hrm_text
+from tests.unit.observers import KeptLogits
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -40,22 +41,6 @@ def _hf_generate(model: LoopModel, depth: int, prompt: list[int] = PROMPT) -> tu
                                       min_new_tokens=NEW_TOKENS, return_dict_in_generate=True, output_logits=True,
                                       pad_token_id=0, eos_token_id=None)
     return out.sequences[0, len(prompt):].tolist(), [step[0] for step in out.logits]
-
-
-class _Logits:
-    """An observer keeping every call's logits (what the generator chose from)."""
-
-    def __init__(self) -> None:
-        self.logits: list[torch.Tensor] = []
-
-    def on_pass_start(self, info) -> None:  # noqa: ANN001
-        pass
-
-    def on_pass_end(self, info, logits) -> None:  # noqa: ANN001
-        self.logits.append(logits[0].clone())
-
-    def on_token(self, position, token_ids, active) -> None:  # noqa: ANN001
-        pass
 
 
 def _config() -> GenerationConfig:
@@ -87,14 +72,14 @@ def test_hrm_unsupported_model_type_names_the_families() -> None:
 @pytest.mark.parametrize("depth", [1, 2, 3])
 def test_hrm_generation_equals_transformers_generate_with_and_without_recording(hrm: LoopModel, depth: int) -> None:
     tokens, logits = _hf_generate(hrm, depth)
-    plain = _Logits()
+    plain = KeptLogits()
     result = generate_looped(hrm, [PROMPT], depth, _config(), observer=plain)
     assert result.token_ids[0] == tokens
     for ours, theirs in zip(plain.logits, logits, strict=True):
         assert torch.equal(ours.to(theirs.dtype), theirs)  # generate hands its logits out as float32
     # recording changes nothing: the same tokens and the same logits, bit for bit
     config = RecordConfig(full_positions=4, sketch_positions=4, top_k=8)
-    seen = _Logits()
+    seen = KeptLogits()
 
     class Both(VisitRecorder):
         def on_pass_end(self, info, logits) -> None:  # noqa: ANN001
@@ -160,7 +145,7 @@ def test_hrm_recorded_states_equal_output_hidden_states_of_each_visit(hrm: LoopM
 @pytest.mark.parametrize("depth", [1, 3])
 def test_hrm_lens_is_lm_head_on_z_h_and_the_last_iteration_is_the_models_logits(hrm: LoopModel, depth: int) -> None:
     config = RecordConfig(full_positions=2, sketch_positions=0, top_k=8)
-    kept = _Logits()
+    kept = KeptLogits()
 
     class Keep(VisitRecorder):
         def on_pass_end(self, info, logits) -> None:  # noqa: ANN001
@@ -184,7 +169,7 @@ def test_hrm_cached_generation_equals_full_recompute(hrm: LoopModel, depth: int)
     """Each position's logits from the cached generation equal a forward over the whole prefix without a cache (the
     slot offsets of every cycle must line up for this: where TransformerLens's bridge breaks)."""
     many = 12
-    kept = _Logits()
+    kept = KeptLogits()
     result = generate_looped(hrm, [PROMPT], depth, GenerationConfig(max_new_tokens=many), observer=kept)
     sequence = PROMPT + result.token_ids[0]
     with hrm.at_depth(depth), torch.no_grad():

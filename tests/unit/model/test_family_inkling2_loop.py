@@ -21,6 +21,7 @@ from sst_interp.model.generation import GenerationConfig
 from sst_interp.model.loop_model import LoopModel, generate_looped
 from sst_interp.model.loops import INKLING2_LOOP, inkling_pass, loop_for_model_type
 from sst_interp.model.testing import tiny_inkling2_loop
+from tests.unit.observers import KeptLogits
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -31,20 +32,6 @@ NEW_TOKENS = 8
 @pytest.fixture(scope="module")
 def inkling() -> LoopModel:
     return LoopModel(tiny_inkling2_loop())
-
-
-class _Logits:
-    def __init__(self) -> None:
-        self.logits: list[torch.Tensor] = []
-
-    def on_pass_start(self, info) -> None:  # noqa: ANN001
-        pass
-
-    def on_pass_end(self, info, logits) -> None:  # noqa: ANN001
-        self.logits.append(logits[0].clone())
-
-    def on_token(self, position, token_ids, active) -> None:  # noqa: ANN001
-        pass
 
 
 def test_inkling_family_declaration_matches_transformers_layout(inkling: LoopModel) -> None:
@@ -64,11 +51,11 @@ def test_inkling_generation_equals_transformers_generate_with_and_without_record
                                         min_new_tokens=NEW_TOKENS, return_dict_in_generate=True, output_logits=True,
                                         pad_token_id=0, eos_token_id=None)
     tokens, logits = out.sequences[0, len(PROMPT):].tolist(), [step[0] for step in out.logits]
-    plain = _Logits()
+    plain = KeptLogits()
     result = generate_looped(inkling, [PROMPT], depth, GenerationConfig(max_new_tokens=NEW_TOKENS), observer=plain)
     assert result.token_ids[0] == tokens
     assert all(torch.equal(a, b) for a, b in zip(plain.logits, logits, strict=True))
-    seen = _Logits()
+    seen = KeptLogits()
 
     class Both(VisitRecorder):
         def on_pass_end(self, info, logits) -> None:  # noqa: ANN001
@@ -139,7 +126,7 @@ def test_inkling_recorded_states_equal_output_hidden_states_and_the_lens_reads_e
 @pytest.mark.parametrize("depth", [1, 3])
 def test_inkling_cached_generation_equals_full_recompute(inkling: LoopModel, depth: int) -> None:
     many = 12  # past the sliding window (4) and the short convolutions' state
-    kept = _Logits()
+    kept = KeptLogits()
     result = generate_looped(inkling, [PROMPT], depth, GenerationConfig(max_new_tokens=many), observer=kept)
     sequence = PROMPT + result.token_ids[0]
     with inkling.at_depth(depth), torch.no_grad():
