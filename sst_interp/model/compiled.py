@@ -289,6 +289,7 @@ class CompiledSession(GenerationSession):
         self.cache = self.step.cache
         self.real = self.step.real
         self.carry = self.step.carry
+        self.step_column: int | None = None  # the cache column the last decode pass wrote
         if self.wants_outputs and not self.step.capture_outputs:
             raise ValueError("a recording observer needs a StepCompiler(capture_outputs=True)")
 
@@ -303,8 +304,10 @@ class CompiledSession(GenerationSession):
                         active=info.active.clone(), turn=self.turn)
         decode = mode == "carry" and width == 1 and use_cache and given is None and capture is None
         if decode:
-            self.cache.set_column(first)
-            self.real[:, first] = seen[:, first].bool()
+            if first != self.step_column:  # a new position; its reruns keep the column and its mask entry
+                self.cache.set_column(first)
+                self.real[:, first] = seen[:, first].bool()
+                self.step_column = first
             self.observer.on_pass_start(info)
             hidden, logits, outputs = self.step.run(input_ids, position_ids, bool(want_logits))
             if self.wants_outputs and info.position is not None:
@@ -320,6 +323,7 @@ class CompiledSession(GenerationSession):
         """A prompt pass (any width, any state mode) on the column cache, with the same masks the step builds."""
         width = input_ids.shape[1]
         if use_cache:
+            self.step_column = None  # the next decode pass sets its column again
             self.cache.set_column(first)
             self.real[:, first: first + width] = seen[:, first:].bool()
             masks = column_masks(self.real, first, width, self.cache.max_columns, self.step.sliding_window,
