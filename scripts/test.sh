@@ -1,11 +1,12 @@
 #!/usr/bin/env bash
 # The test suite on a fresh Debian or Ubuntu machine (root, or passwordless sudo): the system packages the tests
 # need (bubblewrap and libseccomp2 for the sandbox; chromium and chromium-driver for the browser tests), .venv
-# with the dev extras, then pytest. Extra arguments go to pytest (e.g. tests/unit/store -x).
+# with the dev extras, then pytest in two pytest-xdist workers (one per core of the 2-core CI machine; each keeps to
+# one thread, see tests/conftest.py). Extra arguments go to pytest (e.g. tests/unit/store -x).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 . scripts/lib.sh
 check_python
 ensure_packages python3-venv bubblewrap libseccomp2 chromium chromium-driver
 setup_venv dev
-python -m pytest -q "$@"
+python -m pytest -q -n 2 "$@"

@@ -13,6 +13,12 @@ from tests.paths import SHARED_DATA_VARIABLE, shared_data_dir
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+if os.environ.get("PYTEST_XDIST_WORKER"):
+    # scripts/test.sh runs one pytest-xdist worker per core: a worker (and every process it starts: torchrun,
+    # the console scripts, notebook kernels) keeps to one thread, or the workers' thread pools fight over the cores
+    # (a tiny model runs ~10x slower so). Set before torch is first imported, which reads it then.
+    os.environ["OMP_NUM_THREADS"] = "1"
+    os.environ["MKL_NUM_THREADS"] = "1"
 
 
 @pytest.fixture
