@@ -9,10 +9,10 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from sst_interp.kernels.stats import mcnemar_exact
 from sst_interp.experiments.intervals import adjusted, correction_label, mean_interval, sign_test
-
-
+from sst_interp.experiments.power import questions_needed
+from sst_interp.experiments.tables import POWER_COLUMN
+from sst_interp.kernels.stats import mcnemar_exact
 
 def flip_and_logprob_columns(broken: int, fixed: int, bounds: pd.DataFrame, resamples: int,
                              seed: int) -> dict[str, Any]:
@@ -25,6 +25,7 @@ def flip_and_logprob_columns(broken: int, fixed: int, bounds: pd.DataFrame, resa
     low_ci = mean_interval(low, resamples, seed)[0]
     high_ci = mean_interval(high, resamples, seed)[1]
     p, counted = sign_test(low, high)
+    up = int((low > 0).sum())  # the sign test's ups (a question counts up when even its low bound is above 0)
     return {
         "broken": broken, "fixed": fixed,
         "mcnemar_exact_p": float(mcnemar_exact(broken, fixed).pvalue) if broken + fixed else 1.0,
@@ -32,8 +33,8 @@ def flip_and_logprob_columns(broken: int, fixed: int, bounds: pd.DataFrame, resa
         "logprob_change_bound_low": float(np.mean(low)) if len(low) else float("nan"),
         "logprob_change_bound_high": float(np.mean(high)) if len(high) else float("nan"),
         "logprob_change_ci_low": low_ci, "logprob_change_ci_high": high_ci,
-        "logprob_sign_p": p, "logprob_sign_n": counted, "logprob_sign_p_holm": float("nan"),
-        "correction": "none (reference row)",
+        "logprob_sign_p": p, "logprob_sign_n": counted, "logprob_sign_up": up, "logprob_sign_p_holm": float("nan"),
+        "correction": "none (reference row)", POWER_COLUMN: float("nan"),
         "logprob_compared": int(len(bounds) - censored), "logprob_censored": censored,
     }
 
@@ -45,4 +46,20 @@ def holm(table: pd.DataFrame, cells: pd.Series) -> pd.DataFrame:
     mask = cells.to_numpy(bool)
     out.loc[mask, "logprob_sign_p_holm"] = adjusted(out.loc[mask, "logprob_sign_p"].to_numpy(float))
     out.loc[mask, "correction"] = correction_label(int(mask.sum()))
+    return out
+
+
+def planned_questions(table: pd.DataFrame, cells: pd.Series) -> pd.DataFrame:
+    """``table`` with :data:`POWER_COLUMN` filled on the rows ``cells`` marks (the same cells as :func:`holm`): the
+    questions the sign test would need to find each cell's observed log-prob effect with 80% power, planned at
+    0.05 / cells (:func:`~sst_interp.experiments.power.questions_needed`; NaN where up equals down or nothing was
+    counted, and on the reference rows)."""
+    out = table.copy()
+    mask = cells.to_numpy(bool)
+    count = int(mask.sum())
+    for index in out.index[mask]:
+        row = out.loc[index]
+        up, counted = int(row["logprob_sign_up"]), int(row["logprob_sign_n"])
+        total = int(row["logprob_compared"] + row["logprob_censored"])
+        out.loc[index, POWER_COLUMN] = questions_needed(up, counted - up, total, cells=count)
     return out

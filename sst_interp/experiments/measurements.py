@@ -24,6 +24,7 @@ from sst_interp.experiments.manifest import KINDS, kinds_in, read_manifest, read
 from sst_interp.experiments.tables import (
     ATTRIBUTION_VERIFIED,
     ATTRIBUTION_VERIFIED_COLUMNS,
+    POWER_COLUMN,
     STEER_COLUMNS,
     TRACE_LAYER_ITERATION,
     TRACE_LAYER_POSITION,
@@ -102,10 +103,13 @@ SHARED_DOC = {
     "logprob_change_ci_high": "95% BCa bootstrap limit of the high bound (nats; NaN below n = 6)",
     "logprob_sign_p": "exact two-sided sign test of the change (NaN below 6 questions of known sign)",
     "logprob_sign_n": "questions the sign test counted (sign known, non-zero)",
+    "logprob_sign_up": "of those, the questions whose log-prob went up",
     "logprob_sign_p_holm": "the sign test's p adjusted over the sweep's conditions",
     "correction": "the multiple-comparison correction and how many cells it spans",
     "logprob_compared": "questions with the token in both top-Ks",
     "logprob_censored": "questions where it left the recorded top-K (kept as bounds)",
+    POWER_COLUMN: "questions the sign test would need to find this cell's observed effect with 80% power at "
+                  "0.05 / cells (exact binomial power; NaN when up equals down)",
 }
 WINDOW_DOC = {"condition": "clean depth 1, clean depth k, or the window",
               "mode": "how the window denies the stream: freeze, zero, or the controls mean (the clean run's mean "

@@ -26,7 +26,7 @@ import pandas as pd
 
 from sst_interp.kernels.errors import UsageError
 from sst_interp.experiments import manifest as files
-from sst_interp.experiments.effects import flip_and_logprob_columns, holm
+from sst_interp.experiments.effects import flip_and_logprob_columns, holm, planned_questions
 from sst_interp.experiments.tables import STEER_COLUMNS, STEER_TABLE
 from sst_interp.experiments.setup import Setup, condition_identity, record_condition, require_depth
 from sst_interp.interventions import Intervention, InterventionSpec, Operation, Site
@@ -174,6 +174,7 @@ def run_steer(setup: Setup, out: Path, config: SteerConfig) -> pd.DataFrame:
             rows.append(dict(_row(clean, Run.open(folder), name, float(scale), k, config), direction=direction_name))
     table = _with_random_spread(pd.DataFrame(rows, columns=list(COLUMNS)))
     table = holm(table, table["direction"] == "probe")
+    table = planned_questions(table, table["direction"] == "probe")
     tables = {TABLE: files.write_table(out, TABLE, table)}
     sources = {"probe": {"path": str(Path(config.probe).resolve()), "layer": layer, "state_norm": radius,
                          "sha256": _probe_sha(Path(config.probe))},

@@ -1,10 +1,14 @@
 """The names and columns of the tables the three experiments write (a light module: the registry's entries for
 them, :mod:`sst_interp.experiments.measurements`, document their columns without loading the model stack)."""
 
+#: questions the sign test would need for the cell's observed effect (the power is
+#: :data:`sst_interp.experiments.power.TARGET_POWER`)
+POWER_COLUMN = "questions_for_80pct_power"
 #: the log-prob columns both tables share (:mod:`sst_interp.experiments.effects` fills them)
 LOGPROB_COLUMNS = ("logprob_change_mean", "logprob_change_bound_low", "logprob_change_bound_high",
                    "logprob_change_ci_low", "logprob_change_ci_high", "logprob_sign_p", "logprob_sign_n",
-                   "logprob_sign_p_holm", "correction", "logprob_compared", "logprob_censored")
+                   "logprob_sign_up", "logprob_sign_p_holm", "correction", "logprob_compared", "logprob_censored",
+                   POWER_COLUMN)
 
 WINDOW_TABLE = "window"
 WINDOW_COLUMNS = ("condition", "mode", "first_layer", "last_layer", "depth", "n_questions", "accuracy_pct",

@@ -37,7 +37,7 @@ import pandas as pd
 
 from sst_interp.kernels.errors import UsageError
 from sst_interp.experiments import manifest as files
-from sst_interp.experiments.effects import flip_and_logprob_columns, holm
+from sst_interp.experiments.effects import flip_and_logprob_columns, holm, planned_questions
 from sst_interp.experiments.tables import WINDOW_COLUMNS, WINDOW_TABLE
 from sst_interp.experiments.setup import Setup, record_condition, require_depth
 from sst_interp.interventions import Intervention, InterventionSpec, Operation, Site
@@ -164,6 +164,7 @@ def run_window(setup: Setup, out: Path, config: WindowConfig) -> pd.DataFrame:
             rows.append(_row(clean, folder, name, mode, layers, k, k, config))
     table = pd.DataFrame(rows, columns=list(COLUMNS))
     table = holm(table, ~table["condition"].str.startswith("clean"))
+    table = planned_questions(table, ~table["condition"].str.startswith("clean"))
     tables = {TABLE: files.write_table(out, TABLE, table)}
     files.write_manifest(out, "window", config, setup.base, conditions, tables)
     return table

@@ -293,7 +293,8 @@ def reference_values(operation: Operation, source: Any, question_ids: Sequence[s
         return source.value(generated_depth, turn, position, iteration, layer)[None, :].expand(rows, -1)
     assert question_ids is not None
     questions = (list(question_ids) if operation.kind == "patch"
-                 else [None if q is None else source.other(q, operation.seed or 0) for q in question_ids])
+                 else [None if q is None else source.other(q, operation.seed or 0, operation.depth or generated_depth,
+                                                           turn, position) for q in question_ids])
     return source.values(questions, generated_depth, turn, position, operation.source_iteration or iteration, layer,
                          active)
 
@@ -363,15 +364,26 @@ class _PatchSource:
             self._cache[key] = blocks[0]
         return self._cache[key]
 
-    def other(self, question_id: str, seed: int) -> str:
-        """Another question of the run for ``question_id``, the same for the same (question, seed)."""
+    def other(self, question_id: str, seed: int, depth: int | None = None, turn: int = 0,
+              position: int | None = None) -> str:
+        """Another question of the run for ``question_id``, the same for the same (question, seed). Given a
+        ``depth`` and ``position``: the first question of that fixed draw order that recorded the position there
+        (answers that ended early recorded fewer positions), so a resample never lands on a missing state."""
         import zlib
 
         if self._questions is None:
             self._questions = recorded_questions(self.run)
         others = [q for q in self._questions if q != question_id]
         rng = np.random.default_rng([int(seed), zlib.crc32(question_id.encode())])
-        return others[int(rng.integers(len(others)))]
+        first = int(rng.integers(len(others)))
+        if position is None or depth is None:
+            return others[first]
+        rest = [others[i] for i in rng.permutation([i for i in range(len(others)) if i != first])]
+        for candidate in [others[first], *rest]:
+            if position in self._block(candidate, depth, turn).positions:
+                return candidate
+        raise UsageError(f"resample: no other question of {self.run.path} recorded position {position} (turn {turn}, "
+                         f"depth {depth}); record the reference run with more --full-positions")
 
     def values(self, question_ids: Sequence[str | None], generated_depth: int, turn: int, position: int, iteration: int,
                layer: int, active: torch.Tensor | None) -> torch.Tensor:
@@ -400,7 +412,9 @@ class _PatchSource:
 
 class _MeanSource:
     """The mean over a run's questions of its recorded states, per (depth, turn): summed one question at a time, so
-    memory is one [positions, iterations, layers, d] sum whatever the question count."""
+    memory is one [positions, iterations, layers, d] sum whatever the question count. Questions whose answers
+    ended early (an end-of-sequence token) recorded fewer positions: each position's mean is over the questions that
+    reached it."""
 
     def __init__(self, operation: Operation) -> None:
         from sst_interp.store import Run
@@ -410,37 +424,41 @@ class _MeanSource:
         self._means: dict[tuple[int, int], Any] = {}
 
     def _mean(self, depth: int, turn: int) -> Any:
+        """((iterations, layers), {position: sum [iterations, layers, d]}, {position: count [iterations, layers]})
+        of one (depth, turn), computed once."""
         key = (depth, turn)
         if key not in self._means:
             if depth not in self.run.depths:
                 raise UsageError(f"mean: {self.run.path} has no depth {depth} (it holds {self.run.depths})")
-            total = count = None
             axes = None
+            totals: dict[int, np.ndarray] = {}
+            counts: dict[int, np.ndarray] = {}
             for block in self.run.hidden(depth, turn=turn):
                 values = block.values.astype(np.float64)
-                if total is None:
-                    axes = (block.positions, block.iterations, block.layers)
-                    total, count = np.zeros(values.shape), np.zeros(values.shape[:3])
-                if values.shape != total.shape:
-                    raise UsageError(f"mean: {self.run.path} holds blocks of different shapes at depth {depth}, "
-                                     f"turn {turn} ({values.shape} vs {total.shape}); record it with one setting")
-                seen = ~np.isnan(values).any(axis=-1)
-                total += np.where(seen[..., None], values, 0.0)
-                count += seen
-            if total is None:
+                if axes is None:
+                    axes = (np.asarray(block.iterations), np.asarray(block.layers))
+                if not (np.array_equal(block.iterations, axes[0]) and np.array_equal(block.layers, axes[1])):
+                    raise UsageError(f"mean: {self.run.path} holds blocks of different iterations or layers at "
+                                     f"depth {depth}, turn {turn}; record it with one setting")
+                for row, position in enumerate(np.asarray(block.positions).tolist()):
+                    seen = ~np.isnan(values[row]).any(axis=-1)
+                    if position not in totals:
+                        totals[position], counts[position] = np.zeros(values.shape[1:]), np.zeros(seen.shape)
+                    totals[position] += np.where(seen[..., None], values[row], 0.0)
+                    counts[position] += seen
+            if axes is None:
                 raise UsageError(f"mean: {self.run.path} has no hidden states at depth {depth}, turn {turn}")
-            self._means[key] = (axes, total, count)
+            self._means[key] = (axes, totals, counts)
         return self._means[key]
 
     def value(self, generated_depth: int, turn: int, position: int, iteration: int, layer: int) -> torch.Tensor:
         """[d] float64: the mean state at (turn, position, iteration, layer), rounded once, to the model's dtype, by
         the operation that puts it (a float64 family run receives the mean itself)."""
         depth = self.depth or generated_depth
-        (positions, iterations, layers), total, count = self._mean(depth, turn)
-        where = (np.flatnonzero(positions == position), np.flatnonzero(iterations == iteration),
-                 np.flatnonzero(layers == layer))
-        n = count[where[0][0], where[1][0], where[2][0]] if all(len(w) for w in where) else 0
+        (iterations, layers), totals, counts = self._mean(depth, turn)
+        where = (np.flatnonzero(iterations == iteration), np.flatnonzero(layers == layer))
+        n = counts[position][where[0][0], where[1][0]] if position in totals and all(len(w) for w in where) else 0
         if n == 0:
             raise UsageError(f"mean: {self.run.path} recorded no hidden state at turn {turn}, position {position}, "
                              f"iteration {iteration}, layer {layer} (depth {depth})")
-        return torch.from_numpy(total[where[0][0], where[1][0], where[2][0]] / n)
+        return torch.from_numpy(totals[position][where[0][0], where[1][0]] / n)

@@ -92,3 +92,45 @@ def test_mean_and_resample_need_a_run():
     for kind in ("mean", "resample"):
         with pytest.raises(UsageError, match=f"a '{kind}' intervention needs run"):
             Operation(kind)
+
+
+class _RaggedRun:
+    """A reference run whose answers ended at different lengths: question a recorded positions 0-2, b only 0-1 and
+    c only position 0 (one iteration, one layer, d = 2; values planted so every mean is known)."""
+
+    path, depths = "ragged", [2]
+    blocks = {"a": np.array([[[[1.0, 1.0]]], [[[2.0, 2.0]]], [[[3.0, 3.0]]]]),
+              "b": np.array([[[[5.0, 7.0]]], [[[6.0, 8.0]]]]), "c": np.array([[[[9.0, 0.0]]]])}
+
+    def hidden(self, depth, question_ids=None, turn=0):
+        from types import SimpleNamespace
+
+        for question, values in self.blocks.items():
+            if question_ids is None or question in question_ids:
+                yield SimpleNamespace(values=values, positions=np.arange(len(values)), iterations=np.array([2]),
+                                      layers=np.array([1]))
+
+
+def test_mean_over_a_ragged_run_averages_the_questions_that_reached_each_position():
+    from sst_interp.interventions.apply import _MeanSource
+
+    source = _MeanSource.__new__(_MeanSource)
+    source.run, source.depth, source._means = _RaggedRun(), None, {}
+    np.testing.assert_array_equal(source.value(2, 0, 0, 2, 1).numpy(), [5.0, 8.0 / 3])  # a, b and c
+    np.testing.assert_array_equal(source.value(2, 0, 1, 2, 1).numpy(), [4.0, 5.0])  # a and b
+    np.testing.assert_array_equal(source.value(2, 0, 2, 2, 1).numpy(), [3.0, 3.0])  # a alone
+    with pytest.raises(UsageError, match="no hidden state at turn 0, position 3"):
+        source.value(2, 0, 3, 2, 1)
+
+
+def test_resample_draws_a_question_that_recorded_the_position():
+    from sst_interp.interventions.apply import _PatchSource
+
+    source = _PatchSource.__new__(_PatchSource)
+    source.run, source.depth, source._cache, source._questions = _RaggedRun(), None, {}, ["a", "b", "c"]
+    for seed in range(20):
+        assert source.other("c", seed, 2, 0, 2) == "a"  # only a reached position 2
+        assert source.other("c", seed, 2, 0, 0) == source.other("c", seed)  # position 0: the plain draw
+    assert {source.other("c", seed, 2, 0, 1) for seed in range(20)} <= {"a", "b"}
+    with pytest.raises(UsageError, match="no other question .* recorded position 2"):
+        source.other("a", 0, 2, 0, 2)
