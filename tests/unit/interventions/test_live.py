@@ -30,9 +30,13 @@ def run_live(sst, specs, prompts=PROMPTS, depth=DEPTH, config=CONFIG, streams=ST
     return result.token_ids, {name: iv.captured(name) for name in streams}, iv
 
 
-def assert_same(a: dict, b: dict) -> None:
+def assert_same(a: dict, b: dict, logits_atol: float = 0.0) -> None:
+    """Every stream equal bit for bit (NaN where nothing ran in both), the logits within ``logits_atol``."""
     for name in a:
-        assert torch.equal(a[name].nan_to_num(7.0), b[name].nan_to_num(7.0)), name
+        if name == "logits" and logits_atol:
+            torch.testing.assert_close(a[name], b[name], rtol=0, atol=logits_atol, equal_nan=True)
+        else:
+            assert torch.equal(a[name].nan_to_num(7.0), b[name].nan_to_num(7.0)), name
 
 
 def test_patching_each_row_from_itself_is_the_clean_run_bit_for_bit():
@@ -62,7 +66,8 @@ def test_a_live_cross_row_patch_equals_the_recorded_run_patch_of_the_same_values
     assert torch.equal(live_columns["logits"]["top_logprobs"], run_columns["logits"]["top_logprobs"])
     got, before = hidden_by_site(live_columns), hidden_by_site(clean)
     np.testing.assert_array_equal(got[(IDS[0], 1, 2, 1)], before[(IDS[1], 1, 2, 1)])  # q1's state in row 0
-    assert not np.array_equal(got[(IDS[0], 2, 1, 0)], before[(IDS[0], 2, 1, 0)])  # and it changed what followed
+    # and it changed what followed: the next iteration reads the patched state
+    assert not np.allclose(got[(IDS[0], 1, 3, 1)], before[(IDS[0], 1, 3, 1)])
 
 
 @pytest.mark.parametrize("scale", [0.0, 1.0])
@@ -72,8 +77,9 @@ def test_a_clean_pass_alongside_at_scale_0_or_1_everywhere_is_the_clean_run(scal
     spec = InterventionSpec.of(Site("layer_out"), Operation("patch", source="clean", scale=scale))
     tokens, patched, iv = run_live(sst, spec)
     assert tokens == clean_tokens and iv.clean_result.token_ids == clean_tokens
-    assert_same(patched, clean)
-    assert_same({name: iv.captured(name, clean=True) for name in STREAMS}, clean)
+    # the doubled batch's LM head is a matmul over twice the rows, which may round the logits differently
+    assert_same(patched, clean, logits_atol=1e-12)
+    assert_same({name: iv.captured(name, clean=True) for name in STREAMS}, clean, logits_atol=1e-12)
     assert iv.site_report()[0]["sites"] == len(PROMPTS) * 6 * DEPTH * sst.num_layers  # the twins are never sites
 
 
