@@ -15,6 +15,12 @@ pass that emits a token (also position 0 under the prompt mode ``none``, where t
 covers several columns (the two-pass prefill's pass 2 is generated position 0, iteration 1), only the last column,
 the one whose coordinates the pass carries, is changed. With an empty spec the model computes exactly what it
 computes without one.
+
+Given a list of specs, one per row, row r runs only the rules of its own spec (each rule changes its row alone, by
+a row mask; ``set_alpha`` then hands the layer a per-row alpha), and :meth:`Intervener.site_report` has one entry per
+(row, rule). A live ``patch`` (``source`` set, see :mod:`~sst_interp.interventions.spec`) reads another row's
+``layer_out`` at the same site of the same forward pass, as that row's forward computed it (before this site's
+rules); with ``alongside`` n the rows n..2n-1 are clean twins, never changed, that ``source="clean"`` reads.
 """
 
 from __future__ import annotations
