@@ -31,6 +31,7 @@ import torch
 from sst_interp.interventions.apply import CAPTURABLE, Intervener, check_spec, intervene
 from sst_interp.interventions.spec import CLEAN_SOURCE, InterventionSpec
 from sst_interp.kernels.errors import UsageError
+from sst_interp.model.sst import SSTModel
 
 
 class LiveIntervention:
@@ -139,3 +140,6 @@ def _split(result: Any, rows: int) -> tuple[Any, Any]:
                        chosen_depth=result.chosen_depth[take], iterations=result.iterations[take])
 
     return part(slice(0, rows)), part(slice(rows, None))
+
+
+SSTModel.intervention_context = LiveIntervention  # sst.intervene(...) (the model may not import this floor)
