@@ -42,6 +42,10 @@ def assert_same(a: dict, b: dict, logits_atol: float = 0.0) -> None:
 def test_patching_each_row_from_itself_is_the_clean_run_bit_for_bit():
     sst = sst_model()
     clean_tokens, clean, _ = run_live(sst, InterventionSpec())
+    rows, positions, layers = len(PROMPTS), CONFIG.max_new_tokens, sst.num_layers
+    for name in ("layer_out", "blended", "state_in"):  # the documented shapes
+        assert clean[name].shape == (rows, positions, DEPTH, layers, sst.hidden_size), name
+    assert clean["logits"].shape[:3] == (rows, positions, DEPTH)
     every = Site("layer_out")
     specs = [InterventionSpec.of(every, Operation("patch", source=row)) for row in range(len(PROMPTS))]
     tokens, patched, iv = run_live(sst, specs)
