@@ -417,11 +417,16 @@ def recorded_questions(run: Any) -> list[str]:
 
 def patch_runs(spec: InterventionSpec) -> dict[str, str]:
     """{run directory: sha256 of its manifest} of every run a spec reads states from (patch, mean, resample; part of
-    a run's identity)."""
+    a run's identity). A recording calls it for its identity, so it also refuses live sources there (UsageError, one
+    line): record lays its batches out itself, and a row number would name whichever question landed in it."""
     import hashlib
 
     out = {}
     for item in spec.interventions:
+        if item.operation.live:
+            raise UsageError(f"a live patch (source={item.operation.source!r}) reads a row of one Python batch, but a "
+                             f"recording lays its batches out itself; record the source prompts and patch from that "
+                             f"run (run=...), or use sst.intervene in Python")
         if item.operation.kind in READS_RUN and not item.operation.live:
             folder = Path(str(item.operation.run)).resolve()
             manifest = folder / "manifest.json"

@@ -189,6 +189,11 @@ def test_bad_live_input_is_one_line_and_leaves_the_model_clean():
     with pytest.raises(UsageError, match="source 'clean' reads a clean pass run alongside"):
         with intervene(sst, InterventionSpec.of(SITE, Operation("patch", source="clean"))):
             pass
+    from sst_interp.interventions import patch_runs
+
+    with pytest.raises(UsageError, match="a recording lays its batches out itself") as info:  # record's identity
+        patch_runs(out_of_range)
+    _one_line(info)
     with pytest.raises(UsageError, match="per-row specs and clean passes alongside cannot hold one"):
         with sst.intervene([InterventionSpec.of(Site("layer_out"), Operation("freeze")), InterventionSpec()]) as iv:
             iv.generate(PROMPTS, DEPTH, CONFIG)
