@@ -236,17 +236,18 @@ class Intervener:
             assert self._coords is not None and self._active is not None
             turn, position, iteration = self._coords
             source = self._means[item.operation] if kind == "mean" else self._patches[item.operation]
+            allowed = self._rows(rule)
+            # only the rows this rule may change read the run (another row's question need not be in it)
+            rows = self._active.cpu() if allowed is None else self._active.cpu() & allowed
             reference = reference_values(item.operation, source, self.question_ids, self._depth, turn, position,
-                                         iteration - 1 if carried else iteration, layer, self._active)
+                                         iteration - 1 if carried else iteration, layer, rows)
             reference = reference.to(device=value.device)[:, None, :]
             reference = self._read(reference) if carried else reference
-            rows = self._active.cpu()
             if kind != "mean":
                 # A row whose question id is None is left alone (an experiment patches only the rows it measures).
                 assert self.question_ids is not None
                 rows = rows & torch.tensor([q is not None for q in self.question_ids], dtype=torch.bool)
-                allowed = self._rows(rule)
-                self._count(rule, int((rows if allowed is None else rows & allowed).sum()))
+                self._count(rule, int(rows.sum()))
             rows = rows.to(value.device)[:, None, None]
             return torch.where(rows, _toward(value, reference.to(value.dtype), item.operation.scale), value)
         raise AssertionError(f"operation {kind} has no tensor form")

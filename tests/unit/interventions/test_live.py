@@ -74,6 +74,19 @@ def test_a_live_cross_row_patch_equals_the_recorded_run_patch_of_the_same_values
     assert not np.allclose(got[(IDS[0], 1, 3, 1)], before[(IDS[0], 1, 3, 1)])
 
 
+def test_a_per_row_recorded_patch_reads_the_run_for_its_own_row_only(tmp_path):
+    sst = sst_model(torch.float32)
+    _, clean = recorded(sst)
+    write_run(tmp_path / "ref", sst, clean)
+    patch = InterventionSpec.of(SITE, Operation("patch", run=str(tmp_path / "ref")))
+    # row 1's question is not in the run: its spec is empty, so the run is never asked for it
+    tokens, columns = recorded(sst, interventions=[patch, InterventionSpec()], question_ids=[IDS[1], "not-recorded"])
+    whole_tokens, whole = recorded(sst, interventions=patch, question_ids=[IDS[1], None])
+    assert tokens == whole_tokens
+    assert torch.equal(columns["hidden"]["values"], whole["hidden"]["values"])
+    assert not torch.equal(columns["hidden"]["values"], clean["hidden"]["values"])
+
+
 @pytest.mark.parametrize("scale", [0.0, 1.0])
 def test_a_clean_pass_alongside_at_scale_0_or_1_everywhere_is_the_clean_run(scale):
     sst = sst_model()
