@@ -140,6 +140,24 @@ def test_per_row_specs_equal_their_rows_generated_one_by_one():
     assert [row["sites"] for row in report][3] == 0 and all(row["sites"] > 0 for row in report[:3])
 
 
+def test_per_row_specs_with_clean_twins_patch_each_row_from_its_own_twin():
+    sst = sst_model()
+    zero = InterventionSpec.of(Site("layer_out", positions=[1], iterations=[1], layers=[0]), Operation("zero"))
+    from sst_interp.interventions import Intervention
+
+    restore = Intervention(Site("layer_out", positions=[1], iterations=[1], layers=[1]),
+                           Operation("patch", source="clean"))
+    zero_then_restore = InterventionSpec((*zero.interventions, restore))
+    tokens, both, iv = run_live(sst, [zero_then_restore, InterventionSpec.of(restore.site, restore.operation)])
+    _, clean, _ = run_live(sst, InterventionSpec())
+    alone_tokens, alone, _ = run_live(sst, zero_then_restore, prompts=PROMPTS[:1])
+    assert tokens[0] == alone_tokens[0]
+    torch.testing.assert_close(both["layer_out"][0], alone["layer_out"][0], rtol=0, atol=1e-12, equal_nan=True)
+    torch.testing.assert_close(both["layer_out"][1], clean["layer_out"][1], rtol=0, atol=1e-12, equal_nan=True)
+    assert not both["layer_out"][0, 1, 0, 0].any()  # row 0 was zeroed, then layer 1 restored from its twin
+    assert [row["sites"] for row in iv.site_report()] == [1, 1, 1]
+
+
 def test_the_captured_streams_are_what_the_recorder_records(tmp_path):
     from sst_interp.hooks import RecordConfig, Recorder
 
