@@ -143,6 +143,8 @@ class Intervener:
         if self.alongside is not None and batch != 2 * self.alongside:
             raise UsageError(f"a clean pass alongside doubles the batch: expected {2 * self.alongside} rows, got "
                              f"{batch}")
+        if self.question_ids is not None and len(self.question_ids) != batch:
+            raise UsageError(f"{len(self.question_ids)} question ids for a batch of {batch} rows; give one per row")
         if self.per_row and len(self.row_specs) != rows:
             raise UsageError(f"{len(self.row_specs)} per-row specs for a batch of {rows} rows; give one spec per row "
                              f"(an empty InterventionSpec() leaves a row clean)")

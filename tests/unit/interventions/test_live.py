@@ -208,6 +208,10 @@ def test_bad_live_input_is_one_line_and_leaves_the_model_clean():
             iv.generate(PROMPTS, DEPTH, CONFIG)
     _one_line(info)
     assert sst.context.intervention is None
+    with pytest.raises(UsageError, match="3 question ids for a batch of 2 rows") as info:
+        with sst.intervene(InterventionSpec(), question_ids=["a", "b", "c"]) as iv:
+            iv.generate(PROMPTS, DEPTH, CONFIG)
+    _one_line(info)
     for kind in ("mean", "resample", "zero"):
         with pytest.raises(UsageError, match=f"belongs to 'patch'; '{kind}' cannot use it") as info:
             Operation(kind, source=1)
