@@ -52,6 +52,9 @@ STREAMS: tuple[str, ...] = ("state_in", "alpha", "blended", "layer_out")
 OPERATIONS: tuple[str, ...] = ("zero", "add", "set_alpha", "freeze", "patch", "mean", "resample")
 #: Operations that read a reference run's recorded states (its ``hidden`` shards: the layers' outputs).
 READS_RUN: tuple[str, ...] = ("patch", "mean", "resample")
+#: The live source that is a clean pass of the same prompt run alongside (``Operation.source``); an integer names a
+#: row of the same batch.
+CLEAN_SOURCE = "clean"
 _STREAMS_OF: dict[str, tuple[str, ...]] = {
     "zero": ("state_in", "blended", "layer_out"), "add": ("state_in", "blended", "layer_out"),
     "set_alpha": ("alpha",), "freeze": ("layer_out",), "patch": ("layer_out",), "mean": ("layer_out", "state_in"),
@@ -114,10 +117,12 @@ class Operation:
     depth: int | None = None
     source_iteration: int | None = None
     seed: int | None = None
+    source: int | str | None = None
 
     def __post_init__(self) -> None:
         if self.kind not in OPERATIONS:
             raise UsageError(f"unknown intervention operation {self.kind!r}; use one of {', '.join(OPERATIONS)}")
+        self._check_source()
         if self.kind == "add" and (self.direction is None) == (self.direction_file is None):
             raise UsageError("an 'add' intervention needs exactly one of direction (a list of d numbers) and "
                              "direction_file (a .npy file)")
@@ -125,13 +130,32 @@ class Operation:
             object.__setattr__(self, "direction", tuple(float(x) for x in self.direction))
         if self.kind == "set_alpha" and self.value is None:
             raise UsageError("a 'set_alpha' intervention needs value (the blend coefficient, e.g. 0)")
-        if self.kind in READS_RUN and not self.run:
+        if self.kind in READS_RUN and not self.run and self.source is None:
             raise UsageError(f"a {self.kind!r} intervention needs run (the run directory to read the states from)")
         if self.source_iteration is not None and (self.kind not in ("patch", "resample")
                                                   or int(self.source_iteration) < 1):
             raise UsageError(f"source_iteration (1-based) belongs to 'patch' and 'resample' operations, got "
                              f"{self.source_iteration!r} "
                              f"on {self.kind!r}")
+
+    @property
+    def live(self) -> bool:
+        """Whether the operation reads another row of the same generation (``source``) instead of a recorded run."""
+        return self.source is not None
+
+    def _check_source(self) -> None:
+        source = self.source
+        if source is None:
+            return
+        if isinstance(source, bool) or not (source == CLEAN_SOURCE or (isinstance(source, int) and source >= 0)):
+            raise UsageError(f"source must be a batch row (an integer >= 0) or {CLEAN_SOURCE!r}, got {source!r}")
+        if self.kind != "patch":
+            raise UsageError(f"a live source (source={source!r}) belongs to 'patch'; {self.kind!r} cannot use it "
+                             f"(mean and resample read a recorded run)")
+        extra = [name for name in ("run", "depth", "source_iteration") if getattr(self, name) is not None]
+        if extra:
+            raise UsageError(f"a live patch (source={source!r}) reads the same coordinates of the same generation; "
+                             f"drop {', '.join(extra)} (or drop source to patch from a recorded run)")
 
 
 @dataclass(frozen=True)
@@ -146,7 +170,7 @@ class Intervention:
         if self.site.stream not in allowed:
             raise UsageError(f"operation {self.operation.kind!r} applies to the stream(s) {', '.join(allowed)}, "
                              f"not {self.site.stream!r}")
-        if self.site.stream == "state_in" and self.operation.kind in READS_RUN:
+        if self.site.stream == "state_in" and self.operation.kind in READS_RUN and not self.operation.live:
             # the state iteration i reads is the one recorded at iteration i - 1; iteration 1 reads the previous
             # position's (or the prompt's), which a recording does not hold as a carried state
             if self.site.iterations is None or min(self.site.iterations) < 2:
@@ -163,6 +187,11 @@ class InterventionSpec:
     """An ordered list of interventions; later ones see the result of earlier ones at the same site."""
 
     interventions: tuple[Intervention, ...] = field(default_factory=tuple)
+
+    @classmethod
+    def of(cls, site: Site, operation: Operation) -> InterventionSpec:
+        """A spec of one rule (per-row sweeps build one such spec per row)."""
+        return cls((Intervention(site, operation),))
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready: ``{"interventions": [{"site": {...}, "operation": {...}}, ...]}``."""

@@ -50,6 +50,12 @@ class LoopModel:
         self.backbone = backbone
         self.loop = found
 
+    def intervene(self, *args: Any, **kwargs: Any) -> Any:
+        """Refused: the live-source context is the SST's; a looped family takes a recorded-run spec through
+        :func:`~sst_interp.interventions.loops.intervene_loop`."""
+        raise UsageError(f"{self.loop.family} has no sst.intervene context (live sources, per-row specs, captures "
+                         f"are SST-only); use sst_interp.interventions.loops.intervene_loop with one spec")
+
     @property
     def config(self) -> Any:
         """The backbone's config (its depth field changes under :meth:`at_depth`)."""

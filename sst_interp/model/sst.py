@@ -8,14 +8,15 @@ a ``sst_state`` submodule holding ``theta`` and ``state_norm_weight`` (L x d eac
 from __future__ import annotations
 
 import inspect
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from typing import Any
+from typing import Any, ClassVar
 
 import torch
 from torch import nn
 from transformers import PreTrainedModel
 
+from sst_interp.kernels.errors import UsageError
 from sst_interp.model.adapters import ArchitectureAdapter, adapter_for, decoder_layers
 from sst_interp.model.config import SSTConfig
 from sst_interp.model.loops import SST_LOOP, LoopDeclaration
@@ -35,6 +36,10 @@ class SSTModel(nn.Module):
         layers: the decoder layers (``backbone.get_decoder().layers``), in order.
         context: the shared :class:`StateStreamContext` the layers read.
     """
+
+    #: What :meth:`intervene` returns (``LiveIntervention``): :mod:`sst_interp.interventions`, a floor above the
+    #: model, sets it when imported, so the model never imports it.
+    intervention_context: ClassVar[Callable[..., Any] | None] = None
 
     def __init__(self, backbone: PreTrainedModel, config: SSTConfig) -> None:
         super().__init__()
@@ -164,6 +169,17 @@ class SSTModel(nn.Module):
         finally:
             ctx.mode, ctx.given, ctx.carry, ctx.capture, ctx.capture_kind = "off", {}, {}, None, "output"
             # ctx.intervention is owned by the Intervener's context manager, not by the state mode
+
+    def intervene(self, spec: Any, capture: Any = (), question_ids: Any = None) -> Any:
+        """Interventions from Python: ``with sst.intervene(spec_or_specs, capture=["layer_out"]) as iv:
+        iv.generate(prompts, depth, config)``, then ``iv.captured("layer_out")`` [rows, positions, iterations,
+        layers, d]. ``spec`` is an InterventionSpec for every row or a list of them, one per row; live sources
+        (``Operation("patch", source=j)`` or ``source="clean"``) read the same generation. See
+        :class:`~sst_interp.interventions.live.LiveIntervention`."""
+        if SSTModel.intervention_context is None:
+            raise UsageError("sst.intervene needs sst_interp.interventions (where InterventionSpec lives): import it "
+                             "first")
+        return SSTModel.intervention_context(self, spec, capture=capture, question_ids=question_ids)
 
     def zero_states(self, batch_size: int) -> dict[int, torch.Tensor]:
         """A zero carried state for every stateful layer: {l: [B, d]} in the backbone's dtype, on layer l's device."""

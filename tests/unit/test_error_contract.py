@@ -141,6 +141,8 @@ CASES = [
          "layers [9] do not exist in a model with 3 layers"),
     Case("intervention-patch-run-missing", "record",
          (*REC, "--intervention", "{data}/spec_no_run.json", "--out", "{out}"), "/no/such/run"),
+    Case("intervention-live-source-in-a-recording", "record",  # issue 30 item 4: batch rows are record's layout
+         (*REC, "--intervention", "{data}/spec_live.json", "--out", "{out}"), "a recording lays its batches out"),
     Case("intervention-spec-missing", "record", (*REC, "--intervention", "{data}/nope.yaml", "--out", "{out}"),
          "intervention spec not found"),
     Case("intervention-mean-beyond-recorded-positions", "record",
@@ -402,6 +404,8 @@ def files(tmp_path_factory) -> dict[str, Path]:
 
     save_probe(data / "probe_other_model", HaltingProbe(ProbeConfig(input_size=32)),
                ProbeMeta(layer=1, provenance={"identity": {"model": "another/model"}, "n_must_halt": 10}))
+    (data / "spec_live.json").write_text(json.dumps({"interventions": [
+        {"site": {"stream": "layer_out"}, "operation": {"kind": "patch", "source": 1}}]}))
     (data / "spec_no_run.json").write_text(json.dumps({"interventions": [
         {"site": {"stream": "layer_out"}, "operation": {"kind": "patch", "run": "/no/such/run"}}]}))
     (data / "spec_mean_far.json").write_text(json.dumps({"interventions": [
