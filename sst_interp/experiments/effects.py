@@ -11,7 +11,7 @@ import pandas as pd
 
 from sst_interp.experiments.intervals import adjusted, correction_label, mean_interval, sign_test
 from sst_interp.experiments.power import questions_needed
-from sst_interp.experiments.tables import POWER_COLUMN
+from sst_interp.experiments.tables import FLIP_POWER_COLUMN, POWER_COLUMN
 from sst_interp.kernels.stats import mcnemar_exact
 
 def flip_and_logprob_columns(broken: int, fixed: int, bounds: pd.DataFrame, resamples: int,
@@ -29,6 +29,7 @@ def flip_and_logprob_columns(broken: int, fixed: int, bounds: pd.DataFrame, resa
     return {
         "broken": broken, "fixed": fixed,
         "mcnemar_exact_p": float(mcnemar_exact(broken, fixed).pvalue) if broken + fixed else 1.0,
+        FLIP_POWER_COLUMN: float("nan"),
         "logprob_change_mean": float(np.mean(high)) if len(high) and not censored else float("nan"),
         "logprob_change_bound_low": float(np.mean(low)) if len(low) else float("nan"),
         "logprob_change_bound_high": float(np.mean(high)) if len(high) else float("nan"),
@@ -50,9 +51,11 @@ def holm(table: pd.DataFrame, cells: pd.Series) -> pd.DataFrame:
 
 
 def planned_questions(table: pd.DataFrame, cells: pd.Series) -> pd.DataFrame:
-    """``table`` with :data:`POWER_COLUMN` filled on the rows ``cells`` marks (the same cells as :func:`holm`): the
-    questions the sign test would need to find each cell's observed log-prob effect with 80% power, planned at
-    0.05 / cells (:func:`~sst_interp.experiments.power.questions_needed`; NaN where up equals down or nothing was
+    """``table`` with :data:`POWER_COLUMN` and :data:`FLIP_POWER_COLUMN` filled on the rows ``cells`` marks (the
+    same cells as :func:`holm`): the questions the sign test would need to find each cell's observed log-prob effect
+    with 80% power, and McNemar's exact test its observed flips (the sign test on the questions that flipped:
+    ``fixed`` against ``broken``), planned at 0.05 / cells
+    (:func:`~sst_interp.experiments.power.questions_needed`; NaN where the two directions are equal or nothing was
     counted, and on the reference rows)."""
     out = table.copy()
     mask = cells.to_numpy(bool)
@@ -62,4 +65,6 @@ def planned_questions(table: pd.DataFrame, cells: pd.Series) -> pd.DataFrame:
         up, counted = int(row["logprob_sign_up"]), int(row["logprob_sign_n"])
         total = int(row["logprob_compared"] + row["logprob_censored"])
         out.loc[index, POWER_COLUMN] = questions_needed(up, counted - up, total, cells=count)
+        out.loc[index, FLIP_POWER_COLUMN] = questions_needed(int(row["fixed"]), int(row["broken"]),
+                                                             int(row["n_questions"]), cells=count)
     return out

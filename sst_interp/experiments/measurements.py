@@ -24,6 +24,7 @@ from sst_interp.experiments.manifest import KINDS, kinds_in, read_manifest, read
 from sst_interp.experiments.tables import (
     ATTRIBUTION_VERIFIED,
     ATTRIBUTION_VERIFIED_COLUMNS,
+    FLIP_POWER_COLUMN,
     POWER_COLUMN,
     STEER_COLUMNS,
     TRACE_LAYER_ITERATION,
@@ -108,6 +109,8 @@ SHARED_DOC = {
     "correction": "the multiple-comparison correction and how many cells it spans",
     "logprob_compared": "questions with the token in both top-Ks",
     "logprob_censored": "questions where it left the recorded top-K (kept as bounds)",
+    FLIP_POWER_COLUMN: "questions McNemar's exact test would need to find this cell's observed flips (fixed against "
+                       "broken) with 80% power at 0.05 / cells (NaN when they are equal)",
     POWER_COLUMN: "questions the sign test would need to find this cell's observed effect with 80% power at "
                   "0.05 / cells (exact binomial power; NaN when up equals down)",
 }

@@ -4,6 +4,9 @@ them, :mod:`sst_interp.experiments.measurements`, document their columns without
 #: questions the sign test would need for the cell's observed effect (the power is
 #: :data:`sst_interp.experiments.power.TARGET_POWER`)
 POWER_COLUMN = "questions_for_80pct_power"
+#: ... and McNemar's exact test of the flips would need for the cell's observed broken/fixed split (it is the sign
+#: test on the questions that flipped)
+FLIP_POWER_COLUMN = "flips_questions_for_80pct_power"
 #: the log-prob columns both tables share (:mod:`sst_interp.experiments.effects` fills them)
 LOGPROB_COLUMNS = ("logprob_change_mean", "logprob_change_bound_low", "logprob_change_bound_high",
                    "logprob_change_ci_low", "logprob_change_ci_high", "logprob_sign_p", "logprob_sign_n",
@@ -12,13 +15,13 @@ LOGPROB_COLUMNS = ("logprob_change_mean", "logprob_change_bound_low", "logprob_c
 
 WINDOW_TABLE = "window"
 WINDOW_COLUMNS = ("condition", "mode", "first_layer", "last_layer", "depth", "n_questions", "accuracy_pct",
-                  "accuracy_change_pp", "accuracy_change_ci_low", "accuracy_change_ci_high", "broken", "fixed", "mcnemar_exact_p",
-                  *LOGPROB_COLUMNS)
+                  "accuracy_change_pp", "accuracy_change_ci_low", "accuracy_change_ci_high", "broken", "fixed",
+                  "mcnemar_exact_p", FLIP_POWER_COLUMN, *LOGPROB_COLUMNS)
 
 STEER_TABLE = "steer"
 STEER_COLUMNS = ("condition", "direction", "scale", "depth", "n_questions", "accuracy_pct", "regressions", "recoveries",
-                 "regressions_change", "recoveries_change", "broken", "fixed", "mcnemar_exact_p", *LOGPROB_COLUMNS,
-                 "random_logprob_change_min", "random_logprob_change_max")
+                 "regressions_change", "recoveries_change", "broken", "fixed", "mcnemar_exact_p", FLIP_POWER_COLUMN,
+                 *LOGPROB_COLUMNS, "random_logprob_change_min", "random_logprob_change_max")
 
 TRACE_EFFECTS = "trace_effects"
 TRACE_LAYER_POSITION = "trace_layer_position"

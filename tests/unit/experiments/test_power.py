@@ -16,7 +16,7 @@ from sst_interp.experiments.power import (
     questions_needed,
     sign_test_power,
 )
-from sst_interp.experiments.tables import POWER_COLUMN
+from sst_interp.experiments.tables import FLIP_POWER_COLUMN, POWER_COLUMN
 
 
 def enumerated_power(p_up: float, n: int, alpha: float) -> float:
@@ -63,7 +63,11 @@ def test_questions_scale_by_the_counted_share_and_plan_at_alpha_over_cells():
 def test_the_tables_planning_column_fills_the_sweep_cells_only():
     table = pd.DataFrame({"condition": ["clean", "a", "b"], "logprob_sign_up": [0, 8, 4],
                           "logprob_sign_n": [0, 8, 8], "logprob_compared": [8, 8, 8], "logprob_censored": [0, 0, 0],
-                          POWER_COLUMN: np.nan})
+                          "n_questions": [8, 8, 8], "broken": [0, 1, 2], "fixed": [0, 1, 0], POWER_COLUMN: np.nan,
+                          FLIP_POWER_COLUMN: np.nan})
     out = planned_questions(table, table["condition"] != "clean")
     assert math.isnan(out.loc[0, POWER_COLUMN]) and math.isnan(out.loc[2, POWER_COLUMN])  # reference; 4 up, 4 down
     assert out.loc[1, POWER_COLUMN] == counted_questions_needed(1.0, 0.05 / 2)
+    # flips: a is 1 fixed against 1 broken (no direction); b is 2 broken of 8, so 4x the counted questions
+    assert math.isnan(out.loc[0, FLIP_POWER_COLUMN]) and math.isnan(out.loc[1, FLIP_POWER_COLUMN])
+    assert out.loc[2, FLIP_POWER_COLUMN] == 4 * counted_questions_needed(0.0, 0.05 / 2)
