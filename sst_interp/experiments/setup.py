@@ -53,15 +53,16 @@ def prepare(base: RecordOptions) -> tuple[RecordOptions, list[Any], Any, bool, s
     """Check ``base`` and load the questions, without loading the model (so bad input stops in seconds).
 
     Returns:
-        (the validated options, the selected questions, the model spec, demo preset on, questions sha256).
+        (the options with what they left open filled in (``base`` itself is not changed), the selected questions,
+        the model spec, demo preset on, questions sha256).
     """
     from sst_interp.data import load_questions, questions_to_frame
     from sst_interp.data.question import select_questions
     from sst_interp.model.loading import resolve_prompt_mode
     from sst_interp.record.identity import model_spec, questions_sha256, sandbox_config
+    from sst_interp.record.plan import resolve_options
 
-    base.validate()
-    base.use_default_codeact_checkpoint()
+    base, _, _ = resolve_options(base)  # a resolved copy: the caller's options stay as they are
     if base.codeact:
         from sst_interp.sandbox import check_backend
 
@@ -73,7 +74,7 @@ def prepare(base: RecordOptions) -> tuple[RecordOptions, list[Any], Any, bool, s
         every = [codeact_question(q) for q in every]
     selected = select_questions(every, limit=base.limit, ids=base.ids)
     spec, demo = model_spec(base)
-    base.prompt_mode = resolve_prompt_mode(base.prompt_mode, demo)
+    base = dataclasses.replace(base, prompt_mode=resolve_prompt_mode(base.prompt_mode, demo))
     return base, selected, spec, demo, questions_sha256(questions_to_frame(every))
 
 
