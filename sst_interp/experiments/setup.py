@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from sst_interp.experiments.configs import layer_set
 from sst_interp.kernels.errors import UsageError
 from sst_interp.record.options import RecordOptions
 
@@ -125,26 +126,13 @@ def condition_identity(setup: Setup, depths: list[int]) -> dict[str, Any]:
                         setup.data_sha256)
 
 
-def require_depth(depth: int) -> None:
-    """Experiments compare depth k with depth 1: k must be at least 2."""
-    if depth < 2:
-        raise UsageError(f"--depth must be at least 2 (the experiment compares depth k with depth 1), got {depth}")
-
-
 def parse_layers(text: str | None, num_layers: int, flag: str = "--layers") -> tuple[int, ...]:
     """``all``/None, ``a-b`` ranges and comma lists of layer indices, checked against the model's layer count."""
-    if text is None or text.strip() == "all":
+    chosen = layer_set(text, flag)
+    if chosen is None:
         return tuple(range(num_layers))
-    out: set[int] = set()
-    for part in text.split(","):
-        part = part.strip()
-        first, sep, last = part.partition("-")
-        try:
-            out.update(range(int(first), int(last) + 1) if sep else [int(part)])
-        except ValueError as err:
-            raise UsageError(f"{flag} {text!r}: write layer indices like 0,3,5-7 or all") from err
-    bad = sorted(layer for layer in out if not 0 <= layer < num_layers)
-    if bad or not out:
+    bad = sorted(layer for layer in chosen if not 0 <= layer < num_layers)
+    if bad or not chosen:
         raise UsageError(f"{flag} {text!r}: layers {bad} do not exist in a model with {num_layers} layers "
                          f"(0-{num_layers - 1})")
-    return tuple(sorted(out))
+    return chosen
