@@ -38,7 +38,7 @@ def parse_live(text: str) -> LiveRun:
 
 
 @dataclass(frozen=True)
-class _LiveFlags:
+class _Live:
     """How ``live`` is typed on the command line."""
 
     live: list[str] = arg(default_factory=list, repeat=True,
@@ -46,7 +46,7 @@ class _LiveFlags:
                                "(repeatable)")
 
 
-def _live_runs(flags: _LiveFlags) -> tuple[LiveRun, ...]:
+def _live_runs(flags: _Live) -> tuple[LiveRun, ...]:
     return tuple(parse_live(text) for text in flags.live)
 
 
@@ -62,7 +62,7 @@ class SweepConfig:
                                                        "(each in (0, 1))")
     policies: tuple[str, ...] = arg((), flag="policy", repeat=True,
                                     help="a policy string replayed as written, e.g. state:0.05,max=4 (repeatable)")
-    live: tuple[LiveRun, ...] = arg((), flags=Flags(_LiveFlags, _live_runs),
+    live: tuple[LiveRun, ...] = arg((), flags=Flags(_Live, _live_runs),
                                     help="runs whose measured rows join the table (--live)")
     run_wall_s: float | None = arg(None, flag="run_seconds",
                                    help="measured wall time of --run (shown when it holds one depth)")
