@@ -25,13 +25,14 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
-
-import pandas as pd
+from typing import TYPE_CHECKING
 
 from sst_interp.checkpoints import resolve_checkpoint
 from sst_interp.kernels.errors import UsageError
 from sst_interp.kernels.fields import Flags, arg
-from sst_interp.store import Run
+
+if TYPE_CHECKING:  # the store and pandas load when the inputs are resolved: the report's --help stays fast
+    from sst_interp.store import Run
 
 MANIFEST = "manifest.json"
 TRAIN_LOG = "train_log.csv"
@@ -215,6 +216,8 @@ def _benchmark(run: Run, name: str) -> str:
 
 
 def _open_runs(paths: list[Path]) -> list[RunInput]:
+    from sst_interp.store import Run
+
     out = []
     for name, path in zip(_unique_names(paths), paths):
         run = Run.open(path).check_tables()  # a damaged table is refused before any artefact is written
@@ -272,6 +275,8 @@ def _log_folder(path: Path) -> Path:
 def _is_sst_log(folder: Path) -> bool:
     if (folder / ALPHA_LOG).is_file():
         return True
+    import pandas as pd
+
     try:
         log = pd.read_csv(folder / TRAIN_LOG)
     except (OSError, ValueError, pd.errors.ParserError) as err:
@@ -321,6 +326,8 @@ def resolve_inputs(config: ReportConfig) -> ReportInputs:
     if not run_paths:
         raise UsageError("every run given is also a --baseline; pass the SST run with --run")
     runs = _open_runs(run_paths)
+    from sst_interp.store import Run
+
     baselines = [RunInput(n, p, Run.open(p).check_tables(), n)
                  for n, p in zip(_unique_names(base_paths), base_paths)]
     if config.probe is not None and not Path(config.probe).exists():
