@@ -2,13 +2,15 @@
 
 Every field of a config dataclass becomes one documented flag, the same way in all five CLIs:
 
-- the flag is the field name with ``_`` -> ``-`` (``max_new_tokens`` -> ``--max-new-tokens``);
+- the flag is the field name with ``_`` -> ``-`` (``max_new_tokens`` -> ``--max-new-tokens``), or the name given
+  as ``arg(..., flag=...)`` (``runs`` typed as ``--run``);
 - the help text is the field's ``metadata["help"]`` (declare fields with :func:`~sst_interp.kernels.fields.arg`, on
   the kernels floor so that library configs declare their own flags; re-exported here); a non-None default other
   than ``False`` is appended as ``(default: X)`` unless the help already says what the default is;
 - the field's type picks the parsing: ``bool`` (also ``bool | None``) is ``--flag`` / ``--no-flag``; ``int``,
-  ``float``, ``str`` and ``Path`` (optionally ``| None``) take one value; ``list[X]`` takes a comma-separated
-  list, or with ``arg(..., repeat=True)`` one value per repetition of the flag; ``dict[str, int]`` takes
+  ``float``, ``str`` and ``Path`` (optionally ``| None``) take one value; ``list[X]`` (and ``tuple[X, ...]``, parsed
+  as a list and handed over as a tuple) takes a comma-separated list, or with ``arg(..., repeat=True)`` one value
+  per repetition of the flag; ``dict[str, int]`` takes
   ``KEY=ID,KEY=ID``;
 - a field without a default is a required flag; ``arg(..., choices=...)`` restricts the values;
 - a field declared with ``arg(..., flags=Flags(form, convert))`` is typed as the flags of ``form`` instead, in its
@@ -81,16 +83,20 @@ def add_config_flags(parser: argparse.ArgumentParser, config_type: type, *, omit
             add_config_flags(parser, field.metadata["flags"].form, omit_unset=omit_unset)
             continue
         default = _field_default(field)
+        if isinstance(default, tuple):  # argparse appends to a list default; given_fields hands over a tuple
+            default = list(default)
         if field.metadata.get("positional"):
             parser.add_argument(field.name, **_type_options(field, hints[field.name]), help=field.metadata["help"])
             continue
         options: dict[str, Any] = {"dest": field.name, **_type_options(field, hints[field.name])}
+        if "flag" in field.metadata:  # the placeholder follows the flag's name, not the field's
+            options.setdefault("metavar", field.metadata["flag"].upper())
         options["help"] = _help_text(field.metadata["help"], default)
         if default is dataclasses.MISSING:
             options["required"] = True
         else:
             options["default"] = argparse.SUPPRESS if omit_unset else default
-        parser.add_argument("--" + field.name.replace("_", "-"), **options)
+        parser.add_argument("--" + field.metadata.get("flag", field.name).replace("_", "-"), **options)
 
 
 def config_from_namespace(config_type: type[C], namespace: argparse.Namespace) -> C:
@@ -104,6 +110,7 @@ def given_fields(config_type: type, namespace: argparse.Namespace) -> dict[str, 
     A field typed as a :class:`~sst_interp.kernels.fields.Flags` form is present when any flag of its form is; its
     value is the form's conversion (in field order, so the first bad field is the one reported)."""
     values: dict[str, Any] = {}
+    hints = typing.get_type_hints(config_type)
     for field in dataclasses.fields(config_type):
         if not field.init:
             continue
@@ -113,7 +120,10 @@ def given_fields(config_type: type, namespace: argparse.Namespace) -> dict[str, 
             if given:
                 values[field.name] = flags.convert(flags.form(**given))
         elif hasattr(namespace, field.name):
-            values[field.name] = getattr(namespace, field.name)
+            value = getattr(namespace, field.name)
+            if typing.get_origin(_strip_optional(hints[field.name])) is tuple and isinstance(value, list):
+                value = tuple(value)
+            values[field.name] = value
     return values
 
 
@@ -138,7 +148,7 @@ def _type_options(field: dataclasses.Field, hint: Any) -> dict[str, Any]:
         options["action"] = argparse.BooleanOptionalAction
     elif kind in _SCALARS:
         options["type"] = kind
-    elif typing.get_origin(kind) is list and typing.get_args(kind)[0] in _SCALARS:
+    elif _is_sequence(kind):
         item = typing.get_args(kind)[0]
         if metadata.get("repeat"):
             options.update(action="append", type=item)
@@ -151,6 +161,14 @@ def _type_options(field: dataclasses.Field, hint: Any) -> dict[str, Any]:
     else:  # a new field type needs a parsing rule here
         raise TypeError(f"no CLI flag type for field {field.name}: {hint}")
     return options
+
+
+def _is_sequence(kind: Any) -> bool:
+    """``list[X]`` or ``tuple[X, ...]`` of a scalar ``X``."""
+    args = typing.get_args(kind)
+    if typing.get_origin(kind) is list:
+        return len(args) == 1 and args[0] in _SCALARS
+    return typing.get_origin(kind) is tuple and len(args) == 2 and args[1] is Ellipsis and args[0] in _SCALARS
 
 
 def _strip_optional(hint: Any) -> Any:

@@ -28,36 +28,20 @@ import inspect
 import sys
 import traceback
 from collections.abc import Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from sst_interp.cli.args import add_config_flags, arg, config_parser, given_fields
+from sst_interp.cli.args import add_config_flags, config_parser, given_fields
 from sst_interp.kernels.errors import UsageError, cli_entry
 from sst_interp.kernels.paths import ensure_writable_folder
-from sst_interp.train.config import TrainConfig, codeact_demo_config, demo_config
+from sst_interp.train.config import TrainConfig, TrainPresets, codeact_demo_config, demo_config
 
 if TYPE_CHECKING:
     from sst_interp.train.distributed import DataParallel
 
 
-@dataclass
-class TrainFlags(TrainConfig):
-    """The flags of ``train``: every :class:`TrainConfig` field (the library config, whose fields carry their flag
-    help) plus the two presets. Never instantiated: :func:`config_from_args` lays the given flags over a preset's
-    :class:`TrainConfig`, so the command tells a flag that was given from one that was not."""
-
-    demo: bool = arg(False, help="demo preset: a small SST on the default backbone, CPU, a few minutes, procedural "
-                                 "data (changes some of the other flags' defaults; see "
-                                 "sst_interp.train.config.demo_config)")
-    codeact_demo: bool = arg(False, help="the recipe of the shipped demo-codeact checkpoint (with --baseline: of "
-                                         "demo-codeact-baseline) on CodeACT traces from python -m "
-                                         "sst_interp.train.codeact_data; needs --train-data and --val-data (see "
-                                         "sst_interp.train.config.codeact_demo_config)")
-
-
 def build_parser() -> argparse.ArgumentParser:
-    """The argument parser: one flag per :class:`TrainFlags` field.
+    """The argument parser: one flag per :class:`TrainConfig` field, then the :class:`TrainPresets` flags.
 
     Flags that are not given stay out of the parsed namespace, so a preset can tell them from its own settings.
     """
@@ -65,14 +49,16 @@ def build_parser() -> argparse.ArgumentParser:
         "python -m sst_interp.train",
         "Two-pass SST training (paper sec:two_pass) or the matched one-pass baseline (--baseline).",
     )
-    add_config_flags(parser, TrainFlags, omit_unset=True)
+    add_config_flags(parser, TrainConfig, omit_unset=True)
+    add_config_flags(parser, TrainPresets, omit_unset=True)
     return parser
 
 
 def config_from_args(args: argparse.Namespace) -> TrainConfig:
     """The :class:`TrainConfig` of parsed arguments (the demo preset or the paper's defaults, then the flags)."""
     given = given_fields(TrainConfig, args)
-    demo, codeact_demo = getattr(args, "demo", False), getattr(args, "codeact_demo", False)
+    presets = TrainPresets(**given_fields(TrainPresets, args))
+    demo, codeact_demo = presets.demo, presets.codeact_demo
     if demo and codeact_demo:
         raise UsageError("--demo and --codeact-demo are two different presets; pass one")
     if codeact_demo:
@@ -98,7 +84,7 @@ def config_from_args(args: argparse.Namespace) -> TrainConfig:
 
 def needs_demo_data(args: argparse.Namespace, config: TrainConfig) -> bool:
     """Whether ``--demo`` without ``--train-data`` will write the procedural demo data into ``OUT/data``."""
-    return bool(getattr(args, "demo", False)) and config.train_data is None
+    return TrainPresets(**given_fields(TrainPresets, args)).demo and config.train_data is None
 
 
 @cli_entry

@@ -48,6 +48,7 @@ from sst_interp.experiments.tables import (
     ATTRIBUTION_VERIFIED,
     ATTRIBUTION_VERIFIED_COLUMNS,
 )
+from sst_interp.experiments.configs import AttributionConfig
 from sst_interp.experiments.trace import Target
 from sst_interp.interventions import Intervener, Intervention, InterventionSpec, Operation, Site, intervene
 from sst_interp.model.generation import FixedDepth, GenerationConfig, GenerationSession
@@ -345,36 +346,6 @@ def patch_effects(sst: Any, prompts: list[list[int]], targets: Sequence[Target |
 
 # ---------------------------------------------------------------------------------------------- the experiment
 EFFECTS, CELLS, VERIFIED, TIMING = ATTRIBUTION_EFFECTS, ATTRIBUTION_CELLS, ATTRIBUTION_VERIFIED, ATTRIBUTION_TIMING
-
-
-@dataclass(frozen=True)
-class AttributionConfig:
-    """``python -m sst_interp.intervene attribute``: causal tracing's question (which (layer, position) of depth k
-    carries its answer into depth 1, :mod:`sst_interp.experiments.trace`) answered by attribution patching over
-    layer x position x depth k's iteration, then the top cells checked by real patching.
-
-    Args:
-        depth: k (>= 2).
-        positions: targets are looked for at generated positions 0..positions-1 (at most ``--full-positions``).
-        layers: the layers attributed (None: every layer).
-        target_position: as :class:`~sst_interp.experiments.trace.TraceConfig`.
-        verify_top: how many cells (layer, position, source iteration), ranked by |mean estimate|, are patched for
-            real (one forced generation per cell and batch).
-    """
-
-    depth: int = 2
-    positions: int = 6
-    layers: tuple[int, ...] | None = None
-    target_position: int | None = None
-    verify_top: int = 5
-
-    def check(self, num_layers: int, full_positions: int) -> None:
-        """UsageError for a config this model or recording cannot take."""
-        from sst_interp.experiments.trace import TraceConfig
-
-        TraceConfig(self.depth, self.positions, self.layers, self.target_position).check(num_layers, full_positions)
-        if self.verify_top < 0:
-            raise UsageError(f"--verify-top must be >= 0, got {self.verify_top}")
 
 
 def run_attribution(setup: Any, out: Path, config: AttributionConfig) -> dict[str, pd.DataFrame]:

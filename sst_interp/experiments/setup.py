@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from sst_interp.experiments.configs import layer_set
 from sst_interp.kernels.errors import UsageError
 from sst_interp.record.options import RecordOptions
 
@@ -53,15 +54,16 @@ def prepare(base: RecordOptions) -> tuple[RecordOptions, list[Any], Any, bool, s
     """Check ``base`` and load the questions, without loading the model (so bad input stops in seconds).
 
     Returns:
-        (the validated options, the selected questions, the model spec, demo preset on, questions sha256).
+        (the options with what they left open filled in (``base`` itself is not changed), the selected questions,
+        the model spec, demo preset on, questions sha256).
     """
     from sst_interp.data import load_questions, questions_to_frame
     from sst_interp.data.question import select_questions
     from sst_interp.model.loading import resolve_prompt_mode
     from sst_interp.record.identity import model_spec, questions_sha256, sandbox_config
+    from sst_interp.record.plan import resolve_options
 
-    base.validate()
-    base.use_default_codeact_checkpoint()
+    base, _, _ = resolve_options(base)  # a resolved copy: the caller's options stay as they are
     if base.codeact:
         from sst_interp.sandbox import check_backend
 
@@ -73,7 +75,7 @@ def prepare(base: RecordOptions) -> tuple[RecordOptions, list[Any], Any, bool, s
         every = [codeact_question(q) for q in every]
     selected = select_questions(every, limit=base.limit, ids=base.ids)
     spec, demo = model_spec(base)
-    base.prompt_mode = resolve_prompt_mode(base.prompt_mode, demo)
+    base = dataclasses.replace(base, prompt_mode=resolve_prompt_mode(base.prompt_mode, demo))
     return base, selected, spec, demo, questions_sha256(questions_to_frame(every))
 
 
@@ -124,26 +126,13 @@ def condition_identity(setup: Setup, depths: list[int]) -> dict[str, Any]:
                         setup.data_sha256)
 
 
-def require_depth(depth: int) -> None:
-    """Experiments compare depth k with depth 1: k must be at least 2."""
-    if depth < 2:
-        raise UsageError(f"--depth must be at least 2 (the experiment compares depth k with depth 1), got {depth}")
-
-
 def parse_layers(text: str | None, num_layers: int, flag: str = "--layers") -> tuple[int, ...]:
     """``all``/None, ``a-b`` ranges and comma lists of layer indices, checked against the model's layer count."""
-    if text is None or text.strip() == "all":
+    chosen = layer_set(text, flag)
+    if chosen is None:
         return tuple(range(num_layers))
-    out: set[int] = set()
-    for part in text.split(","):
-        part = part.strip()
-        first, sep, last = part.partition("-")
-        try:
-            out.update(range(int(first), int(last) + 1) if sep else [int(part)])
-        except ValueError as err:
-            raise UsageError(f"{flag} {text!r}: write layer indices like 0,3,5-7 or all") from err
-    bad = sorted(layer for layer in out if not 0 <= layer < num_layers)
-    if bad or not out:
+    bad = sorted(layer for layer in chosen if not 0 <= layer < num_layers)
+    if bad or not chosen:
         raise UsageError(f"{flag} {text!r}: layers {bad} do not exist in a model with {num_layers} layers "
                          f"(0-{num_layers - 1})")
-    return tuple(sorted(out))
+    return chosen

@@ -17,7 +17,6 @@ bootstrap interval and the exact sign test, none below 6 questions, Holm-adjuste
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -28,7 +27,8 @@ from sst_interp.kernels.errors import UsageError
 from sst_interp.experiments import manifest as files
 from sst_interp.experiments.effects import flip_and_logprob_columns, holm, planned_questions
 from sst_interp.experiments.tables import STEER_COLUMNS, STEER_TABLE
-from sst_interp.experiments.setup import Setup, condition_identity, record_condition, require_depth
+from sst_interp.experiments.configs import SteerConfig
+from sst_interp.experiments.setup import Setup, condition_identity, record_condition
 from sst_interp.interventions import Intervention, InterventionSpec, Operation, Site
 
 TABLE, COLUMNS = STEER_TABLE, STEER_COLUMNS
@@ -37,43 +37,6 @@ DIRECTION = "direction.npy"
 MIN_PROBE_POSITIVES = 5
 #: The run identity keys that name the model a probe was trained on: the backbone and the checkpoint's weights.
 MODEL_KEYS = ("model", "checkpoint_sha256")
-
-
-@dataclass(frozen=True)
-class SteerConfig:
-    """Experiment c.
-
-    Args:
-        probe: a saved halting probe (``python -m sst_interp.probe train``).
-        depth: k (>= 2).
-        scales: the sweep, in units of the state's mean norm (0 is the clean run and is not recorded again).
-        positions: generated positions steered (None: every position).
-        resamples: bootstrap resamples.
-        seed: bootstrap seed.
-        logprob_position: the generated position whose clean depth-k token's log-prob change is measured (0: the
-            first token).
-    """
-
-    probe: Path
-    depth: int = 2
-    scales: tuple[float, ...] = (-1.0, -0.5, 0.5, 1.0)
-    positions: tuple[int, ...] | None = (0,)
-    resamples: int = 10_000
-    seed: int = 0
-    logprob_position: int = 0
-    random_directions: int = 3
-
-    def check(self) -> None:
-        """UsageError for a config no model can take."""
-        require_depth(self.depth)
-        if not self.scales:
-            raise UsageError("--scales is empty; give e.g. -1,-0.5,0.5,1")
-        if self.resamples < 1:
-            raise UsageError(f"--resamples must be at least 1, got {self.resamples}")
-        if self.logprob_position < 0:
-            raise UsageError(f"--logprob-position must be >= 0, got {self.logprob_position}")
-        if self.random_directions < 0:
-            raise UsageError(f"--random-directions must be >= 0, got {self.random_directions}")
 
 
 def probe_direction(path: Path, hidden_size: int, num_layers: int) -> tuple[np.ndarray, int]:

@@ -41,48 +41,12 @@ from sst_interp.experiments.tables import (
     TRACE_LAYER_POSITION,
     TRACE_TARGETS,
 )
-from sst_interp.experiments.setup import Setup, record_condition, require_depth
+from sst_interp.experiments.configs import TraceConfig
+from sst_interp.experiments.setup import Setup, record_condition
 from sst_interp.interventions import Intervention, InterventionSpec, Operation, Site
 
 EFFECTS, LAYER_POSITION, LAYER_ITERATION, TARGETS = (TRACE_EFFECTS, TRACE_LAYER_POSITION, TRACE_LAYER_ITERATION,
                                                      TRACE_TARGETS)
-
-
-@dataclass(frozen=True)
-class TraceConfig:
-    """Experiment b.
-
-    Args:
-        depth: k (>= 2).
-        positions: targets are looked for at generated positions 0..positions-1 (at most ``--full-positions``,
-            where the clean run holds the states to patch).
-        layers: the layers patched (None: every layer).
-        target_position: None (the first position where the depths' tokens differ) or a fixed position P <
-            ``positions`` (depth k's token there, for questions whose tokens agree before P).
-        resample_control: also patch each layer x position cell with depth k's state of *another* question
-            (``resample``, seed 0): the corruption by resampled states beside the corruption by depth.
-    """
-
-    depth: int = 2
-    positions: int = 6
-    layers: tuple[int, ...] | None = None
-    target_position: int | None = None
-    resample_control: bool = True
-
-    def check(self, num_layers: int, full_positions: int) -> None:
-        """UsageError for a config this model or recording cannot take."""
-        require_depth(self.depth)
-        if self.positions < 1:
-            raise UsageError(f"--positions must be at least 1, got {self.positions}")
-        if self.positions > full_positions:
-            raise UsageError(f"--positions {self.positions} exceeds --full-positions {full_positions}: the clean run "
-                             f"holds the states to patch only at positions recorded in full")
-        if self.target_position is not None and not 0 <= self.target_position < self.positions:
-            raise UsageError(f"--target-position must be in 0..--positions-1 ({self.positions - 1}), got "
-                             f"{self.target_position}")
-        bad = [layer for layer in (self.layers or ()) if not 0 <= layer < num_layers]
-        if bad:
-            raise UsageError(f"--layers {bad} do not exist in a model with {num_layers} layers")
 
 
 @dataclass(frozen=True)

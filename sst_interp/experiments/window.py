@@ -29,7 +29,6 @@ reference row (the depth gain that a window could remove).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
@@ -39,75 +38,12 @@ from sst_interp.kernels.errors import UsageError
 from sst_interp.experiments import manifest as files
 from sst_interp.experiments.effects import flip_and_logprob_columns, holm, planned_questions
 from sst_interp.experiments.tables import WINDOW_COLUMNS, WINDOW_TABLE
-from sst_interp.experiments.setup import Setup, record_condition, require_depth
+from sst_interp.experiments.configs import READS_CLEAN, WINDOW_MODES, WindowConfig
+from sst_interp.experiments.setup import Setup, record_condition
 from sst_interp.interventions import Intervention, InterventionSpec, Operation, Site
 
 WindowMode = Literal["freeze", "zero", "mean", "resample"]
-WINDOW_MODES: tuple[str, ...] = ("freeze", "zero", "mean", "resample")
-#: the modes that read the clean run's recorded states (and so only act at its full positions)
-READS_CLEAN: tuple[str, ...] = ("mean", "resample")
 TABLE, COLUMNS = WINDOW_TABLE, WINDOW_COLUMNS
-
-
-@dataclass(frozen=True)
-class WindowConfig:
-    """Experiment a.
-
-    Args:
-        depth: k (>= 2).
-        size: layers per window.
-        stride: layers between the first layers of consecutive windows.
-        mode: ``freeze``, ``zero``, ``mean`` or ``resample`` (module docstring).
-        controls: further modes every window is recorded under beside ``mode`` (default: the ``mean`` and
-            ``resample`` baselines; () for none).
-        resamples: bootstrap resamples.
-        seed: bootstrap seed.
-        logprob_position: the generated position whose clean depth-k token's log-prob change is measured (0: the
-            first token).
-    """
-
-    depth: int = 2
-    size: int = 4
-    stride: int = 4
-    mode: WindowMode = "freeze"
-    controls: tuple[str, ...] = ("mean", "resample")
-    resamples: int = 10_000
-    seed: int = 0
-    logprob_position: int = 0
-
-    @property
-    def modes(self) -> tuple[str, ...]:
-        """``mode``, then the controls that differ from it, in order."""
-        return tuple(dict.fromkeys((self.mode, *self.controls)))
-
-    def check(self, num_layers: int | None = None, full_positions: int | None = None,
-              update: str | None = None) -> None:
-        """UsageError for a config this model (its layer count, its SST's state ``update``) or recording (its
-        full positions) cannot take; None: any."""
-        require_depth(self.depth)
-        for name, modes in (("--mode", (self.mode,)), ("--controls", self.controls)):
-            bad = [m for m in modes if m not in WINDOW_MODES]
-            if bad:
-                raise UsageError(f"{name} must be among {', '.join(WINDOW_MODES)}, got {', '.join(map(str, bad))}")
-        reads = [m for m in self.modes if m in READS_CLEAN]
-        if reads and full_positions is not None and self.logprob_position >= full_positions:
-            raise UsageError(f"--logprob-position {self.logprob_position} is beyond --full-positions "
-                             f"{full_positions}, where the {'/'.join(reads)} baseline acts (it reads the clean run's "
-                             f"states there); raise --full-positions or pass --controls none")
-        if reads and update is not None and update != "direct":
-            raise UsageError(f"the {'/'.join(reads)} baseline reads the clean run's layer outputs as carried states, "
-                             f"which they are only under the update 'direct' (this SST's is {update!r}); pass "
-                             f"--controls none")
-        if self.size < 1:
-            raise UsageError(f"--size must be at least 1, got {self.size}")
-        if num_layers is not None and self.size > num_layers:
-            raise UsageError(f"--size {self.size} exceeds the model's {num_layers} layers")
-        if self.stride < 1:
-            raise UsageError(f"--stride must be at least 1, got {self.stride}")
-        if self.resamples < 1:
-            raise UsageError(f"--resamples must be at least 1, got {self.resamples}")
-        if self.logprob_position < 0:
-            raise UsageError(f"--logprob-position must be >= 0, got {self.logprob_position}")
 
 
 def windows(num_layers: int, size: int, stride: int) -> list[tuple[int, ...]]:

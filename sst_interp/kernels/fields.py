@@ -47,6 +47,7 @@ def arg(
     metavar: str | None = None,
     flags: Flags | None = None,
     positional: bool = False,
+    flag: str | None = None,
 ) -> Any:
     """A dataclass field that is also a documented CLI flag (see :mod:`sst_interp.cli.args` for the mapping).
 
@@ -60,6 +61,7 @@ def arg(
         flags: the flags the field is typed as instead of its own (see :class:`Flags`); ``help`` then documents
             the field for the library only.
         positional: the field is a positional argument (``explore RUN``) instead of a ``--flag``.
+        flag: the flag's name when it is not the field's (``runs`` typed as a repeated ``--run``), without ``--``.
     """
     metadata: dict[str, Any] = {"help": help}
     if choices is not None:
@@ -72,6 +74,8 @@ def arg(
         metadata["flags"] = flags
     if positional:
         metadata["positional"] = True
+    if flag is not None:
+        metadata["flag"] = flag
     return dataclasses.field(default=default, default_factory=default_factory, metadata=metadata)
 
 

@@ -32,7 +32,8 @@ import pandas as pd
 import torch
 
 from sst_interp.kernels.errors import UsageError
-from sst_interp.model.halting import PositionPolicy, margin_from_top2, relative_change
+from sst_interp.model.halting import PositionPolicy, margin_from_top2, parse_position_policy, relative_change
+from sst_interp.probe.simulation_config import PositionSimConfig
 
 
 @dataclass
@@ -246,3 +247,17 @@ def summarize(table: pd.DataFrame, max_depth: int) -> pd.DataFrame:
     })
     out["compute_fraction"] = out["mean_iterations"] / max_depth
     return out.reset_index()
+
+
+def simulate_policies(config: PositionSimConfig) -> tuple[pd.DataFrame, list[PositionPolicy]]:
+    """Simulate every policy of ``config`` on its run: (the per-(question, turn) table of them all, written to
+    ``config.out`` when given; the parsed policies, ``max`` defaulting to the run's deepest depth)."""
+    from sst_interp.store import Run
+
+    recorded = Run.open(config.run)
+    default_max = max(recorded.depths) if recorded.depths else 1
+    policies = [parse_position_policy(text, default_max) for text in config.policy]
+    table = pd.concat([simulation_table(simulate_policy(recorded, p), p) for p in policies], ignore_index=True)
+    if config.out is not None:
+        table.to_csv(config.out, index=False)
+    return table, policies

@@ -5,13 +5,13 @@ For every rule asked for, thresholds are put at quantiles of the rule's recorded
 values, never on one), each threshold is replayed on the fixed-depth run
 (:mod:`sst_interp.analyses.depth_policies`: accuracy bounds from the questions the replay reproduces exactly, mean
 iterations on the full-depth trajectory), and the runs recorded under policies add their measured rows. Everything
-is validated before anything is computed.
+is validated before anything is computed. What to sweep is a :class:`~sst_interp.probe.sweep_config.SweepConfig`
+(also the ``policies`` command's flags).
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -20,38 +20,8 @@ import pandas as pd
 from sst_interp.analyses import depth_policies as dp
 from sst_interp.kernels.errors import UsageError
 from sst_interp.model.halting import PositionPolicy, parse_position_policy
+from sst_interp.probe.sweep_config import SweepConfig
 from sst_interp.store import Run
-
-
-@dataclass(frozen=True)
-class LiveRun:
-    """A run recorded under a policy (or at fixed depths) and, when measured, its wall time in seconds."""
-
-    path: Path
-    wall_s: float | None = None
-
-
-@dataclass(frozen=True)
-class SweepConfig:
-    """What to sweep.
-
-    Args:
-        run: a run recorded at fixed depth (the policies' ``max``) with per-iteration logits.
-        rules: rules to sweep over thresholds (empty: every rule the run can replay).
-        quantiles: where the thresholds go among each rule's recorded values, each in (0, 1).
-        policies: further policy strings replayed as written (their ``max`` at most the run's depth).
-        live: runs whose measured rows join the table.
-        run_wall_s: the fixed-depth run's wall time, when it holds one depth and it was measured.
-        probe: a saved halting probe whose per-turn choice is replayed on the run (needs flat depths 1..k).
-    """
-
-    run: Path
-    rules: tuple[str, ...] = ()
-    quantiles: tuple[float, ...] = dp.QUANTILES
-    policies: tuple[str, ...] = ()
-    live: tuple[LiveRun, ...] = field(default_factory=tuple)
-    run_wall_s: float | None = None
-    probe: Path | None = None
 
 
 def probe_row(run: Run, name: str, path: Path) -> dict:
@@ -80,20 +50,6 @@ def probe_row(run: Run, name: str, path: Path) -> dict:
     return dp.row_of(run=name, condition="probe (per turn, replayed)", policy=f"probe:{path}", source="replayed",
                    n_questions=n_q, accuracy_pct=acc, accuracy_low_pct=acc, accuracy_high_pct=acc,
                    exact_questions=n_q, mean_iterations=spent / total if total else float("nan"), basis=basis)
-
-
-def parse_live(text: str) -> LiveRun:
-    """``RUN`` or ``RUN=SECONDS`` -> :class:`LiveRun` (a UsageError for a bad number)."""
-    path, sep, seconds = text.rpartition("=")
-    if not sep:
-        return LiveRun(Path(text))
-    try:
-        wall = float(seconds)
-    except ValueError:
-        raise UsageError(f"--live {text!r}: expected RUN or RUN=SECONDS") from None
-    if not wall >= 0:
-        raise UsageError(f"--live {text!r}: the wall time must be >= 0 seconds")
-    return LiveRun(Path(path), wall)
 
 
 def _check_flags(config: SweepConfig) -> None:

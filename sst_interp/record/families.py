@@ -76,27 +76,11 @@ def check_family_spec(options: RecordOptions, model: Any) -> Any:
     return spec
 
 
-def record_family(options: RecordOptions, loop: Any) -> dict[int, float]:
-    """Record every depth of ``options`` with the looping family ``loop``; resumes like an SST run. Returns accuracy
-    per depth."""
-    from sst_interp.data import load_questions, questions_to_frame
-    from sst_interp.data.question import select_questions
-    from sst_interp.model.backbone import load_backbone
-    from sst_interp.model.devices import check_device
-    from sst_interp.model.loop_model import LoopModel
-    from sst_interp.record.identity import questions_sha256
-    from sst_interp.record.ranks import ranks_from_environment
-    from sst_interp.store import check_out
-
-    depths = options.validate()
-    check_family_options(options, loop, depths)
-    if ranks_from_environment().distributed or options.device_map != "none":
-        raise UsageError(f"{loop.family} runs are recorded in one process on one device (no torchrun, "
-                         "--device-map none)")
-    every = load_questions(options.questions, options.data, **options.source_options)
-    selected = select_questions(every, limit=options.limit, ids=options.ids)
+def family_identity(options: RecordOptions, loop: Any, data_sha256: str) -> dict[str, Any]:
+    """What must match to resume a family run of (resolved) ``options``: the model folder, the family, the data and
+    what is recorded and how (the intervention and the runs it patches from included)."""
     identity = {"model": str(Path(options.model).resolve()), "family": loop.family, "dtype": options.dtype,
-                "questions": options.questions, "data_sha256": questions_sha256(questions_to_frame(every)),
+                "questions": options.questions, "data_sha256": data_sha256,
                 "max_new_tokens": options.max_new_tokens, "decoding": "greedy",
                 "full_positions": options.full_positions, "sketch_positions": options.sketch_positions,
                 "sketch_k": options.sketch_k, "top_k": options.top_k, "batch_size": options.batch_size}
@@ -105,33 +89,49 @@ def record_family(options: RecordOptions, loop: Any) -> dict[int, float]:
         from sst_interp.interventions import patch_runs
 
         identity.update(intervention=spec.to_dict(), intervention_runs=patch_runs(spec))
-    out = options.out_path()
-    check_out(out, identity)
-    device = check_device(options.device)
-    backbone, tokenizer = load_backbone(options.model, dtype=options.dtype, device=device)
-    model = LoopModel(backbone, loop)
-    return record_family_questions(model, tokenizer, selected, options, out, identity)
+    return identity
+
+
+def record_family(options: RecordOptions, loop: Any) -> dict[int, float]:
+    """Record every depth of ``options`` with the looping family ``loop``; resumes like an SST run. Returns accuracy
+    per depth. The inputs are resolved once (:func:`~sst_interp.record.plan.plan_family`)."""
+    from sst_interp.model.backbone import load_backbone
+    from sst_interp.model.devices import check_device
+    from sst_interp.model.loop_model import LoopModel
+    from sst_interp.record.plan import plan_family
+    from sst_interp.store import check_out
+
+    plan = plan_family(options, loop)
+    check_out(plan.out, plan.identity)
+    device = check_device(plan.options.device)
+    backbone, tokenizer = load_backbone(plan.options.model, dtype=plan.options.dtype, device=device)
+    return _record_family_plan(plan, LoopModel(backbone, loop), tokenizer)
 
 
 def record_family_questions(model: Any, tokenizer: Any, questions: list[Any], options: RecordOptions,
                             out: str | Path, identity: dict[str, Any]) -> dict[int, float]:
     """Record ``questions`` with a loaded :class:`~sst_interp.model.loop_model.LoopModel` into ``out`` (created or
     resumed), every depth of ``options``."""
+    from sst_interp.record.plan import plan_family
+
+    plan = plan_family(options, model.loop, out, identity, questions)
+    return _record_family_plan(plan, model, tokenizer)
+
+
+def _record_family_plan(plan: Any, model: Any, tokenizer: Any) -> dict[int, float]:
+    """Record the :class:`~sst_interp.record.plan.RecordPlan` of a family run with the loaded ``model``: the checks
+    that need the model first (before the run directory is created or resumed), then every batch."""
     from tqdm import tqdm
 
-    from sst_interp.hooks import RecordConfig
     from sst_interp.record.preflight import check_against_model
     from sst_interp.record.ranks import Ranks
     from sst_interp.record.runner import _open_run, _summary, completed_before
     from sst_interp.store import estimate_remaining
 
-    depths = options.validate()
-    check_family_options(options, model.loop, depths)
+    options, questions, out, config = plan.options, list(plan.questions), plan.out, plan.capture
+    depths, identity = list(plan.depths), plan.identity
     check_against_model(options, model, tokenizer, questions)
     spec = check_family_spec(options, model)
-    out = Path(out)
-    config = RecordConfig(full_positions=options.full_positions, sketch_positions=options.sketch_positions,
-                          sketch_k=options.sketch_k, top_k=options.top_k, dtype=options.dtype, gates=False)
     extra = family_manifest(options, model, tokenizer, config, depths)
     before = completed_before(out)
     space = estimate_remaining(out, {k: sum(q.question_id not in before.get(k, set()) for q in questions)

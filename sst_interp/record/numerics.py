@@ -14,18 +14,14 @@ match it; :func:`check_ranks_agree` makes every ``torchrun`` process record with
 
 from __future__ import annotations
 
-import functools
-import inspect
 import platform
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 from sst_interp.kernels.errors import UsageError
 from sst_interp.kernels.processes import Ranks
-
-F = TypeVar("F", bound=Callable[..., Any])
 
 #: The fingerprint's fields, in the order docs/format.md lists them. Fields that do not apply are null: ``threads``
 #: and ``cpu_capability`` where no layer computes on the CPU, ``cuda_capability`` and ``cuda_version`` where none
@@ -202,17 +198,3 @@ def cpu_threads(threads: int | None) -> Iterator[int]:
         yield threads
     finally:
         torch.set_num_threads(before)
-
-
-def with_record_threads(function: F) -> F:
-    """Decorate a recording entry that takes its :class:`~sst_interp.record.options.RecordOptions` as ``options``:
-    it runs under :func:`cpu_threads` of ``options.threads``."""
-    signature = inspect.signature(function)
-
-    @functools.wraps(function)
-    def wrapper(*args: Any, **kwargs: Any) -> Any:
-        options = signature.bind(*args, **kwargs).arguments["options"]
-        with cpu_threads(options.threads):
-            return function(*args, **kwargs)
-
-    return wrapper  # type: ignore[return-value]

@@ -5,6 +5,7 @@ three fields that are not typed as they are held are typed)."""
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 
 from dataclasses import dataclass
@@ -184,28 +185,46 @@ class RecordOptions:
             return Path(self.out)
         return Path("runs") / (f"{self.questions}-codeact" if self.codeact else self.questions)
 
-    def use_default_codeact_checkpoint(self) -> bool:
-        """Under codeact with neither --checkpoint nor --model (nor --demo-preset), load the shipped demo SST.
+    def default_codeact_checkpoint(self) -> str | None:
+        """The shipped demo SST's folder when it is the checkpoint to load: under codeact with neither --checkpoint
+        nor --model (nor --demo-preset). None otherwise.
 
         The untrained backbone cannot act in CodeACT (it never opens an ``<execute>`` block); ``demo-codeact`` was
-        trained on CodeACT traces for this. Returns whether the default was applied."""
+        trained on CodeACT traces for this."""
         if self.codeact and self.checkpoint is None and self.model is None and not self.demo_preset:
-            self.checkpoint = resolve_checkpoint(DEFAULT_CODEACT_CHECKPOINT)
-            return True
-        return False
+            return resolve_checkpoint(DEFAULT_CODEACT_CHECKPOINT)
+        return None
+
+    def use_default_codeact_checkpoint(self) -> bool:
+        """Set ``checkpoint`` to :meth:`default_codeact_checkpoint` when there is one; returns whether it was set.
+        (The record plan takes a resolved copy instead: :func:`sst_interp.record.plan.resolve_options`.)"""
+        default = self.default_codeact_checkpoint()
+        if default is not None:
+            self.checkpoint = default
+        return default is not None
 
     def validate(self) -> list[int]:
-        """Check the options; returns the parsed depth list. Bad values are a UsageError."""
+        """Check the options and fill in what they leave open, in place (``max_new_tokens``, ``checkpoint``,
+        ``dtype``: see :meth:`resolved`); returns the parsed depth list. Bad values are a UsageError."""
+        resolved, depths = self.resolved()
+        self.max_new_tokens, self.checkpoint, self.dtype = resolved.max_new_tokens, resolved.checkpoint, resolved.dtype
+        return list(depths)
+
+    def resolved(self) -> tuple[RecordOptions, tuple[int, ...]]:
+        """Check the options; returns (a copy with what they leave open filled in, the parsed depths), leaving these
+        options as they are. Filled in: ``max_new_tokens`` (the question set's default), ``checkpoint`` (a named
+        checkpoint as its folder), ``dtype`` (``auto`` resolved for the device). Bad values are a UsageError."""
         from sst_interp.data import default_max_new_tokens
         from sst_interp.model.loading import check_depths
 
         depths = check_depths(self.depths)
         self.intervention_spec()  # a bad spec is refused before anything loads
-        if self.max_new_tokens is None:
-            self.max_new_tokens = default_max_new_tokens(self.questions)
+        max_new_tokens = self.max_new_tokens if self.max_new_tokens is not None else \
+            default_max_new_tokens(self.questions)
         for name in ("max_new_tokens", "batch_size", "top_k", "max_turns", "tool_output_chars"):
-            if getattr(self, name) < 1:
-                raise UsageError(f"--{name.replace('_', '-')} must be at least 1, got {getattr(self, name)}")
+            value = max_new_tokens if name == "max_new_tokens" else getattr(self, name)
+            if value < 1:
+                raise UsageError(f"--{name.replace('_', '-')} must be at least 1, got {value}")
         for name in ("full_positions", "sketch_positions"):
             if getattr(self, name) < 0:
                 raise UsageError(f"--{name.replace('_', '-')} must be >= 0, got {getattr(self, name)}")
@@ -220,25 +239,26 @@ class RecordOptions:
         self._check_compile()
         if self.prompt_mode is not None and self.prompt_mode not in PROMPT_MODES:
             raise UsageError(f"--prompt-mode must be one of {', '.join(PROMPT_MODES)}, got {self.prompt_mode!r}")
-        self.checkpoint = resolve_checkpoint(self.checkpoint)
-        if self.demo_preset and self.checkpoint is not None:
+        checkpoint = resolve_checkpoint(self.checkpoint)
+        if self.demo_preset and checkpoint is not None:
             raise UsageError("--demo-preset is for an untrained SST; drop it when passing --checkpoint")
         if self.protocol not in PROTOCOLS:
             raise UsageError(f"--protocol must be one of {', '.join(PROTOCOLS)}, got {self.protocol!r}")
         self.sandbox.validate()
-        if self.codeact and self.max_context_tokens <= self.max_new_tokens:
+        if self.codeact and self.max_context_tokens <= max_new_tokens:
             raise UsageError(f"--max-context-tokens ({self.max_context_tokens}) must exceed --max-new-tokens "
-                             f"({self.max_new_tokens}) so that a first turn fits")
+                             f"({max_new_tokens}) so that a first turn fits")
         if self.ids is not None and not self.ids:
             raise UsageError("--ids is empty; give comma-separated question ids")
         self._check_protocol_flags()
         self._check_action_tokens()
         self.probe_path()
-        self.position_policy(depths)
+        self.position_policy(list(depths))
         from sst_interp.model.devices import resolve_placement
 
-        _, self.dtype = resolve_placement(self.device, self.dtype, mapped=self.placement()[0] is not None)
-        return depths
+        _, dtype = resolve_placement(self.device, self.dtype, mapped=self.placement()[0] is not None)
+        resolved = dataclasses.replace(self, max_new_tokens=max_new_tokens, checkpoint=checkpoint, dtype=dtype)
+        return resolved, tuple(depths)
 
     def _check_protocol_flags(self) -> None:
         """Refuse CodeACT-only flags given a value under the completion protocol, where they would do nothing."""

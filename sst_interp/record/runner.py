@@ -11,7 +11,6 @@ Under ``torchrun`` each process records its share of the batches into the same r
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -19,8 +18,9 @@ from typing import Any
 
 from sst_interp.kernels.errors import UsageError
 from sst_interp.kernels.paths import ensure_writable_folder
-from sst_interp.record.numerics import with_record_threads
+from sst_interp.record.numerics import cpu_threads
 from sst_interp.record.options import RecordOptions
+from sst_interp.record.plan import RecordPlan
 from sst_interp.record.ranks import (Ranks, batch_cost, batches_of_work, process_group,
                                      ranks_from_environment, share_of_work)
 
@@ -28,57 +28,26 @@ from sst_interp.record.ranks import (Ranks, batch_cost, batches_of_work, process
 def record(options: RecordOptions) -> dict[int, float]:
     """Record every depth of ``options``; resumes a run already at ``options.out_path()``. Returns accuracy per depth.
 
-    Under ``torchrun`` (``WORLD_SIZE`` > 1 in the environment) this is one of several processes recording into
-    the same run; each returns the accuracy of the whole run."""
-    from sst_interp.data import load_questions, questions_to_frame
-    from sst_interp.data.question import select_questions
-    from sst_interp.model.devices import rank_device
-    from sst_interp.model.loading import DEMO_PRESET_NOTE, build_sst, resolve_prompt_mode
-    from sst_interp.record.identity import model_spec, questions_sha256, run_identity, sandbox_config
-    from sst_interp.record.preflight import check_against_model
+    The inputs are resolved once into a :class:`~sst_interp.record.plan.RecordPlan` (``options`` is left as it is)
+    that every later step reads. Under ``torchrun`` (``WORLD_SIZE`` > 1 in the environment) this is one of several
+    processes recording into the same run; each returns the accuracy of the whole run."""
+    from sst_interp.model.loading import build_sst
     from sst_interp.record.families import native_family, record_family
+    from sst_interp.record.plan import plan_record
     from sst_interp.store import check_out
 
     family = native_family(options.model)
     if family is not None:  # a natively looping family (HRM-Text, ...): its own forward, not the SST conversion
         return record_family(options, family)
-    options.validate()
     ranks = ranks_from_environment()
-    if ranks.distributed and options.device_map != "none":
-        raise UsageError("--device-map spreads one model over several devices, torchrun runs one model per "
-                         "process: use one or the other")
-    # notes are printed once every input is checked: a refused command prints its error line only
-    notes = []
-    if options.use_default_codeact_checkpoint():
-        notes.append(f"[--protocol codeact without --checkpoint or --model: the shipped CodeACT demo SST "
-                     f"({options.checkpoint}); pass --checkpoint to use another]")
-    if options.codeact:
-        from sst_interp.sandbox import check_backend
-
-        check_backend(sandbox_config(options))  # a missing bwrap is a one-line error before the model loads
-    every = load_questions(options.questions, options.data, **options.source_options)
-    if options.codeact:
-        from sst_interp.codeact.prompts import codeact_question
-
-        every = [codeact_question(q) for q in every]
-    selected = select_questions(every, limit=options.limit, ids=options.ids)
-    data_sha = questions_sha256(questions_to_frame(every))
-    spec, demo = model_spec(options)
-    spec = dataclasses.replace(spec, device=rank_device(spec.device, ranks.local_rank if ranks.distributed else None))
-    options.prompt_mode = resolve_prompt_mode(options.prompt_mode, demo)
-    identity = run_identity(options, spec.identity(), data_sha)
-    out = options.out_path()
+    plan = plan_record(options, ranks)
     with process_group(ranks):
         # refuse a wrong --out before spending time on the model
-        # the numerics fingerprint is checked once the model is loaded (record_questions): it reads the model
-        ranks.run_on_main(lambda: (check_out(out, identity, later=("numerics",)), ensure_writable_folder(out)))
-        if demo:
-            notes.append(f"[{DEMO_PRESET_NOTE}]")
-        sst, tokenizer = build_sst(spec)
-        check_against_model(options, sst, tokenizer, selected)
-        for note in notes:
-            ranks.say(note)
-        return record_questions(sst, tokenizer, selected, options, out, identity, demo=demo, ranks=ranks)
+        # the numerics fingerprint is checked once the model is loaded (_record_plan): it reads the model
+        ranks.run_on_main(lambda: (check_out(plan.out, plan.identity, later=("numerics",)),
+                                   ensure_writable_folder(plan.out)))
+        sst, tokenizer = build_sst(plan.model)
+        return _record_plan(plan, sst, tokenizer, ranks)
 
 
 def completed_before(out: Path) -> dict[int, set[str]]:
@@ -105,7 +74,6 @@ def report_resume(report: Any) -> None:
         print(f"resume: {redo} question-depth(s) whose files were damaged or missing are recorded again")
 
 
-@with_record_threads
 def record_questions(sst: Any, tokenizer: Any, questions: list[Any], options: RecordOptions, out: str | Path,
                      identity: dict[str, Any] | None = None, demo: bool = False,
                      ranks: Ranks | None = None) -> dict[int, float]:
@@ -128,50 +96,49 @@ def record_questions(sst: Any, tokenizer: Any, questions: list[Any], options: Re
     Returns:
         accuracy per depth (of the whole run, on every rank).
     """
+    from sst_interp.record.plan import plan_loaded
+
+    plan = plan_loaded(sst, questions, options, out, identity, demo)
+    return _record_plan(plan, sst, tokenizer, ranks or Ranks())
+
+
+def _record_plan(plan: RecordPlan, sst: Any, tokenizer: Any, ranks: Ranks) -> dict[int, float]:
+    """Record the plan with the loaded ``sst`` and ``tokenizer``, computing with ``--threads`` CPU threads
+    (:func:`~sst_interp.record.numerics.cpu_threads`)."""
+    with cpu_threads(plan.options.threads):
+        return _record_loaded(plan, sst, tokenizer, ranks)
+
+
+def _record_loaded(plan: RecordPlan, sst: Any, tokenizer: Any, ranks: Ranks) -> dict[int, float]:
+    """Record the :class:`~sst_interp.record.plan.RecordPlan` ``plan`` with the loaded ``sst`` and ``tokenizer``:
+    the checks that need the model first (before the run directory is created or resumed), then every batch."""
     from tqdm import tqdm
 
-    from sst_interp.data import questions_to_frame
-    from sst_interp.hooks import RecordConfig
     from sst_interp.model.generation import FixedDepth
-    from sst_interp.record.identity import make_depth_policy, manifest_extra, questions_sha256, sandbox_config
+    from sst_interp.record.completion import decode_kind, run_compiler
+    from sst_interp.record.identity import make_depth_policy, manifest_extra
     from sst_interp.record.preflight import check_against_model
     from sst_interp.store import estimate_remaining
 
-    depths = options.validate()
-    if options.prompt_mode is None:
-        options.prompt_mode = "two_pass"
+    options, questions, out, config = plan.options, list(plan.questions), plan.out, plan.capture
+    depths = list(plan.depths)
     check_against_model(options, sst, tokenizer, questions)  # before the run directory is created or resumed
-    spec = options.intervention_spec()
+    for note in plan.notes:
+        ranks.say(note)
+    spec = plan.intervention
     if spec is not None:
         from sst_interp.interventions import check_spec
 
         check_spec(spec, sst.num_layers, sst.hidden_size)  # before the run directory is created
-    out = Path(out)
-    if identity is None:
-        identity = {"model": getattr(sst.backbone.config, "_name_or_path", type(sst.backbone).__name__),
-                    "sst": sst.config.to_dict(), "questions": options.questions,
-                    "data_sha256": questions_sha256(questions_to_frame(questions)), "protocol": options.protocol,
-                    "max_new_tokens": options.max_new_tokens, "prompt_mode": options.prompt_mode}
-        if spec is not None:
-            from sst_interp.interventions import patch_runs
-
-            identity.update(intervention=spec.to_dict(), intervention_runs=patch_runs(spec))
-    identity = dict(identity, numerics=_checked_fingerprint(sst, options, out, ranks or Ranks()))
-    config = RecordConfig(full_positions=options.full_positions, sketch_positions=options.sketch_positions,
-                          sketch_k=options.sketch_k, top_k=options.top_k, dtype=options.dtype, gates=options.gates)
-    extra = manifest_extra(options, sst, tokenizer, config, depths, demo)
-    sandbox = sandbox_config(options, hidden_paths=(str(out.resolve()),)) if options.codeact else None
-    if sandbox is not None:
-        from sst_interp.sandbox import check_backend
-
-        check_backend(sandbox)
+    compiler = run_compiler(sst, options)  # one for the whole run: each batch size compiles once
+    identity = dict(plan.identity, numerics=_checked_fingerprint(sst, options, out, ranks, decode_kind(compiler)))
+    extra = manifest_extra(options, sst, tokenizer, config, depths, plan.demo)
     tally = None
     if spec is not None:
         from sst_interp.interventions import SiteTally
 
         tally = SiteTally()
-    batch_fn = _batch_function(options, sst, tokenizer, config, sandbox, tally)
-    ranks = ranks or Ranks()
+    batch_fn = _batch_function(options, sst, tokenizer, config, plan.sandbox, tally, compiler)
     policy = make_depth_policy(options, depths)
     if policy is not None and not getattr(policy, "per_position", False):
         return _record_with_policy(options, policy, batch_fn, questions, identity, extra, out, ranks, tally)
@@ -228,14 +195,12 @@ def record_questions(sst: Any, tokenizer: Any, questions: list[Any], options: Re
     return _summary(out, depths, ranks)
 
 
-def _checked_fingerprint(sst: Any, options: RecordOptions, out: Path, ranks: Ranks) -> dict[str, Any]:
+def _checked_fingerprint(sst: Any, options: RecordOptions, out: Path, ranks: Ranks, decode: str) -> dict[str, Any]:
     """The numerics fingerprint of recording with ``sst`` here, checked to be every rank's and the run's at
     ``out`` (a UsageError naming the setting otherwise), before the run directory is created or resumed."""
     from sst_interp.record.numerics import check_numerics, check_ranks_agree, numerics_fingerprint
 
-    from sst_interp.record.completion import decode_kind, run_compiler
-
-    fingerprint = numerics_fingerprint(sst, options.dtype, options.batch_size, decode_kind(run_compiler(sst, options)))
+    fingerprint = numerics_fingerprint(sst, options.dtype, options.batch_size, decode)
     check_ranks_agree(fingerprint, ranks)
     ranks.run_on_main(lambda: check_numerics(out, fingerprint))
     return fingerprint
@@ -301,9 +266,9 @@ def _checked_batch(batch_fn: Any, batch: list[Any], policy: Any, tally: Any,
 
 
 def _batch_function(options: RecordOptions, sst: Any, tokenizer: Any, config: Any, sandbox: Any,
-                    tally: Any = None) -> Any:
+                    tally: Any = None, compiler: Any = None) -> Any:
     """(batch, depth policy) -> the writer's submit keywords, for the protocol of ``options``; ``tally`` receives
-    each batch's intervention site counts."""
+    each batch's intervention site counts; ``compiler`` is the run's step compiler (None: decode eager)."""
     if options.codeact:
         from sst_interp.record.episodes import record_episode_batch
 
@@ -313,9 +278,7 @@ def _batch_function(options: RecordOptions, sst: Any, tokenizer: Any, config: An
             return dict(generations=rows, episodes=episode_rows, **columns)
 
         return episodes
-    from sst_interp.record.completion import record_batch, run_compiler
-
-    compiler = run_compiler(sst, options)  # one for the whole run: each batch size compiles once
+    from sst_interp.record.completion import record_batch
 
     def completions(batch: list[Any], policy: Any) -> dict[str, Any]:
         rows, columns = record_batch(sst, tokenizer, batch, policy, options, config, tally, compiler)

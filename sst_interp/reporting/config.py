@@ -25,48 +25,63 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-import pandas as pd
-
+from sst_interp.checkpoints import resolve_checkpoint
 from sst_interp.kernels.errors import UsageError
-from sst_interp.store import Run
+from sst_interp.kernels.fields import Flags, arg
+
+if TYPE_CHECKING:  # the store and pandas load when the inputs are resolved: the report's --help stays fast
+    from sst_interp.store import Run
 
 MANIFEST = "manifest.json"
 TRAIN_LOG = "train_log.csv"
 ALPHA_LOG = "alpha_log.csv"
 
 
+def _progress(flags: _Quiet) -> bool:
+    return not flags.quiet
+
+
+@dataclass(frozen=True)
+class _Quiet:
+    """How ``progress`` is typed on the command line: ``--quiet`` turns it off."""
+
+    quiet: bool = arg(False, help="no progress lines")
+
+
 @dataclass(frozen=True)
 class ReportConfig:
-    """Options of one report (one field per CLI flag).
+    """Options of one report, and the one declaration of the ``report`` command's flags (each field's default and
+    help text; :mod:`sst_interp.cli.report` builds the parser from it). The repeated flags are named in the
+    singular (``runs`` is ``--run``), ``progress`` is typed as ``--quiet``. ``checkpoint`` and ``training_logs``
+    also take a named checkpoint (demo-codeact, ...), resolved by :func:`resolve_inputs`."""
 
-    Args:
-        runs: run directories or folders of runs; empty: the most recent run under ``runs_root``.
-        baselines: matched-baseline run directories.
-        probe: a saved halting probe (folder, ``.safetensors`` or ``.json``); None: train one on each run.
-        checkpoint: SST checkpoint folder for the alpha figures; None: the one the run's manifest names.
-        training_logs: training output folders or ``train_log.csv`` files.
-        out: output folder (``reports/``).
-        only: artefact names or shell-style globs to produce (empty: all).
-        runs_root: where to look for the most recent run when ``runs`` is empty.
-        progress: print one line per artefact to stderr.
-        experiments: intervention experiment folders (``python -m sst_interp.intervene``) whose tables and
-            heatmaps join the report.
-        external: a CSV of published accuracies (``model, parameters, accuracy, prompting, source``) or a shipped
-            name (gsm8k, gpqa) for the external comparisons; None: those tables are skipped.
-    """
-
-    runs: tuple[Path, ...] = ()
-    baselines: tuple[Path, ...] = ()
-    probe: Path | None = None
-    checkpoint: Path | None = None
-    training_logs: tuple[Path, ...] = ()
-    out: Path = Path("reports")
-    only: tuple[str, ...] = ()
-    runs_root: Path = Path("runs")
-    progress: bool = True
-    experiments: tuple[Path, ...] = ()
-    external: str | Path | None = None
+    runs: tuple[Path, ...] = arg((), flag="run", repeat=True,
+                                 help="run directory or a folder of runs (repeatable; default: the most recent under "
+                                      "--runs-root)")
+    baselines: tuple[Path, ...] = arg((), flag="baseline", repeat=True,
+                                      help="matched-baseline run directory (repeatable; paired by shared questions)")
+    probe: Path | None = arg(None, help="saved halting probe (default: train one on each run with MUST HALT labels)")
+    checkpoint: Path | None = arg(None, help="SST checkpoint folder or name (demo-codeact) for the alpha figures "
+                                             "(default: the one the run's manifest names)")
+    training_logs: tuple[Path, ...] = arg((), flag="training_log", repeat=True,
+                                          help="training output folder, train_log.csv or named checkpoint "
+                                               "(demo-codeact, demo-codeact-baseline) (repeatable: the SST's and "
+                                               "the baseline's)")
+    out: Path = arg(Path("reports"), help="output folder")
+    only: tuple[str, ...] = arg((), metavar="NAME,...",
+                                help="comma-separated artefact names or globs to produce (default: all)")
+    runs_root: Path = arg(Path("runs"), help="where to look for the most recent run when no --run is given")
+    experiments: tuple[Path, ...] = arg((), flag="experiment", repeat=True,
+                                        help="intervention experiment folder (python -m sst_interp.intervene ... "
+                                             "--out), repeatable: its tables and heatmaps join the report")
+    external: str | None = arg(None, metavar="FILE.csv",
+                               help="published accuracies (columns model, parameters, accuracy, prompting, source) "
+                                    "to place the run's staged accuracy among, or a shipped name: gsm8k, gpqa (the "
+                                    "figures the paper cites); without it the external comparisons are skipped")
+    progress: bool = arg(True, flags=Flags(_Quiet, _progress),
+                         help="print one line per artefact to stderr (--quiet)")
 
 
 @dataclass(frozen=True)
@@ -201,6 +216,8 @@ def _benchmark(run: Run, name: str) -> str:
 
 
 def _open_runs(paths: list[Path]) -> list[RunInput]:
+    from sst_interp.store import Run
+
     out = []
     for name, path in zip(_unique_names(paths), paths):
         run = Run.open(path).check_tables()  # a damaged table is refused before any artefact is written
@@ -258,6 +275,8 @@ def _log_folder(path: Path) -> Path:
 def _is_sst_log(folder: Path) -> bool:
     if (folder / ALPHA_LOG).is_file():
         return True
+    import pandas as pd
+
     try:
         log = pd.read_csv(folder / TRAIN_LOG)
     except (OSError, ValueError, pd.errors.ParserError) as err:
@@ -307,12 +326,14 @@ def resolve_inputs(config: ReportConfig) -> ReportInputs:
     if not run_paths:
         raise UsageError("every run given is also a --baseline; pass the SST run with --run")
     runs = _open_runs(run_paths)
+    from sst_interp.store import Run
+
     baselines = [RunInput(n, p, Run.open(p).check_tables(), n)
                  for n, p in zip(_unique_names(base_paths), base_paths)]
     if config.probe is not None and not Path(config.probe).exists():
         raise UsageError(f"--probe {config.probe} does not exist; pass a probe folder saved by "
                          "`python -m sst_interp.probe train`")
-    checkpoints, missing = _checkpoints(runs, Path(config.checkpoint) if config.checkpoint else None)
+    checkpoints, missing = _checkpoints(runs, _named(config.checkpoint))
     from sst_interp.analyses.ablation import pair_runs
     from sst_interp.analyses.comparisons import external_path
 
@@ -324,11 +345,16 @@ def resolve_inputs(config: ReportConfig) -> ReportInputs:
         probe=Path(config.probe) if config.probe is not None else None,
         checkpoints=checkpoints,
         missing_checkpoints=missing,
-        training=resolve_training_logs(tuple(Path(p) for p in config.training_logs)),
+        training=resolve_training_logs(tuple(_named(p) for p in config.training_logs)),
         out=Path(config.out),
         experiments=resolve_experiments(tuple(Path(p) for p in config.experiments)),
         external=external,
     )
+
+
+def _named(path: Path | str | None) -> Path | None:
+    """A named checkpoint (demo-codeact, ...) as its installed folder; other paths unchanged."""
+    return None if path is None else Path(resolve_checkpoint(path))
 
 
 def resolve_experiments(paths: tuple[Path, ...]) -> tuple[Path, ...]:

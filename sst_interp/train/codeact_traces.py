@@ -37,6 +37,7 @@ from sst_interp.codeact.format import ActionFormat
 from sst_interp.codeact.prompts import SYSTEM_TEXTS
 from sst_interp.data.answers import numbers_equal
 from sst_interp.kernels.errors import UsageError
+from sst_interp.kernels.fields import arg
 from sst_interp.outputs import write_output
 from sst_interp.kernels.paths import ensure_writable_folder
 
@@ -192,17 +193,16 @@ def read_gsm8k(path: Path) -> list[dict]:
 
 @dataclass(frozen=True)
 class TraceSetConfig:
-    """What :func:`write_trace_set` builds: traces from the GSM8K training file ``gsm8k`` into the folder ``out``.
+    """What :func:`write_trace_set` builds, and the one declaration of the ``python -m sst_interp.train.codeact_data``
+    flags (each field's default and help text; :mod:`sst_interp.cli.codeact_data` builds the parser from it)."""
 
-    ``val_fraction`` of the kept traces (seeded by ``seed``) go to validation; ``limit`` reads only the first N rows
-    (None: all); ``sandbox`` is the backend the traces' code runs in (``bwrap`` or ``subprocess``)."""
-
-    gsm8k: Path
-    out: Path
-    val_fraction: float = 0.1
-    seed: int = 0
-    limit: int | None = None
-    sandbox: str = "bwrap"
+    gsm8k: Path = arg(help="GSM8K train.jsonl")
+    out: Path = arg(help="folder for train.jsonl, validation.jsonl, stats.json")
+    val_fraction: float = arg(0.1, help="share of kept traces for validation")
+    seed: int = arg(0, help="seed of the validation split")
+    limit: int | None = arg(None, help="use only the first N GSM8K rows (default: all)")
+    sandbox: str = arg("bwrap", choices=("bwrap", "subprocess"),
+                       help="how the traces' code runs: bwrap (isolated) | subprocess (a plain child process)")
 
     def validate(self) -> None:
         """Check every option before anything is read or written (UsageError)."""

@@ -184,6 +184,21 @@ class TrainConfig:
         }
 
 
+@dataclass(frozen=True)
+class TrainPresets:
+    """The two presets a training run may start from instead of the paper's defaults (the ``train`` command's
+    ``--demo`` and ``--codeact-demo``; in Python, call :func:`demo_config` or :func:`codeact_demo_config`). They
+    choose which :class:`TrainConfig` the given flags are laid over, so they are not fields of it."""
+
+    demo: bool = arg(False, help="demo preset: a small SST on the default backbone, CPU, a few minutes, procedural "
+                                 "data (changes some of the other flags' defaults; see "
+                                 "sst_interp.train.config.demo_config)")
+    codeact_demo: bool = arg(False, help="the recipe of the shipped demo-codeact checkpoint (with --baseline: of "
+                                         "demo-codeact-baseline) on CodeACT traces from python -m "
+                                         "sst_interp.train.codeact_data; needs --train-data and --val-data (see "
+                                         "sst_interp.train.config.codeact_demo_config)")
+
+
 #: Fields that may change between a run and its resumption (everything else must match).
 RESUMABLE_FIELDS: frozenset[str] = frozenset({"max_steps", "eval_every", "patience", "out", "device", "threads",
                                               "offload_checkpoints", "gradient_checkpointing", "ce_chunk_size",

@@ -1,0 +1,124 @@
+"""One prompt completed at several iteration depths (:func:`complete_at_depths`), configured by
+:class:`GenerateConfig`: the library behind ``python -m sst_interp.generate``, whose flags are the config's fields.
+
+This module imports no torch at import time, so the command can show its flags at once; the model stack loads when
+:func:`complete_at_depths` runs.
+"""
+
+from __future__ import annotations
+
+import codecs
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+
+from sst_interp.checkpoints import resolve_checkpoint
+from sst_interp.kernels.errors import UsageError
+from sst_interp.kernels.fields import arg
+from sst_interp.model.config import PROMPT_MODES
+
+
+@dataclass(frozen=True)
+class GenerateConfig:
+    """What to complete and with which SST; one ``python -m sst_interp.generate`` flag per field."""
+
+    prompt: str = arg(help="prompt text; \\n escapes are expanded")
+    depths: list[int] = arg(default_factory=lambda: [1, 2, 3, 4], help="comma-separated iteration depths")
+    model: str = arg("default", help="default | local HF folder | .gguf file | hub id (default: default)")
+    checkpoint: str | None = arg(None, help="SST checkpoint folder (sst_config.json + state), or a named "
+                                                "checkpoint: demo-codeact | demo-codeact-baseline")
+    state_scale: str | None = arg(None, choices=("unit", "hidden"),
+                                  help="state read scale of an untrained SST (default: hidden on the default "
+                                       "backbone)")
+    max_new_tokens: int = arg(32, help="most tokens generated per depth")
+    prompt_mode: str | None = arg(None, choices=PROMPT_MODES,
+                                  help="two_pass | sequential | none (default: none under the demo preset, else "
+                                       "two_pass)")
+    dtype: str = arg("auto", choices=("auto", "float32", "bfloat16"),
+                     help="the model's compute dtype (auto: bfloat16 on CUDA, float32 on the CPU)")
+    compile: str = arg("auto", choices=("on", "off", "auto"),
+                       help="decode through the compiled step (CUDA graphs on CUDA, torch.compile on the CPU; the "
+                            "first depth pays the compilation, printed once) or eager; auto: on on CUDA")
+    device: str = arg("auto", help="torch device: auto (cuda when available) | cpu | cuda | cuda:N; not used with "
+                                   "--device-map auto")
+    device_map: str = arg("none", help="none (default: the whole model on --device) | auto (a model bigger than one "
+                                       "device: accelerate spreads the layers over the GPUs, then the CPU)")
+    max_memory: str | None = arg(None, metavar="DEVICE=SIZE,...",
+                                 help="with --device-map auto: memory budget per device, e.g. 0=20GiB,cpu=60GiB")
+
+
+@dataclass(frozen=True)
+class DepthCompletion:
+    """The completion at one depth.
+
+    Args:
+        depth: the iteration depth.
+        text: the decoded completion (special tokens skipped).
+        n_tokens: tokens generated.
+        seconds: wall time of the generation (the first compiled depth includes compiling).
+        stop_reason: why generation stopped.
+    """
+
+    depth: int
+    text: str
+    n_tokens: int
+    seconds: float
+    stop_reason: str
+
+
+def complete_at_depths(config: GenerateConfig, say: Callable[[str], None] = print) -> Iterator[DepthCompletion]:
+    """Build the SST of ``config`` and complete its prompt at each depth, in order.
+
+    Every input is checked before the first completion (bad input is a UsageError: an empty prompt, a bad depth
+    list, ``--compile on`` where the compiled step cannot serve, a prompt plus ``max_new_tokens`` beyond the
+    model's context); ``say`` receives the notes (the demo preset, the compiled step) once the input is checked.
+    """
+    # The model stack (torch, transformers) is imported here, so the config's module stays light.
+    from sst_interp.model.compiled import CompileOptions, compiler_for, generate_compiled, setup_refusal
+    from sst_interp.model.devices import resolve_placement
+    from sst_interp.model.generation import GenerationConfig, generate
+    from sst_interp.model.limits import ModelLimits, check_weights_placed
+    from sst_interp.model.loading import (DEMO_PRESET_NOTE, ModelSpec, build_sst, check_depths, eos_token_ids,
+                                          resolve_prompt_mode)
+    from sst_interp.model.placement import parse_device_map, parse_max_memory
+
+    depths = check_depths(config.depths)
+    if config.compile == "on":
+        refusal = ("the compiled decode step runs on one device; use --compile off" if config.device_map != "none"
+                   else setup_refusal(device=config.device))
+        if refusal is not None:
+            raise UsageError(refusal)
+    if config.max_new_tokens < 1:
+        raise UsageError("--max-new-tokens must be at least 1")
+    if not config.prompt.strip():
+        raise UsageError("--prompt is empty; give the text to continue, e.g. --prompt '7 + 5 ='")
+    device_map = parse_device_map(config.device_map)
+    device, dtype = resolve_placement(config.device, config.dtype, mapped=device_map is not None)
+    spec = ModelSpec(config.model, resolve_checkpoint(config.checkpoint), config.state_scale, dtype, device,
+                     device_map=device_map, max_memory=parse_max_memory(config.max_memory))
+    sst, tokenizer = build_sst(spec)
+    prompt = codecs.decode(config.prompt, "unicode_escape") if "\\" in config.prompt else config.prompt
+    prompt_ids = tokenizer(prompt).input_ids
+    check_weights_placed(sst.backbone)
+    ModelLimits.of(sst).check_new_tokens(config.max_new_tokens, len(prompt_ids))  # before any generation
+    if spec.is_demo_preset:  # once the input is checked: a refused command prints its error line only
+        say(f"[{DEMO_PRESET_NOTE}]")
+    generation = GenerationConfig(
+        max_new_tokens=config.max_new_tokens,
+        prompt_mode=resolve_prompt_mode(config.prompt_mode, spec.is_demo_preset),
+        eos_token_ids=eos_token_ids(tokenizer, sst),
+        pad_token_id=tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0,
+    )
+    compiler = None if device_map is not None else compiler_for(sst, CompileOptions(config.compile))
+    for index, depth in enumerate(depths):
+        start = time.perf_counter()
+        if compiler is None:
+            result = generate(sst, [prompt_ids], depth, generation)
+        else:
+            result = generate_compiled(sst, [prompt_ids], depth, generation, compiler=compiler)
+        seconds = time.perf_counter() - start
+        if compiler is not None and index == 0:
+            say(f"[compiled decode step: {compiler.compile_mode}; the first depth's time includes compiling]")
+        tokens = result.token_ids[0]
+        yield DepthCompletion(depth, tokenizer.decode(tokens, skip_special_tokens=True), len(tokens), seconds,
+                              result.stop_reasons[0])

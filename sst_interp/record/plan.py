@@ -1,0 +1,186 @@
+"""A recording's inputs resolved once (:class:`RecordPlan`): every later step of :mod:`sst_interp.record.runner` and
+:mod:`sst_interp.record.families` reads the plan, so no option is checked, defaulted or hashed twice and none is
+changed after it is resolved.
+
+Two ways in: :func:`plan_record` for ``record`` (nothing loaded yet: it checks the options, the sandbox and the
+questions before the model loads) and :func:`plan_loaded` for :func:`~sst_interp.record.runner.record_questions`
+(a model and questions the caller loaded). The checks that need the loaded model (the vocabulary, the context, the
+intervention's sites, the numerics fingerprint) are not in the plan: the runner makes them once the model is there.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from sst_interp.kernels.errors import UsageError
+from sst_interp.record.options import RecordOptions
+from sst_interp.record.ranks import Ranks
+
+
+@dataclass(frozen=True)
+class RecordPlan:
+    """One recording, resolved.
+
+    Args:
+        options: the options with what they left open filled in (:meth:`RecordOptions.resolved`, the default
+            CodeACT checkpoint, the prompt mode); never changed afterwards.
+        depths: the flat depths to record (checked; the per-position policy's maximum replaces them later).
+        out: the run directory.
+        identity: what must match to resume, without the numerics fingerprint (that needs the loaded model).
+        demo: whether the untrained demo preset is on (recorded in the manifest).
+        intervention: the parsed ``--intervention`` spec (an InterventionSpec), or None.
+        sandbox: where CodeACT code runs (the run directory hidden), checked to work here; None for completions.
+        capture: what the hooks record (:class:`~sst_interp.hooks.RecordConfig`).
+        model: the :class:`~sst_interp.model.loading.ModelSpec` to build; None when the caller loaded the model.
+        questions: the selected questions to record (CodeACT first turns under codeact).
+        notes: lines printed once the model is loaded and checked (a refused command prints its error only).
+    """
+
+    options: RecordOptions
+    depths: tuple[int, ...]
+    out: Path
+    identity: dict[str, Any]
+    demo: bool
+    intervention: Any
+    sandbox: Any
+    capture: Any
+    model: Any = None
+    questions: tuple[Any, ...] = ()
+    notes: tuple[str, ...] = ()
+
+
+def resolve_options(options: RecordOptions, *, default_checkpoint: bool = True) -> tuple[RecordOptions,
+                                                                                         tuple[int, ...], list[str]]:
+    """(the checked options with their open values filled in, the depths, notes to print); ``options`` unchanged.
+
+    ``default_checkpoint``: under codeact without --checkpoint or --model, load the shipped CodeACT demo SST
+    (:meth:`RecordOptions.default_codeact_checkpoint`), with a note saying so."""
+    resolved, depths = options.resolved()
+    notes = []
+    checkpoint = resolved.default_codeact_checkpoint() if default_checkpoint else None
+    if checkpoint is not None:
+        resolved = dataclasses.replace(resolved, checkpoint=checkpoint)
+        notes.append(f"[--protocol codeact without --checkpoint or --model: the shipped CodeACT demo SST "
+                     f"({checkpoint}); pass --checkpoint to use another]")
+    return resolved, depths, notes
+
+
+def capture_config(options: RecordOptions, gates: bool | None = None) -> Any:
+    """The hooks' :class:`~sst_interp.hooks.RecordConfig` of ``options`` (``gates`` overrides ``--gates``)."""
+    from sst_interp.hooks import RecordConfig
+
+    return RecordConfig(full_positions=options.full_positions, sketch_positions=options.sketch_positions,
+                        sketch_k=options.sketch_k, top_k=options.top_k, dtype=options.dtype,
+                        gates=options.gates if gates is None else gates)
+
+
+def checked_sandbox(options: RecordOptions, out: Path) -> Any:
+    """The run's :class:`~sst_interp.sandbox.SandboxConfig` (the run directory hidden inside it), checked to work
+    here (a missing bwrap is one ``error:`` line before the model loads); None outside codeact."""
+    if not options.codeact:
+        return None
+    from sst_interp.record.identity import sandbox_config
+    from sst_interp.sandbox import check_backend
+
+    sandbox = sandbox_config(options, hidden_paths=(str(Path(out).resolve()),))
+    check_backend(sandbox)
+    return sandbox
+
+
+def plan_record(options: RecordOptions, ranks: Ranks) -> RecordPlan:
+    """The plan of ``record``: options checked, the sandbox checked, the questions loaded and selected, the model
+    spec (on this rank's device under torchrun) and the run identity, in that order; nothing is loaded but the
+    questions. Bad input is a UsageError."""
+    from sst_interp.data import load_questions, questions_to_frame
+    from sst_interp.data.question import select_questions
+    from sst_interp.model.devices import rank_device
+    from sst_interp.model.loading import DEMO_PRESET_NOTE, resolve_prompt_mode
+    from sst_interp.record.identity import model_spec, questions_sha256, run_identity
+
+    resolved, depths, notes = resolve_options(options)
+    if ranks.distributed and resolved.device_map != "none":
+        raise UsageError("--device-map spreads one model over several devices, torchrun runs one model per "
+                         "process: use one or the other")
+    out = resolved.out_path()
+    sandbox = checked_sandbox(resolved, out)
+    every = load_questions(resolved.questions, resolved.data, **resolved.source_options)
+    if resolved.codeact:
+        from sst_interp.codeact.prompts import codeact_question
+
+        every = [codeact_question(q) for q in every]
+    selected = select_questions(every, limit=resolved.limit, ids=resolved.ids)
+    data_sha = questions_sha256(questions_to_frame(every))
+    spec, demo = model_spec(resolved)
+    spec = dataclasses.replace(spec, device=rank_device(spec.device, ranks.local_rank if ranks.distributed else None))
+    resolved = dataclasses.replace(resolved, prompt_mode=resolve_prompt_mode(resolved.prompt_mode, demo))
+    if demo:
+        notes.append(f"[{DEMO_PRESET_NOTE}]")
+    return RecordPlan(options=resolved, depths=depths, out=out,
+                      identity=run_identity(resolved, spec.identity(), data_sha), demo=demo,
+                      intervention=resolved.intervention_spec(), sandbox=sandbox, capture=capture_config(resolved),
+                      model=spec, questions=tuple(selected), notes=tuple(notes))
+
+
+def plan_loaded(sst: Any, questions: list[Any], options: RecordOptions, out: str | Path,
+                identity: dict[str, Any] | None = None, demo: bool = False) -> RecordPlan:
+    """The plan of :func:`~sst_interp.record.runner.record_questions`: a model and questions the caller loaded.
+
+    ``identity`` None derives one from the model's SST config and the questions (:func:`loaded_identity`); the prompt
+    mode left open is ``two_pass``."""
+    from sst_interp.model.loading import DEFAULT_PROMPT_MODE
+
+    resolved, depths, _ = resolve_options(options, default_checkpoint=False)
+    if resolved.prompt_mode is None:
+        resolved = dataclasses.replace(resolved, prompt_mode=DEFAULT_PROMPT_MODE)
+    out = Path(out)
+    spec = resolved.intervention_spec()
+    return RecordPlan(options=resolved, depths=depths, out=out,
+                      identity=identity if identity is not None else loaded_identity(sst, questions, resolved, spec),
+                      demo=demo, intervention=spec, sandbox=checked_sandbox(resolved, out),
+                      capture=capture_config(resolved), questions=tuple(questions))
+
+
+def loaded_identity(sst: Any, questions: list[Any], options: RecordOptions, spec: Any) -> dict[str, Any]:
+    """The identity of a recording whose caller gave none: the model's name and SST config, the questions' hash,
+    the protocol, the answer budget, the prompt mode and the intervention."""
+    from sst_interp.data import questions_to_frame
+    from sst_interp.record.identity import questions_sha256
+
+    identity = {"model": getattr(sst.backbone.config, "_name_or_path", type(sst.backbone).__name__),
+                "sst": sst.config.to_dict(), "questions": options.questions,
+                "data_sha256": questions_sha256(questions_to_frame(questions)), "protocol": options.protocol,
+                "max_new_tokens": options.max_new_tokens, "prompt_mode": options.prompt_mode}
+    if spec is not None:
+        from sst_interp.interventions import patch_runs
+
+        identity.update(intervention=spec.to_dict(), intervention_runs=patch_runs(spec))
+    return identity
+
+
+def plan_family(options: RecordOptions, loop: Any, out: str | Path | None = None,
+                identity: dict[str, Any] | None = None, questions: list[Any] | None = None) -> RecordPlan:
+    """The plan of a natively looping family's recording (:mod:`sst_interp.record.families`): options checked
+    against the family; without ``questions`` they are loaded and selected and the identity is derived, else the
+    caller's ``questions`` and ``identity`` are used. Bad input is a UsageError."""
+    from sst_interp.record.families import check_family_options, family_identity
+    from sst_interp.record.ranks import ranks_from_environment
+
+    resolved, depths, _ = resolve_options(options, default_checkpoint=False)
+    check_family_options(resolved, loop, list(depths))
+    if questions is None:
+        from sst_interp.data import load_questions, questions_to_frame
+        from sst_interp.data.question import select_questions
+        from sst_interp.record.identity import questions_sha256
+
+        if ranks_from_environment().distributed or resolved.device_map != "none":
+            raise UsageError(f"{loop.family} runs are recorded in one process on one device (no torchrun, "
+                             "--device-map none)")
+        every = load_questions(resolved.questions, resolved.data, **resolved.source_options)
+        questions = select_questions(every, limit=resolved.limit, ids=resolved.ids)
+        identity = family_identity(resolved, loop, questions_sha256(questions_to_frame(every)))
+    return RecordPlan(options=resolved, depths=depths, out=Path(out) if out is not None else resolved.out_path(),
+                      identity=dict(identity or {}), demo=False, intervention=resolved.intervention_spec(),
+                      sandbox=None, capture=capture_config(resolved, gates=False), questions=tuple(questions))
