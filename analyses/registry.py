@@ -794,12 +794,47 @@ def _family_figure(measure: str) -> Callable[[Any], Any]:
     return compute
 
 
+FAMILY_CONVERGENCE_DOC = {"run": "run name", "family": "sst, hrm_text or inkling2_loop",
+                          "depth": "the deepest depth (the family's loop count)",
+                          "first_change": "mean relative L2 change of the carried state, transition 1 -> 2",
+                          "last_change": "the same for the last transition (depth-1 -> depth)",
+                          "last_over_first": "last_change / first_change",
+                          "half_change_iteration": "first iteration i >= 3 whose change is at most half of "
+                          "first_change (NaN: none)",
+                          "first_overlap": "top-k |value| overlap of the transition 1 -> 2",
+                          "last_overlap": "the same for the last transition", "n_positions": "full positions averaged"}
+
+
+def _family_convergence(c: Any) -> Any:
+    """Every run of a comparison, one row each; the runs without a state profile are named in the notes."""
+    rows, skipped = [], []
+    for name, run in c.runs.items():
+        result = _lazy("families", "convergence_profile")(run, name)
+        if isinstance(result, NotApplicable):
+            skipped.append(f"{name}: {result.reason}")
+        else:
+            rows.append(result)
+    if not rows:
+        return NotApplicable("; ".join(skipped) or "no run given", "tab_family_convergence")
+    frame = pd.concat(rows, ignore_index=True)
+    if skipped:
+        frame.attrs["runs_left_out"] = "; ".join(skipped)
+    return _Frame(frame)
+
+
 FAMILY_MEASUREMENTS: tuple[Measurement, ...] = (
     Measurement("family_state", "", "The carried loop state across iterations (overlap and relative change), "
                 "comparable across families.", ("iterations",), _family_figure("state_profile"), _figure_main,
                 FAMILY_STATE_DOC, kind="figure"),
     Measurement("family_capacity", "", "Accuracy and staged capacity per loop count, comparable across families.",
                 ("depths",), _family_figure("capacity_profile"), _figure_main, FAMILY_CAPACITY_DOC, kind="figure"),
+    Measurement("family_convergence", "", "How fast the carried loop state settles (first and last transitions' "
+                "relative change), every run side by side.", (), _family_convergence,
+                lambda r: tidy.renamed(r.table(), {}), FAMILY_CONVERGENCE_DOC, scope="comparison",
+                found=lambda c: _by_computing("family_convergence")(c), family="Across latent-iteration families", inputs=("runs",), caption="How fast the carried loop "
+                "state settles, every run of the report side by side: the relative L2 change of its first (1 -> 2) "
+                "and last iteration transitions, their ratio, the first iteration whose change is at most half the "
+                "first one, and the top-k overlap at both ends."),
 )
 MEASUREMENTS = (*MEASUREMENTS, *FAMILY_MEASUREMENTS)
 
