@@ -415,8 +415,10 @@ class ExperimentAnalysis(Measured):
 _ANALYSES: dict[str, type[Measured]] = {"run": RunAnalysis, "checkpoint": CheckpointAnalysis,
                                         "training": TrainingAnalysis, "experiment": ExperimentAnalysis}
 for _measurement in MEASUREMENTS:
-    _owner = _ANALYSES[_measurement.scope]
-    if not hasattr(_owner, _measurement.name):
+    # a comparison-scoped entry declared here: ComparisonAnalysis (analyses/comparisons.py, which imports this
+    # module) generates its method on first use (Measured.__getattr__)
+    _owner = _ANALYSES.get(_measurement.scope)
+    if _owner is not None and not hasattr(_owner, _measurement.name):
         setattr(_owner, _measurement.name, _measurement_method(_measurement))
 
 

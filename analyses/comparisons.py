@@ -302,7 +302,7 @@ EXTERNAL_DOC = {"model": "model", "parameters": "parameter count as published", 
                 "kind": "published or recorded"}
 
 
-def _ablation_entry(role: str) -> Measurement:
+def _ablation_entry(role: str, caption: str) -> Measurement:
     label = ablation.LABELS[role]
     title = {ablation.ALPHA_INIT: "Main SST against the unbiased alpha initialisation: staged accuracy, deltas, "
                                   "McNemar.",
@@ -310,34 +310,55 @@ def _ablation_entry(role: str) -> Measurement:
                                    "McNemar."}[role]
     return Measurement(label.split(":")[1], label, title, (f"ablation_{role}",), _ablation(role),
                        lambda r: tidy.renamed(r.stages(), {}), ABLATION_DOC, notes=_ablation_notes,
-                       scope="comparison")
+                       scope="comparison", family="Ablations and external comparison", inputs=("runs", "baseline"),
+                       caption=caption)
 
 
 MEASUREMENTS: tuple[Measurement, ...] = (
-    _ablation_entry(ablation.ALPHA_INIT),
-    _ablation_entry(ablation.EMA_VARIANT),
+    _ablation_entry(ablation.ALPHA_INIT, "Alpha initialisation ablation (staged compute): the SST with theta_init = "
+                    "-1.8 against the unbiased initialisation, per iteration stage, with the deltas and exact "
+                    "McNemar tests on the paired flips."),
+    _ablation_entry(ablation.EMA_VARIANT, "Linked blend EMA variant (staged compute): the SST with the direct update "
+                    "against the EMA variant, with the matched baseline, the deltas and exact McNemar tests on the "
+                    "paired flips."),
     Measurement("hyperparameters", "tab:hyperparameters", "The training configurations of the SST and the baseline "
                 "side by side, from their saved configs.", ("training_configs",), _hyperparameters,
-                lambda r: tidy.renamed(r.table(), {}), HYPER_DOC, notes=lambda c, r: r.notes(), scope="comparison"),
+                lambda r: tidy.renamed(r.table(), {}), HYPER_DOC, notes=lambda c, r: r.notes(), scope="comparison",
+                family="Learned blend coefficients and training", inputs=("training",), caption="Training "
+                "hyperparameters of the SST and the matched baseline side by side, from their saved configs."),
     Measurement("sst_vs_nobias_loss", "fig:sst_vs_nobias_loss", "Training and validation loss of the SST and the "
                 "no-bias variant.", ("nobias_logs",), _losses((ablation.MAIN, ablation.ALPHA_INIT), "both"),
-                _losses_tidy, LOSS_DOC, kind="figure", scope="comparison"),
+                _losses_tidy, LOSS_DOC, kind="figure", scope="comparison",
+                family="Learned blend coefficients and training", figure="loss_pair", inputs=("training",),
+                caption="SST vs the no-bias variant: training loss (raw, light; moving average, solid) and "
+                "validation loss, each curve labelled by its config."),
     Measurement("sst_vs_baseline_training_loss", "fig:sst_vs_baseline_training_loss", "Training loss of the SST and "
                 "the matched baseline.", ("sst_baseline_logs",),
                 _losses((ablation.MAIN, BASELINE), "train"), _losses_tidy,
-                LOSS_DOC, kind="figure", scope="comparison"),
+                LOSS_DOC, kind="figure", scope="comparison",
+                family="Learned blend coefficients and training", figure="training_loss", inputs=("training",),
+                caption="SST vs matched baseline: training loss, raw (light) and moving average (solid)."),
     Measurement("sst_vs_baseline_validation_loss", "fig:sst_vs_baseline_validation_loss", "Validation loss of the "
                 "SST and the matched baseline.", ("sst_baseline_logs",),
                 _losses((ablation.MAIN, BASELINE), "val"), _losses_tidy,
-                LOSS_DOC, kind="figure", scope="comparison"),
+                LOSS_DOC, kind="figure", scope="comparison",
+                family="Learned blend coefficients and training", figure="validation_loss", inputs=("training",),
+                caption="SST vs matched baseline: validation loss as evaluated."),
     Measurement("external_gsm8k", "tab:external_gsm8k", "The SST's staged accuracy among published GSM8K results.",
                 ("external",), _external_table("tab:external_gsm8k"), lambda r: tidy.renamed(r.table(), {}),
-                EXTERNAL_DOC, notes=_external_notes, scope="comparison"),
+                EXTERNAL_DOC, notes=_external_notes, scope="comparison",
+                family="Ablations and external comparison", inputs=("runs", "external"), caption="External "
+                "comparison on GSM8K: the SST's staged accuracy among published results (published, not recorded)."),
     Measurement("external_gpqa", "tab:external_gpqa", "The SST's staged accuracy among published GPQA-Diamond "
                 "results.", ("external",), _external_table("tab:external_gpqa"),
-                lambda r: tidy.renamed(r.table(), {}), EXTERNAL_DOC, notes=_external_notes, scope="comparison"),
+                lambda r: tidy.renamed(r.table(), {}), EXTERNAL_DOC, notes=_external_notes, scope="comparison",
+                family="Ablations and external comparison", inputs=("runs", "external"), caption="External "
+                "comparison on GPQA-Diamond: the SST's staged accuracy among published results (published, not "
+                "recorded)."),
     Measurement("external_comparison", "", "A run of another benchmark placed among the --external rows.",
                 ("external",), _external_table(""), lambda r: tidy.renamed(r.table(), {}), EXTERNAL_DOC,
-                notes=_external_notes, scope="comparison"),
+                notes=_external_notes, scope="comparison",
+                family="Ablations and external comparison", inputs=("runs", "external"), caption="A run of a "
+                "benchmark without a paper table placed among the --external rows (published, not recorded)."),
 )
 register(*MEASUREMENTS)

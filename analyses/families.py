@@ -7,7 +7,9 @@ the family's loop declaration as written in the manifest (``loop.state_layer``; 
 - :func:`state_profile`: per iteration transition i-1 -> i of the deepest depth, the mean top-k |value| overlap and
   the mean relative L2 change of the carried loop state, over every full position;
 - :func:`capacity_profile`: per recorded depth, the accuracy at that depth and the staged capacity (a question
-  counts once it was correct at any depth <= D).
+  counts once it was correct at any depth <= D);
+- :func:`convergence_profile`: how fast the carried state settles (the state profile's first and last transitions),
+  one row per run.
 """
 
 from __future__ import annotations
@@ -22,6 +24,8 @@ from sst_interp.kernels.results import NotApplicable
 
 STATE_COLUMNS = ("run", "family", "iteration", "overlap", "relative_change", "n_positions")
 CAPACITY_COLUMNS = ("run", "family", "depth", "accuracy_pct", "staged_capacity_pct", "n_questions")
+CONVERGENCE_COLUMNS = ("run", "family", "depth", "first_change", "last_change", "last_over_first",
+                       "half_change_iteration", "first_overlap", "last_overlap", "n_positions")
 
 
 def family_of(run: Any) -> str:
@@ -96,3 +100,27 @@ def capacity_profile(run: Any, name: str) -> pd.DataFrame | NotApplicable:
                      "accuracy_pct": 100.0 * float(correct[depth].mean()),
                      "staged_capacity_pct": 100.0 * float(upto.mean()), "n_questions": len(correct)})
     return pd.DataFrame(rows, columns=list(CAPACITY_COLUMNS))
+
+
+def convergence_profile(run: Any, name: str) -> pd.DataFrame | NotApplicable:
+    """How fast the carried state settles, read from :func:`state_profile` (one row per run).
+
+    Returns:
+        one row ``run, family, depth, first_change (relative change of the transition 1 -> 2), last_change (of
+        the transition depth-1 -> depth), last_over_first, half_change_iteration (the first iteration i >= 3 whose
+        transition i-1 -> i changes the state by at most half the first transition's change; NaN when none does),
+        first_overlap, last_overlap, n_positions``; ``NotApplicable`` when the run has no state profile.
+    """
+    profile = state_profile(run, name)
+    if isinstance(profile, NotApplicable):
+        return NotApplicable(profile.reason, "tab_family_convergence")
+    change = profile["relative_change"].to_numpy(dtype=np.float64)
+    iterations = profile["iteration"].to_numpy()
+    halved = [int(i) for i, c in zip(iterations[1:], change[1:]) if c <= change[0] / 2]
+    row = {"run": name, "family": family_of(run), "depth": int(iterations[-1]), "first_change": float(change[0]),
+           "last_change": float(change[-1]),
+           "last_over_first": float(change[-1] / change[0]) if change[0] else np.nan,
+           "half_change_iteration": float(halved[0]) if halved else np.nan,
+           "first_overlap": float(profile["overlap"].iloc[0]), "last_overlap": float(profile["overlap"].iloc[-1]),
+           "n_positions": int(profile["n_positions"].iloc[0])}
+    return pd.DataFrame([row], columns=list(CONVERGENCE_COLUMNS))

@@ -165,6 +165,14 @@ class Measurement:
             (:class:`~sst_interp.analyses.api.CheckpointAnalysis`), ``training`` logs
             (:class:`~sst_interp.analyses.api.TrainingAnalysis`) or an intervention ``experiment`` folder
             (:class:`~sst_interp.analyses.api.ExperimentAnalysis`); ``compute`` receives that object.
+        family: the report's section it is written under (one of ``sst_interp.reporting.artefacts.FAMILIES``);
+            with ``caption``, what puts it on the report's page (an entry without a caption is either not on the
+            page or written by a hand-written, cross-run spec of the report).
+        caption: the report's one-line caption of the artefact.
+        figure: figures only: the name of the figure style that draws it (``sst_interp.reporting.styles`` maps each
+            style to a drawer, so this package never imports matplotlib).
+        inputs: the report inputs whose content keys its cache when they differ from the scope's own (a run's
+            table that also reads the baseline: ``("run", "baseline")``).
     """
 
     name: str
@@ -181,6 +189,10 @@ class Measurement:
     scope: str = "run"
     found: Callable[[Any], str | None] | None = None
     per_question: Callable[..., Any] | None = None
+    family: str = ""
+    caption: str = ""
+    figure: str = ""
+    inputs: tuple[str, ...] = ()
 
     @property
     def artefact(self) -> str:
@@ -434,7 +446,10 @@ MEASUREMENTS: tuple[Measurement, ...] = (
                  "regressions": "questions right in the reference, wrong here", "recoveries": "the reverse",
                  "mcnemar_chi2_cc": "McNemar chi2, continuity corrected", "mcnemar_p_cc": "its p",
                  "mcnemar_chi2": "McNemar chi2", "mcnemar_p": "its p", "mcnemar_exact_p": "exact McNemar p"},
-                notes=_overthinking_notes),
+                notes=_overthinking_notes,
+                family="Evaluation", inputs=("run", "baseline"), caption="Overthinking regression: accuracy "
+                "of staged compute and of each flat depth, each paired with the shallowest depth (regressions, "
+                "recoveries, McNemar tests)."),
     Measurement("repetition", "tab:repetition", "Sentence-level repetition and loops per configuration.", (),
                 _repetition,
                 lambda r: tidy.renamed(r.table(), {"N": "n_turns", "sentence_repetition":
@@ -445,73 +460,109 @@ MEASUREMENTS: tuple[Measurement, ...] = (
     Measurement("convergent_reasoning", "tab:convergent_reasoning", "Questions correct at every depth with "
                 "distinct text traces, against chance.", ("depths",),
                 lambda a: _lazy("convergent", "convergent_reasoning")(a.run), _quantities("quantity"),
-                QUANTITY_DOC),
+                QUANTITY_DOC,
+                family="Logit dynamics", caption="Convergent reasoning: questions correct at every depth with "
+                "pairwise distinct text traces, against the chance of independent random answers."),
     Measurement("episode_conduct", "", "CodeACT episode conduct per depth, of the SST and of its matched baseline "
                 "when one is given.", ("codeact",), _episode_conduct,
                 lambda r: tidy.renamed(r.table(), {}),
                 {"model": "SST or baseline", "depth": "depth", "episodes": "episodes", "first_turn_action": "fraction whose first turn is a "
                  "well-formed <execute> block", "finished": "fraction ending with finish_session", "accuracy":
-                 "fraction correct", "mean_model_turns": "model turns per episode"}),
+                 "fraction correct", "mean_model_turns": "model turns per episode"},
+                family="Evaluation", inputs=("run", "baseline"), caption="CodeACT episode conduct per depth: "
+                "fractions of episodes whose first model turn is a well-formed <execute> block, that end with "
+                "finish_session, and that are correct (app:dataset_format)."),
     # ---- basin shifts (sec:punctuated_equilibrium, app:gmm)
     Measurement("gmm", "", "Two-component Gaussian mixture on the overlaps and its crossover threshold (app:gmm).",
                 ("iterations",), _pe_part("gmm"), lambda r: tidy.renamed(_gmm_table(r), {}),
                 {"component": "Stable or Low-overlap", "mean": "mean overlap", "std": "standard deviation",
-                 "weight": "mixture weight"}, notes=_gmm_notes, presentation=_gmm_table),
+                 "weight": "mixture weight"}, notes=_gmm_notes, presentation=_gmm_table,
+                family="Basin shifts (punctuated equilibrium)", caption="Two-component Gaussian mixture on "
+                "the iter-1 vs iter-N overlaps: stable and low-overlap components and their crossover threshold "
+                "(app:gmm)."),
     Measurement("gmm_robustness", "", "Crossover thresholds of 2- to 5-component mixtures (app:gmm).",
                 ("iterations",), _pe_part("robustness"), lambda r: tidy.renamed(r.table(), {}),
                 {"components": "mixture components", "threshold": "crossover", "shift": "from the 2-component "
                  "threshold", "stable_mean": "stable component mean", "stable_std": "its std",
                  "stable_weight": "its weight"},
-                notes=lambda a, r: [f"largest threshold shift from the 2-component fit: {r.max_shift:.4f}"]),
+                notes=lambda a, r: [f"largest threshold shift from the 2-component fit: {r.max_shift:.4f}"],
+                family="Basin shifts (punctuated equilibrium)", caption="Crossover threshold of 2- to "
+                "5-component mixtures (app:gmm robustness)."),
     Measurement("basin_summary", "", "Low-overlap positions per question, per-position rates, gaps "
                 "(sec:punctuated_equilibrium).", ("iterations",), _pe_part("summary"), _quantities("metric"),
-                QUANTITY_DOC),
+                QUANTITY_DOC,
+                family="Basin shifts (punctuated equilibrium)", caption="Low-overlap positions per question, "
+                "per-position rates, gaps between consecutive low-overlap positions and their coefficient of "
+                "variation (sec:punctuated_equilibrium)."),
     Measurement("basin_position_rates", "", "Fraction of questions low-overlap at each window position.",
                 ("iterations",), _pe_part("summary"), lambda r: tidy.renamed(r.position_table(), {}),
                 {"position": "generated position", "n_questions": "questions", "n_low": "low-overlap there",
                  "rate": "fraction"},
                 notes=lambda a, r: [f"threshold {r.threshold:.4f}, rule '{r.rule}'"],
-                presentation=lambda r: r.position_table()),
+                presentation=lambda r: r.position_table(),
+                family="Basin shifts (punctuated equilibrium)", caption="Fraction of questions with a "
+                "low-overlap (basin-shift) position at each window position."),
     Measurement("pos0_universality", "", "Position 0, iteration 1 vs 2: the universal basin shift.",
                 ("iterations",), _pe_part("pos0"), lambda r: tidy.renamed(r.table(), {}),
                 {"comparison": "what is compared", "n_questions": "questions", "n_low": "low-overlap",
-                 "mean_overlap": "mean layer-mean overlap", "std_overlap": "its std"}),
+                 "mean_overlap": "mean layer-mean overlap", "std_overlap": "its std"},
+                family="Basin shifts (punctuated equilibrium)", caption="Position 0, iteration 1 vs 2: mean "
+                "and std over questions of the layer-mean overlap and how many questions are low-overlap there."),
     Measurement("causal_ordering", "tab:causal_ordering", "First low-overlap position vs first argmax "
                 "divergence.", ("iterations",), _pe_part("causal"),
                 lambda r: tidy.categories(r.table(), "group", {"n": "n_questions", "percent": "percent"}),
                 {"category": "ordering key", "category_text": "the paper's row", "n_questions": "questions",
-                 "percent": "percent of questions"}),
+                 "percent": "percent of questions"},
+                family="Logit dynamics", caption="Order of the first low-overlap position and the first "
+                "argmax divergence between depths, per question."),
     Measurement("pos0_divergence", "tab:pos0_divergence", "Outcome of the questions with a basin shift at "
                 "position 0.", ("iterations",), _pe_part("pos0_divergence"),
                 lambda r: tidy.categories(r.table(), "outcome", {"n": "n_questions", "percent": "percent"}),
                 {"category": "outcome key", "category_text": "the paper's row", "n_questions": "questions",
-                 "percent": "percent of questions"}),
+                 "percent": "percent of questions"},
+                family="Logit dynamics", caption="Downstream outcome of the questions with a basin shift at "
+                "position 0: diverge at 0, inside the window, or beyond it."),
     # ---- logit dynamics (sec:logit_dynamics, app:logit_tables)
     Measurement("argmax_concentration", "tab:argmax_concentration", "Argmax change rates at low-overlap vs "
                 "stable positions.", ("iterations",), _records(_lazy("logit_dynamics", "argmax_concentration")),
                 _quantities("quantity", (*REGIME, "total"), "regime"), _grouped("regime", "low_overlap, stable "
                                                                                  "or total"),
-                notes=_records_note),
+                notes=_records_note,
+                family="Logit dynamics", caption="Argmax change rates at low-overlap vs stable positions "
+                "(cross-run, all depth pairs, pre-divergence), with the odds ratio."),
     Measurement("decision_boundary", "tab:decision_boundary", "Exact ties vs strict overrides among argmax "
                 "changes.", ("iterations",), _records(_lazy("logit_dynamics", "decision_boundary")),
-                _quantities("quantity"), QUANTITY_DOC, notes=_records_note),
+                _quantities("quantity"), QUANTITY_DOC, notes=_records_note,
+                family="Logit dynamics", caption="Exact ties vs strict overrides among argmax changes, and "
+                "the top-1 log-prob shift at changes vs non-changes (cross-run)."),
     Measurement("gap_distributions", "tab:gap_distributions", "Top-1 minus top-2 gap at argmax changes by "
                 "regime.", ("iterations",), _records(_lazy("logit_dynamics", "gap_distributions")),
                 _quantities("quantity", REGIME, "regime"), _grouped("regime", "low_overlap or stable"),
-                notes=_records_note),
+                notes=_records_note,
+                family="Logit dynamics", caption="Top-1 minus top-2 gap at argmax-changing positions by "
+                "regime (within-run, iter 1 vs later iterations)."),
     Measurement("reorg_lo_argmax", "tab:reorg_lo_argmax", "Posterior reorganisation at low-overlap argmax "
                 "changes.", ("iterations",), _reorg("argmax", "low"),
                 _quantities("quantity", WITHIN_CROSS, "comparison"), _grouped("comparison", "within or cross run"),
-                notes=_records_note),
+                notes=_records_note,
+                family="Logit dynamics", caption="Posterior reorganisation at low-overlap argmax changes: "
+                "top-n replacement, top-5 rank shifts, argmax suppression, rank of the new winner (within- and "
+                "cross-run)."),
     Measurement("reorg_st_argmax", "tab:reorg_st_argmax", "Posterior reorganisation at stable argmax changes.",
                 ("iterations",), _reorg("argmax", "stable"), _quantities("quantity", WITHIN_CROSS, "comparison"),
-                _grouped("comparison", "within or cross run"), notes=_records_note),
+                _grouped("comparison", "within or cross run"), notes=_records_note,
+                family="Logit dynamics", caption="Posterior reorganisation at stable argmax changes (within- "
+                "and cross-run)."),
     Measurement("reorg_lo_all", "tab:reorg_lo_all", "Top-n replacement at every low-overlap position.",
                 ("iterations",), _reorg("all", "low"), _quantities("quantity", WITHIN_CROSS, "comparison"),
-                _grouped("comparison", "within or cross run"), notes=_records_note),
+                _grouped("comparison", "within or cross run"), notes=_records_note,
+                family="Logit dynamics", caption="Top-n replacement and argmax change rate at every "
+                "low-overlap position (within- and cross-run)."),
     Measurement("reorg_st_all", "tab:reorg_st_all", "Top-n replacement at every stable position.",
                 ("iterations",), _reorg("all", "stable"), _quantities("quantity", WITHIN_CROSS, "comparison"),
-                _grouped("comparison", "within or cross run"), notes=_records_note),
+                _grouped("comparison", "within or cross run"), notes=_records_note,
+                family="Logit dynamics", caption="Top-n replacement and argmax change rate at every stable "
+                "position (within- and cross-run)."),
     Measurement("basin_shift_activity", "tab:basin_shift_activity", "Basin shifts across consecutive iteration "
                 "transitions of the deepest run.", ("iterations",),
                 lambda a: _lazy("logit_dynamics", "basin_shift_activity")(a.regime_labels()),
@@ -519,11 +570,15 @@ MEASUREMENTS: tuple[Measurement, ...] = (
                                                                   "ci_low": "ci_low_pct", "ci_high": "ci_high_pct"}),
                 {"category": "activity key", "category_text": "the paper's row", "n_positions": "positions",
                  "percent": "percent", "ci_low_pct": "95% bound", "ci_high_pct": "95% bound"},
-                notes=_threshold_note),
+                notes=_threshold_note,
+                family="Logit dynamics", caption="Basin shifts of the deepest run across consecutive "
+                "iteration transitions: sustained, first transition only, or new at a later transition."),
     Measurement("later_iter_computation", "tab:later_iter_computation", "Later-iteration computation by "
                 "regime.", ("iterations",), _records(_lazy("logit_dynamics", "later_iter_computation")),
                 _quantities("quantity", ("basin_shift", "stable"), "regime"),
-                _grouped("regime", "basin_shift or stable"), notes=_records_note),
+                _grouped("regime", "basin_shift or stable"), notes=_records_note,
+                family="Logit dynamics", caption="Later-iteration computation by regime: cumulative log-prob "
+                "shift ratios, reversal rates, argmax re-changes and question-level stabilisation."),
     # ---- precision and convergence monitoring (app:precision_proof, fig:convergence_monitoring)
     Measurement("precision_proof", "tab:precision_proof", "Iteration 1 -> 2 change against the dtype's rounding "
                 "error, per layer.", ("iterations",), _precision,
@@ -531,75 +586,124 @@ MEASUREMENTS: tuple[Measurement, ...] = (
                 {"layer": "decoder layer (or all)", "n_values": "ratios", "median": "median ratio", "p25": "25th "
                  "percentile", "p75": "75th", "p95": "95th", "fraction_above_1": "fraction above 1x", "p":
                  "one-sided exact binomial p", "ci_low": "one-sided 95% bound"},
-                notes=_precision_notes, extra_tables=lambda r: {"layers": r.full_table()}),
+                notes=_precision_notes, extra_tables=lambda r: {"layers": r.full_table()},
+                family="Precision and convergence monitoring", inputs=("run", "checkpoint"), caption="Per-layer "
+                "ratio of the iteration 1 -> 2 hidden-state change to the dtype's rounding error at basin-shift "
+                "positions; under the rounding null the ratio is <= 1."),
     Measurement("convergence_monitoring", "", "Tests behind fig:convergence_monitoring: L2 of the state does not "
                 "tell when to stop.", ("iterations",), lambda a: a.convergence(), _quantities("metric"),
                 QUANTITY_DOC,
                 notes=lambda a, r: [f"L2 deltas at layer {r.layer}; one value per (question, decision) in the "
-                                    "tests"]),
+                                    "tests"],
+                family="Precision and convergence monitoring", caption="Tests behind the convergence figure: "
+                "Kruskal-Wallis across correct depths per transition, and Mann-Whitney / AUROC of the current delta "
+                "for improving vs degrading steps."),
     # ---- the data behind the run-level figures (analyses/figure_data.py)
     Measurement("overthinking_sankey", "fig:overthinking_sankey", "Pass/fail flows between consecutive flat "
                 "depths.", ("depths",), _lazy("figure_data", "sankey"), lambda r: tidy.renamed(r.table(), {}),
                 {"from_depth": "depth", "to_depth": "next depth", "from_state": "pass or fail",
-                 "to_state": "pass or fail", "count": "questions"}, kind="figure"),
+                 "to_state": "pass or fail", "count": "questions"}, kind="figure",
+                family="Evaluation", figure="sankey", caption="Per-question pass/fail flows between "
+                "consecutive flat depths: ribbons pass->pass, pass->fail (regression), fail->pass (recovery), "
+                "fail->fail; accuracy above each column."),
     Measurement("overlap_heatmap", "fig:overlap_heatmap", "Top-k overlap across layers and positions for a "
                 "representative question.", ("iterations",), _lazy("figure_data", "heatmap"), _figure_main,
-                HEATMAP_DOC, kind="figure", per_question=_question_heatmap(False)),
+                HEATMAP_DOC, kind="figure", per_question=_question_heatmap(False),
+                family="Basin shifts (punctuated equilibrium)", figure="overlap_heatmap", caption="Top-k "
+                "overlap between the shallowest and deepest runs across layers and generated positions for a "
+                "representative question (sketch positions included); dark streaks are basin shifts."),
     Measurement("overlap_heatmap_zoom", "fig:overlap_heatmap_zoom", "The overlap of a second question over the "
                 "full-state window.", ("iterations",), lambda a: _lazy("figure_data", "heatmap")(a, zoom=True),
-                _figure_main, HEATMAP_DOC, kind="figure", per_question=_question_heatmap(True)),
+                _figure_main, HEATMAP_DOC, kind="figure", per_question=_question_heatmap(True),
+                family="Basin shifts (punctuated equilibrium)", figure="overlap_heatmap", caption="The same "
+                "overlap for a second question over the full-state window only (the question with the most "
+                "low-overlap positions)."),
     Measurement("layer_profile", "fig:layer_profile", "Layer profile of top-k overlap at low-overlap positions: "
                 "position 0 and late positions.", ("iterations",), _lazy("figure_data", "layer_profile"),
-                _profile_traces, PROFILE_DOC, kind="figure"),
+                _profile_traces, PROFILE_DOC, kind="figure",
+                family="Basin shifts (punctuated equilibrium)", figure="layer_profiles", caption="Layer "
+                "profile of top-k overlap at low-overlap positions: (a) position 0, (b) the last window positions "
+                "(pre-divergence); median with IQR, p10-p90 and p5-p95 bands."),
     Measurement("layer_profile_per_position", "fig:layer_profile_per_position", "Layer profile at low-overlap "
                 "positions, per window position.", ("iterations",), _lazy("figure_data", "per_position"),
-                _profile_traces, PROFILE_DOC, kind="figure"),
+                _profile_traces, PROFILE_DOC, kind="figure",
+                family="Basin shifts (punctuated equilibrium)", figure="layer_profiles", caption="Layer "
+                "profile at low-overlap positions, one panel per window position (bands for N >= 5, individual traces "
+                "below)."),
     Measurement("layer_profile_512pos", "fig:layer_profile_512pos", "Layer profile over every low-overlap "
                 "position of the long range.", ("iterations",), _lazy("figure_data", "long_range"),
-                _profile_traces, PROFILE_DOC, kind="figure"),
+                _profile_traces, PROFILE_DOC, kind="figure",
+                family="Basin shifts (punctuated equilibrium)", figure="layer_profiles", caption="Layer "
+                "profile over every low-overlap position of the long range (full window plus top-k sketches)."),
     Measurement("convergence_figure", "fig:convergence_monitoring", "L2 delta between successive iterations "
                 "by correct depth.", ("iterations",), _lazy("figure_data", "convergence"), _figure_main,
                 {"question_id": "question", "position": "generated position", "transition": "iteration i -> i+1",
                  "delta": "L2 change of the state", "correct_depth": "the depth the question is first right at"},
-                kind="figure"),
+                kind="figure",
+                family="Precision and convergence monitoring", figure="convergence", caption="L2 delta "
+                "between successive iterations by correct depth (a), and the current delta against the next step's "
+                "outcome (b): L2 does not tell when to stop."),
     # ---- the checkpoint's learned blend coefficients (sec:learned_alpha, app:alpha_analysis)
     Measurement("alpha_quantile_ribbon", "fig:alpha_quantile_ribbon", "Within-layer percentile bands of the learned "
                 "blend coefficients.", ("checkpoint",), _lazy("checkpoint_figures", "ribbon"), _figure_main,
-                RIBBON_DOC, kind="figure", scope="checkpoint"),
+                RIBBON_DOC, kind="figure", scope="checkpoint",
+                family="Learned blend coefficients and training", figure="alpha_ribbon", caption="Within-layer "
+                "percentile bands (p5-p95, p25-p75, median) of the learned blend coefficients, with alpha_init."),
     Measurement("alpha_pca_trajectory", "fig:alpha_pca_trajectory", "Each layer's deviation from alpha_init on the "
                 "top principal components.", ("checkpoint",), _lazy("checkpoint_figures", "pca"), _figure_main,
-                PCA_DOC, kind="figure", scope="checkpoint"),
+                PCA_DOC, kind="figure", scope="checkpoint",
+                family="Learned blend coefficients and training", figure="alpha_pca", caption="Each layer's "
+                "deviation from alpha_init on the top principal components, coloured by layer and joined in depth "
+                "order."),
     Measurement("alpha_panels_raw_selected", "fig:alpha_panels_raw_selected", "Raw alpha of four representative "
                 "layers on a grid.", ("checkpoint",), lambda c: _lazy("checkpoint_figures", "panels")(c, False),
-                _figure_main, PANELS_DOC, kind="figure", scope="checkpoint"),
+                _figure_main, PANELS_DOC, kind="figure", scope="checkpoint",
+                family="Learned blend coefficients and training", figure="alpha_panels_raw", caption="Raw "
+                "alpha of four representative layers reshaped to a grid, on a shared p1-p99 colour scale."),
     Measurement("alpha_panels_deviation_selected", "fig:alpha_panels_deviation_selected", "Deviation from "
                 "alpha_init of the same four layers.", ("checkpoint",),
                 lambda c: _lazy("checkpoint_figures", "panels")(c, False), _figure_main, PANELS_DOC, kind="figure",
-                scope="checkpoint"),
+                scope="checkpoint",
+                family="Learned blend coefficients and training", figure="alpha_panels_deviation", caption="Deviation "
+                "alpha - alpha_init of the same four layers on a shared diverging scale (red above, blue below)."),
     Measurement("alpha_specialisation_profile", "fig:alpha_specialisation_profile", "Within-layer percentiles of "
                 "|alpha - alpha_init| across depth.", ("checkpoint",), _lazy("checkpoint_figures", "specialisation"),
-                _figure_main, SPECIALISATION_DOC, kind="figure", scope="checkpoint"),
+                _figure_main, SPECIALISATION_DOC, kind="figure", scope="checkpoint",
+                family="Learned blend coefficients and training", figure="alpha_specialisation", caption="Within-layer "
+                "percentiles of |alpha - alpha_init| across depth; the selected layers are marked."),
     Measurement("alpha_panels_raw_full", "fig:alpha_panels_raw_full", "Raw alpha of every layer.", ("checkpoint",),
                 lambda c: _lazy("checkpoint_figures", "panels")(c, True), _figure_main, PANELS_DOC, kind="figure",
-                scope="checkpoint"),
+                scope="checkpoint",
+                family="Learned blend coefficients and training", figure="alpha_panels_raw", caption="Raw "
+                "alpha of every layer on a shared colour scale."),
     Measurement("alpha_panels_deviation_full", "fig:alpha_panels_deviation_full", "Deviation from alpha_init of "
                 "every layer.", ("checkpoint",), lambda c: _lazy("checkpoint_figures", "panels")(c, True),
-                _figure_main, PANELS_DOC, kind="figure", scope="checkpoint"),
+                _figure_main, PANELS_DOC, kind="figure", scope="checkpoint",
+                family="Learned blend coefficients and training", figure="alpha_panels_deviation", caption="Deviation "
+                "from alpha_init of every layer on a shared scale."),
     # ---- training logs (app:training_curves)
     Measurement("sst_vs_baseline_loss", "fig:sst_vs_baseline_loss", "Training and validation loss of the SST and "
                 "the matched baseline.", ("sst_log", "baseline_log"),
                 lambda t: _lazy("checkpoint_figures", "losses")(t, "both"), _losses_tidy, LOSS_DOC, kind="figure",
-                scope="training"),
+                scope="training",
+                family="Learned blend coefficients and training", figure="losses", caption="Training loss "
+                "(raw, light; moving average, solid) and validation loss of the SST and the matched baseline."),
     Measurement("sst_loss_standalone", "fig:sst_loss_standalone", "SST training and validation loss.", ("sst_log",),
                 lambda t: _lazy("checkpoint_figures", "losses")(t, "sst"), _losses_tidy, LOSS_DOC, kind="figure",
-                scope="training"),
+                scope="training",
+                family="Learned blend coefficients and training", figure="losses", caption="SST training and "
+                "validation loss."),
     Measurement("baseline_loss_standalone", "fig:baseline_loss_standalone", "Matched baseline training and "
                 "validation loss.", ("baseline_log",), lambda t: _lazy("checkpoint_figures", "losses")(t, "baseline"),
-                _losses_tidy, LOSS_DOC, kind="figure", scope="training"),
+                _losses_tidy, LOSS_DOC, kind="figure", scope="training",
+                family="Learned blend coefficients and training", figure="losses", caption="Matched baseline "
+                "training and validation loss."),
     Measurement("alpha_global_stats_over_training", "fig:alpha_global_stats_over_training", "Whole-model blend "
                 "coefficient statistics per training step.", ("sst_log",),
                 _lazy("checkpoint_figures", "alpha_over_training"), _figure_main, ALPHA_TRAINING_DOC, kind="figure",
-                scope="training"),
+                scope="training",
+                family="Learned blend coefficients and training", figure="alpha_training", caption="Whole-model "
+                "blend coefficient statistics (mean +- std, min, max) per training step."),
 )
 
 #: Per-position depth policies (issue 23): accuracy against compute, where the rules stop (analyses/depth_policies.py).
@@ -652,10 +756,16 @@ DEPTH_POLICY_MEASUREMENTS: tuple[Measurement, ...] = (
                 _pareto_figure, _figure_main, PARETO_DOC, kind="figure"),
     Measurement("depth_policy_histogram", "", "Iterations per position where each rule stops, low-overlap "
                 "positions against the rest.", ("iterations", "replayable"),
-                _lazy("depth_policies", "histogram_figure"), _figure_main, HISTOGRAM_DOC, kind="figure"),
+                _lazy("depth_policies", "histogram_figure"), _figure_main, HISTOGRAM_DOC, kind="figure",
+                family="Per-position depth", figure="policy_histogram", caption="Where each rule, at the "
+                "median of its recorded values, stops on the full-depth trajectory: low-overlap (basin-shift) "
+                "positions against the rest."),
     Measurement("depth_policy_convergence", "", "Where each rule stops against where L2 convergence monitoring "
                 "says the state converged.", ("iterations", "replayable"), _lazy("depth_policies", "agreement"),
-                lambda r: tidy.renamed(r.table(), {}), AGREEMENT_DOC, notes=_agreement_notes),
+                lambda r: tidy.renamed(r.table(), {}), AGREEMENT_DOC, notes=_agreement_notes,
+                family="Per-position depth", caption="Each rule's stopping iteration against the L2 "
+                "convergence point of the state (the first iteration whose change is below the run's median change): "
+                "agreement, Cohen's kappa, Spearman."),
 )
 MEASUREMENTS = (*MEASUREMENTS, *DEPTH_POLICY_MEASUREMENTS)
 
@@ -684,12 +794,47 @@ def _family_figure(measure: str) -> Callable[[Any], Any]:
     return compute
 
 
+FAMILY_CONVERGENCE_DOC = {"run": "run name", "family": "sst, hrm_text or inkling2_loop",
+                          "depth": "the deepest depth (the family's loop count)",
+                          "first_change": "mean relative L2 change of the carried state, transition 1 -> 2",
+                          "last_change": "the same for the last transition (depth-1 -> depth)",
+                          "last_over_first": "last_change / first_change",
+                          "half_change_iteration": "first iteration i >= 3 whose change is at most half of "
+                          "first_change (NaN: none)",
+                          "first_overlap": "top-k |value| overlap of the transition 1 -> 2",
+                          "last_overlap": "the same for the last transition", "n_positions": "full positions averaged"}
+
+
+def _family_convergence(c: Any) -> Any:
+    """Every run of a comparison, one row each; the runs without a state profile are named in the notes."""
+    rows, skipped = [], []
+    for name, run in c.runs.items():
+        result = _lazy("families", "convergence_profile")(run, name)
+        if isinstance(result, NotApplicable):
+            skipped.append(f"{name}: {result.reason}")
+        else:
+            rows.append(result)
+    if not rows:
+        return NotApplicable("; ".join(skipped) or "no run given", "tab_family_convergence")
+    frame = pd.concat(rows, ignore_index=True)
+    if skipped:
+        frame.attrs["runs_left_out"] = "; ".join(skipped)
+    return _Frame(frame)
+
+
 FAMILY_MEASUREMENTS: tuple[Measurement, ...] = (
     Measurement("family_state", "", "The carried loop state across iterations (overlap and relative change), "
                 "comparable across families.", ("iterations",), _family_figure("state_profile"), _figure_main,
                 FAMILY_STATE_DOC, kind="figure"),
     Measurement("family_capacity", "", "Accuracy and staged capacity per loop count, comparable across families.",
                 ("depths",), _family_figure("capacity_profile"), _figure_main, FAMILY_CAPACITY_DOC, kind="figure"),
+    Measurement("family_convergence", "", "How fast the carried loop state settles (first and last transitions' "
+                "relative change), every run side by side.", (), _family_convergence,
+                lambda r: tidy.renamed(r.table(), {}), FAMILY_CONVERGENCE_DOC, scope="comparison",
+                found=lambda c: _by_computing("family_convergence")(c), family="Across latent-iteration families", inputs=("runs",), caption="How fast the carried loop "
+                "state settles, every run of the report side by side: the relative L2 change of its first (1 -> 2) "
+                "and last iteration transitions, their ratio, the first iteration whose change is at most half the "
+                "first one, and the top-k overlap at both ends."),
 )
 MEASUREMENTS = (*MEASUREMENTS, *FAMILY_MEASUREMENTS)
 

@@ -439,20 +439,31 @@ MEASUREMENTS: tuple[Measurement, ...] = (
                  "capacity)", "correct": "questions answered right", "accuracy_fraction": "fraction right",
                  "delta_pp_vs_iter1": "accuracy minus iter=1's, percentage points",
                  "overthinks": "questions continued past a passing depth", "missed": "questions halted too early"},
-                notes=_notes, extra_tables=_extra, found=_labels_found(True)),
+                notes=_notes, extra_tables=_extra, found=_labels_found(True),
+                family="Halting probe", inputs=("run", "probe"), caption="Halting by the probe, in sample "
+                "(the probe is scored on the questions it was trained on): accuracy against iter=1 and the staged "
+                "capacity, overthinks (continued past a passing depth) and misses (halted too early). Not evidence of "
+                "generalisation: see the LOOCV permutation test."),
     Measurement("halting_probe_per_iter", "tab:halting_probe_per_iter", "MUST HALT detection and SAFE timesteps left "
                 "alone per iteration depth (in sample).", ("probe",), _with_bundle(per_iter), _per_iter_tidy,
                 {"depth": "the iteration depth of the timestep", "must_halt_total": "MUST HALT timesteps",
                  "must_halt_detected": "of them the probe halts at", "safe_total": "SAFE timesteps",
                  "safe_left_alone": "of them the probe continues at", "must_halt_rate": "detected fraction",
-                 "safe_rate": "left-alone fraction"}, notes=_notes, extra_tables=_extra, found=_labels_found(True)),
+                 "safe_rate": "left-alone fraction"}, notes=_notes, extra_tables=_extra, found=_labels_found(True),
+                family="Halting probe", inputs=("run", "probe"), caption="MUST HALT detection and SAFE "
+                "timesteps left alone, per iteration depth, in sample (not evidence of generalisation)."),
     Measurement("halt_signal", "fig:halt_signal", "The probe's logit at every labelled timestep (in sample).",
                 ("probe",), _with_bundle(halt_signal), lambda r: tidy.renamed(r.table(), {}),
                 {"question_id": "question", "turn": "model turn", "depth": "iteration depth of the timestep",
                  "must_halt": "the timestep's label is MUST HALT (else SAFE)", "correct_depth": "the question's "
                  "first correct depth", "logit": "the probe's output logit", "above_threshold": "logit above the "
                  "halting threshold", "question_kind": "the question's label pattern", "marker": "how the figure "
-                 "draws the timestep"}, kind="figure", found=_labels_found(True)),
+                 "draws the timestep"}, kind="figure", found=_labels_found(True),
+                family="Halting probe", figure="halt_signal", inputs=("run", "probe"), caption="In-sample "
+                "probe logit at every labelled timestep (the probe was trained on these timesteps, so the separation "
+                "shown is not evidence of a feature; see the LOOCV permutation test): histogram by class, "
+                "per-question strip, and each timestep at its depth with detected halts, harmless false halts and "
+                "missed continues."),
     Measurement("halting_probe_loocv", "", "Leave-one-MUST-HALT-question-out cross-validation with the calibrated "
                 "permutation p and the paper's binomial p (app:halting_loocv).", ("probe",),
                 _with_bundle(loocv_table), _renamed({"accuracy": "accuracy_fraction"}),
@@ -462,7 +473,11 @@ MEASUREMENTS: tuple[Measurement, ...] = (
                  "p (calibrated; read this)", "permutations": "permutations run", "null_accuracy": "held-out "
                  "accuracy under the null", "ci_low": "95% CI of the accuracy, low", "ci_high": "its high bound",
                  "criterion": "what counts as a correct fold", "p_value_depth_matched": "binomial p against the "
-                 "depth-matched base rate"}, notes=_notes, extra_tables=_extra, found=_labels_found(False)),
+                 "depth-matched base rate"}, notes=_notes, extra_tables=_extra, found=_labels_found(False),
+                family="Halting probe", inputs=("run", "probe"), caption="Leave-one-MUST-HALT-question-out "
+                "cross-validation: held-out questions correctly halted, with the calibrated label-permutation p "
+                "(every fold retrained per permutation; read significance here) and the paper's binomial p against "
+                "the in-sample base rate (reproduces the paper, not calibrated)."),
     Measurement("halting_probe_layer_sweep", "tab:halting_probe_layer_sweep", "A 64-neuron probe per layer, ranked "
                 "by held-out (question-fold cross-fitted) scores.", ("probe",), _with_bundle(layer_sweep),
                 _renamed({"accuracy": "accuracy_fraction"}),
@@ -475,27 +490,39 @@ MEASUREMENTS: tuple[Measurement, ...] = (
                  "loocv_correct / loocv_folds", "loocv_base_rate": "binomial null rate", "loocv_p": "binomial p",
                  "loocv_p_permutation": "permutation p", "loocv_permutations": "permutations run",
                  "loocv_p_depth_matched": "binomial p against the depth-matched base rate"},
-                notes=_notes, extra_tables=_extra, found=_labels_found(False)),
+                notes=_notes, extra_tables=_extra, found=_labels_found(False),
+                family="Halting probe", inputs=("run", "probe"), caption="A 64-neuron probe trained at every "
+                "layer (an even grid of 16 above 32 layers): in-sample evaluation and held-out (question-fold "
+                "cross-fitted) scores; the layer is chosen by the held-out result, named in the notes."),
     Measurement("halting_probe_ablation_sweep", "tab:halting_probe_ablation_sweep", "Halting with only the top "
                 "neurons of the 64-neuron probe kept.", ("probe",), _with_bundle(ablation_sweep),
                 _renamed({"accuracy": "accuracy_fraction"}),
                 {"configuration": "which neurons are kept", "kept": "neurons kept", **_outcome_doc("")},
-                notes=_notes, extra_tables=_extra, found=_labels_found(False)),
+                notes=_notes, extra_tables=_extra, found=_labels_found(False),
+                family="Halting probe", inputs=("run", "probe"), caption="Neuron ablations of the 64-neuron "
+                "probe: keep the top-N neurons by logit contribution, remove the top neuron, or keep only it."),
     Measurement("halting_probe_topk_sweep", "tab:halting_probe_topk_sweep", "Halting with only the top-K input "
                 "dimensions by weight importance.", ("probe",), _with_bundle(topk),
                 _renamed({"accuracy": "accuracy_fraction"}),
                 {"K": "input dimensions kept", "grid": "K on the sweep's grid", "baseline_match": "reproduces the "
                  "unablated probe", **_outcome_doc(""), "minimal": "the smallest K that reproduces it"},
-                notes=_notes, extra_tables=_extra, found=_labels_found(False)),
+                notes=_notes, extra_tables=_extra, found=_labels_found(False),
+                family="Halting probe", inputs=("run", "probe"), caption="Inference-only input ablation: keep "
+                "the top-K hidden dimensions by weight importance, zero the rest."),
     Measurement("halting_probe_greedy_prune", "tab:halting_probe_greedy_prune", "Greedy pruning of the minimal top-K "
                 "set to the essential dimensions.", ("probe",), _with_bundle(greedy),
                 lambda r: tidy.categories(r.table(), "item", {"count": "count"}),
                 {"category": "snake_case key of the row", "category_text": "the row's text", "count": "dimensions"},
-                notes=_notes, extra_tables=_extra, found=_prune_found),
+                notes=_notes, extra_tables=_extra, found=_prune_found,
+                family="Halting probe", inputs=("run", "probe"), caption="Greedy pruning of the top-K set to "
+                "the essential dimensions the probe cannot lose."),
     Measurement("feature_position_grid", "fig:feature_position_grid", "The essential dimensions on a grid of the "
                 "hidden state.", ("probe",), _with_bundle(feature_grid), lambda r: tidy.renamed(r.table(), {}),
                 {"dim": "hidden-state dimension", "row": "grid row", "col": "grid column",
-                 "importance": "the dimension's weight importance"}, kind="figure", found=_prune_found),
+                 "importance": "the dimension's weight importance"}, kind="figure", found=_prune_found,
+                family="Halting probe", figure="feature_grid", inputs=("run", "probe"), caption="The "
+                "essential hidden-state dimensions on a grid of the position-0 state (dim 0 at the bottom left), "
+                "coloured by weight importance."),
 )
 
 register(*MEASUREMENTS)

@@ -6,8 +6,10 @@ Modules, one concern each:
 * :mod:`~sst_interp.reporting.config` -- :class:`ReportConfig` and resolving it into opened inputs;
 * :mod:`~sst_interp.reporting.artefacts` -- the artefact data classes (:class:`ArtefactSpec`, :class:`ArtefactData`);
 * :mod:`~sst_interp.reporting.registry` -- every spec in page order (:func:`all_specs`), bound to runs by ``plan``;
-* ``specs_*`` -- what each artefact computes, by paper section (evaluation, basins, logits, monitoring, probe,
-  alpha);
+* :mod:`~sst_interp.reporting.measured` -- the artefact of every catalogue entry with a caption (its section, caption
+  and figure style are the entry's), and :mod:`~sst_interp.reporting.styles` -- figure style -> drawer;
+* ``specs_*`` -- the hand-written artefacts that stack every run or experiment folder of the report (evaluation,
+  depth, families, interventions);
 * :mod:`~sst_interp.reporting.context` -- shared analyses, computed once per run;
 * :mod:`~sst_interp.reporting.cache` -- artefact data cached under ``<out>/.cache`` keyed by input content;
 * :mod:`~sst_interp.reporting.tables` -- Markdown, CSV, LaTeX (booktabs) and HTML tables;

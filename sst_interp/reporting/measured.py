@@ -1,20 +1,22 @@
-"""Report tables that are registry measurements: the report writes an entry's paper layout and notes.
+"""Report artefacts that are catalogue measurements: the report writes an entry's paper layout and notes, or draws
+its figure data.
 
-:func:`measured_spec` turns an entry of :mod:`sst_interp.analyses.registry` into an
+:func:`measured_spec` turns a catalogue entry that has a caption into an
 :class:`~sst_interp.reporting.artefacts.ArtefactSpec`: the measurement is computed by the run's
 :class:`~sst_interp.analyses.RunAnalysis` (the one a notebook gets from ``analyses.open``), so the report and the
-API cannot disagree. The spec adds only what belongs to the page: its section and caption.
+API cannot disagree. The entry itself says where it goes on the page (``family``, ``caption``) and how a figure is
+drawn (``figure``, a style of :mod:`sst_interp.reporting.styles`); no spec is written by hand for it.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from typing import Any
 
-from sst_interp.analyses.registry import lookup
+from sst_interp.analyses.registry import Measurement, all_measurements, lookup
 from sst_interp.kernels.results import NotApplicable
 from sst_interp.reporting.artefacts import ArtefactData, ArtefactSpec
 from sst_interp.reporting.context import ReportContext
+from sst_interp.reporting.styles import drawer
 
 
 def measured_data(ctx: ReportContext, target: str | None, key: str, scope: str = "run"
@@ -31,18 +33,33 @@ def measured_data(ctx: ReportContext, target: str | None, key: str, scope: str =
     return ArtefactData(tables, {"notes": [*measurement.notes(analysis, result), *found]})
 
 
-def measured_spec(key: str, family: str, caption: str, inputs: tuple[str, ...] | None = None) -> ArtefactSpec:
-    """A table artefact ``tab_<name>`` backed by the registry entry ``key``, of the entry's scope (a run, or a
-    ``comparison`` of several inputs); ``inputs`` key its cache (default: the scope's)."""
-    measurement = lookup(key)
-    scope = measurement.scope
+def measured_spec(measurement: Measurement) -> ArtefactSpec:
+    """The artefact of a catalogue entry that has a caption: a table ``tab_<name>`` (the entry's paper layout and
+    notes) or a figure ``fig_<name>`` (its FigureData, drawn by the entry's figure style), of the entry's scope,
+    under its family, keyed in the cache by its ``inputs`` (default: the scope's)."""
+    key, scope = measurement.key, measurement.scope
+    inputs = measurement.inputs or SCOPE_INPUTS[scope]
+    if measurement.kind == "figure":
+        def compute(ctx: ReportContext, target: str | None) -> ArtefactData | NotApplicable:
+            result = analysis_for(ctx, scope, target).attempt(key)
+            if isinstance(result, NotApplicable):
+                return result
+            return ArtefactData(dict(result.tables), dict(result.meta))
 
-    def compute(ctx: ReportContext, target: str | None) -> ArtefactData | NotApplicable:
-        return measured_data(ctx, target, key, scope)
+        draw = drawer(measurement.figure, measurement.artefact)
+    else:
+        def compute(ctx: ReportContext, target: str | None) -> ArtefactData | NotApplicable:
+            return measured_data(ctx, target, key, scope)
 
+        draw = None
     compute.__doc__ = f"{measurement.key}: {measurement.title}"
-    return ArtefactSpec(measurement.artefact, "table", measurement.label, family, caption, scope,
-                        inputs or SCOPE_INPUTS[scope], compute)
+    return ArtefactSpec(measurement.artefact, measurement.kind, measurement.label, measurement.family,
+                        measurement.caption, scope, inputs, compute, draw)
+
+
+def measured_specs() -> list[ArtefactSpec]:
+    """The artefact of every catalogue entry with a caption, in catalogue order."""
+    return [measured_spec(m) for m in all_measurements() if m.caption]
 
 
 def analysis_for(ctx: ReportContext, scope: str, target: str | None) -> Any:
@@ -59,21 +76,3 @@ def analysis_for(ctx: ReportContext, scope: str, target: str | None) -> Any:
 #: The report inputs each scope's artefacts read (their cache keys).
 SCOPE_INPUTS = {"run": ("run",), "checkpoint": ("checkpoint",), "training": ("training",),
                 "comparison": ("runs", "baseline", "training", "external")}
-
-
-def measured_figure_spec(key: str, family: str, caption: str, draw: Callable[[ArtefactData], Any],
-                         inputs: tuple[str, ...] | None = None) -> ArtefactSpec:
-    """A figure artefact backed by the registry entry ``key`` (its FigureData's frames and numbers), drawn by
-    ``draw``; run-, checkpoint- or training-scoped as the entry is."""
-    measurement = lookup(key)
-    scope = measurement.scope
-
-    def compute(ctx: ReportContext, target: str | None) -> ArtefactData | NotApplicable:
-        result = analysis_for(ctx, scope, target).attempt(key)
-        if isinstance(result, NotApplicable):
-            return result
-        return ArtefactData(dict(result.tables), dict(result.meta))
-
-    compute.__doc__ = f"{measurement.key}: {measurement.title}"
-    return ArtefactSpec(measurement.artefact, "figure", measurement.label, family, caption, scope,
-                        inputs or SCOPE_INPUTS[scope], compute, draw)

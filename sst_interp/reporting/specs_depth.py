@@ -9,7 +9,6 @@ from sst_interp.kernels.results import NotApplicable
 from sst_interp.reporting import fig_depth
 from sst_interp.reporting.artefacts import ArtefactData, ArtefactSpec
 from sst_interp.reporting.context import ReportContext
-from sst_interp.reporting.measured import measured_figure_spec, measured_spec
 
 FAMILY = "Per-position depth"
 
@@ -67,10 +66,4 @@ SPECS: list[ArtefactSpec] = [
                  "Accuracy against iterations per token: measured rows as points with their front, simulated rows "
                  "as accuracy bounds; right: the questions each simulated policy reproduces exactly.",
                  "report", ("runs",), pareto_figure, fig_depth.draw_pareto),
-    measured_figure_spec("fig_depth_policy_histogram", FAMILY,
-                         "Where each rule, at the median of its recorded values, stops on the full-depth trajectory: "
-                         "low-overlap (basin-shift) positions against the rest.", fig_depth.draw_histogram),
-    measured_spec("tab_depth_policy_convergence", FAMILY,
-                  "Each rule's stopping iteration against the L2 convergence point of the state (the first "
-                  "iteration whose change is below the run's median change): agreement, Cohen's kappa, Spearman."),
 ]

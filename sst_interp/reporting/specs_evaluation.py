@@ -1,5 +1,6 @@
-"""Evaluation artefacts (paper sec:evaluation): headline, staged capacity, overthinking, pass/fail flows,
-repetition, convergent reasoning."""
+"""Evaluation artefacts (paper sec:evaluation) that stack every run of the report: the headline, staged capacity and
+repetition, one table per report (the per-run measurements, overthinking and its flows among them, come from the
+catalogue)."""
 
 from __future__ import annotations
 
@@ -7,10 +8,8 @@ import pandas as pd
 
 from sst_interp.analyses.api import NotAvailable
 from sst_interp.kernels.results import NotApplicable
-from sst_interp.reporting import fig_evaluation
 from sst_interp.reporting.artefacts import ArtefactData, ArtefactSpec
 from sst_interp.reporting.context import ReportContext
-from sst_interp.reporting.measured import measured_figure_spec, measured_spec
 
 FAMILY = "Evaluation"
 
@@ -82,21 +81,7 @@ SPECS: list[ArtefactSpec] = [
     ArtefactSpec("tab_staged_breakdown", "table", "tab:staged_breakdown", FAMILY,
                  "Staged compute capacity: fraction of questions solved at some depth up to each stage, per "
                  "benchmark.", "report", ("runs",), staged_breakdown),
-    measured_spec("tab:overthinking", FAMILY,
-                  "Overthinking regression: accuracy of staged compute and of each flat depth, each paired with the "
-                  "shallowest depth (regressions, recoveries, McNemar tests).", ("run", "baseline")),
-    measured_figure_spec("fig:overthinking_sankey", FAMILY,
-                         "Per-question pass/fail flows between consecutive flat depths: ribbons pass->pass, "
-                         "pass->fail (regression), fail->pass (recovery), fail->fail; accuracy above each column.",
-                         fig_evaluation.draw_sankey),
     ArtefactSpec("tab_repetition", "table", "tab:repetition", FAMILY,
                  "Sentence-level repetition (sentences of >= 20 characters occurring more than once per turn) and "
                  "loops, per benchmark and configuration.", "report", ("runs", "baseline"), repetition),
-    measured_spec("tab_episode_conduct", FAMILY,
-                  "CodeACT episode conduct per depth: fractions of episodes whose first model turn is a well-formed "
-                  "<execute> block, that end with finish_session, and that are correct (app:dataset_format).",
-                  ("run", "baseline")),
-    measured_spec("tab:convergent_reasoning", "Logit dynamics",
-                  "Convergent reasoning: questions correct at every depth with pairwise distinct text traces, "
-                  "against the chance of independent random answers."),
 ]

@@ -303,6 +303,21 @@ def test_every_import_is_in_the_layer_table(package):
     assert not bad, "imports outside the layer table:\n" + "\n".join(sorted(bad))
 
 
+def test_only_the_entry_files_run_up_to_the_commands(package):
+    """The entry files (each package's ``__main__`` and the :data:`SHIMS`) are the only modules outside ``cli``
+    that import a command module, module-level or lazily, and every one of them imports nothing but ``cli``: a
+    library module never reaches the flags of a command, and an entry file never reaches past them."""
+    modules, _, _ = package
+    entries = {m for m in modules if package_of(m) == "commands"}
+    assert {"sst_interp.record.__main__", "sst_interp.probe.__main__", "sst_interp.report"} <= entries
+    reaching = {module for module, path in modules.items() if package_of(module) != "cli"
+                for imp in imports_of(module, path, modules) if package_of(imp.target) == "cli"}
+    assert reaching <= entries, f"modules that import a command but are not entry files: {sorted(reaching - entries)}"
+    beyond = sorted(f"{module} imports {imp.target}" for module in entries
+                    for imp in imports_of(module, modules[module], modules) if package_of(imp.target) != "cli")
+    assert not beyond, "entry files that import more than the command they start:\n" + "\n".join(beyond)
+
+
 def test_the_docs_floor_table_is_this_one():
     """docs/architecture.md lists the same packages on the same floors (its rows: ``| N. name | `pkg` (what it is),
     ... |``)."""
