@@ -12,7 +12,7 @@ import argparse
 
 from sst_interp.cli.args import add_config_flags, config_from_namespace, config_parser
 from sst_interp.kernels.errors import cli_entry
-from sst_interp.model.completions import GenerateConfig
+from sst_interp.model.completions import GenerateConfig, complete_at_depths
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -25,8 +25,6 @@ def build_parser() -> argparse.ArgumentParser:
 @cli_entry
 def main(argv: list[str] | None = None) -> int:
     """Print the completion of ``--prompt`` at each of ``--depths``; returns the exit code."""
-    from sst_interp.model.completions import complete_at_depths
-
     config = config_from_namespace(GenerateConfig, build_parser().parse_args(argv))
     for completion in complete_at_depths(config):
         print(f"--- depth {completion.depth} ({completion.n_tokens} tokens, {completion.seconds:.1f} s, stop: "

@@ -40,6 +40,9 @@ import numpy as np
 import pandas as pd
 import torch
 
+from sst_interp.experiments import manifest as files
+from sst_interp.experiments.setup import record_condition
+from sst_interp.interventions.apply import ReferenceStates
 from sst_interp.kernels.errors import UsageError
 from sst_interp.experiments.tables import (
     ATTRIBUTION_CELLS,
@@ -49,7 +52,7 @@ from sst_interp.experiments.tables import (
     ATTRIBUTION_VERIFIED_COLUMNS,
 )
 from sst_interp.experiments.configs import AttributionConfig
-from sst_interp.experiments.trace import Target
+from sst_interp.experiments.trace import Target, find_targets, prompt_ids
 from sst_interp.interventions import Intervener, Intervention, InterventionSpec, Operation, Site, intervene
 from sst_interp.model.generation import FixedDepth, GenerationConfig, GenerationSession
 from sst_interp.model.observers import ObserverGroup
@@ -286,8 +289,6 @@ def estimates(gradients: SiteGradients, operation: Operation, targets: Sequence[
         One row per (question, layer, position, iteration, source_iteration): ``estimate`` (nats, or logit units
         under a logit difference), ``gradient_norm``, ``delta_norm`` (|reference - clean|).
     """
-    from sst_interp.interventions.apply import ReferenceStates
-
     rows = []
     references = {}
     for source_iteration in source_iterations:
@@ -360,9 +361,6 @@ def run_attribution(setup: Any, out: Path, config: AttributionConfig) -> dict[st
         ``attribution_timing``: per batch, the seconds of a clean forced pass, of the attribution pass (forward and
         backward) and of one real patching generation per verified cell}.
     """
-    from sst_interp.experiments import manifest as files
-    from sst_interp.experiments.setup import record_condition
-    from sst_interp.experiments.trace import find_targets, prompt_ids
     from sst_interp.record.completion import batch_generation_config
     from sst_interp.store import Run
 

@@ -17,6 +17,7 @@ from typing import Any
 from sst_interp.experiments.configs import layer_set
 from sst_interp.kernels.errors import UsageError
 from sst_interp.record.options import RecordOptions
+from sst_interp.sandbox import check_backend
 
 RUNS = "runs"
 SPECS = "specs"
@@ -65,8 +66,6 @@ def prepare(base: RecordOptions) -> tuple[RecordOptions, list[Any], Any, bool, s
 
     base, _, _ = resolve_options(base)  # a resolved copy: the caller's options stay as they are
     if base.codeact:
-        from sst_interp.sandbox import check_backend
-
         check_backend(sandbox_config(base))
     every = load_questions(base.questions, base.data, **base.source_options)
     if base.codeact:

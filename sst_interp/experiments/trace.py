@@ -30,6 +30,7 @@ from typing import Any
 
 import numpy as np
 import pandas as pd
+import torch
 
 from sst_interp.kernels.errors import UsageError
 from sst_interp.experiments import manifest as files
@@ -43,7 +44,7 @@ from sst_interp.experiments.tables import (
 )
 from sst_interp.experiments.configs import TraceConfig
 from sst_interp.experiments.setup import Setup, record_condition
-from sst_interp.interventions import Intervention, InterventionSpec, Operation, Site
+from sst_interp.interventions import Intervention, InterventionSpec, Operation, Site, intervene
 
 EFFECTS, LAYER_POSITION, LAYER_ITERATION, TARGETS = (TRACE_EFFECTS, TRACE_LAYER_POSITION, TRACE_LAYER_ITERATION,
                                                      TRACE_TARGETS)
@@ -209,9 +210,6 @@ def forced_logprobs(setup: Setup, prompts: list[list[int]], targets: list[Target
     natural log-prob of each row's target token at its position (NaN for rows without a target)."""
     import dataclasses
 
-    import torch
-
-    from sst_interp.interventions import intervene
     from sst_interp.model.generation import FixedDepth, GenerationSession
     from sst_interp.model.observers import ObserverGroup
     from sst_interp.record.completion import batch_generation_config
@@ -258,8 +256,6 @@ class _TargetCapture:
         """Observer: at the final iteration of a target's position, keep log_softmax(logits)[target]."""
         if info.position is None or logits is None or info.iteration != self.depth:
             return
-        import torch
-
         for row, target in enumerate(self.targets):
             if target is not None and target.position == info.position:
                 logprobs = torch.log_softmax(logits[row].double(), dim=-1)

@@ -34,6 +34,7 @@ from typing import Literal
 
 import pandas as pd
 
+from sst_interp.experiments.intervals import mean_interval
 from sst_interp.kernels.errors import UsageError
 from sst_interp.experiments import manifest as files
 from sst_interp.experiments.effects import flip_and_logprob_columns, holm, planned_questions
@@ -110,7 +111,6 @@ def _row(clean_path: Path, path: Path, name: str, mode: str, layers: tuple[int, 
          config: WindowConfig) -> dict[str, object]:
     """One table row: the run at ``path`` (its ``depth``) against the clean run at depth k."""
     from sst_interp.analyses.intervention_effect import first_token_logprob_bounds
-    from sst_interp.experiments.intervals import mean_interval
     from sst_interp.kernels.outcomes import correctness_matrix
     from sst_interp.store import Run
 

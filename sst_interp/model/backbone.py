@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedModel, PreTrainedTokenizerBase
+from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer, PreTrainedModel, PreTrainedTokenizerBase
 
 from sst_interp.kernels.errors import UsageError
 # the names and the cache folder live in a module without torch; imported here so they stay importable from here
@@ -206,8 +206,6 @@ def _unreachable(model: str, reason: str) -> UsageError:
 def local_vocab_size(model: str) -> int | None:
     """The vocabulary size in the config.json of the default backbone or a local model folder, read without loading
     any weight; None for anything else (a .gguf file, a hub id)."""
-    from transformers import AutoConfig
-
     if model == DEFAULT_MODEL:
         folder = ensure_default_backbone()
     elif Path(model).is_dir() and (Path(model) / "config.json").is_file():

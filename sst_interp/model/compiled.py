@@ -30,8 +30,14 @@ from sst_interp.hooks.capture import layer_output
 from sst_interp.kernels.errors import UsageError
 from sst_interp.kernels.owned import OwnedHooks
 from sst_interp.model.column_cache import MASK_FORMATS, ColumnCache, column_masks
-from sst_interp.model.generation import (DepthPolicy, GenerationConfig, GenerationObserver, GenerationSession,
-                                         PassInfo)
+from sst_interp.model.generation import (
+    DepthPolicy,
+    GenerationConfig,
+    GenerationObserver,
+    GenerationSession,
+    PassInfo,
+    as_depth_policy,
+)
 from sst_interp.model.sst import SSTModel
 
 CompileChoice = Literal["on", "off", "auto"]
@@ -372,8 +378,6 @@ def generate_compiled(sst: SSTModel, prompts: list[list[int]], depth: int | Dept
                       decode_fn=None, compiler: StepCompiler | None = None):
     """:func:`~sst_interp.model.generation.generate` through :class:`CompiledSession` (same arguments and result).
     Pass the same ``compiler`` to every call of a run (a new one compiles again)."""
-    from sst_interp.model.generation import as_depth_policy
-
     policy = as_depth_policy(depth)
     config = config or GenerationConfig()
     with torch.no_grad(), CompiledSession(sst, prompts, policy, config, observer, decode_fn, compiler) as session:

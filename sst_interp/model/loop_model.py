@@ -18,7 +18,7 @@ from torch import nn
 
 from sst_interp.kernels.errors import UsageError
 from sst_interp.model.generation import GenerationConfig, GenerationResult, PassInfo, left_pad
-from sst_interp.model.loops import LoopDeclaration, native_loop
+from sst_interp.model.loops import LoopDeclaration, loop_for_model_type, native_loop
 
 
 class LoopObserver(Protocol):
@@ -43,8 +43,6 @@ class LoopModel:
         model_type = getattr(getattr(backbone, "config", None), "model_type", None)
         found = loop or native_loop(model_type)
         if found is None or found.visit_sites is None:
-            from sst_interp.model.loops import loop_for_model_type
-
             loop_for_model_type(model_type)  # an unknown type: the error naming every family
             raise UsageError(f"{model_type!r} is an SST backbone, not a natively looping family")
         self.backbone = backbone

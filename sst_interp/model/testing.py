@@ -14,6 +14,10 @@ from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors
 from transformers import (
     Gemma3ForCausalLM,
     Gemma3TextConfig,
+    HrmTextConfig,
+    HrmTextForCausalLM,
+    Inkling2LoopForCausalLM,
+    Inkling2LoopTextConfig,
     LlamaConfig,
     LlamaForCausalLM,
     PreTrainedModel,
@@ -110,8 +114,6 @@ def tiny_hrm_text(
 
     ``z_L_init`` and the norms have no weights to randomise; the embedding scale is the config default
     (1 / initializer_range), as in the released model."""
-    from transformers import HrmTextConfig, HrmTextForCausalLM
-
     sizes = _shared_sizes(layers_per_stack, hidden_size, vocab_size)
     sizes.pop("num_key_value_heads")  # HRM-Text attention is multi-head, no grouped KV
     config = HrmTextConfig(**sizes, head_dim=hidden_size // 2, H_cycles=h_cycles, L_cycles=l_cycles,
@@ -135,8 +137,6 @@ def tiny_inkling2_loop(
 
     float32: its router and message gates compute in float32 whatever the model's dtype (float64 fails in the router,
     "expected m1 and m2 to have the same dtype"), so this family is exact to float32 only."""
-    from transformers import Inkling2LoopForCausalLM, Inkling2LoopTextConfig
-
     config = Inkling2LoopTextConfig(
         vocab_size=vocab_size, unpadded_vocab_size=vocab_size, hidden_size=hidden_size, num_hidden_layers=num_layers,
         num_attention_heads=2, num_key_value_heads=1, head_dim=hidden_size // 2, swa_num_attention_heads=2,

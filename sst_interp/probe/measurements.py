@@ -26,6 +26,7 @@ import pandas as pd
 from sst_interp.analyses import tidy
 from sst_interp.analyses.figure_data import FigureData
 from sst_interp.analyses.registry import Measurement, register
+from sst_interp.kernels.errors import UsageError
 from sst_interp.kernels.results import AnalysisResult, NotApplicable
 
 #: Width of the reported halting probe and of the probe the neuron analysis reads (paper sec:halting_probe_method).
@@ -345,7 +346,6 @@ def feature_grid(a: Any, b: ProbeBundle) -> FigureData | NotApplicable:
 def halt_labels(a: Any) -> Any:
     """The run's MUST HALT / SAFE labels (:class:`~sst_interp.probe.labels.HaltLabels`, from the generations table
     only), or the UsageError's reason when the run cannot be labelled; computed once per analysis."""
-    from sst_interp.kernels.errors import UsageError
     from sst_interp.probe.labels import labels_from_generations
 
     def build() -> Any:

@@ -32,7 +32,14 @@ import pandas as pd
 import torch
 
 from sst_interp.kernels.errors import UsageError
-from sst_interp.model.halting import PositionPolicy, margin_from_top2, parse_position_policy, relative_change
+from sst_interp.model.halting import (
+    PositionPolicy,
+    kl_from_logprobs,
+    margin_from_top2,
+    parse_position_policy,
+    relative_change,
+    rule_fires,
+)
 from sst_interp.probe.simulation_config import PositionSimConfig
 
 
@@ -96,8 +103,6 @@ def _full_logprobs(top_ids: np.ndarray, top_logprobs: np.ndarray) -> torch.Tenso
 
 def _kl_rows(logprobs: torch.Tensor) -> torch.Tensor:
     """[I] KL(p_i || p_{i-1}) for i >= 2 (index 0 unused), from [I, V] float32 log-probs, as the live rule."""
-    from sst_interp.model.halting import kl_from_logprobs
-
     out = torch.full((logprobs.shape[0],), float("nan"), dtype=torch.float64)
     for i in range(1, logprobs.shape[0]):
         out[i] = kl_from_logprobs(logprobs[i:i + 1], logprobs[i - 1:i])[0]
@@ -107,8 +112,6 @@ def _kl_rows(logprobs: torch.Tensor) -> torch.Tensor:
 def halting_iteration(policy: PositionPolicy, values: dict[str, np.ndarray], probe_threshold: float = 0.0) -> int:
     """The first iteration (1-based) at which ``policy`` halts, given each rule's values per iteration ``[I]``
     (index i = iteration i + 1; NaN where undefined, e.g. iteration 1 of a pairwise rule)."""
-    from sst_interp.model.halting import rule_fires
-
     for iteration in range(1, policy.max_depth + 1):
         if iteration >= policy.max_depth:
             return iteration

@@ -6,6 +6,8 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
+import numpy as np
+
 from sst_interp.record.options import RecordOptions
 
 
@@ -80,8 +82,6 @@ def record_batch(sst: Any, tokenizer: Any, batch: list[Any], depth: Any, options
         with Recorder.for_model(sst, ids, config) as recorder, \
                 intervened(sst, options, ids, recorder, tally) as observer:
             result = generate(sst, prompts, depth, gen_config, observer=observer, decode_fn=decode)
-    import numpy as np
-
     # A per-position policy files every question under its maximum depth (the shards' partition); the depth a
     # position ran is in ``iterations``.
     per_position = getattr(depth, "per_position", False)

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 from typing import Any
 
+import numpy as np
+
 from sst_interp.record.options import RecordOptions
 
 
@@ -20,8 +22,6 @@ def record_episode_batch(sst: Any, tokenizer: Any, batch: list[Any], depth: Any,
     Returns:
         (generation rows, episode rows, writer columns, the :class:`~sst_interp.codeact.episode.EpisodeBatch`).
     """
-    import numpy as np
-
     from sst_interp.codeact.episode import run_episodes
     from sst_interp.codeact.grading import grade_episode
     from sst_interp.hooks import Recorder

@@ -14,6 +14,8 @@ import json
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from sst_interp.kernels.errors import UsageError
 from sst_interp.record.options import RecordOptions
 
@@ -185,8 +187,6 @@ def record_family_batch(model: Any, tokenizer: Any, batch: list[Any], depth: int
     intervention ``spec`` applied when given; returns (generation rows, writer columns, the batch's manifest keys:
     the spec's site counts, or None)."""
     from contextlib import nullcontext
-
-    import numpy as np
 
     from sst_interp.data import grade, stop_strings
     from sst_interp.hooks import VisitRecorder

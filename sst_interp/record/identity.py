@@ -10,6 +10,7 @@ from typing import Any
 
 from sst_interp import __version__
 from sst_interp.record.options import RecordOptions
+from sst_interp.sandbox.cgroup import memory_cap
 
 
 def questions_sha256(frame: Any) -> str:
@@ -193,8 +194,6 @@ def manifest_extra(options: RecordOptions, sst: Any, tokenizer: Any, config: Any
         limits = ("backend", "timeout_s", "memory_mb", "cpu_seconds", "max_processes", "tmp_mb", "max_inodes",
                   "max_file_mb")
         extra["sandbox"] = {name: getattr(options.sandbox, name) for name in limits}
-        from sst_interp.sandbox.cgroup import memory_cap
-
         extra["sandbox"]["memory_cap"] = memory_cap().describe(options.sandbox)  # the mechanism found here
     spec = options.intervention_spec()
     if spec is not None:

@@ -17,7 +17,8 @@ from typing import Any
 
 from sst_interp.kernels.errors import UsageError
 from sst_interp.record.options import RecordOptions
-from sst_interp.record.ranks import Ranks
+from sst_interp.record.ranks import Ranks, ranks_from_environment
+from sst_interp.sandbox import check_backend
 
 
 @dataclass(frozen=True)
@@ -83,8 +84,6 @@ def checked_sandbox(options: RecordOptions, out: Path) -> Any:
     if not options.codeact:
         return None
     from sst_interp.record.identity import sandbox_config
-    from sst_interp.sandbox import check_backend
-
     sandbox = sandbox_config(options, hidden_paths=(str(Path(out).resolve()),))
     check_backend(sandbox)
     return sandbox
@@ -166,8 +165,6 @@ def plan_family(options: RecordOptions, loop: Any, out: str | Path | None = None
     against the family; without ``questions`` they are loaded and selected and the identity is derived, else the
     caller's ``questions`` and ``identity`` are used. Bad input is a UsageError."""
     from sst_interp.record.families import check_family_options, family_identity
-    from sst_interp.record.ranks import ranks_from_environment
-
     resolved, depths, _ = resolve_options(options, default_checkpoint=False)
     check_family_options(resolved, loop, list(depths))
     if questions is None:

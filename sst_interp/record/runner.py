@@ -18,9 +18,9 @@ from typing import Any
 
 from sst_interp.kernels.errors import UsageError
 from sst_interp.kernels.paths import ensure_writable_folder
-from sst_interp.record.numerics import cpu_threads
+from sst_interp.record.numerics import check_numerics, check_ranks_agree, cpu_threads, numerics_fingerprint
 from sst_interp.record.options import RecordOptions
-from sst_interp.record.plan import RecordPlan
+from sst_interp.record.plan import RecordPlan, plan_loaded, plan_record
 from sst_interp.record.ranks import (Ranks, batch_cost, batches_of_work, process_group,
                                      ranks_from_environment, share_of_work)
 
@@ -33,7 +33,6 @@ def record(options: RecordOptions) -> dict[int, float]:
     processes recording into the same run; each returns the accuracy of the whole run."""
     from sst_interp.model.loading import build_sst
     from sst_interp.record.families import native_family, record_family
-    from sst_interp.record.plan import plan_record
     from sst_interp.store import check_out
 
     family = native_family(options.model)
@@ -96,8 +95,6 @@ def record_questions(sst: Any, tokenizer: Any, questions: list[Any], options: Re
     Returns:
         accuracy per depth (of the whole run, on every rank).
     """
-    from sst_interp.record.plan import plan_loaded
-
     plan = plan_loaded(sst, questions, options, out, identity, demo)
     return _record_plan(plan, sst, tokenizer, ranks or Ranks())
 
@@ -198,8 +195,6 @@ def _record_loaded(plan: RecordPlan, sst: Any, tokenizer: Any, ranks: Ranks) -> 
 def _checked_fingerprint(sst: Any, options: RecordOptions, out: Path, ranks: Ranks, decode: str) -> dict[str, Any]:
     """The numerics fingerprint of recording with ``sst`` here, checked to be every rank's and the run's at
     ``out`` (a UsageError naming the setting otherwise), before the run directory is created or resumed."""
-    from sst_interp.record.numerics import check_numerics, check_ranks_agree, numerics_fingerprint
-
     fingerprint = numerics_fingerprint(sst, options.dtype, options.batch_size, decode)
     check_ranks_agree(fingerprint, ranks)
     ranks.run_on_main(lambda: check_numerics(out, fingerprint))

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import pandas as pd
 
+from sst_interp.kernels.errors import UsageError
 from sst_interp.kernels.results import NotApplicable
 from sst_interp.reporting import fig_depth
 from sst_interp.reporting.artefacts import ArtefactData, ArtefactSpec
@@ -29,7 +30,6 @@ def _stacked(ctx: ReportContext) -> ArtefactData | NotApplicable:
     notes: list[str] = []
     if ctx.inputs.probe is not None:
         from sst_interp.analyses.depth_policies import ParetoResult, mark_pareto
-        from sst_interp.kernels.errors import UsageError
         from sst_interp.probe.policy_sweep import probe_row
 
         for item in ctx.inputs.runs:

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 from torch import nn
-from transformers import PreTrainedModel
+from transformers import AutoModelForCausalLM, AutoTokenizer, BitsAndBytesConfig, PreTrainedModel
 
 from sst_interp.kernels.errors import UsageError
 from sst_interp.model import SSTConfig, SSTModel
@@ -130,8 +130,6 @@ def load_training_backbone(config: TrainConfig, device: torch.device, dtype: tor
         import bitsandbytes  # noqa: F401
     except ImportError as err:
         raise UsageError("QLoRA needs bitsandbytes: pip install 'sst-interp[cuda]', or pass --quantize none") from err
-    from transformers import AutoModelForCausalLM, AutoTokenizer, BitsAndBytesConfig
-
     from sst_interp.model.backbone import DEFAULT_MODEL, ensure_default_backbone
 
     source = str(ensure_default_backbone()) if config.model == DEFAULT_MODEL else config.model

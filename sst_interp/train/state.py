@@ -26,7 +26,7 @@ from safetensors.torch import load_file, save_file
 
 from sst_interp.kernels.errors import UsageError
 from sst_interp.model.baseline_checkpoint import write_baseline_meta
-from sst_interp.model.checkpoint import ADAPTER_DIR, save_checkpoint
+from sst_interp.model.checkpoint import ADAPTER_DIR, STATE_FILE, apply_state, save_checkpoint
 from sst_interp.train.modeling import TrainModel
 
 TRAINER_STATE = "trainer_state.json"
@@ -103,8 +103,6 @@ def load_training_state(folder: Path) -> tuple[dict[str, torch.Tensor], dict[str
 def restore_weights(model: TrainModel, folder: Path) -> None:
     """Load the adapter (and SST) weights of a saved checkpoint into the live training model."""
     from peft import set_peft_model_state_dict
-
-    from sst_interp.model.checkpoint import STATE_FILE, apply_state
 
     adapter = folder / ADAPTER_DIR / "adapter_model.safetensors"
     if not adapter.is_file():
