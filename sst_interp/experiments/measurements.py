@@ -21,14 +21,18 @@ from sst_interp.analyses.figure_data import FigureData
 from sst_interp.analyses.registry import Measurement, register, register_requirement
 from sst_interp.kernels.results import AnalysisResult
 from sst_interp.experiments.manifest import KINDS, kinds_in, read_manifest, read_table
+from sst_interp.experiments.trace_cells import ALIGNED_COLUMNS
 from sst_interp.experiments.tables import (
     ATTRIBUTION_VERIFIED,
     ATTRIBUTION_VERIFIED_COLUMNS,
     FLIP_POWER_COLUMN,
     POWER_COLUMN,
     STEER_COLUMNS,
+    PATCHED_OWN,
+    PATCHED_RESAMPLED,
     TRACE_LAYER_ITERATION,
-    TRACE_LAYER_POSITION,
+    TRACE_LAYER_OFFSET,
+    TRACE_LAYER_OFFSET_RESAMPLED,
     WINDOW_COLUMNS,
 )
 
@@ -78,10 +82,30 @@ def _table(kind: str, table: str, note: str) -> Callable[[Any], ExperimentTable]
     return compute
 
 
+def _aligned(folder: Path) -> pd.DataFrame:
+    """The trace's layer x offset cells (:mod:`sst_interp.experiments.trace_cells`) with a ``patched`` column: the
+    question's own depth-k states, and, where the experiment ran its control, another question's (resampled)."""
+    parts = [read_table(folder, "trace", TRACE_LAYER_OFFSET).assign(patched=PATCHED_OWN)]
+    if TRACE_LAYER_OFFSET_RESAMPLED in read_manifest(folder, "trace")["tables"]:
+        parts.append(read_table(folder, "trace", TRACE_LAYER_OFFSET_RESAMPLED).assign(patched=PATCHED_RESAMPLED))
+    table = pd.concat(parts, ignore_index=True)
+    return table[["patched", *ALIGNED_COLUMNS]]
+
+
+def _trace_aligned(e: Any) -> ExperimentTable:
+    return ExperimentTable(_aligned(e.folder), [
+        _provenance(e.folder, "trace"),
+        "offset = patched position - the question's target position (0: the target; -1: the token before it); "
+        "indirect effect = patched - depth-1 log-prob of the target token, tokens before the target forced to the "
+        "shared ones; total effect = depth k - depth 1 of the same questions; sign test exact, Holm over each map's "
+        "cells; the resampled rows patch another question's depth-k state at the same site (the control: an "
+        "effect that is the question's own computation does not come back from another question's state)"])
+
+
 def _trace_figure(e: Any) -> FigureData:
-    return FigureData({"layer_position": read_table(e.folder, "trace", TRACE_LAYER_POSITION),
+    return FigureData({"layer_offset": _aligned(e.folder),
                        "layer_iteration": read_table(e.folder, "trace", TRACE_LAYER_ITERATION)},
-                      {"notes": [_provenance(e.folder, "trace")]}, main="layer_position")
+                      {"notes": [_provenance(e.folder, "trace")]}, main="layer_offset")
 
 
 def _notes(e: Any, result: ExperimentTable) -> list[str]:
@@ -133,6 +157,20 @@ STEER_DOC = {"direction": "probe (the probe's direction), random N (the control 
 TRACE_DOC = {"layer": "decoder layer patched", "position": "generated position patched",
              "indirect_effect_mean": "mean indirect effect on the target token's log-prob (nats)",
              "n_questions": "questions in the cell", "indirect_effect_sem": "its standard error (nats)"}
+TRACE_ALIGNED_DOC = {"patched": f"whose depth-k state is patched in: {PATCHED_OWN!r}, or {PATCHED_RESAMPLED!r} "
+                                "(another question's, drawn with seed 0: the control)",
+                     "layer": TRACE_DOC["layer"],
+                     "offset": "patched position minus the question's target position (0: the target itself)",
+                     "n_questions": "questions with a position at that offset",
+                     "indirect_effect_mean": TRACE_DOC["indirect_effect_mean"],
+                     "indirect_effect_sem": TRACE_DOC["indirect_effect_sem"],
+                     "total_effect_mean": "mean total effect (depth k - depth 1 log-prob of the target) of the cell's "
+                                          "questions (nats)",
+                     "total_effect_sem": "its standard error (nats)",
+                     "sign_p": "exact two-sided sign test of the indirect effects (NaN below 6 questions)",
+                     "sign_n": "questions the sign test counted",
+                     "sign_p_holm": "the sign test's p Holm-adjusted over the map's cells",
+                     "correction": "the multiple-comparison correction and how many cells it spans"}
 TRACE_ITERATION_DOC = {"layer": "decoder layer patched", "iteration": "depth k's iteration patched (position 0)",
                        "indirect_effect_mean": TRACE_DOC["indirect_effect_mean"], "n_questions": "questions",
                        "indirect_effect_sem": TRACE_DOC["indirect_effect_sem"]}
@@ -149,16 +187,13 @@ MEASUREMENTS: tuple[Measurement, ...] = (
                 _table("window", "window", "CIs: 95% BCa bootstrap over questions (scipy.stats.bootstrap, "
                        "seeded); McNemar: exact, window vs clean depth k"), _as_is,
                 {c: WINDOW_DOC[c] for c in WINDOW_COLUMNS}, notes=_notes, scope="experiment"),
-    Measurement("intervention_trace", "", "Causal tracing across depths: indirect effect per (layer, position) "
-                "(experiment b).", ("trace_experiment",),
-                _table("trace", TRACE_LAYER_POSITION, "indirect effect = patched - depth-1 log-prob of the target token, "
-                       "tokens before the target forced to the shared ones"), _as_is,
-                {c: TRACE_DOC[c] for c in ("layer", "position", "indirect_effect_mean", "n_questions",
-                                           "indirect_effect_sem")}, notes=_notes, scope="experiment"),
-    Measurement("intervention_trace_heatmap", "", "Causal tracing heatmaps: layer x position and layer x iteration "
-                "(experiment b).", ("trace_experiment",), _trace_figure, _as_is,
-                {c: TRACE_DOC[c] for c in ("layer", "position", "indirect_effect_mean", "n_questions",
-                                           "indirect_effect_sem")}, kind="figure", scope="experiment"),
+    Measurement("intervention_trace", "", "Causal tracing across depths, aligned to each question's target: "
+                "indirect effect per (layer, offset) with n, SE and the total effect, beside the resampled control "
+                "(experiment b).", ("trace_experiment",), _trace_aligned, _as_is, TRACE_ALIGNED_DOC,
+                notes=_notes, scope="experiment"),
+    Measurement("intervention_trace_heatmap", "", "Causal tracing heatmaps: layer x offset from the target (own "
+                "states, and the resampled control) and layer x iteration (experiment b).", ("trace_experiment",),
+                _trace_figure, _as_is, TRACE_ALIGNED_DOC, kind="figure", scope="experiment"),
     Measurement("intervention_steer", "", "Steering the halt along the probe's direction (experiment c).",
                 ("steer_experiment",),
                 _table("steer", "steer", "scale in units of the state's mean norm at the probe's layer (position 0, "

@@ -29,6 +29,9 @@ TRACE_LAYER_ITERATION = "trace_layer_iteration"
 TRACE_TARGETS = "trace_targets"
 TRACE_LAYER_OFFSET = "trace_layer_offset"
 TRACE_LAYER_OFFSET_RESAMPLED = "trace_layer_offset_resampled"
+#: the report's aligned trace rows: the question's own depth-k states patched in, or another question's (control)
+PATCHED_OWN = "own"
+PATCHED_RESAMPLED = "resampled"
 
 ATTRIBUTION_EFFECTS = "attribution_effects"
 ATTRIBUTION_CELLS = "attribution_cells"

@@ -64,10 +64,13 @@ SPECS = [
                  "report", NEEDS, _stacked("tab_intervention_window")),
     ArtefactSpec("tab_intervention_trace", "table", "", FAMILY,
                  "Causal tracing across depths: mean indirect effect of patching depth k's last-iteration layer "
-                 "output into depth 1, per (layer, position), on the log-prob of depth k's first differing token.",
+                 "output into depth 1 on the log-prob of depth k's first differing token, per (layer, offset from "
+                 "that token), with n, SE, the total effect and the Holm-adjusted sign test; the resampled rows patch "
+                 "another question's states (the control).",
                  "report", NEEDS, _stacked("tab_intervention_trace")),
     ArtefactSpec("fig_intervention_trace_heatmap", "figure", "", FAMILY,
-                 "Causal tracing heatmaps: layer x position, and layer x depth-k iteration at position 0.",
+                 "Causal tracing heatmaps: layer x offset from the target (own states; another question's, the "
+                 "control), and layer x depth-k iteration at position 0.",
                  "report", NEEDS, _stacked("fig_intervention_trace_heatmap"), fig_interventions.draw_trace),
     ArtefactSpec("tab_intervention_steer", "table", "", FAMILY,
                  "Steering the halt: the halting probe's direction added at its layer (iterations 2..k) with a "
