@@ -20,7 +20,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from sst_interp.kernels.lazy import lazy_exports
+from sst_interp.kernels.lazy import lazy_exports, typed_exports
 
 if TYPE_CHECKING:
     from sst_interp.store import Run
@@ -38,12 +38,11 @@ if TYPE_CHECKING:
     )
     from sst_interp.analyses.comparisons import ComparisonAnalysis, open_comparison
 
-#: Importing the package loads nothing heavy; torch and scikit-learn load when a measurement needs them.
-__getattr__, __dir__ = lazy_exports(__name__, {
-    **{name: "sst_interp.analyses.api" for name in (
-        "CheckpointAnalysis", "ExperimentAnalysis", "NotAvailable", "RunAnalysis", "TrainingAnalysis",
-        "UnknownMeasurement", "open_checkpoint", "open_experiment", "open_run", "open_training")},
-    **{name: "sst_interp.analyses.comparisons" for name in ("ComparisonAnalysis", "open_comparison")}})
+#: The public names are the `if TYPE_CHECKING:` imports above, each imported from its module on first use
+#: (sst_interp.kernels.lazy), so importing the package stays light.
+_EXPORTS = typed_exports(__name__)
+__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)
+__all__ = sorted([*_EXPORTS, "open"])
 
 
 def open(run: str | Path | Run, baseline: str | Path | Run | None = None,  # noqa: A001 - the notebook entry point
@@ -69,8 +68,3 @@ def open(run: str | Path | Run, baseline: str | Path | Run | None = None,  # noq
     from sst_interp.analyses.api import open_run
 
     return open_run(run, baseline, baseline_depth=baseline_depth, name=name, alpha=alpha, probe=probe)
-
-
-__all__ = ["CheckpointAnalysis", "ComparisonAnalysis", "ExperimentAnalysis", "NotAvailable", "RunAnalysis",
-           "TrainingAnalysis", "UnknownMeasurement", "open", "open_checkpoint", "open_comparison", "open_experiment",
-           "open_run", "open_training"]

@@ -4,18 +4,43 @@
 scikit-learn before something needs them. A package ``__init__`` therefore lists where each public name lives and
 imports that module on first access (PEP 562 module ``__getattr__``)::
 
-    __getattr__, __dir__ = lazy_exports(__name__, {"SSTModel": "sst_interp.model.sst", ...})
+    if TYPE_CHECKING:
+        from sst_interp.model.sst import SSTModel, ...
 
-The package keeps the same imports under ``if TYPE_CHECKING:`` for type checkers and for the import-graph test.
+    _EXPORTS = typed_exports(__name__)
+    __getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)
+    __all__ = sorted(_EXPORTS)
+
+The ``if TYPE_CHECKING:`` imports are the one declaration of the package's public names: type checkers, editors and
+the import-graph test read them, and :func:`typed_exports` reads the same statements from the package's source, so
+the name -> module map is never written out a second time.
 """
 
 from __future__ import annotations
 
+import ast
 import importlib
 import importlib.util
 import sys
 from collections.abc import Callable, Mapping
 from typing import Any
+
+
+def typed_exports(package: str) -> dict[str, str]:
+    """Name -> module of the names ``package`` imports from its own modules under its top-level
+    ``if TYPE_CHECKING:`` block, read from its ``__init__`` source (call it from that ``__init__``). Imports from
+    other packages in that block are annotations only, not exports."""
+    source = sys.modules[package].__file__
+    tree = ast.parse(open(source, encoding="utf-8").read(), filename=source)
+    exports: dict[str, str] = {}
+    for node in tree.body:
+        if isinstance(node, ast.If) and ast.unparse(node.test) == "TYPE_CHECKING":
+            for statement in node.body:
+                if isinstance(statement, ast.ImportFrom) and (statement.module or "").startswith(f"{package}."):
+                    exports.update({alias.asname or alias.name: statement.module for alias in statement.names})
+    if not exports:
+        raise RuntimeError(f"{package}: no imports from its own modules under `if TYPE_CHECKING:` to export")
+    return exports
 
 
 def lazy_exports(package: str, exports: Mapping[str, str]) -> tuple[Callable[[str], Any], Callable[[], list[str]]]:

@@ -10,7 +10,7 @@ Main entry points::
 
 from typing import TYPE_CHECKING
 
-from sst_interp.kernels.lazy import lazy_exports
+from sst_interp.kernels.lazy import lazy_exports, typed_exports
 
 if TYPE_CHECKING:
     from sst_interp.model.adapters import ADAPTERS, ArchitectureAdapter, adapter_for, supported_model_types
@@ -29,46 +29,8 @@ if TYPE_CHECKING:
     from sst_interp.model.scan import linear_scan, shift_states
     from sst_interp.model.sst import SSTModel
 
-#: Where each public name lives; imported on first use so that importing the package stays light.
-_EXPORTS = {
-    "ADAPTERS": "sst_interp.model.adapters",
-    "ArchitectureAdapter": "sst_interp.model.adapters",
-    "adapter_for": "sst_interp.model.adapters",
-    "supported_model_types": "sst_interp.model.adapters",
-    "load_backbone": "sst_interp.model.backbone",
-    "SSTConfig": "sst_interp.model.config",
-    "DepthPolicy": "sst_interp.model.generation",
-    "FixedDepth": "sst_interp.model.generation",
-    "GenerationConfig": "sst_interp.model.generation",
-    "GenerationObserver": "sst_interp.model.generation",
-    "GenerationResult": "sst_interp.model.generation",
-    "PassInfo": "sst_interp.model.generation",
-    "generate": "sst_interp.model.generation",
-    "PositionPolicy": "sst_interp.model.halting",
-    "parse_position_policy": "sst_interp.model.halting",
-    "linear_scan": "sst_interp.model.scan",
-    "shift_states": "sst_interp.model.scan",
-    "SSTModel": "sst_interp.model.sst",
-}
+#: The public names are the `if TYPE_CHECKING:` imports above, each imported from its module on first use
+#: (sst_interp.kernels.lazy), so importing the package stays light.
+_EXPORTS = typed_exports(__name__)
 __getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)
-
-__all__ = [
-    "ADAPTERS",
-    "ArchitectureAdapter",
-    "DepthPolicy",
-    "FixedDepth",
-    "GenerationConfig",
-    "GenerationObserver",
-    "GenerationResult",
-    "PassInfo",
-    "PositionPolicy",
-    "SSTConfig",
-    "SSTModel",
-    "adapter_for",
-    "generate",
-    "linear_scan",
-    "load_backbone",
-    "parse_position_policy",
-    "shift_states",
-    "supported_model_types",
-]
+__all__ = sorted(_EXPORTS)

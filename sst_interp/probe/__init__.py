@@ -22,7 +22,7 @@ Modules, one concern each:
 
 from typing import TYPE_CHECKING
 
-from sst_interp.kernels.lazy import lazy_exports
+from sst_interp.kernels.lazy import lazy_exports, typed_exports
 
 if TYPE_CHECKING:
     from sst_interp.probe.dataset import ProbeData, load_probe_data, load_probe_data_layers
@@ -33,44 +33,8 @@ if TYPE_CHECKING:
     from sst_interp.probe.policy import ProbeDepth
     from sst_interp.probe.train import TrainConfig, train_probe
 
-#: Where each public name lives; imported on first use so that importing the package stays light.
-_EXPORTS = {
-    "ProbeData": "sst_interp.probe.dataset",
-    "load_probe_data": "sst_interp.probe.dataset",
-    "load_probe_data_layers": "sst_interp.probe.dataset",
-    "evaluate_probe": "sst_interp.probe.evaluate",
-    "simulate_halting": "sst_interp.probe.evaluate",
-    "ProbeMeta": "sst_interp.probe.io",
-    "load_probe": "sst_interp.probe.io",
-    "save_probe": "sst_interp.probe.io",
-    "HaltLabels": "sst_interp.probe.labels",
-    "labels_from_generations": "sst_interp.probe.labels",
-    "make_labels": "sst_interp.probe.labels",
-    "DEFAULT_THRESHOLD": "sst_interp.probe.model",
-    "HaltingProbe": "sst_interp.probe.model",
-    "ProbeConfig": "sst_interp.probe.model",
-    "ProbeDepth": "sst_interp.probe.policy",
-    "TrainConfig": "sst_interp.probe.train",
-    "train_probe": "sst_interp.probe.train",
-}
+#: The public names are the `if TYPE_CHECKING:` imports above, each imported from its module on first use
+#: (sst_interp.kernels.lazy), so importing the package stays light.
+_EXPORTS = typed_exports(__name__)
 __getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)
-
-__all__ = [
-    "DEFAULT_THRESHOLD",
-    "HaltLabels",
-    "HaltingProbe",
-    "ProbeConfig",
-    "ProbeData",
-    "ProbeDepth",
-    "ProbeMeta",
-    "TrainConfig",
-    "evaluate_probe",
-    "labels_from_generations",
-    "load_probe",
-    "load_probe_data",
-    "load_probe_data_layers",
-    "make_labels",
-    "save_probe",
-    "simulate_halting",
-    "train_probe",
-]
+__all__ = sorted(_EXPORTS)

@@ -19,27 +19,15 @@ under torchrun), :mod:`~sst_interp.record.summary`.
 
 from typing import TYPE_CHECKING
 
-from sst_interp.kernels.lazy import lazy_exports
+from sst_interp.kernels.lazy import lazy_exports, typed_exports
 from sst_interp.record.options import DEFAULT_DEPTHS, PROTOCOLS, RecordOptions
 
 if TYPE_CHECKING:
     from sst_interp.record.runner import record, record_questions
     from sst_interp.record.summary import print_summary, staged_capacity
 
-#: The recording itself (torch, transformers) is imported on first use, so ``--help`` answers at once.
-__getattr__, __dir__ = lazy_exports(__name__, {
-    "record": "sst_interp.record.runner",
-    "record_questions": "sst_interp.record.runner",
-    "print_summary": "sst_interp.record.summary",
-    "staged_capacity": "sst_interp.record.summary",
-})
-
-__all__ = [
-    "DEFAULT_DEPTHS",
-    "PROTOCOLS",
-    "RecordOptions",
-    "print_summary",
-    "record",
-    "record_questions",
-    "staged_capacity",
-]
+#: The public names are the `if TYPE_CHECKING:` imports above, each imported from its module on first use
+#: (sst_interp.kernels.lazy), so importing the package stays light.
+_EXPORTS = typed_exports(__name__)
+__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)
+__all__ = sorted([*_EXPORTS, "DEFAULT_DEPTHS", "PROTOCOLS", "RecordOptions"])

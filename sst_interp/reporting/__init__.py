@@ -26,7 +26,7 @@ Typical use::
 
 from typing import TYPE_CHECKING
 
-from sst_interp.kernels.lazy import lazy_exports
+from sst_interp.kernels.lazy import lazy_exports, typed_exports
 
 if TYPE_CHECKING:
     from sst_interp.reporting.artefacts import ArtefactData, ArtefactSpec
@@ -35,30 +35,8 @@ if TYPE_CHECKING:
     from sst_interp.reporting.html import Outcome
     from sst_interp.reporting.registry import UNSUPPORTED, all_specs
 
-#: Where each public name lives; imported on first use so that importing the package stays light.
-_EXPORTS = {
-    "ArtefactData": "sst_interp.reporting.artefacts",
-    "ArtefactSpec": "sst_interp.reporting.artefacts",
-    "ReportResult": "sst_interp.reporting.build",
-    "build_report": "sst_interp.reporting.build",
-    "ReportConfig": "sst_interp.reporting.config",
-    "ReportInputs": "sst_interp.reporting.config",
-    "resolve_inputs": "sst_interp.reporting.config",
-    "Outcome": "sst_interp.reporting.html",
-    "UNSUPPORTED": "sst_interp.reporting.registry",
-    "all_specs": "sst_interp.reporting.registry",
-}
+#: The public names are the `if TYPE_CHECKING:` imports above, each imported from its module on first use
+#: (sst_interp.kernels.lazy), so importing the package stays light.
+_EXPORTS = typed_exports(__name__)
 __getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)
-
-__all__ = [
-    "UNSUPPORTED",
-    "ArtefactData",
-    "ArtefactSpec",
-    "Outcome",
-    "ReportConfig",
-    "ReportInputs",
-    "ReportResult",
-    "all_specs",
-    "build_report",
-    "resolve_inputs",
-]
+__all__ = sorted(_EXPORTS)

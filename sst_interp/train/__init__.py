@@ -11,21 +11,14 @@ matched baseline).
 
 from typing import TYPE_CHECKING
 
-from sst_interp.kernels.lazy import lazy_exports
+from sst_interp.kernels.lazy import lazy_exports, typed_exports
 
 if TYPE_CHECKING:
     from sst_interp.train.config import TrainConfig, demo_config
     from sst_interp.train.loop import TrainObserver, Trainer, TrainResult, run_training
 
-#: Where each public name lives; imported on first use so that importing the package stays light.
-_EXPORTS = {
-    "TrainConfig": "sst_interp.train.config",
-    "demo_config": "sst_interp.train.config",
-    "TrainObserver": "sst_interp.train.loop",
-    "Trainer": "sst_interp.train.loop",
-    "TrainResult": "sst_interp.train.loop",
-    "run_training": "sst_interp.train.loop",
-}
+#: The public names are the `if TYPE_CHECKING:` imports above, each imported from its module on first use
+#: (sst_interp.kernels.lazy), so importing the package stays light.
+_EXPORTS = typed_exports(__name__)
 __getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)
-
-__all__ = ["TrainConfig", "TrainObserver", "TrainResult", "Trainer", "demo_config", "run_training"]
+__all__ = sorted(_EXPORTS)

@@ -79,12 +79,27 @@ def test_help_answers_in_under_half_a_second_of_cpu(command):
 
 
 @pytest.mark.parametrize("package", ["sst_interp.model", "sst_interp.train", "sst_interp.probe", "sst_interp.record",
-                                     "sst_interp.reporting", "sst_interp.store", "sst_interp.analyses"])
+                                     "sst_interp.reporting", "sst_interp.store", "sst_interp.analyses",
+                                     "sst_interp.data"])
 def test_every_lazily_exported_name_resolves(package):
     module = importlib.import_module(package)
     for name in module.__all__:
         assert getattr(module, name) is not None, f"{package}.{name}"
     assert set(module.__all__) <= set(dir(module))
+
+
+def test_the_exports_are_read_from_the_type_checking_imports():
+    """Declared once: the name -> module map is the package's own ``if TYPE_CHECKING:`` imports; an import there
+    from another package is an annotation, not an export (analyses annotates with store's Run)."""
+    analyses = importlib.import_module("sst_interp.analyses")
+    assert analyses._EXPORTS["open_run"] == "sst_interp.analyses.api"
+    assert analyses._EXPORTS["open_comparison"] == "sst_interp.analyses.comparisons"
+    assert "Run" not in analyses._EXPORTS and "Run" not in analyses.__all__
+    record = importlib.import_module("sst_interp.record")
+    assert record._EXPORTS == {"record": "sst_interp.record.runner", "record_questions": "sst_interp.record.runner",
+                               "print_summary": "sst_interp.record.summary",
+                               "staged_capacity": "sst_interp.record.summary"}
+    assert {"RecordOptions", "record"} <= set(record.__all__)  # eager names beside the lazy ones
 
 
 def test_submodules_are_reachable_as_attributes_as_before():
