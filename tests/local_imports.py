@@ -26,7 +26,7 @@ from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 
-from tests.unit.test_import_graph import ROOT, discover, edges_of, imports_of
+from tests.unit.test_import_graph import ROOT, _walk, discover, edges_of, imports_of
 
 CLASSES: tuple[str, ...] = ("loaded", "deferred", "lazy")
 
@@ -52,20 +52,6 @@ def _type_checking_lines(tree: ast.Module) -> set[int]:
     return lines
 
 
-def _statements(body: list[ast.stmt], local: bool):
-    """(import statement, runs on call) for every import under ``body`` (the import-graph test's walk)."""
-    for node in body:
-        if isinstance(node, (ast.Import, ast.ImportFrom)):
-            yield node, local
-            continue
-        inner = local or isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef))
-        for child in ast.iter_child_nodes(node):
-            if isinstance(child, ast.stmt):
-                yield from _statements([child], inner)
-            elif isinstance(child, ast.ExceptHandler):
-                yield from _statements(child.body, inner)
-
-
 def _third_party(path: Path) -> tuple[set[str], list[tuple[int, str]]]:
     """A module's third-party modules imported at module level (dotted, with the packages they initialise), and its
     function-local ones as (line, dotted module)."""
@@ -73,7 +59,7 @@ def _third_party(path: Path) -> tuple[set[str], list[tuple[int, str]]]:
     local: list[tuple[int, str]] = []
     tree = ast.parse(path.read_text(encoding="utf-8"))
     typing_only = _type_checking_lines(tree)
-    for node, on_call in _statements(tree.body, False):
+    for node, on_call in _walk(tree.body, False):
         if node.lineno in typing_only:
             continue
         if isinstance(node, ast.ImportFrom) and (node.level or (node.module or "").split(".")[0] == "sst_interp"):

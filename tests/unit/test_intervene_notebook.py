@@ -5,17 +5,12 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import nbformat
 import pandas as pd
-from nbclient import NotebookClient
 
 from tests.unit.conftest import save_tiny_model
+from tests.unit.notebooks import executed_code_cells, output_text
 
 NOTEBOOK = Path(__file__).resolve().parents[2] / "examples" / "intervene_window.ipynb"
-
-
-def _text(cell) -> str:
-    return "\n".join(o.get("text", "") or o.get("data", {}).get("text/plain", "") for o in cell.get("outputs", []))
 
 
 def test_the_window_notebook_runs_experiment_a(tmp_path, monkeypatch):
@@ -25,18 +20,14 @@ def test_the_window_notebook_runs_experiment_a(tmp_path, monkeypatch):
     for key, value in (("SST_INTERP_MODEL", model), ("SST_INTERP_OUT", out), ("SST_INTERP_FIGURE", figure),
                        ("OMP_NUM_THREADS", "1")):
         monkeypatch.setenv(key, str(value))
-    notebook = nbformat.read(NOTEBOOK, as_version=4)
-    NotebookClient(notebook, timeout=120, kernel_name="python3",
-                   resources={"metadata": {"path": str(tmp_path)}}).execute()
-    code = [cell for cell in notebook.cells if cell.cell_type == "code"]
-    assert all(not any(o.get("output_type") == "error" for o in cell.get("outputs", [])) for cell in code)
-    assert "3 layers, 4 questions" in _text(code[0])
+    code = executed_code_cells(NOTEBOOK, tmp_path)
+    assert "3 layers, 4 questions" in output_text(code[0])
     table = pd.read_parquet(out / "window.parquet")
     windows = ["window-0-0", "window-1-1", "window-2-2"]
     assert list(table["condition"]) == ["clean depth 1", "clean depth 2", *windows, *[f"{w}-mean" for w in windows],
                                         *[f"{w}-resample" for w in windows]]
     assert list(table["mode"]) == ["clean"] * 2 + ["freeze"] * 3 + ["mean"] * 3 + ["resample"] * 3
     for condition in table["condition"]:
-        assert condition in _text(code[1])
-    assert "mcnemar_exact_p" in _text(code[2])  # intervention_effect of the first window against the clean run
+        assert condition in output_text(code[1])
+    assert "mcnemar_exact_p" in output_text(code[2])  # intervention_effect of the first window against the clean run
     assert figure.is_file() and figure.stat().st_size > 1000

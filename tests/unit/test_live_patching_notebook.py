@@ -7,19 +7,14 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-import nbformat
 import torch
-from nbclient import NotebookClient
 
 from sst_interp.model import GenerationConfig, SSTConfig, SSTModel, generate, load_backbone
 from tests.unit.conftest import save_tiny_model
+from tests.unit.notebooks import executed_code_cells, output_text
 
 NOTEBOOK = Path(__file__).resolve().parents[2] / "examples" / "live_patching.ipynb"
 DEPTH = 3
-
-
-def _text(cell) -> str:
-    return "\n".join(o.get("text", "") or o.get("data", {}).get("text/plain", "") for o in cell.get("outputs", []))
 
 
 class _Logits:
@@ -81,14 +76,10 @@ def test_the_live_patching_notebook_prints_the_sweep_computed_independently(tmp_
     model = save_tiny_model(tmp_path / "model", seed=1)  # a seed whose two prompts answer differently
     for key, value in (("SST_INTERP_MODEL", model), ("OMP_NUM_THREADS", "1")):
         monkeypatch.setenv(key, str(value))
-    notebook = nbformat.read(NOTEBOOK, as_version=4)
-    NotebookClient(notebook, timeout=120, kernel_name="python3",
-                   resources={"metadata": {"path": str(tmp_path)}}).execute()
-    code = [cell for cell in notebook.cells if cell.cell_type == "code"]
-    assert all(not any(o.get("output_type") == "error" for o in cell.get("outputs", [])) for cell in code)
+    code = executed_code_cells(NOTEBOOK, tmp_path)
     printed = {(int(l), int(i)): float(d)
-               for l, i, d in re.findall(r"layer (\d+) iteration (\d+): ([-+]\d+\.\d+)", _text(code[1]))}
-    ends = re.search(r"corrupted: ([-+]\d+\.\d+)  clean: ([-+]\d+\.\d+)", _text(code[1]))
+               for l, i, d in re.findall(r"layer (\d+) iteration (\d+): ([-+]\d+\.\d+)", output_text(code[1]))}
+    ends = re.search(r"corrupted: ([-+]\d+\.\d+)  clean: ([-+]\d+\.\d+)", output_text(code[1]))
 
     backbone, tokenizer = load_backbone(str(model))
     sst = SSTModel.from_backbone(backbone, SSTConfig())
@@ -105,4 +96,4 @@ def test_the_live_patching_notebook_prints_the_sweep_computed_independently(tmp_
     assert abs(float(ends.group(2)) - float(clean_logits[a] - clean_logits[b])) < 1e-4
     # the last layer at the last iteration hands the clean final state to the LM head: the clean difference
     assert printed[(sst.num_layers - 1, DEPTH)] == float(ends.group(2))
-    assert "logit_diff" in _text(code[2]) or "iteration" in _text(code[2])  # the heat map's table
+    assert "logit_diff" in output_text(code[2]) or "iteration" in output_text(code[2])  # the heat map's table

@@ -13,12 +13,12 @@ import numpy as np
 import pandas as pd
 import pytest
 import torch
-from nbclient import NotebookClient
 
 from sst_interp import analyses
 from sst_interp.model.testing import char_tokenizer, tiny_gemma3
 from sst_interp.cli.record import main as record_main
 from sst_interp.store import Run
+from tests.unit.notebooks import executed_code_cells, output_text
 
 NOTEBOOK = Path(__file__).resolve().parents[2] / "examples" / "quickstart.ipynb"
 
@@ -41,42 +41,28 @@ def small_run(tmp_path_factory) -> Path:
     return out
 
 
-def _output_text(cell) -> str:
-    parts = []
-    for output in cell.get("outputs", []):
-        if output.get("output_type") == "stream":
-            parts.append(output["text"])
-        elif "data" in output:
-            parts.append(output["data"].get("text/plain", ""))
-    return "\n".join(parts)
-
-
 def test_quickstart_notebook_runs_and_shows_the_runs_tables(small_run, tmp_path, monkeypatch):
-    notebook = nbformat.read(NOTEBOOK, as_version=4)
     figure = tmp_path / "accuracy.png"
     # the kernel inherits the environment; monkeypatch restores it afterwards
     monkeypatch.setenv("SST_INTERP_RUN", str(small_run))
     monkeypatch.setenv("SST_INTERP_FIGURE", str(figure))
-    NotebookClient(notebook, timeout=300, kernel_name="python3",
-                   resources={"metadata": {"path": str(tmp_path)}}).execute()
-    code = [cell for cell in notebook.cells if cell.cell_type == "code"]
-    assert all(not any(o.get("output_type") == "error" for o in cell.get("outputs", [])) for cell in code)
+    code = executed_code_cells(NOTEBOOK, tmp_path, timeout=300)
     a = analyses.open(small_run)
     staged = a.staged_breakdown()
-    staged_text = _output_text(code[2])
+    staged_text = output_text(code[2])
     for column in staged.columns:
         assert str(column) in staged_text
     assert str(int(staged["n_questions"].iloc[0])) in staged_text
-    basins_text = _output_text(code[3])
+    basins_text = output_text(code[3])
     for column in a.basin_summary().columns[:3]:
         assert str(column) in basins_text
-    assert f"GMM threshold: {a.gmm_threshold:.4f}" in _output_text(code[4])
-    assert "baseline" in _output_text(code[5])  # main_results says it needs a baseline
+    assert f"GMM threshold: {a.gmm_threshold:.4f}" in output_text(code[4])
+    assert "baseline" in output_text(code[5])  # main_results says it needs a baseline
     assert figure.is_file() and figure.stat().st_size > 1000
     # figures are drawn inline: the staged-capacity plot is an image in the notebook itself
     assert any("image/png" in output.get("data", {}) for output in code[2].get("outputs", []))
-    assert "fig:layer_profile" in _output_text(code[8])  # the registry listing
-    duck = _output_text(code[7])
+    assert "fig:layer_profile" in output_text(code[8])  # the registry listing
+    duck = output_text(code[7])
     run = Run.open(small_run)
     for depth in run.depths:
         rows = sum(len(block.positions) * depth for block in run.logits(depth))
