@@ -9,10 +9,11 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from sst_interp.experiments.intervals import adjusted, correction_label, mean_interval, sign_test
+from sst_interp.experiments.intervals import adjusted, correction_label, mean_interval, sign_counts, sign_test
 from sst_interp.experiments.power import questions_needed
 from sst_interp.experiments.tables import FLIP_POWER_COLUMN, POWER_COLUMN
 from sst_interp.kernels.stats import mcnemar_exact
+
 
 def flip_and_logprob_columns(broken: int, fixed: int, bounds: pd.DataFrame, resamples: int,
                              seed: int) -> dict[str, Any]:
@@ -25,7 +26,7 @@ def flip_and_logprob_columns(broken: int, fixed: int, bounds: pd.DataFrame, resa
     low_ci = mean_interval(low, resamples, seed)[0]
     high_ci = mean_interval(high, resamples, seed)[1]
     p, counted = sign_test(low, high)
-    up = int((low > 0).sum())  # the sign test's ups (a question counts up when even its low bound is above 0)
+    up = sign_counts(low, high)[0]
     return {
         "broken": broken, "fixed": fixed,
         "mcnemar_exact_p": float(mcnemar_exact(broken, fixed).pvalue) if broken + fixed else 1.0,

@@ -43,13 +43,19 @@ def mean_interval(values: np.ndarray, resamples: int, seed: int) -> tuple[float,
     return float(result.confidence_interval.low), float(result.confidence_interval.high)
 
 
+def sign_counts(low: np.ndarray, high: np.ndarray) -> tuple[int, int]:
+    """(up, down): questions whose bounds ``low`` <= change <= ``high`` [n] settle a rise (``low > 0``) or a fall
+    (``high < 0``); the rest are left out of the sign test."""
+    low, high = np.asarray(low, dtype=float), np.asarray(high, dtype=float)
+    return int((low > 0).sum()), int((high < 0).sum())
+
+
 def sign_test(low: np.ndarray, high: np.ndarray) -> tuple[float, int]:
     """Exact two-sided sign test of "the change is as often up as down" over questions with bounds ``low`` <=
     change <= ``high`` [n]: a question counts as up when ``low > 0``, down when ``high < 0``, and is left out when its
     bounds do not settle the sign (or it is 0). Returns (p, questions counted); p is NaN below
     :data:`MIN_INTERVAL_N` counted."""
-    low, high = np.asarray(low, dtype=float), np.asarray(high, dtype=float)
-    up, down = int((low > 0).sum()), int((high < 0).sum())
+    up, down = sign_counts(low, high)
     n = up + down
     if n < MIN_INTERVAL_N:
         return float("nan"), n

@@ -23,6 +23,7 @@ import importlib
 import importlib.util
 import sys
 from collections.abc import Callable, Mapping
+from pathlib import Path
 from typing import Any
 
 
@@ -30,8 +31,8 @@ def typed_exports(package: str) -> dict[str, str]:
     """Name -> module of the names ``package`` imports from its own modules under its top-level
     ``if TYPE_CHECKING:`` block, read from its ``__init__`` source (call it from that ``__init__``). Imports from
     other packages in that block are annotations only, not exports."""
-    source = sys.modules[package].__file__
-    tree = ast.parse(open(source, encoding="utf-8").read(), filename=source)
+    source = Path(sys.modules[package].__file__)
+    tree = ast.parse(source.read_text(encoding="utf-8"), filename=str(source))
     exports: dict[str, str] = {}
     for node in tree.body:
         if isinstance(node, ast.If) and ast.unparse(node.test) == "TYPE_CHECKING":
