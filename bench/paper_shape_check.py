@@ -34,6 +34,7 @@ from __future__ import annotations
 import contextlib
 import gc
 import json
+import math
 import shutil
 import statistics
 import tempfile
@@ -75,6 +76,8 @@ class ShapeRow:
 
     @property
     def status(self) -> str:
+        if self.ratio is not None and math.isnan(self.ratio):
+            return "not measured (noise larger than the decode steps)"
         return "-" if self.met is None else ("met" if self.met else "NOT met")
 
 
@@ -210,8 +213,18 @@ def sst_generate(sst, prompts: list[list[int]], depth: int, new_tokens: int, obs
 
 
 def per_token(total: Callable[[int], float], new_tokens: int) -> float:
-    """Seconds per decode step: (T(N tokens) - T(1 token)) / (N - 1), so the prompt pass is not spread over them."""
-    return (total(new_tokens) - total(1)) / (new_tokens - 1)
+    """Seconds per decode step: (T(N tokens) - T(1 token)) / (N - 1), so the prompt pass is not spread over them.
+
+    NaN when T(N) <= T(1): the machine's noise was larger than N - 1 steps (a loaded CPU under the smoke run's four
+    tokens), and a negative or zero step time would be a wrong number rather than a small one."""
+    step = (total(new_tokens) - total(1)) / (new_tokens - 1)
+    return step if step > 0 else math.nan
+
+
+def median_step(samples: list[float]) -> float:
+    """The median of the repeats that measured something (see :func:`per_token`); NaN when none did."""
+    measured = [sample for sample in samples if not math.isnan(sample)]
+    return statistics.median(measured) if measured else math.nan
 
 
 def measure_plain(sst, settings: ShapeSettings, vocab: int) -> tuple[list[ShapeRow], dict[int, float]]:
@@ -223,7 +236,7 @@ def measure_plain(sst, settings: ShapeSettings, vocab: int) -> tuple[list[ShapeR
             plain_generate(sst.backbone, prompts, 2)  # warm-up
             samples = [per_token(lambda n: timed(lambda: plain_generate(sst.backbone, prompts, n), settings.device),
                                  settings.decode_tokens) for _ in range(settings.repeats)]
-        step[batch] = statistics.median(samples)
+        step[batch] = median_step(samples)
         rows.append(ShapeRow(f"plain b{batch}", f"HF greedy: {batch / step[batch]:.1f} tokens/s ("
                                                 f"{1000 * step[batch]:.2f} ms per step, batch {batch})",
                              peak_gib=peak["gib"], numbers={"s_per_step": step[batch],
@@ -252,9 +265,9 @@ def measure_sst(sst, settings: ShapeSettings, vocab: int) -> list[ShapeRow]:
                     sst_steps[depth].append(per_token(
                         lambda n: timed(lambda: sst_generate(sst, prompts, depth, n), settings.device),
                         settings.decode_tokens))
-        plain_step = statistics.median(plain)
+        plain_step = median_step(plain)
         for depth in settings.depths:
-            step = statistics.median(sst_steps[depth])
+            step = median_step(sst_steps[depth])
             ratio = step / (depth * plain_step)
             goal = depth == 1
             rows.append(ShapeRow(
@@ -298,7 +311,7 @@ def measure_compiled(sst, settings: ShapeSettings, vocab: int, hf_step: dict[int
         ids = ["q"] if recording else None
         samples = [per_token(lambda n: timed(lambda: run(compiler, depth, n, ids), settings.device),
                              settings.decode_tokens) for _ in range(settings.repeats)]
-        return statistics.median(samples)
+        return median_step(samples)
 
     rows: list[ShapeRow] = []
 
@@ -331,8 +344,8 @@ def measure_compiled(sst, settings: ShapeSettings, vocab: int, hf_step: dict[int
                              f"; compile + warm-up {sst_compile_s:.0f} s, once for every depth)",
                              ratio=ratio, goal=f"<= {GOAL_SST_COMPILED}", met=ratio <= GOAL_SST_COMPILED,
                              peak_gib=peak["gib"], numbers={"s_per_token": step, "compile_s": sst_compile_s}))
-    warm(sst_compiler, 1, recording=True)
     for depth in settings.record_depths:
+        warm(sst_compiler, depth, recording=True)  # a depth's first recorded run may still compile or capture
         with peak_memory(settings.device) as peak:
             recording = step_time(sst_compiler, depth, recording=True)
         base = sst_steps.get(depth) or step_time(sst_compiler, depth)
