@@ -16,8 +16,8 @@ Each command module builds its parser from dataclass fields declared with :func:
 one flags dataclass (``probe`` adds one per subcommand); it converts the parsed flags once into the library's typed
 configs, calls the library, and
 returns an exit code from ``main(argv) -> int``; ``console()`` is its ``[project.scripts]`` entry. The library never
-sees a flags object, and nothing below this package imports it: the ``python -m`` modules elsewhere
-(``sst_interp/record/__main__.py``, ``sst_interp/train/codeact_data.py``, ...) are shims that only call
+sees a flags object, and nothing below this package imports it: the ``python -m`` entry files elsewhere
+(``sst_interp/record/__main__.py``, ``sst_interp/train/codeact_data/__main__.py``, ...) only call
 ``sst_interp.cli.<command>.main``. Errors follow one contract (:func:`sst_interp.kernels.errors.cli_entry`): bad input is one
 ``error:`` line on stderr and exit code 2. Device, dtype and rank are resolved in
 :mod:`sst_interp.model.devices` only.

@@ -37,7 +37,7 @@ TOP = "sst_interp"
 PENDING_PRIVATE: dict[tuple[str, str], str] = {}
 #: The floors, lowest first (README "Architecture" holds the same table): each package of ``sst_interp`` (its first
 #: name under ``sst_interp``; ``cli.args`` is the flag mechanism, apart from the commands in ``cli``; ``sst_interp``
-#: is the root ``__init__``; ``commands`` are the ``python -m`` shims, :data:`SHIMS`). A package may import the
+#: is the root ``__init__``; ``commands`` are the entry files, every ``__main__``, and :data:`ENTRY_PACKAGES`). A package may import the
 #: packages of lower floors, and of its own floor only those :data:`SAME_FLOOR` names; nothing imports upwards.
 FLOORS: dict[int, tuple[str, ...]] = {
     1: ("sst_interp", "kernels", "checkpoints", "cli.args"),
@@ -57,10 +57,10 @@ SAME_FLOOR: dict[str, frozenset[str]] = {
     # the intervention experiments record their conditions with record's runner; the report reads their folders
     "experiments": frozenset({"record"}), "reporting": frozenset({"experiments"}),
 }
-#: The ``python -m`` modules outside ``sst_interp.cli`` besides the ``__main__`` ones: each only calls
-#: ``sst_interp.cli.<command>.main``.
-SHIMS = ("sst_interp.generate", "sst_interp.report", "sst_interp.probe.position_sim", "sst_interp.train.codeact_data",
-         "sst_interp.intervene")
+#: The packages that exist only to be run (``python -m sst_interp.report``): each holds an ``__init__`` with a
+#: docstring and the ``__main__`` entry file, nothing else (:func:`test_entry_packages_hold_only_their_entry`).
+ENTRY_PACKAGES = ("sst_interp.generate", "sst_interp.report", "sst_interp.intervene", "sst_interp.probe.position_sim",
+                  "sst_interp.train.codeact_data")
 #: Folder -> package name, as pyproject's ``package-dir`` maps them.
 SOURCES = {ROOT / "sst_interp": "sst_interp", ROOT / "hooks": "sst_interp.hooks",
            ROOT / "analyses": "sst_interp.analyses"}
@@ -263,7 +263,7 @@ def test_no_private_import_across_packages(package):
 
 def package_of(module: str) -> str:
     """The floor-table package of ``module`` (see :data:`FLOORS`)."""
-    if module in SHIMS or module.endswith(".__main__"):
+    if module in ENTRY_PACKAGES or module.endswith(".__main__"):
         return "commands"
     parts = module.split(".")
     if len(parts) == 1:
@@ -275,7 +275,7 @@ def package_of(module: str) -> str:
 
 def allowed_imports(package: str) -> frozenset[str]:
     """The packages ``package`` may import: every package of a lower floor and the :data:`SAME_FLOOR` ones;
-    ``commands`` (the shims) only ``cli``."""
+    ``commands`` (the entry files) only ``cli``."""
     if package == "commands":
         return frozenset({"cli"})
     floor = next(f for f, members in FLOORS.items() if package in members)
@@ -304,18 +304,29 @@ def test_every_import_is_in_the_layer_table(package):
 
 
 def test_only_the_entry_files_run_up_to_the_commands(package):
-    """The entry files (each package's ``__main__`` and the :data:`SHIMS`) are the only modules outside ``cli``
+    """The entry files (the ``__main__`` modules) are the only modules outside ``cli``
     that import a command module, module-level or lazily, and every one of them imports nothing but ``cli``: a
     library module never reaches the flags of a command, and an entry file never reaches past them."""
     modules, _, _ = package
     entries = {m for m in modules if package_of(m) == "commands"}
-    assert {"sst_interp.record.__main__", "sst_interp.probe.__main__", "sst_interp.report"} <= entries
+    assert {"sst_interp.record.__main__", "sst_interp.probe.__main__", "sst_interp.report.__main__"} <= entries
     reaching = {module for module, path in modules.items() if package_of(module) != "cli"
                 for imp in imports_of(module, path, modules) if package_of(imp.target) == "cli"}
     assert reaching <= entries, f"modules that import a command but are not entry files: {sorted(reaching - entries)}"
     beyond = sorted(f"{module} imports {imp.target}" for module in entries
                     for imp in imports_of(module, modules[module], modules) if package_of(imp.target) != "cli")
     assert not beyond, "entry files that import more than the command they start:\n" + "\n".join(beyond)
+
+
+def test_entry_packages_hold_only_their_entry():
+    """A ``python -m`` command outside a library package's own ``__main__`` is a package of two files: so every entry
+    file is a ``__main__``, and no module that a library folder holds is an entry in disguise."""
+    for name in ENTRY_PACKAGES:
+        folder = ROOT.joinpath(*name.split("."))
+        assert sorted(path.name for path in folder.glob("*.py")) == ["__init__.py", "__main__.py"], name
+        init = folder / "__init__.py"
+        assert not [node for node in ast.parse(init.read_text()).body
+                    if not (isinstance(node, ast.Expr) and isinstance(node.value, ast.Constant))], f"{init} runs code"
 
 
 def test_the_docs_floor_table_is_this_one():
@@ -339,7 +350,7 @@ def test_the_checks_can_fail():
 
 
 def test_the_layer_table_can_fail():
-    """The floor rule on names: upward and same-floor imports are refused, the shims reach only the commands."""
+    """The floor rule on names: upward and same-floor imports are refused, the entry files reach only the commands."""
     assert "model" in allowed_imports("analyses") and "probe" not in allowed_imports("analyses")
     assert "sandbox" not in allowed_imports("store") and "store" in allowed_imports("data")
     assert allowed_imports("kernels") == set() and allowed_imports("checkpoints") == {"kernels"}
