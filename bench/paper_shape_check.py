@@ -14,8 +14,11 @@ comparisons share weights, allocator state and clocks:
 3b. ``compiled``: the compiled decode step (:mod:`sst_interp.model.compiled`; CUDA graphs on CUDA): ``plain
    compiled`` (the backbone through the same step, stream off) in ms per step, goal <= 25 ms at batch 1; ``sst
    compiled dK`` against K compiled plain steps, goal <= 1.05; ``record compiled dK`` (the Recorder fed by the
-   step, no hooks, logits every iteration) against SST compiled decoding at the same depth, goal <= 1.10. Each
-   compilation's seconds are reported once, in the rows' numbers.
+   step, no hooks, logits every iteration) against SST compiled decoding at the same depth, goal <= 1.10.
+   ``policy compiled dK``: the per-position policy ``kl:0,max=K``, which never exits early (a KL is never below 0)
+   and so makes exactly the passes of fixed depth K, against fixed depth K compiled: what is left is the exit test
+   between graph replays, its LM head at every iteration and its host sync (informational; ms per exit test in
+   its numbers). Each compilation's seconds are reported once, in the rows' numbers.
 4. ``record dK``: ``record``'s capture (:class:`~sst_interp.hooks.Recorder`: 10 full positions, 512 sketch
    positions, top-K 100 logits per iteration, bfloat16) with each batch submitted to a
    :class:`~sst_interp.store.RunWriter`, against plain generation of the same tokens K times over (the passes it
@@ -77,7 +80,7 @@ class ShapeRow:
     @property
     def status(self) -> str:
         if self.ratio is not None and math.isnan(self.ratio):
-            return "not measured (noise larger than the decode steps)"
+            return "not measured"  # the run's footer says why: noise larger than the decode steps
         return "-" if self.met is None else ("met" if self.met else "NOT met")
 
 
@@ -286,6 +289,7 @@ def measure_compiled(sst, settings: ShapeSettings, vocab: int, hf_step: dict[int
     from sst_interp.hooks import RecordConfig, Recorder
     from sst_interp.model import GenerationConfig
     from sst_interp.model.compiled import StepCompiler, generate_compiled
+    from sst_interp.model.halting import parse_position_policy
 
     cuda = settings.device.startswith("cuda")
     mode = "reduce-overhead" if cuda else "default"
@@ -337,6 +341,10 @@ def measure_compiled(sst, settings: ShapeSettings, vocab: int, hf_step: dict[int
         sst_compiler = StepCompiler(sst, mode, stream=True, capture_outputs=True)
         sst_compile_s = warm(sst_compiler, 2)
         sst_steps = {depth: step_time(sst_compiler, depth) for depth in settings.depths}
+    deepest = max(sst_steps)
+    policy = parse_position_policy(f"kl:0,max={deepest}", default_max=deepest)
+    with peak_memory(settings.device) as policy_peak:
+        policy_step = step_time(sst_compiler, policy)
     for depth, step in sst_steps.items():
         ratio = step / (depth * plain)
         add(ShapeRow(f"sst compiled d{depth}",
@@ -344,6 +352,14 @@ def measure_compiled(sst, settings: ShapeSettings, vocab: int, hf_step: dict[int
                              f"; compile + warm-up {sst_compile_s:.0f} s, once for every depth)",
                              ratio=ratio, goal=f"<= {GOAL_SST_COMPILED}", met=ratio <= GOAL_SST_COMPILED,
                              peak_gib=peak["gib"], numbers={"s_per_token": step, "compile_s": sst_compile_s}))
+    per_test = (policy_step - sst_steps[deepest]) / deepest  # one exit test per iteration of every position
+    add(ShapeRow(f"policy compiled d{deepest}",
+                 f"{1000 * policy_step:.2f} ms/token under kl:0,max={deepest} (never exits early) vs "
+                 f"{1000 * sst_steps[deepest]:.2f} ms fixed depth {deepest}: {1000 * per_test:+.3f} ms per exit "
+                 f"test (LM head, rule, host sync)",
+                 ratio=policy_step / sst_steps[deepest], peak_gib=policy_peak["gib"],
+                 numbers={"s_per_token": policy_step, "fixed_s_per_token": sst_steps[deepest],
+                          "s_per_exit_test": per_test}))
     for depth in settings.record_depths:
         warm(sst_compiler, depth, recording=True)  # a depth's first recorded run may still compile or capture
         with peak_memory(settings.device) as peak:
@@ -604,14 +620,22 @@ def _run_phase(name: str, phase: Callable[[], list[ShapeRow]], settings: ShapeSe
 
 
 def format_rows(rows: list[ShapeRow]) -> str:
-    """The paper-shape table: measurement, ratio, goal, status, peak memory, result."""
-    lines = [f"{'measure':<13}  {'ratio':>7}  {'goal':<28}  {'status':<7}  {'peak GiB':>8}  result",
-             f"{'-' * 13}  {'-' * 7}  {'-' * 28}  {'-' * 7}  {'-' * 8}  {'-' * 6}"]
-    for row in rows:
-        ratio = f"{row.ratio:.3f}" if row.ratio is not None else "-"
-        peak = f"{row.peak_gib:.1f}" if row.peak_gib is not None and row.peak_gib == row.peak_gib else "-"
-        lines.append(f"{row.name:<13}  {ratio:>7}  {row.goal:<28}  {row.status:<7}  {peak:>8}  {row.result}")
-    return "\n".join(lines)
+    """The paper-shape table: measurement, ratio, goal, status, peak memory, result (columns as wide as their
+    widest cell)."""
+    header = ("measure", "ratio", "goal", "status", "peak GiB", "result")
+    cells = [header] + [(row.name, f"{row.ratio:.3f}" if row.ratio is not None else "-", row.goal, row.status,
+                         f"{row.peak_gib:.1f}" if row.peak_gib is not None and row.peak_gib == row.peak_gib else "-",
+                         row.result) for row in rows]
+    widths = [max(len(line[column]) for line in cells) for column in range(len(header) - 1)]
+    right = (False, True, False, False, True)  # numbers align right
+
+    def line(values: tuple[str, ...]) -> str:
+        padded = [value.rjust(width) if flush else value.ljust(width)
+                  for value, width, flush in zip(values, widths, right)]
+        return "  ".join(padded + [values[-1]])
+
+    return "\n".join([line(cells[0]), line(tuple("-" * width for width in widths) + ("-" * 6,))]
+                     + [line(values) for values in cells[1:]])
 
 
 def write_json(path: Path, rows: list[ShapeRow], environment: dict[str, Any]) -> None:

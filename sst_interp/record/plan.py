@@ -11,6 +11,7 @@ intervention's sites, the numerics fingerprint) are not in the plan: the runner 
 from __future__ import annotations
 
 import dataclasses
+import json
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -28,9 +29,11 @@ class RecordPlan:
     Args:
         options: the options with what they left open filled in (:meth:`RecordOptions.resolved`, the default
             CodeACT checkpoint, the prompt mode); never changed afterwards.
-        depths: the flat depths to record (checked; the per-position policy's maximum replaces them later).
+        depths: the depths to record: the flat ones checked, or under a per-position policy its maximum depth
+            alone (the run is filed under it).
         out: the run directory.
-        identity: what must match to resume, without the numerics fingerprint (that needs the loaded model).
+        frozen_identity: what must match to resume, without the numerics fingerprint (that needs the loaded model),
+            as canonical JSON; read it as :attr:`identity`.
         demo: whether the untrained demo preset is on (recorded in the manifest).
         intervention: the parsed ``--intervention`` spec (an InterventionSpec), or None.
         sandbox: where CodeACT code runs (the run directory hidden), checked to work here; None for completions.
@@ -38,12 +41,14 @@ class RecordPlan:
         model: the :class:`~sst_interp.model.loading.ModelSpec` to build; None when the caller loaded the model.
         questions: the selected questions to record (CodeACT first turns under codeact).
         notes: lines printed once the model is loaded and checked (a refused command prints its error only).
+        policy: the depth policy (:func:`~sst_interp.record.identity.make_depth_policy`: a probe's, or a
+            per-position one), or None for fixed depths.
     """
 
     options: RecordOptions
     depths: tuple[int, ...]
     out: Path
-    identity: dict[str, Any]
+    frozen_identity: str
     demo: bool
     intervention: Any
     sandbox: Any
@@ -51,6 +56,30 @@ class RecordPlan:
     model: Any = None
     questions: tuple[Any, ...] = ()
     notes: tuple[str, ...] = ()
+    policy: Any = None
+
+    @property
+    def identity(self) -> dict[str, Any]:
+        """The run identity, a new dict on every read: what a step adds to its copy (the numerics fingerprint)
+        never reaches the plan."""
+        return json.loads(self.frozen_identity)
+
+
+def _frozen(identity: dict[str, Any]) -> str:
+    # Canonical JSON, as the manifest will hold it (tuples become lists): the plan's identity cannot change.
+    return json.dumps(identity, sort_keys=True)
+
+
+def _planned_depths(options: RecordOptions, depths: tuple[int, ...]) -> tuple[Any, tuple[int, ...]]:
+    """(the depth policy, the depths the run is filed under): a per-position policy files one run under its
+    maximum depth; a probe policy and fixed depths keep ``depths``. Loading a probe file is a UsageError when it
+    is bad, before the model loads."""
+    from sst_interp.record.identity import make_depth_policy
+
+    policy = make_depth_policy(options, list(depths))
+    if policy is not None and getattr(policy, "per_position", False):
+        return policy, (int(policy.max_depth),)
+    return policy, depths
 
 
 def resolve_options(options: RecordOptions, *, default_checkpoint: bool = True) -> tuple[RecordOptions,
@@ -117,10 +146,11 @@ def plan_record(options: RecordOptions, ranks: Ranks) -> RecordPlan:
     resolved = dataclasses.replace(resolved, prompt_mode=resolve_prompt_mode(resolved.prompt_mode, demo))
     if demo:
         notes.append(f"[{DEMO_PRESET_NOTE}]")
+    policy, depths = _planned_depths(resolved, depths)
     return RecordPlan(options=resolved, depths=depths, out=out,
-                      identity=run_identity(resolved, spec.identity(), data_sha), demo=demo,
+                      frozen_identity=_frozen(run_identity(resolved, spec.identity(), data_sha)), demo=demo,
                       intervention=resolved.intervention_spec(), sandbox=sandbox, capture=capture_config(resolved),
-                      model=spec, questions=tuple(selected), notes=tuple(notes))
+                      model=spec, questions=tuple(selected), notes=tuple(notes), policy=policy)
 
 
 def plan_loaded(sst: Any, questions: list[Any], options: RecordOptions, out: str | Path,
@@ -136,10 +166,11 @@ def plan_loaded(sst: Any, questions: list[Any], options: RecordOptions, out: str
         resolved = dataclasses.replace(resolved, prompt_mode=DEFAULT_PROMPT_MODE)
     out = Path(out)
     spec = resolved.intervention_spec()
-    return RecordPlan(options=resolved, depths=depths, out=out,
-                      identity=identity if identity is not None else loaded_identity(sst, questions, resolved, spec),
+    policy, depths = _planned_depths(resolved, depths)
+    identity = identity if identity is not None else loaded_identity(sst, questions, resolved, spec)
+    return RecordPlan(options=resolved, depths=depths, out=out, frozen_identity=_frozen(identity),
                       demo=demo, intervention=spec, sandbox=checked_sandbox(resolved, out),
-                      capture=capture_config(resolved), questions=tuple(questions))
+                      capture=capture_config(resolved), questions=tuple(questions), policy=policy)
 
 
 def loaded_identity(sst: Any, questions: list[Any], options: RecordOptions, spec: Any) -> dict[str, Any]:
@@ -179,5 +210,6 @@ def plan_family(options: RecordOptions, loop: Any, out: str | Path | None = None
         questions = select_questions(every, limit=resolved.limit, ids=resolved.ids)
         identity = family_identity(resolved, loop, questions_sha256(questions_to_frame(every)))
     return RecordPlan(options=resolved, depths=depths, out=Path(out) if out is not None else resolved.out_path(),
-                      identity=dict(identity or {}), demo=False, intervention=resolved.intervention_spec(),
+                      frozen_identity=_frozen(dict(identity or {})), demo=False,
+                      intervention=resolved.intervention_spec(),
                       sandbox=None, capture=capture_config(resolved, gates=False), questions=tuple(questions))

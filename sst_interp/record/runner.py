@@ -113,7 +113,7 @@ def _record_loaded(plan: RecordPlan, sst: Any, tokenizer: Any, ranks: Ranks) -> 
 
     from sst_interp.model.generation import FixedDepth
     from sst_interp.record.completion import decode_kind, run_compiler
-    from sst_interp.record.identity import make_depth_policy, manifest_extra
+    from sst_interp.record.identity import manifest_extra
     from sst_interp.record.preflight import check_against_model
     from sst_interp.store import estimate_remaining
 
@@ -136,12 +136,11 @@ def _record_loaded(plan: RecordPlan, sst: Any, tokenizer: Any, ranks: Ranks) -> 
 
         tally = SiteTally()
     batch_fn = _batch_function(options, sst, tokenizer, config, plan.sandbox, tally, compiler)
-    policy = make_depth_policy(options, depths)
+    policy = plan.policy
     if policy is not None and not getattr(policy, "per_position", False):
         return _record_with_policy(options, policy, batch_fn, questions, identity, extra, out, ranks, tally)
-    if policy is not None:  # per-position: one batched run filed under the policy's maximum depth
-        depths = [policy.max_depth]
-        extra = dict(extra, depths=depths, depth_policy=policy.describe(), max_depth=policy.max_depth)
+    if policy is not None:  # per-position: one batched run, filed under the policy's maximum depth (plan.depths)
+        extra = dict(extra, depth_policy=policy.describe(), max_depth=policy.max_depth)
     sizes = dict(full_positions=config.full_positions, sketch_positions=config.sketch_positions,
                  layers=sst.num_layers, d=sst.hidden_size, dtype=options.dtype, top_k=options.top_k,
                  sketch_k=extra["sketch_k"], max_new_tokens=options.max_new_tokens, gates=options.gates,

@@ -13,7 +13,7 @@ import pytest
 import torch
 
 from bench.gpu_check import CheckResult, format_table, main, token_agreement
-from bench.paper_shape_check import ShapeRow, median_step, per_token
+from bench.paper_shape_check import ShapeRow, format_rows, median_step, per_token
 from tests.paths import BENCHMARK_FIXTURES
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -111,7 +111,7 @@ def test_paper_shape_cpu_smoke_prints_the_table_and_writes_json(tmp_path):
     payload = json.loads(out.read_text())
     names = [row["name"] for row in payload["rows"]]
     assert names == ["build", "plain b1", "plain b2", "plain compiled", "sst compiled d1", "sst compiled d2",
-                     "record compiled d1", "record compiled d2", "sst d1", "sst d2", "record d1", "record d2",
+                     "policy compiled d2", "record compiled d1", "record compiled d2", "sst d1", "sst d2", "record d1", "record d2",
                      "writer", "qlora 1-pass", "qlora 2-pass"]
     rows = {row["name"]: row for row in payload["rows"]}
     # The meta-device count of the full 27B configuration is part of the build row, even in the smoke run.
@@ -120,6 +120,7 @@ def test_paper_shape_cpu_smoke_prints_the_table_and_writes_json(tmp_path):
     assert rows["sst d1"]["goal"] == "<= 1.05" and _measured_or_nan(rows["sst d1"]["ratio"])
     assert rows["plain compiled"]["numbers"]["compile_s"] > 0 and _measured_or_nan(rows["sst compiled d2"]["ratio"])
     assert rows["record compiled d2"]["goal"] == "<= 1.1" and _measured_or_nan(rows["record compiled d2"]["ratio"])
+    assert set(rows["policy compiled d2"]["numbers"]) == {"s_per_token", "fixed_s_per_token", "s_per_exit_test"}
     assert rows["record d2"]["numbers"]["payload_bytes"] > rows["record d1"]["numbers"]["payload_bytes"] > 0
     assert all(row["name"] in done.stdout for row in payload["rows"])
     assert "goals " in done.stdout
@@ -137,6 +138,16 @@ def test_a_step_time_swamped_by_noise_is_nan_not_negative():
     assert median_step([math.nan, 1.0, 3.0]) == 2.0 and math.isnan(median_step([math.nan]))
     assert ShapeRow("x", "y", ratio=math.nan, goal="<= 1.1", met=False).status.startswith("not measured")
     assert ShapeRow("x", "y", ratio=1.2, goal="<= 1.1", met=False).status == "NOT met"
+
+
+def test_the_paper_shape_table_aligns_its_columns_to_the_widest_cell():
+    table = format_rows([ShapeRow("plain compiled", "113 ms", ratio=4.5, goal="<= 25 ms"),
+                         ShapeRow("policy compiled d2", "x", ratio=math.nan, goal="<= 1.1", met=False)])
+    assert table.splitlines() == [
+        "measure             ratio  goal      status        peak GiB  result",
+        "------------------  -----  --------  ------------  --------  ------",
+        "plain compiled      4.500  <= 25 ms  -                    -  113 ms",
+        "policy compiled d2    nan  <= 1.1    not measured         -  x"]
 
 
 def test_paper_shape_flags_without_paper_shape_are_one_line_errors():
