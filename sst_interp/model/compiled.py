@@ -159,7 +159,12 @@ class DecodeStep:
         self.real = torch.zeros(self.batch, self.columns, dtype=torch.bool, device=sst.device)  # [B, columns]
         self.buffers = sst.zero_states(self.batch)  # {layer: [B, d]} at fixed addresses
         self.carry = dict(self.buffers)  # the dict the layers read and write; _pin puts the buffers back
-        for tensor in (self.real, *self.buffers.values()):
+        # The pass's token and position ids [B, 1], copied in: a caller's [B, 1] tensor may be a slice of the prompt
+        # with strides (width, 1), a fresh token column (1, 1), and the graph's guards compare strides, so passing
+        # them through compiled the step a second time.
+        self.input_ids = torch.zeros(self.batch, 1, dtype=torch.long, device=sst.device)
+        self.position_ids = torch.zeros(self.batch, 1, dtype=torch.long, device=sst.device)
+        for tensor in (self.real, self.input_ids, self.position_ids, *self.buffers.values()):
             torch._dynamo.mark_static_address(tensor)
         self.capture_outputs = bool(capture_outputs)
         self.cuda_graphs = compile_mode is not None and "reduce-overhead" in compile_mode and sst.device.type == "cuda"
@@ -222,8 +227,9 @@ class DecodeStep:
             # The previous pass's graph outputs are dead (the caller kept clones): CUDA graph trees may reuse their
             # memory instead of recording a new graph because they still look alive.
             torch.compiler.cudagraph_mark_step_begin()
-        # contiguous: a slice of the prompt and a fresh token column would otherwise differ in stride (a guard)
-        hidden, outputs = self.fn(input_ids.contiguous(), position_ids.contiguous())
+        self.input_ids.copy_(input_ids)
+        self.position_ids.copy_(position_ids)
+        hidden, outputs = self.fn(self.input_ids, self.position_ids)
         logits = self.head(hidden)[:, -1].clone() if want_logits else None
         return hidden.clone(), logits, outputs
 

@@ -124,6 +124,16 @@ def test_compilation_happens_once_per_batch_size_not_per_depth_or_question(sst, 
     assert len(compiler.steps) == 1
 
 
+def test_one_row_compiles_once_whether_its_ids_are_a_prompt_slice_or_a_new_token(sst):
+    # At batch 1 a rerun of the prompt's last column passes a [1, 1] slice with strides (width, 1) and a new token a
+    # [1, 1] tensor with strides (1, 1): both are "contiguous", and the graph's stride guard once compiled twice.
+    compiler = StepCompiler(sst, "default")
+    before = unique_graphs()
+    for mode in ("two_pass", "none"):
+        generate_compiled(sst, PROMPTS[:1], 3, GenerationConfig(max_new_tokens=3, prompt_mode=mode), compiler=compiler)
+    assert unique_graphs() - before == 2  # the step and the LM head
+
+
 def test_the_step_has_no_graph_breaks(sst, compiled):
     # after the count of compilations: explain() traces the step again
     step = next(iter(compiled[0].steps.values()))  # prefilled by the fixture: its cache is allocated
