@@ -9,7 +9,13 @@ inductor's default mode on the CPU), compiled once per batch size: iterations of
 the same cache column, and every depth shares it.
 
 What stays eager: the prompt (its width differs per batch), the depth decision between passes, the token choice and
-the observer callbacks. Interventions run their Python callbacks inside the layers and are refused on this path.
+the observer callbacks. An installed :class:`~sst_interp.interventions.apply.Intervener` runs inside the step as
+tensors: an intervening session uses a second variant of the step (its own graph per batch size) whose layers apply
+a :class:`~sst_interp.model.stream_edits.StreamEdits`, buffers at fixed addresses that the Intervener fills before
+each pass from its rule matching (:mod:`sst_interp.interventions.compiled`): ``zero``, ``add``, ``set_alpha``,
+``freeze``, and ``patch``/``mean``/``resample`` from a recorded run, per-row specs included. Live sources, captured
+streams and two ``state_in`` references that can meet at one site are refused with one line naming
+``--compile off``; the prompt passes keep the Intervener's Python hooks.
 
 Exactness: the step performs the same operations as the eager session, on a cache whose unwritten columns are masked
 out, so tokens agree and logits agree to float32 rounding (the attention reduces over ``max_columns`` keys instead of

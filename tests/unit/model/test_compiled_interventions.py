@@ -131,7 +131,7 @@ CASES = {
     "resample": (lambda sst, run: one(Site("layer_out", layers=[1], positions=[1]),
                                       Operation("resample", run=run, depth=REFERENCE_DEPTH, seed=1)), (1, 3)),
     "mean_state_in": (lambda sst, run: one(Site("state_in", layers=[1], iterations=[2], positions=[0, 1, 2]),
-                                           Operation("mean", run=run)), (2, 3)),
+                                           Operation("mean", run=run, depth=REFERENCE_DEPTH)), (2, 3)),
     "resample_state_in_scaled": (lambda sst, run: one(Site("state_in", iterations=[2, 3], positions=[1]),
                                                       Operation("resample", run=run, seed=1, scale=0.5)), (3,)),
 }
