@@ -250,7 +250,8 @@ class DecodeStep:
             # contiguous: a slice of the prompt and a fresh token column would otherwise differ in stride (a guard)
             hidden, outputs = self.fn(input_ids.contiguous(), position_ids.contiguous())
         finally:
-            context.intervention = intervention
+            # a pass that raised left the step's settings on the context; eager passes must not see its edits
+            context.intervention, context.edits = intervention, None
         logits = self.head(hidden)[:, -1].clone() if want_logits else None
         return hidden.clone(), logits, outputs
 

@@ -26,12 +26,22 @@ from tests.unit.model.conftest import make_sst
 from tests.unit.model.test_compiled_step import LOGIT_TOLERANCE, PROMPTS, unique_graphs
 from tests.unit.observers import KeptLogits
 
-pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("one_thread")]
+pytestmark = pytest.mark.slow
 
 IDS = ["q0", "q1"]
 NEW_TOKENS = 6
 REFERENCE_DEPTH = 3
 PROMPT_MODES = ("two_pass", "sequential", "none")
+
+
+@pytest.fixture(scope="module", autouse=True)
+def one_thread_for_the_module():
+    """One intra-op thread for the whole module (the tiny model runs faster so on a busy machine): a compiled graph
+    is guarded on the thread count, so the function-scoped ``one_thread`` would recompile the module's step."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
 
 
 @pytest.fixture(scope="module")
@@ -41,14 +51,14 @@ def sst():
 
 @pytest.fixture(scope="module")
 def compiled(sst):
-    """(compiler, graphs its first intervening generation compiled)."""
+    """(compiler, graphs its first intervening generation compiled, the graph count after it)."""
     torch._dynamo.reset()
     compiler = StepCompiler(sst, "default")
     before = unique_graphs()
     with intervene(sst, one(Site("layer_out", layers=[0]), Operation("zero"))) as intervener:
         generate_compiled(sst, PROMPTS, 2, GenerationConfig(max_new_tokens=3), observer=intervener,
                           compiler=compiler)
-    return compiler, unique_graphs() - before
+    return compiler, unique_graphs() - before, unique_graphs()
 
 
 @pytest.fixture(scope="module")
@@ -254,8 +264,11 @@ def test_per_row_specs_run_compiled_as_eager(sst, compiled, reference):
 
 
 def test_new_specs_and_questions_refill_buffers_without_recompiling(sst, compiled):
-    compiler, first = compiled
+    compiler, first, after_first = compiled
     assert first == 2  # the intervening step and the LM head
+    # every test before this one (each kind, depths 1-4, every prompt mode, per-row specs, a per-position policy)
+    # ran on the same two graphs
+    assert unique_graphs() == after_first
     before = unique_graphs()
     batches = ((1, PROMPTS, one(Site("layer_out", layers=[0], positions=[1]),
                                 Operation("add", scale=3.0, direction=direction(sst, 4)))),
