@@ -321,11 +321,11 @@ def test_what_cannot_run_compiled_is_refused_with_one_line_naming_compile_off(ss
 
 
 # ------------------------------------------------------------------------------------------------ record --compile
-def test_record_compile_on_with_an_intervention_writes_the_same_run_as_eager(tmp_path):
+def test_record_compile_on_with_an_intervention_writes_the_same_run_as_eager(tmp_path, capsys):
     from sst_interp.cli.record import main as record_main
     from sst_interp.interventions import run_site_counts
     from sst_interp.store.reader import Run
-    from tests.unit.conftest import FAST, save_tiny_model
+    from tests.unit.conftest import FAST, fails_with_one_error_line, save_tiny_model
 
     model = save_tiny_model(tmp_path / "model")
     spec = tmp_path / "spec.yaml"
@@ -350,3 +350,10 @@ def test_record_compile_on_with_an_intervention_writes_the_same_run_as_eager(tmp
     assert run_site_counts(fast.manifest) == counts and all(row["sites"] > 0 for row in counts)
     for a, b in zip(eager.hidden(2), fast.hidden(2), strict=True):
         assert np.allclose(a.values, b.values, rtol=1e-5, atol=1e-5)
+    # a rule that touched nothing in the first batch still stops the recording, compiled (iteration 3 > depth 2)
+    spec.write_text(spec.read_text().replace("iterations: [2]", "iterations: [3]"))
+    fails_with_one_error_line(capsys, record_main, [*FAST, "--model", str(model), "--depths", "2", "--limit", "2",
+                                                    "--batch-size", "2", "--demo-preset", "--intervention", str(spec),
+                                                    "--compile", "on", "--out", str(tmp_path / "never")],
+                              "rule 1 (zero on layer_out) changed no (row, position, iteration, layer) site")
+    assert not (tmp_path / "never").exists()
