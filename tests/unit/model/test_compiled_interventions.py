@@ -253,7 +253,8 @@ def test_each_edit_equals_the_eager_operation_on_the_same_values(sst, reference,
 
 def test_per_row_specs_run_compiled_as_eager(sst, compiled, reference):
     specs = [one(Site("layer_out", layers=[1], positions=[1, 2]), Operation("zero")),
-             InterventionSpec((Intervention(Site("alpha", layers=[0], positions=[2]), Operation("set_alpha", value=0.0)),
+             InterventionSpec((Intervention(Site("alpha", layers=[0], positions=[2]),
+                                            Operation("set_alpha", value=0.0)),
                                Intervention(Site("layer_out", layers=[0], positions=[3]),
                                             Operation("resample", run=reference, depth=REFERENCE_DEPTH, seed=2))))]
     config = GenerationConfig(max_new_tokens=NEW_TOKENS, logits_every_iteration=True)
@@ -302,7 +303,8 @@ def test_what_cannot_run_compiled_is_refused_with_one_line_naming_compile_off(ss
     with intervene(sst, one(Site("layer_out"), Operation("zero")), capture=["layer_out"]) as intervener, \
             pytest.raises(UsageError) as capture_error:
         generate_compiled(sst, PROMPTS, 1, config, observer=intervener, compiler=compiled[0])
-    two = InterventionSpec((Intervention(Site("state_in", layers=[1], iterations=[2]), Operation("mean", run=reference)),
+    two = InterventionSpec((Intervention(Site("state_in", layers=[1], iterations=[2]),
+                                         Operation("mean", run=reference)),
                             Intervention(Site("state_in", iterations=[2, 3]), Operation("resample", run=reference))))
     with intervene(sst, two, IDS) as intervener, pytest.raises(UsageError) as two_error:
         generate_compiled(sst, PROMPTS, 2, config, observer=intervener, compiler=compiled[0])
