@@ -5,6 +5,8 @@ model generates or records, and compare with the clean run.
 - :mod:`~sst_interp.interventions.apply`: :func:`intervene` and the :class:`Intervener` that carries a spec out;
 - :mod:`~sst_interp.interventions.live`: ``with sst.intervene(...) as iv``: live patch sources (another row, a clean
   pass alongside), per-row specs and the streams back as tensors;
+- :mod:`~sst_interp.interventions.compiled`: the same rules as tensors inside the compiled decode step, and what it
+  refuses;
 - :mod:`~sst_interp.interventions.sites`: how many sites each rule changed, and the refusal of a rule that changed
   none;
 - :mod:`~sst_interp.interventions.loops`: the same spec on a natively looping family (HRM-Text, Inkling-2 Loop):

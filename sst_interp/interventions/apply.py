@@ -35,6 +35,7 @@ import numpy as np
 import torch
 
 from sst_interp.kernels.errors import UsageError
+from sst_interp.interventions.compiled import fill_edits, intervener_refusal
 from sst_interp.interventions.spec import (CLEAN_SOURCE, READS_RUN, Intervention, InterventionSpec, Operation,
                                             Site)
 
@@ -232,27 +233,36 @@ class Intervener:
         if item.operation.live:
             return _toward(value, original[self._source_rows(item.operation, value.shape[0]).to(value.device)],
                            item.operation.scale)
-        # on state_in, the reference is the state carried into this iteration: the one recorded at iteration - 1
-        carried = item.site.stream == "state_in"
         if kind in READS_RUN:
-            assert self._coords is not None and self._active is not None
-            turn, position, iteration = self._coords
-            source = self._means[item.operation] if kind == "mean" else self._patches[item.operation]
-            allowed = self._rows(rule)
-            # only the rows this rule may change read the run (another row's question need not be in it)
-            rows = self._active.cpu() if allowed is None else self._active.cpu() & allowed
-            reference = reference_values(item.operation, source, self.question_ids, self._depth, turn, position,
-                                         iteration - 1 if carried else iteration, layer, rows)
+            reference, rows = self._reference(rule, layer)
             reference = reference.to(device=value.device)[:, None, :]
-            reference = self._read(reference) if carried else reference
-            if kind != "mean":
-                # A row whose question id is None is left alone (an experiment patches only the rows it measures).
-                assert self.question_ids is not None
-                rows = rows & torch.tensor([q is not None for q in self.question_ids], dtype=torch.bool)
-                self._count(rule, int(rows.sum()))
+            reference = self._read(reference) if item.site.stream == "state_in" else reference
             rows = rows.to(value.device)[:, None, None]
             return torch.where(rows, _toward(value, reference.to(value.dtype), item.operation.scale), value)
         raise AssertionError(f"operation {kind} has no tensor form")
+
+    def _reference(self, rule: _Rule, layer: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """A recorded-run rule (patch, mean, resample) at this pass and ``layer``: its reference [B, d] float32
+        (on ``state_in`` the carried state C_ref, before S reads it) and the rows [B] bool (CPU) it changes; counts
+        the sites of patch and resample (the rows whose question is patched)."""
+        item = rule.item
+        kind = item.operation.kind
+        assert self._coords is not None and self._active is not None
+        turn, position, iteration = self._coords
+        # on state_in, the reference is the state carried into this iteration: the one recorded at iteration - 1
+        carried = item.site.stream == "state_in"
+        source = self._means[item.operation] if kind == "mean" else self._patches[item.operation]
+        allowed = self._rows(rule)
+        # only the rows this rule may change read the run (another row's question need not be in it)
+        rows = self._active.cpu() if allowed is None else self._active.cpu() & allowed
+        reference = reference_values(item.operation, source, self.question_ids, self._depth, turn, position,
+                                     iteration - 1 if carried else iteration, layer, rows)
+        if kind != "mean":
+            # A row whose question id is None is left alone (an experiment patches only the rows it measures).
+            assert self.question_ids is not None
+            rows = rows & torch.tensor([q is not None for q in self.question_ids], dtype=torch.bool)
+            self._count(rule, int(rows.sum()))
+        return reference, rows
 
     def _source_rows(self, operation: Operation, batch: int) -> torch.Tensor:
         """[B] long: the row each row reads under a live ``operation``."""
@@ -317,6 +327,17 @@ class Intervener:
     def reads_no_state(self, layer: int) -> bool:
         """Whether ``layer``'s pass now runs with the stream off, after a freeze of a pass that read no state."""
         return layer in self._stream_off
+
+    # ------------------------------------------------------------------------------------------ compiled step
+    def compiled_refusal(self) -> str | None:
+        """Why this Intervener cannot run on the compiled decode step (one line naming ``--compile off``), or
+        None (:mod:`~sst_interp.interventions.compiled`)."""
+        return intervener_refusal(self)
+
+    def fill_edits(self, edits: Any) -> None:
+        """Before a compiled pass: this pass's rules as :class:`~sst_interp.model.stream_edits.StreamEdits`, with
+        the sites counted as the eager layers would count them."""
+        fill_edits(self, edits)
 
     def _active_rows(self) -> int:
         return int(self._active.sum()) if self._active is not None else 0

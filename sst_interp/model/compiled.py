@@ -9,7 +9,13 @@ inductor's default mode on the CPU), compiled once per batch size: iterations of
 the same cache column, and every depth shares it.
 
 What stays eager: the prompt (its width differs per batch), the depth decision between passes, the token choice and
-the observer callbacks. Interventions run their Python callbacks inside the layers and are refused on this path.
+the observer callbacks. An installed :class:`~sst_interp.interventions.apply.Intervener` runs inside the step as
+tensors: an intervening session uses a second variant of the step (its own graph per batch size) whose layers apply
+a :class:`~sst_interp.model.stream_edits.StreamEdits`, buffers at fixed addresses that the Intervener fills before
+each pass from its rule matching (:mod:`sst_interp.interventions.compiled`): ``zero``, ``add``, ``set_alpha``,
+``freeze``, and ``patch``/``mean``/``resample`` from a recorded run, per-row specs included. Live sources, captured
+streams and two ``state_in`` references that can meet at one site are refused with one line naming
+``--compile off``; the prompt passes keep the Intervener's Python hooks.
 
 Exactness: the step performs the same operations as the eager session, on a cache whose unwritten columns are masked
 out, so tokens agree and logits agree to float32 rounding (the attention reduces over ``max_columns`` keys instead of
@@ -39,6 +45,7 @@ from sst_interp.model.generation import (
     as_depth_policy,
 )
 from sst_interp.model.sst import SSTModel
+from sst_interp.model.stream_edits import StreamEdits
 
 CompileChoice = Literal["on", "off", "auto"]
 COMPILE_CHOICES: tuple[str, ...] = ("on", "off", "auto")
@@ -83,20 +90,26 @@ def compile_fn(fn, mode: str, device: torch.device):
     return torch.compile(fn, mode=mode, fullgraph=True, dynamic=False)
 
 
-def compile_refusal(sst: SSTModel, policy: DepthPolicy | None = None, intervening: bool = False) -> str | None:
-    """Why this model and setup cannot decode compiled (one line naming ``--compile off``), or None when it can."""
+def compile_refusal(sst: SSTModel, policy: DepthPolicy | None = None, intervention: Any = None) -> str | None:
+    """Why this model and setup cannot decode compiled (one line naming ``--compile off``), or None when it can.
+
+    ``intervention``: the active :class:`~sst_interp.interventions.apply.Intervener` (its ``compiled_refusal()``
+    names what of it the step's tensor form cannot carry), or None.
+    """
     implementation = getattr(sst.backbone.config, "_attn_implementation", None)
     if implementation not in MASK_FORMATS:
         return (f"the compiled decode step supports attention implementations {', '.join(MASK_FORMATS)}, "
                 f"not {implementation!r}; use --compile off")
-    return setup_refusal(intervening=intervening, probe_policy=getattr(policy, "probe_layer", None) is not None,
-                         device=sst.device.type)
+    if intervention is not None:
+        refusal = intervention.compiled_refusal()
+        if refusal is not None:
+            return refusal
+    return setup_refusal(probe_policy=getattr(policy, "probe_layer", None) is not None, device=sst.device.type)
 
 
-def setup_refusal(*, intervening: bool = False, probe_policy: bool = False, device: str = "cpu") -> str | None:
-    """The checks of :func:`compile_refusal` that need no model (``record`` runs them before loading one)."""
-    if intervening:
-        return "interventions run Python callbacks inside the layers and cannot run compiled; use --compile off"
+def setup_refusal(*, probe_policy: bool = False, device: str = "cpu") -> str | None:
+    """The checks of :func:`compile_refusal` that need no model (``record`` runs them before loading one; it checks
+    an intervention spec with :func:`sst_interp.interventions.compiled.spec_refusal`)."""
     if probe_policy:
         return "depth policies that read a layer through a hook cannot run compiled; use --compile off"
     if str(device).split(":")[0] in ("cpu", "auto") and not (str(device) == "auto" and torch.cuda.is_available()) \
@@ -107,7 +120,7 @@ def setup_refusal(*, intervening: bool = False, probe_policy: bool = False, devi
 
 
 def compiler_for(sst: SSTModel, options: CompileOptions, *, policy: DepthPolicy | None = None,
-                 intervening: bool = False, capture_outputs: bool = False) -> StepCompiler | None:
+                 intervention: Any = None, capture_outputs: bool = False) -> StepCompiler | None:
     """The run's :class:`StepCompiler`, or None for eager decoding.
 
     ``--compile on`` on a setup the step cannot serve is a :class:`UsageError` (one line naming ``--compile off``);
@@ -115,7 +128,7 @@ def compiler_for(sst: SSTModel, options: CompileOptions, *, policy: DepthPolicy 
     """
     if not options.active_for(sst.device):
         return None
-    refusal = compile_refusal(sst, policy, intervening)
+    refusal = compile_refusal(sst, policy, intervention)
     if refusal is not None:
         if options.enabled == "on":
             raise UsageError(refusal)
@@ -144,10 +157,13 @@ class DecodeStep:
         compile_mode: the ``torch.compile`` mode, or ``None`` to run the same function eager.
         stream: blend the state stream (``True``) or decode the backbone alone (``False``).
         capture_outputs: return every layer's output of each pass (for a recording observer).
+        intervening: the variant whose layers apply :attr:`edits` (a
+            :class:`~sst_interp.model.stream_edits.StreamEdits` the session fills before each pass); its graph
+            differs from the clean step's, which applies none.
     """
 
     def __init__(self, sst: SSTModel, batch: int, columns: int, compile_mode: str | None, stream: bool,
-                 capture_outputs: bool) -> None:
+                 capture_outputs: bool, intervening: bool = False) -> None:
         self.sst = sst
         self.batch, self.columns, self.stream = int(batch), int(columns), bool(stream)
         backbone_config = sst.backbone.config
@@ -167,6 +183,8 @@ class DecodeStep:
         for tensor in (self.real, self.input_ids, self.position_ids, *self.buffers.values()):
             torch._dynamo.mark_static_address(tensor)
         self.capture_outputs = bool(capture_outputs)
+        self.edits = (StreamEdits(sst.num_layers, tuple(sorted(sst.state_modules())), self.batch, sst.hidden_size,
+                                  sst.dtype, sst.device) if intervening else None)
         self.cuda_graphs = compile_mode is not None and "reduce-overhead" in compile_mode and sst.device.type == "cuda"
         if compile_mode is None:
             self.fn, self.head = self._step, sst.lm_logits
@@ -181,6 +199,8 @@ class DecodeStep:
         for buffer in self.buffers.values():
             buffer.zero_()
         self.carry.update(self.buffers)
+        if self.edits is not None:
+            self.edits.reset()
 
     def pin(self) -> None:
         """Copy states that eager code put in :attr:`carry` (the prefill, a per-position policy's restore) into the
@@ -204,11 +224,12 @@ class DecodeStep:
         ctx.carry = self.carry
         ctx.capture = outputs if self.capture_outputs else None
         ctx.capture_kind = "output"
+        ctx.edits = self.edits
         masks = column_masks(self.real, self.cache.column, 1, self.columns, self.sliding_window,
                              self.implementation, self.sst.dtype)
         hidden = self.sst.decoder_forward(input_ids=input_ids, attention_mask=masks, position_ids=position_ids,
                                           cache=self.cache, use_cache=True)
-        ctx.mode, ctx.carry, ctx.capture = "off", {}, None
+        ctx.mode, ctx.carry, ctx.capture, ctx.edits = "off", {}, None, None
         for index, buffer in self.buffers.items():
             buffer.copy_(self.carry[index])  # the layers put new tensors in the dict; the buffers keep the address
             self.carry[index] = buffer
@@ -229,7 +250,14 @@ class DecodeStep:
             torch.compiler.cudagraph_mark_step_begin()
         self.input_ids.copy_(input_ids)
         self.position_ids.copy_(position_ids)
-        hidden, outputs = self.fn(self.input_ids, self.position_ids)
+        # The eager Intervener (the prompt passes') stays out of the graph: the step's edits carry its rules.
+        context = self.sst.context
+        intervention, context.intervention = context.intervention, None
+        try:
+            hidden, outputs = self.fn(self.input_ids, self.position_ids)
+        finally:
+            # a pass that raised left the step's settings on the context; eager passes must not see its edits
+            context.intervention, context.edits = intervention, None
         logits = self.head(hidden)[:, -1].clone() if want_logits else None
         return hidden.clone(), logits, outputs
 
@@ -252,15 +280,16 @@ class StepCompiler:
                  capture_outputs: bool = False, bucket: int = 256) -> None:
         self.sst, self.compile_mode, self.stream, self.bucket = sst, compile_mode, stream, int(bucket)
         self.capture_outputs = bool(capture_outputs)
-        self.steps: dict[tuple[int, int], DecodeStep] = {}
+        self.steps: dict[tuple[int, int, bool], DecodeStep] = {}
 
-    def step_for(self, batch: int, columns: int) -> DecodeStep:
-        """The (reset) step for ``batch`` rows and at least ``columns`` cache columns."""
+    def step_for(self, batch: int, columns: int, intervening: bool = False) -> DecodeStep:
+        """The (reset) step for ``batch`` rows and at least ``columns`` cache columns; ``intervening`` picks the
+        variant that applies stream edits (its own graph)."""
         rounded = -(-int(columns) // self.bucket) * self.bucket
-        key = (int(batch), rounded)
+        key = (int(batch), rounded, bool(intervening))
         if key not in self.steps:
             self.steps[key] = DecodeStep(self.sst, batch, rounded, self.compile_mode, self.stream,
-                                         self.capture_outputs)
+                                         self.capture_outputs, intervening=bool(intervening))
         step = self.steps[key]
         step.reset()
         return step
@@ -288,16 +317,23 @@ class CompiledSession(GenerationSession):
                  observer: GenerationObserver | None = None, decode_fn=None,
                  compiler: StepCompiler | None = None) -> None:
         super().__init__(sst, prompts, policy, config, observer, decode_fn)
-        refusal = compile_refusal(sst, policy)
+        self.intervention = sst.context.intervention  # an installed Intervener: its rules become the step's edits
+        refusal = compile_refusal(sst, policy, self.intervention)
         if refusal is not None:
             raise UsageError(refusal)
-        if getattr(self.observer, "layer_hooks", False):
+        members = list(getattr(self.observer, "observers", [self.observer]))  # an ObserverGroup's, or the one
+        if any(getattr(member, "layer_hooks", False) for member in members):
             # a hook inside the compiled graph would be traced into it, with the recorder's Python state as guards
             raise ValueError("a recorder on a compiled session takes the step's outputs: make it with "
                              "Recorder.for_model(..., layer_hooks=False)")
-        self.wants_outputs = callable(getattr(self.observer, "on_layer_outputs", None))
+        self.output_observers = [member for member in members if callable(getattr(member, "on_layer_outputs", None))]
+        self.wants_outputs = bool(self.output_observers)
         compiler = compiler or StepCompiler(sst, capture_outputs=self.wants_outputs)
-        self.step = compiler.step_for(self.batch, self.input_ids.shape[1] + config.max_new_tokens)
+        if self.intervention is not None and not compiler.stream:
+            raise UsageError("interventions change the state stream, which a step without it (the plain backbone) "
+                             "does not run; use --compile off")
+        self.step = compiler.step_for(self.batch, self.input_ids.shape[1] + config.max_new_tokens,
+                                      intervening=self.intervention is not None)
         self.cache = self.step.cache
         self.real = self.step.real
         self.carry = self.step.carry
@@ -321,9 +357,11 @@ class CompiledSession(GenerationSession):
                 self.real[:, first] = seen[:, first].bool()
                 self.step_column = first
             self.observer.on_pass_start(info)
+            if self.step.edits is not None:
+                self.intervention.fill_edits(self.step.edits)
             hidden, logits, outputs = self.step.run(input_ids, position_ids, bool(want_logits))
             if self.wants_outputs and info.position is not None:
-                self.observer.on_layer_outputs(outputs)
+                self._layer_outputs(outputs)
             self.last_hidden = hidden
             self.observer.on_pass_end(info, logits)
             return logits, {}
@@ -350,11 +388,15 @@ class CompiledSession(GenerationSession):
             hidden = self.sst.decoder_forward(input_ids=input_ids, attention_mask=masks, position_ids=position_ids,
                                               cache=self.cache if use_cache else None, use_cache=use_cache)
         if outputs is not None:
-            self.observer.on_layer_outputs(outputs)
+            self._layer_outputs(outputs)
         self.last_hidden = hidden[:, -1:]
         logits = self.sst.lm_logits(self.last_hidden)[:, -1] if want_logits else None
         self.observer.on_pass_end(info, logits)
         return logits, captured
+
+    def _layer_outputs(self, outputs: dict[int, torch.Tensor]) -> None:
+        for observer in self.output_observers:
+            observer.on_layer_outputs(outputs)
 
     @contextmanager
     def _eager_outputs(self, info: PassInfo) -> Iterator[dict[int, torch.Tensor] | None]:

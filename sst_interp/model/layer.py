@@ -44,6 +44,9 @@ class StateStreamContext:
             ``freeze`` may keep the carried state (asked once per stateful layer and pass), and whose
             ``reads_no_state`` runs a carry pass with the stream off after a freeze of a pass that read none; the
             blend's streams are offered only where a state is read, ``layer_out`` in every layer and pass.
+        edits: inside the compiled decode step of an intervening run, the same changes as tensors
+            (:class:`~sst_interp.model.stream_edits.StreamEdits`, filled before each pass), applied by the same
+            arithmetic every pass; ``intervention`` is then None.
     """
 
     mode: StateMode = "off"
@@ -52,6 +55,7 @@ class StateStreamContext:
     capture: dict[int, torch.Tensor] | None = None
     capture_kind: Literal["output", "state"] = "output"
     intervention: Any = None  # an active sst_interp.interventions.Intervener (None: the clean model)
+    edits: Any = None  # the compiled step's StreamEdits (None: no edits, or the eager Intervener)
 
 
 class SSTLayerMixin:
@@ -69,6 +73,8 @@ class SSTLayerMixin:
         h = adapter.attention_half(self, hidden_states, kwargs)
         params = self.sst_state
         index = self.sst_index
+        if ctx.edits is not None:
+            return _forward_edited(self, h, ctx)
         intervention = ctx.intervention
         # A freeze at a pass that read no state (position 0, iteration 1 under the prompt mode none) keeps the next
         # pass from reading one too: it runs with the stream off, as the frozen pass did.
@@ -133,6 +139,23 @@ def _blend(params: StateStreamParams, h: torch.Tensor, previous: torch.Tensor, i
         off = (alpha == 0).all(-1)
         mixed = torch.where(off[..., None] if off.dim() else off, h, mixed)
     return intervention.blended(index, mixed)
+
+
+def _forward_edited(layer: Any, h: torch.Tensor, ctx: StateStreamContext) -> torch.Tensor:
+    """A carry pass (one column) under the compiled step's :class:`StreamEdits`: the streams the Intervener would
+    change, changed by masks and affine maps, with no Python branch on what the pass's rules are."""
+    if ctx.mode != "carry" or h.shape[1] != 1:
+        raise ValueError("stream edits apply to carry passes of one column (the compiled decode step)")
+    edits, params, index = ctx.edits, layer.sst_state, layer.sst_index
+    if params is None:
+        output = edits.layer_out(index, layer._sst_adapter.ffn_half(layer, h))
+    else:
+        previous = ctx.carry[index].unsqueeze(1).to(h.device)
+        output = edits.layer_out(index, layer._sst_adapter.ffn_half(layer, edits.blend(index, params, h, previous)))
+        ctx.carry[index] = edits.carry(index, params, previous, output)
+    if ctx.capture is not None:
+        ctx.capture[index] = output
+    return output
 
 
 _CLASS_CACHE: dict[type, type] = {}

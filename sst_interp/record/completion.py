@@ -25,14 +25,18 @@ def batch_generation_config(sst: Any, tokenizer: Any, options: RecordOptions, st
 
 def run_compiler(sst: Any, options: RecordOptions) -> Any:
     """The run's :class:`~sst_interp.model.compiled.StepCompiler` (None: decode eager), from ``--compile`` and what
-    the run needs: CodeACT episodes, a device map, an intervention or a hook-reading probe policy decode eager
+    the run needs: CodeACT episodes, a device map, an intervention the step cannot carry
+    (:func:`~sst_interp.interventions.compiled.spec_refusal`) or a hook-reading probe policy decode eager
     (``--compile on`` there was refused by :meth:`RecordOptions.validate`)."""
+    from sst_interp.interventions.compiled import spec_refusal
     from sst_interp.model.compiled import compiler_for
 
     if options.codeact or options.placement()[0] is not None or options.depth_policy.startswith("probe:"):
         return None
-    return compiler_for(sst, options.compile_options(), intervening=options.intervention is not None,
-                        capture_outputs=True)
+    spec = options.intervention_spec()
+    if spec is not None and spec_refusal(spec) is not None:
+        return None
+    return compiler_for(sst, options.compile_options(), capture_outputs=True)
 
 
 def decode_kind(compiler: Any) -> str:
@@ -75,8 +79,9 @@ def record_batch(sst: Any, tokenizer: Any, batch: list[Any], depth: Any, options
     ids = [q.question_id for q in batch]
     decode = lambda tokens: tokenizer.decode(tokens, skip_special_tokens=True)  # noqa: E731
     if compiler is not None:
-        with Recorder.for_model(sst, ids, config, layer_hooks=False) as recorder:
-            result = generate_compiled(sst, prompts, depth, gen_config, observer=recorder, decode_fn=decode,
+        with Recorder.for_model(sst, ids, config, layer_hooks=False) as recorder, \
+                intervened(sst, options, ids, recorder, tally) as observer:
+            result = generate_compiled(sst, prompts, depth, gen_config, observer=observer, decode_fn=decode,
                                        compiler=compiler)
     else:
         with Recorder.for_model(sst, ids, config) as recorder, \

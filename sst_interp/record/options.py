@@ -137,8 +137,11 @@ class RecordOptions:
         if self.codeact or self.placement()[0] is not None:
             raise UsageError("the compiled decode step serves single-turn completions on one device; "
                              "use --compile off")
-        refusal = setup_refusal(intervening=self.intervention is not None,
-                                probe_policy=self.depth_policy.startswith("probe:"), device=self.device)
+        refusal = setup_refusal(probe_policy=self.depth_policy.startswith("probe:"), device=self.device)
+        if refusal is None and self.intervention is not None:
+            from sst_interp.interventions.compiled import spec_refusal
+
+            refusal = spec_refusal(self.intervention_spec())
         if refusal is not None:
             raise UsageError(refusal)
 

@@ -301,9 +301,12 @@ CASES = [
          "--compile takes one of on, off, auto"),
     Case("record-compile-on-codeact", "record", (*REC, *CODEACT, "--compile", "on", "--out", "{out}"),
          "single-turn completions on one device; use --compile off"),
-    Case("record-compile-on-intervention", "record",
-         (*REC, "--intervention", "{data}/spec_bad_layer.yaml", "--compile", "on", "--out", "{out}"),
-         "interventions run Python callbacks inside the layers and cannot run compiled; use --compile off"),
+    Case("record-compile-on-live-intervention", "record",
+         (*REC, "--intervention", "{data}/spec_live.json", "--compile", "on", "--out", "{out}"),
+         "reads another row inside the forward pass and cannot run compiled; use --compile off"),
+    Case("record-compile-on-two-state-in-references", "record",
+         (*REC, "--intervention", "{data}/spec_two_state_in_means.json", "--compile", "on", "--out", "{out}"),
+         "one reference state per layer; use --compile off"),
     Case("generate-compile-on-device-map", "generate",
          ("--prompt", "7 + 5 =", "--model", "{model}", "--depths", "1", "--device-map", "auto", "--compile", "on"),
          "runs on one device; use --compile off"),
@@ -406,6 +409,9 @@ def files(tmp_path_factory) -> dict[str, Path]:
                ProbeMeta(layer=1, provenance={"identity": {"model": "another/model"}, "n_must_halt": 10}))
     (data / "spec_live.json").write_text(json.dumps({"interventions": [
         {"site": {"stream": "layer_out"}, "operation": {"kind": "patch", "source": 1}}]}))
+    (data / "spec_two_state_in_means.json").write_text(json.dumps({"interventions": [
+        {"site": {"stream": "state_in", "layers": [1], "iterations": [2]}, "operation": {"kind": "mean", "run": "r"}},
+        {"site": {"stream": "state_in", "iterations": [2, 3]}, "operation": {"kind": "resample", "run": "r"}}]}))
     (data / "spec_no_run.json").write_text(json.dumps({"interventions": [
         {"site": {"stream": "layer_out"}, "operation": {"kind": "patch", "run": "/no/such/run"}}]}))
     (data / "spec_mean_far.json").write_text(json.dumps({"interventions": [

@@ -169,8 +169,8 @@ def test_masks_count_the_window_in_columns_and_hide_padding_and_the_future():
 
 # ------------------------------------------------------------------------------------------------ refusals
 def test_refusals_name_compile_off(sst, monkeypatch):
-    assert "--compile off" in setup_refusal(intervening=True)
-    assert "--compile off" in compile_refusal(sst, parse_position_policy("kl:0.1,max=2", 2), intervening=True)
+    assert "--compile off" in setup_refusal(probe_policy=True)
+    assert compile_refusal(sst, parse_position_policy("kl:0.1,max=2", 2)) is None  # a per-position policy runs
     monkeypatch.setattr("shutil.which", lambda name: None)
     monkeypatch.delenv("CXX", raising=False)
     assert "C compiler" in setup_refusal(device="cpu")
