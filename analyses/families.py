@@ -143,6 +143,7 @@ FAMILY_CAPACITY_DOC = {"run": "run name", "family": "sst, hrm_text or inkling2_l
                        "staged_capacity_pct": "correct at some depth <= this one",
                        "n_questions": "questions recorded at every depth"}
 
+
 def _family_figure(profile: Callable[[Any, str], pd.DataFrame | NotApplicable]) -> Callable[[Any], Any]:
     """A run's rows of a cross-family figure, as figure data (or the reason the run cannot give them)."""
     def compute(a: Any) -> Any:
