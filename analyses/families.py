@@ -190,8 +190,8 @@ MEASUREMENTS: tuple[Measurement, ...] = (
     Measurement("family_convergence", "", "How fast the carried loop state settles (first and last transitions' "
                 "relative change), every run side by side.", (), _family_convergence,
                 lambda r: tidy.renamed(r.table(), {}), FAMILY_CONVERGENCE_DOC, scope="comparison",
-                found=by_computing("family_convergence"), family="Across latent-iteration families", inputs=("runs",), caption="How fast the carried loop "
-                "state settles, every run of the report side by side: the relative L2 change of its first (1 -> 2) "
-                "and last iteration transitions, their ratio, the first iteration whose change is at most half the "
-                "first one, and the top-k overlap at both ends."),
+                found=by_computing("family_convergence"), family="Across latent-iteration families",
+                inputs=("runs",), caption="How fast the carried loop state settles, every run of the report side by "
+                "side: the relative L2 change of its first (1 -> 2) and last iteration transitions, their ratio, the "
+                "first iteration whose change is at most half the first one, and the top-k overlap at both ends."),
 )
