@@ -11,8 +11,10 @@ For notebooks, start here::
     analyses.open_comparison(runs=[...], baseline=..., training=[...], external="gpqa")  # ablations, external
 
 The modules (``basins``, ``basin_profiles``, ``divergence``, ``logit_dynamics``, ``evaluation``, ``repetition``,
-``convergent``, ``convergence``, ``precision``, ``alpha``, ...) hold the functions the methods call; the statistics
-and result types they share are in :mod:`sst_interp.kernels`.
+``convergent``, ``convergence``, ``precision``, ``alpha``, ...) hold the functions the methods call, and each family
+module declares its measurements next to them (``MEASUREMENTS``: :class:`~sst_interp.analyses.measurement.Measurement`
+entries), which :mod:`sst_interp.catalogue` gathers; the statistics and result types they share are in
+:mod:`sst_interp.kernels`.
 """
 
 from __future__ import annotations

@@ -11,9 +11,10 @@
     a.table("tab:argmax_concentration")             # the paper's layout, as the report writes it
     a.notes("tab:argmax_concentration")             # provenance: the threshold and where it came from
 
-Each measurement is declared once, in :mod:`sst_interp.analyses.registry`; the methods here are generated from
-those entries. The expensive shared steps (punctuated equilibrium and its GMM threshold, regime labels at that
-threshold, the per-iteration logit comparison records, convergence monitoring) and every measurement are computed
+Each measurement is declared once, in the module of its family, and :mod:`sst_interp.catalogue` gathers them all;
+the methods here are generated from those entries. The expensive shared steps (punctuated equilibrium and its GMM
+threshold, regime labels at that threshold, the per-iteration logit comparison records, convergence monitoring)
+and every measurement are computed
 at most once per object. A measurement the run cannot support raises :class:`NotAvailable` with the reason. The
 report builds its artefacts from these same objects (:class:`sst_interp.reporting.context.ReportContext`), so no
 step of the chain run -> threshold -> labels -> records lives only in the report.
@@ -23,6 +24,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from pathlib import Path
+from types import ModuleType
 from typing import Any
 
 import pandas as pd
@@ -32,7 +34,7 @@ from sst_interp.analyses.availability import NotAvailable, UnknownMeasurement
 from sst_interp.analyses.basin_profiles import punctuated_equilibrium
 from sst_interp.analyses.basins import GMMFit
 from sst_interp.analyses.convergence import convergence_monitoring
-from sst_interp.analyses.registry import MEASUREMENTS, Measurement, all_measurements, lookup
+from sst_interp.analyses.measurement import Measurement
 from sst_interp.kernels.results import NotApplicable
 from sst_interp.kernels.errors import UsageError
 from sst_interp.kernels.outcomes import correctness_matrix
@@ -48,8 +50,21 @@ def as_run(source: str | Path | Run) -> Run:
     raise UsageError(f"expected a run directory path or a Run, got {type(source).__name__}")
 
 
+def catalogue() -> ModuleType:
+    """:mod:`sst_interp.catalogue`: every measurement and requirement, which the analysis objects look up.
+
+    The catalogue imports every family module, the probe's and the experiments' included, so it sits above this
+    package; this function is the package's one import from above, declared as such in
+    ``tests/unit/test_import_graph.py`` (``UPWARD``). It runs when an analysis object first looks a measurement up,
+    by which time every module it imports can be loaded.
+    """
+    import sst_interp.catalogue
+
+    return sst_interp.catalogue
+
+
 class Measured:
-    """What every analysis object shares: measurements of its scope, looked up in the registry and computed once.
+    """What every analysis object shares: measurements of its scope, looked up in the catalogue and computed once.
 
     A subclass sets :attr:`scope` (``run``, ``checkpoint`` or ``training``: what the measurement reads) and offers
     what that scope's entries compute from.
@@ -70,20 +85,23 @@ class Measured:
     _once = memo
 
     def __getattr__(self, name: str) -> Any:
-        # The methods of measurements registered by extensions (the probe's): generated on first use, since those
-        # modules are imported only when the registry is first listed.
+        # One method per measurement of this scope, generated on first use: the entries are the catalogue's,
+        # which this package cannot import when it is itself imported (catalogue()).
         if name.startswith("_"):
             raise AttributeError(name)
         try:
-            measurement = lookup(name)
+            measurement = catalogue().lookup(name)
         except UsageError:
             raise AttributeError(f"{type(self).__name__} has no attribute or measurement {name!r}") from None
         if measurement.name != name or measurement.scope != self.scope:
             raise AttributeError(name)
         return _measurement_method(measurement).__get__(self, type(self))
 
+    def __dir__(self) -> list[str]:
+        return sorted({*super().__dir__(), *(m.name for m in self._scope_entries())})
+
     def _entry(self, key: str) -> Measurement:
-        measurement = lookup(key)
+        measurement = catalogue().lookup(key)
         if measurement.scope != self.scope:
             opener = {"run": "analyses.open(run)", "checkpoint": "analyses.open_checkpoint(folder)",
                       "training": "analyses.open_training(sst=..., baseline=...)",
@@ -99,7 +117,7 @@ class Measured:
         unmet requirement, what the analysis found, or a UsageError the computation raised); never raises for an
         unsupported input."""
         measurement = self._entry(key)
-        unmet = measurement.unsupported(self)
+        unmet = measurement.unsupported(self, catalogue().REQUIREMENTS)
         if unmet is not None:
             return NotApplicable(unmet, measurement.key)
         return self.computed(measurement.name)
@@ -107,12 +125,12 @@ class Measured:
     def computed(self, name: str) -> Any:
         """The measurement's computation, memoised, without its checks (what :meth:`attempt` returns once they
         pass, and what a ``found`` check that computes reads): a NotApplicable for a UsageError it raised."""
-        measurement = lookup(name)
+        measurement = catalogue().lookup(name)
         return self._once(f"measurement:{measurement.name}", lambda: _computed(measurement, self))
 
     def result(self, key: str) -> Any:
         """The analysis result of a measurement (its key, name or artefact: see
-        :func:`~sst_interp.analyses.registry.lookup`), computed once.
+        :func:`~sst_interp.catalogue.lookup`), computed once.
 
         Raises:
             NotAvailable: the key is unknown (with the closest keys), a requirement is unmet, or the analysis found
@@ -120,13 +138,13 @@ class Measured:
         """
         result = self.attempt(key)
         if isinstance(result, NotApplicable):
-            raise NotAvailable(f"{lookup(key).key}: {result.reason}")
+            raise NotAvailable(f"{catalogue().lookup(key).key}: {result.reason}")
         return result
 
     def data(self, key: str, question: str | None = None, depth: int | None = None,
              turn: int | None = None) -> pd.DataFrame:
         """A measurement as tidy data: one row per observation, typed columns, units in the names (each entry's
-        ``columns`` in :mod:`sst_interp.analyses.registry` documents them).
+        ``columns`` documents them).
 
         Args:
             key: the measurement (``tab:overthinking``, ``fig:overlap_heatmap``; ``tab_``/``fig_`` and the bare name
@@ -153,7 +171,7 @@ class Measured:
             return rows
         if question is None:
             raise NotAvailable(f"{measurement.key} shows one question: pass question= (a question id) with depth=")
-        unmet = measurement.unmet(self)
+        unmet = measurement.unmet(self, catalogue().REQUIREMENTS)
         if unmet is not None:
             raise NotAvailable(f"{measurement.key}: {unmet}")
         def build() -> Any:
@@ -171,40 +189,40 @@ class Measured:
 
     def table(self, key: str) -> pd.DataFrame:
         """A measurement in the paper's layout (what the report writes)."""
-        return lookup(key).present(self.result(key))[0]
+        return catalogue().lookup(key).present(self.result(key))[0]
 
     def notes(self, key: str) -> list[str]:
         """The provenance notes of a measurement (where its threshold came from, what it left out, the counts
         behind it), as the report prints them under the table."""
-        measurement, result = lookup(key), self.result(key)
+        measurement, result = catalogue().lookup(key), self.result(key)
         return [*measurement.notes(self, result), *measurement.present(result)[1]]
 
     def available(self) -> pd.DataFrame:
-        """What this object supports: ``label``, ``measurement``, ``available``, ``reason`` per registry entry of
-        its scope. A promise: every measurement listed as available computes, and every other one says why not and,
+        """What this object supports: ``label``, ``measurement``, ``available``, ``reason`` per catalogue entry
+        of its scope. A promise: every measurement listed as available computes, and every other one says why not and,
         where there is one, the fix.
 
         The declared requirements are checked first, from the manifest and the inputs' presence. What the manifest
         cannot tell (enough MUST HALT questions for the probe, a basin shift at position 0) is checked next
-        (:attr:`~sst_interp.analyses.registry.Measurement.found`): that may compute the shared steps (the basin
+        (:attr:`~sst_interp.analyses.measurement.Measurement.found`): that may compute the shared steps (the basin
         step's GMM fit, the halting labels), once per object, which :meth:`data` then reuses. Never raises.
         """
         rows = []
         for measurement in self._scope_entries():
-            reason = measurement.unsupported(self)
+            reason = measurement.unsupported(self, catalogue().REQUIREMENTS)
             rows.append((measurement.key, measurement.name, reason is None, reason or ""))
         return pd.DataFrame(rows, columns=["label", "measurement", "available", "reason"])
 
     @classmethod
     def measurements(cls) -> pd.DataFrame:
-        """The registry entries of this scope: ``label``, ``measurement``, ``title``, ``requires``, ``columns``."""
+        """The catalogue entries of this scope: ``label``, ``measurement``, ``title``, ``requires``, ``columns``."""
         return pd.DataFrame([(m.key, m.name, m.title, ", ".join(m.requires), ", ".join(m.columns))
                              for m in cls._scope_entries()],
                             columns=["label", "measurement", "title", "requires", "columns"])
 
     @classmethod
     def _scope_entries(cls) -> list[Measurement]:
-        return [m for m in all_measurements() if m.scope == cls.scope]
+        return [m for m in catalogue().all_measurements() if m.scope == cls.scope]
 
 
 class RunAnalysis(Measured):
@@ -410,16 +428,6 @@ class ExperimentAnalysis(Measured):
 
     def __repr__(self) -> str:
         return f"ExperimentAnalysis({self.folder})"
-
-
-_ANALYSES: dict[str, type[Measured]] = {"run": RunAnalysis, "checkpoint": CheckpointAnalysis,
-                                        "training": TrainingAnalysis, "experiment": ExperimentAnalysis}
-for _measurement in MEASUREMENTS:
-    # a comparison-scoped entry declared here: ComparisonAnalysis (analyses/comparisons.py, which imports this
-    # module) generates its method on first use (Measured.__getattr__)
-    _owner = _ANALYSES.get(_measurement.scope)
-    if _owner is not None and not hasattr(_owner, _measurement.name):
-        setattr(_owner, _measurement.name, _measurement_method(_measurement))
 
 
 def _regime(name: str) -> str:

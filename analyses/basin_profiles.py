@@ -18,6 +18,9 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import pandas as pd
 
+from sst_interp.analyses import tidy
+from sst_interp.analyses.figure_data import FigureData
+from sst_interp.analyses.measurement import Measurement, pe_part
 from sst_interp.kernels.results import AnalysisResult, NotApplicable, single_depth
 from sst_interp.analyses.basins import (
     BasinSummary,
@@ -302,3 +305,129 @@ def punctuated_equilibrium(run: Run, k: int | None = None, rule: Rule = "any", c
     zoom = overlap_heatmap(overlap, t, exclude=zoom_exclude, rule=rule, zoom=True)
     return PunctuatedEquilibrium(overlap, gmm, robust, summary, div, causal, p0div, pos0, profiles, heat, zoom,
                                  long_profile)
+
+
+# ------------------------------------------------------------------------------------------------ figure data
+# The layer profile figures: fig:layer_profile, its per-position and long-range forms.
+def comparison_of(analysis: Any) -> str:
+    """What the run's basin step compared (``iter-1 vs iter-N``, ...), or "" when it has none."""
+    pe = analysis.punctuated
+    return str(getattr(pe.overlap, "comparison", "")) if not isinstance(pe, NotApplicable) else ""
+
+
+def profile_frames(profile: Any, key: str) -> dict[str, pd.DataFrame]:
+    """``stats_<key>`` (the LayerProfile table) and ``traces_<key>`` (long form: trace, question_id, position,
+    layer, overlap) of one profile."""
+    traces = np.asarray(profile.traces, dtype=np.float64)  # [N, L]
+    n, n_layers = traces.shape
+    qids = [k[0] for k in profile.keys]
+    positions = [int(k[1]) for k in profile.keys]
+    long = pd.DataFrame({
+        "trace": np.repeat(np.arange(n), n_layers),
+        "question_id": np.repeat(np.array(qids, dtype=object), n_layers),
+        "position": np.repeat(np.array(positions, dtype=np.int64), n_layers),
+        "layer": np.tile(np.asarray(profile.layers, dtype=np.int64), n),
+        "overlap": traces.reshape(-1),
+    })
+    return {f"stats_{key}": profile.table(), f"traces_{key}": long.dropna(subset=["overlap"])}
+
+
+def layer_profile_figure(analysis: Any) -> FigureData | NotApplicable:
+    """fig:layer_profile: (a) position 0, (b) the late window positions (pre-divergence)."""
+    pe = analysis.punctuated
+    if isinstance(pe, NotApplicable):
+        return pe
+    tables: dict[str, pd.DataFrame] = {}
+    panels, notes = [], []
+    for key, letter in (("position 0", "(a)"), ("late", "(b)")):
+        prof = pe.profiles.get(key)
+        if prof is None or isinstance(prof, NotApplicable):
+            reason = getattr(prof, "reason", "not computed")
+            notes.append(f"{letter} {key}: {reason}")
+            what = "late positions" if key == "late" else key
+            panels.append({"key": None, "title": f"{letter} {what}", "n": 0,
+                           "message": f"no pre-divergence low-overlap traces ({reason})"})
+            continue
+        tag = key.replace(" ", "")
+        tables.update(profile_frames(prof, tag))
+        panels.append({"key": tag, "title": f"{letter} {prof.name}", "n": prof.n})
+    if all(p["key"] is None for p in panels):
+        return NotApplicable("; ".join(notes), "fig:layer_profile")
+    return FigureData(tables, {"panels": panels, "threshold": analysis.threshold[0], "notes": notes,
+                               "comparison": comparison_of(analysis)}, _first_traces(tables))
+
+
+def per_position_figure(analysis: Any) -> FigureData | NotApplicable:
+    """fig:layer_profile_per_position: one profile per window position with low-overlap traces."""
+    pe = analysis.punctuated
+    if isinstance(pe, NotApplicable):
+        return pe
+    tables: dict[str, pd.DataFrame] = {}
+    panels, empty = [], []
+    keys = sorted((k for k in pe.profiles if k.startswith("position ")), key=lambda k: int(k.split()[1]))
+    for key in keys:
+        prof = pe.profiles[key]
+        if isinstance(prof, NotApplicable):
+            empty.append(int(key.split()[1]))
+            continue
+        tag = f"p{int(key.split()[1])}"
+        tables.update(profile_frames(prof, tag))
+        panels.append({"key": tag, "title": f"position {key.split()[1]}", "n": prof.n})
+    if not panels:
+        return NotApplicable("no window position has low-overlap traces", "fig:layer_profile_per_position")
+    notes = [f"positions without low-overlap traces (not drawn): {', '.join(map(str, empty))}"] if empty else []
+    return FigureData(tables, {"panels": panels, "threshold": analysis.threshold[0], "notes": notes,
+                               "comparison": comparison_of(analysis)}, _first_traces(tables))
+
+
+def long_range_figure(analysis: Any) -> FigureData | NotApplicable:
+    """fig:layer_profile_512pos: the profile over every low-overlap position, full window and sketch positions."""
+    prof = pe_part("long_range_profile")(analysis)
+    if isinstance(prof, NotApplicable):
+        return prof
+    manifest = analysis.run.manifest
+    n_pos = int(manifest.get("full_positions") or 0) + int(manifest.get("sketch_positions") or 0)
+    positions = sorted({int(k[1]) for k in prof.keys})
+    return FigureData(profile_frames(prof, "long"), {
+        "panels": [{"key": "long", "title": f"low-overlap positions over {n_pos} generated positions", "n": prof.n}],
+        "threshold": analysis.threshold[0], "comparison": comparison_of(analysis),
+        "notes": [f"{len(positions)} distinct positions hold low-overlap traces (up to position "
+                  f"{max(positions) if positions else 0})"]}, "traces_long")
+
+
+def _first_traces(tables: dict[str, pd.DataFrame]) -> str:
+    return next(name for name in tables if name.startswith("traces_"))
+
+
+# ------------------------------------------------------------------------------------------------ entries
+def _profile_traces(result: Any) -> pd.DataFrame:
+    """Every panel's traces in one frame, the panel named in ``panel``."""
+    frames = [frame.assign(panel=name.removeprefix("traces_")) for name, frame in result.tables.items()
+              if name.startswith("traces_")]
+    long = pd.concat(frames, ignore_index=True)
+    return tidy.renamed(long[["panel", "trace", "question_id", "position", "layer", "overlap"]], {})
+
+
+PROFILE_DOC = {"panel": "position0, late, p<k> or long", "trace": "trace index within the panel",
+               "question_id": "question", "position": "generated position", "layer": "decoder layer",
+               "overlap": "top-k overlap"}
+
+MEASUREMENTS: tuple[Measurement, ...] = (
+    Measurement("layer_profile", "fig:layer_profile", "Layer profile of top-k overlap at low-overlap positions: "
+                "position 0 and late positions.", ("iterations",), layer_profile_figure,
+                _profile_traces, PROFILE_DOC, kind="figure",
+                family="Basin shifts (punctuated equilibrium)", figure="layer_profiles", caption="Layer "
+                "profile of top-k overlap at low-overlap positions: (a) position 0, (b) the last window positions "
+                "(pre-divergence); median with IQR, p10-p90 and p5-p95 bands."),
+    Measurement("layer_profile_per_position", "fig:layer_profile_per_position", "Layer profile at low-overlap "
+                "positions, per window position.", ("iterations",), per_position_figure,
+                _profile_traces, PROFILE_DOC, kind="figure",
+                family="Basin shifts (punctuated equilibrium)", figure="layer_profiles", caption="Layer "
+                "profile at low-overlap positions, one panel per window position (bands for N >= 5, individual traces "
+                "below)."),
+    Measurement("layer_profile_512pos", "fig:layer_profile_512pos", "Layer profile over every low-overlap "
+                "position of the long range.", ("iterations",), long_range_figure,
+                _profile_traces, PROFILE_DOC, kind="figure",
+                family="Basin shifts (punctuated equilibrium)", figure="layer_profiles", caption="Layer "
+                "profile over every low-overlap position of the long range (full window plus top-k sketches)."),
+)

@@ -20,12 +20,14 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
 import pandas as pd
 from scipy import optimize, stats
 
+from sst_interp.analyses import tidy
+from sst_interp.analyses.measurement import QUANTITY_DOC, Measurement, pe_part, quantities
 from sst_interp.kernels.results import AnalysisResult, NotApplicable
 from sst_interp.analyses.overlap import OverlapResult
 from sst_interp.kernels.errors import UsageError
@@ -304,3 +306,56 @@ def position0_universality(overlap: OverlapResult, threshold: float, rule: Rule 
     low = classify_positions(values[:, None, :], threshold, rule)[:, 0]
     std = float(np.std(per_q, ddof=1)) if per_q.size > 1 else 0.0
     return Position0Shift(overlap.comparison, int(per_q.size), int(low.sum()), float(per_q.mean()), std, per_q)
+
+
+# ------------------------------------------------------------------------------------------------ entries
+# sec:punctuated_equilibrium, app:gmm: parts of the run's basin step (a.punctuated).
+def _gmm_table(result: Any) -> pd.DataFrame:
+    frame = result.table().copy()
+    frame.attrs = {}  # the threshold and n go in the notes
+    return frame
+
+
+def _gmm_notes(a: Any, result: Any) -> list[str]:
+    pe = a.punctuated
+    return [f"crossover threshold: {result.threshold:.4f}", f"overlap values fitted: {result.n}",
+            f"comparison: {getattr(pe.overlap, 'comparison', '')}", f"EM converged: {result.converged}"]
+
+
+MEASUREMENTS: tuple[Measurement, ...] = (
+    Measurement("gmm", "", "Two-component Gaussian mixture on the overlaps and its crossover threshold (app:gmm).",
+                ("iterations",), pe_part("gmm"), lambda r: tidy.renamed(_gmm_table(r), {}),
+                {"component": "Stable or Low-overlap", "mean": "mean overlap", "std": "standard deviation",
+                 "weight": "mixture weight"}, notes=_gmm_notes, presentation=_gmm_table,
+                family="Basin shifts (punctuated equilibrium)", caption="Two-component Gaussian mixture on "
+                "the iter-1 vs iter-N overlaps: stable and low-overlap components and their crossover threshold "
+                "(app:gmm)."),
+    Measurement("gmm_robustness", "", "Crossover thresholds of 2- to 5-component mixtures (app:gmm).",
+                ("iterations",), pe_part("robustness"), lambda r: tidy.renamed(r.table(), {}),
+                {"components": "mixture components", "threshold": "crossover", "shift": "from the 2-component "
+                 "threshold", "stable_mean": "stable component mean", "stable_std": "its std",
+                 "stable_weight": "its weight"},
+                notes=lambda a, r: [f"largest threshold shift from the 2-component fit: {r.max_shift:.4f}"],
+                family="Basin shifts (punctuated equilibrium)", caption="Crossover threshold of 2- to "
+                "5-component mixtures (app:gmm robustness)."),
+    Measurement("basin_summary", "", "Low-overlap positions per question, per-position rates, gaps "
+                "(sec:punctuated_equilibrium).", ("iterations",), pe_part("summary"), quantities("metric"),
+                QUANTITY_DOC,
+                family="Basin shifts (punctuated equilibrium)", caption="Low-overlap positions per question, "
+                "per-position rates, gaps between consecutive low-overlap positions and their coefficient of "
+                "variation (sec:punctuated_equilibrium)."),
+    Measurement("basin_position_rates", "", "Fraction of questions low-overlap at each window position.",
+                ("iterations",), pe_part("summary"), lambda r: tidy.renamed(r.position_table(), {}),
+                {"position": "generated position", "n_questions": "questions", "n_low": "low-overlap there",
+                 "rate": "fraction"},
+                notes=lambda a, r: [f"threshold {r.threshold:.4f}, rule '{r.rule}'"],
+                presentation=lambda r: r.position_table(),
+                family="Basin shifts (punctuated equilibrium)", caption="Fraction of questions with a "
+                "low-overlap (basin-shift) position at each window position."),
+    Measurement("pos0_universality", "", "Position 0, iteration 1 vs 2: the universal basin shift.",
+                ("iterations",), pe_part("pos0"), lambda r: tidy.renamed(r.table(), {}),
+                {"comparison": "what is compared", "n_questions": "questions", "n_low": "low-overlap",
+                 "mean_overlap": "mean layer-mean overlap", "std_overlap": "its std"},
+                family="Basin shifts (punctuated equilibrium)", caption="Position 0, iteration 1 vs 2: mean "
+                "and std over questions of the layer-mean overlap and how many questions are low-overlap there."),
+)

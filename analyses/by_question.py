@@ -8,16 +8,33 @@ the zoom), low-overlap positions marked at the run's threshold.
 
 Every other figure whose data carry a ``question_id`` column (the layer profiles' traces, the convergence traces,
 fig:halt_signal) is selected from its frame: the rows of that question (and of that depth, where the frame has one).
+
+The two heatmaps' entries are declared here (:data:`MEASUREMENTS`), with the report's representative question
+(:func:`heatmap_figure`) beside the notebook's choice of one (:func:`question_heatmap`).
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import pandas as pd
 
-from sst_interp.analyses.figure_data import FigureData, heatmap_cells
+from sst_interp.analyses.basin_profiles import comparison_of, overlap_heatmap
+from sst_interp.analyses.measurement import Measurement, figure_main, pe_part
+from sst_interp.analyses.overlap import cross_run_overlap
+from sst_interp.analyses.figure_data import FigureData
 from sst_interp.kernels.results import NotApplicable
+
+#: A heatmap's data: one row per (layer, position) of one question, compared at one depth.
+CELL_COLUMNS = ("question_id", "depth", "turn", "position", "layer", "overlap")
+
+
+def heatmap_cells(cells: pd.DataFrame, question_id: str, depth: int, turn: int) -> pd.DataFrame:
+    """A heatmap's ``layer, position, overlap`` rows with the question, depth and turn they show, in
+    :data:`CELL_COLUMNS` order."""
+    return cells.assign(question_id=str(question_id), depth=int(depth), turn=int(turn))[list(CELL_COLUMNS)]
+
 
 def question_heatmap(analysis: Any, question: str, depth: int | None = None, turn: int = 0,
                      zoom: bool = False) -> FigureData | NotApplicable:
@@ -25,13 +42,10 @@ def question_heatmap(analysis: Any, question: str, depth: int | None = None, tur
     window) of ``question`` compared at ``depth`` (default: the largest).
 
     Returns:
-        FigureData with ``cells`` (:data:`~sst_interp.analyses.figure_data.CELL_COLUMNS`, one row per layer and
+        FigureData with ``cells`` (:data:`CELL_COLUMNS`, one row per layer and
         position) and the meta the report's heatmap draws (threshold, low-overlap positions, comparison), or a
         NotApplicable saying why.
     """
-    from sst_interp.analyses.basin_profiles import overlap_heatmap
-    from sst_interp.analyses.overlap import cross_run_overlap
-
     label = "fig:overlap_heatmap_zoom" if zoom else "fig:overlap_heatmap"
     run = analysis.run
     depths = sorted(run.depths)
@@ -77,3 +91,46 @@ def selected(frame: pd.DataFrame, label: str, question: str | None, depth: int |
         what = ", ".join(f"{column} {value!r}" for column, value in asked.items() if value is not None)
         return f"{label} has no rows for {what}"
     return frame[keep].reset_index(drop=True)
+
+
+# ------------------------------------------------------------------------------------------------ the
+# report's heatmaps (its representative questions) and their entries
+def heatmap_figure(analysis: Any, zoom: bool = False) -> FigureData | NotApplicable:
+    """fig:overlap_heatmap (a representative question, sketches included) or its zoom (the full window)."""
+    hm = pe_part("heatmap_zoom" if zoom else "heatmap")(analysis)
+    if isinstance(hm, NotApplicable):
+        return hm
+    full = int(analysis.run.manifest.get("full_positions") or 0)
+    # the representative question, compared at the largest depth (the pe step's overlap), its first turn
+    cells = heatmap_cells(hm.table(), hm.question_id, max(analysis.run.depths), 0)
+    return FigureData({"cells": cells}, {
+        "question_id": hm.question_id, "threshold": float(hm.threshold),
+        "low_positions": [int(p) for p in hm.low_positions], "comparison": comparison_of(analysis),
+        "full_positions": full, "zoom": zoom}, "cells")
+
+
+def _question_heatmap(zoom: bool) -> Callable[..., Any]:
+    def compute(a: Any, question: str, depth: int | None, turn: int | None) -> Any:
+        return question_heatmap(a, question, depth, turn or 0, zoom=zoom)
+
+    return compute
+
+
+HEATMAP_DOC = {"question_id": "the question shown", "depth": "the depth compared with the smallest (each one's last "
+               "iteration)", "turn": "model turn", "position": "generated position", "layer": "decoder layer",
+               "overlap": "top-k overlap"}
+
+MEASUREMENTS: tuple[Measurement, ...] = (
+    Measurement("overlap_heatmap", "fig:overlap_heatmap", "Top-k overlap across layers and positions for a "
+                "representative question.", ("iterations",), heatmap_figure, figure_main,
+                HEATMAP_DOC, kind="figure", per_question=_question_heatmap(False),
+                family="Basin shifts (punctuated equilibrium)", figure="overlap_heatmap", caption="Top-k "
+                "overlap between the shallowest and deepest runs across layers and generated positions for a "
+                "representative question (sketch positions included); dark streaks are basin shifts."),
+    Measurement("overlap_heatmap_zoom", "fig:overlap_heatmap_zoom", "The overlap of a second question over the "
+                "full-state window.", ("iterations",), lambda a: heatmap_figure(a, zoom=True),
+                figure_main, HEATMAP_DOC, kind="figure", per_question=_question_heatmap(True),
+                family="Basin shifts (punctuated equilibrium)", figure="overlap_heatmap", caption="The same "
+                "overlap for a second question over the full-state window only (the question with the most "
+                "low-overlap positions)."),
+)

@@ -4,8 +4,8 @@ training output folders.
 
 Each function takes a :class:`~sst_interp.analyses.api.CheckpointAnalysis` or
 :class:`~sst_interp.analyses.api.TrainingAnalysis` and returns :class:`~sst_interp.analyses.figure_data.FigureData`
-(or a NotApplicable saying why); the registry declares them and the report draws them
-(:mod:`sst_interp.reporting.fig_alpha`).
+(or a NotApplicable saying why); their entries (:data:`MEASUREMENTS`) are declared below and the report draws
+them (:mod:`sst_interp.reporting.fig_alpha`).
 """
 
 from __future__ import annotations
@@ -17,6 +17,8 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from sst_interp.analyses import tidy
+from sst_interp.analyses.measurement import Measurement, figure_main
 from sst_interp.analyses import alpha as alpha_analysis
 from sst_interp.analyses.figure_data import FigureData
 from sst_interp.analyses.layers import paper_layer
@@ -162,3 +164,88 @@ def loss_frame(result: FigureData) -> pd.DataFrame:
     frames = [frame.assign(model=name) for name, frame in result.tables.items()]
     long = pd.concat(frames, ignore_index=True)
     return long[["model", *LOSS_COLUMNS]]
+
+
+# ------------------------------------------------------------------------------------------------ entries
+# sec:learned_alpha, app:alpha_analysis, app:training_curves.
+RIBBON_DOC = {"layer": "decoder layer", "mean": "mean alpha over the layer's dimensions",
+              **{f"p{q}": f"{q}th percentile of the layer's alpha" for q in (5, 25, 50, 75, 95)}}
+PCA_DOC = {"layer": "decoder layer", **{f"pc{i}": f"the layer's deviation from alpha_init on principal component {i}"
+                                        for i in (1, 2, 3)}}
+PANELS_DOC = {"layer": "decoder layer", "dim": "hidden dimension (row-major on the grid)", "alpha": "the learned "
+              "blend coefficient", "deviation": "alpha - alpha_init"}
+SPECIALISATION_DOC = {"layer": "decoder layer",
+                      **{f"p{q}": f"{q}th percentile of |alpha - alpha_init| in the layer"
+                         for q in (25, 50, 75, 90, 95, 99)}}
+LOSS_DOC = {"model": "sst or baseline", "step": "optimiser step", "train_loss": "training loss (nats per token)",
+            "val_loss": "validation loss (nats per token), NaN between validations"}
+ALPHA_TRAINING_DOC = {"step": "optimiser step", "mean": "mean alpha over every layer and dimension",
+                      "std": "its standard deviation", "min": "smallest alpha", "max": "largest alpha",
+                      "layers": "layers logged at the step"}
+
+
+def _losses_tidy(result: Any) -> pd.DataFrame:
+    return tidy.renamed(loss_frame(result), {})
+
+
+MEASUREMENTS: tuple[Measurement, ...] = (
+    Measurement("alpha_quantile_ribbon", "fig:alpha_quantile_ribbon", "Within-layer percentile bands of the learned "
+                "blend coefficients.", ("checkpoint",), ribbon, figure_main,
+                RIBBON_DOC, kind="figure", scope="checkpoint",
+                family="Learned blend coefficients and training", figure="alpha_ribbon", caption="Within-layer "
+                "percentile bands (p5-p95, p25-p75, median) of the learned blend coefficients, with alpha_init."),
+    Measurement("alpha_pca_trajectory", "fig:alpha_pca_trajectory", "Each layer's deviation from alpha_init on the "
+                "top principal components.", ("checkpoint",), pca, figure_main,
+                PCA_DOC, kind="figure", scope="checkpoint",
+                family="Learned blend coefficients and training", figure="alpha_pca", caption="Each layer's "
+                "deviation from alpha_init on the top principal components, coloured by layer and joined in depth "
+                "order."),
+    Measurement("alpha_panels_raw_selected", "fig:alpha_panels_raw_selected", "Raw alpha of four representative "
+                "layers on a grid.", ("checkpoint",), lambda c: panels(c, False),
+                figure_main, PANELS_DOC, kind="figure", scope="checkpoint",
+                family="Learned blend coefficients and training", figure="alpha_panels_raw", caption="Raw "
+                "alpha of four representative layers reshaped to a grid, on a shared p1-p99 colour scale."),
+    Measurement("alpha_panels_deviation_selected", "fig:alpha_panels_deviation_selected", "Deviation from "
+                "alpha_init of the same four layers.", ("checkpoint",),
+                lambda c: panels(c, False), figure_main, PANELS_DOC, kind="figure",
+                scope="checkpoint",
+                family="Learned blend coefficients and training", figure="alpha_panels_deviation", caption="Deviation "
+                "alpha - alpha_init of the same four layers on a shared diverging scale (red above, blue below)."),
+    Measurement("alpha_specialisation_profile", "fig:alpha_specialisation_profile", "Within-layer percentiles of "
+                "|alpha - alpha_init| across depth.", ("checkpoint",), specialisation,
+                figure_main, SPECIALISATION_DOC, kind="figure", scope="checkpoint",
+                family="Learned blend coefficients and training", figure="alpha_specialisation", caption="Within-layer "
+                "percentiles of |alpha - alpha_init| across depth; the selected layers are marked."),
+    Measurement("alpha_panels_raw_full", "fig:alpha_panels_raw_full", "Raw alpha of every layer.", ("checkpoint",),
+                lambda c: panels(c, True), figure_main, PANELS_DOC, kind="figure",
+                scope="checkpoint",
+                family="Learned blend coefficients and training", figure="alpha_panels_raw", caption="Raw "
+                "alpha of every layer on a shared colour scale."),
+    Measurement("alpha_panels_deviation_full", "fig:alpha_panels_deviation_full", "Deviation from alpha_init of "
+                "every layer.", ("checkpoint",), lambda c: panels(c, True),
+                figure_main, PANELS_DOC, kind="figure", scope="checkpoint",
+                family="Learned blend coefficients and training", figure="alpha_panels_deviation", caption="Deviation "
+                "from alpha_init of every layer on a shared scale."),
+    Measurement("sst_vs_baseline_loss", "fig:sst_vs_baseline_loss", "Training and validation loss of the SST and "
+                "the matched baseline.", ("sst_log", "baseline_log"),
+                lambda t: losses(t, "both"), _losses_tidy, LOSS_DOC, kind="figure",
+                scope="training",
+                family="Learned blend coefficients and training", figure="losses", caption="Training loss "
+                "(raw, light; moving average, solid) and validation loss of the SST and the matched baseline."),
+    Measurement("sst_loss_standalone", "fig:sst_loss_standalone", "SST training and validation loss.", ("sst_log",),
+                lambda t: losses(t, "sst"), _losses_tidy, LOSS_DOC, kind="figure",
+                scope="training",
+                family="Learned blend coefficients and training", figure="losses", caption="SST training and "
+                "validation loss."),
+    Measurement("baseline_loss_standalone", "fig:baseline_loss_standalone", "Matched baseline training and "
+                "validation loss.", ("baseline_log",), lambda t: losses(t, "baseline"),
+                _losses_tidy, LOSS_DOC, kind="figure", scope="training",
+                family="Learned blend coefficients and training", figure="losses", caption="Matched baseline "
+                "training and validation loss."),
+    Measurement("alpha_global_stats_over_training", "fig:alpha_global_stats_over_training", "Whole-model blend "
+                "coefficient statistics per training step.", ("sst_log",),
+                alpha_over_training, figure_main, ALPHA_TRAINING_DOC, kind="figure",
+                scope="training",
+                family="Learned blend coefficients and training", figure="alpha_training", caption="Whole-model "
+                "blend coefficient statistics (mean +- std, min, max) per training step."),
+)

@@ -11,8 +11,8 @@ the external comparisons (tab:external_gsm8k, tab:external_gpqa)::
 
 Which run or training is the main SST, a variant or the baseline is read from its own configuration (the run's
 manifest ``sst`` block, the training folder's ``train_config.json``), never from names
-(:mod:`sst_interp.analyses.ablation`). The entries are registered here, as an extension of the registry
-(:data:`sst_interp.analyses.registry.EXTENSIONS`).
+(:mod:`sst_interp.analyses.ablation`). The entries and their requirements are declared here (:data:`MEASUREMENTS`,
+:data:`REQUIREMENTS`); :mod:`sst_interp.catalogue` gathers them with every other family's.
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ import pandas as pd
 from sst_interp.analyses import ablation, external, hyperparameters as hp
 from sst_interp.analyses.api import Measured, as_run
 from sst_interp.analyses.figure_data import FigureData
-from sst_interp.analyses.registry import Measurement, register, register_requirement
+from sst_interp.analyses.measurement import Measurement
 from sst_interp.analyses import tidy
 from sst_interp.kernels.errors import UsageError
 from sst_interp.kernels.outcomes import correctness_matrix
@@ -173,12 +173,11 @@ def _external(c: ComparisonAnalysis) -> str | None:
                                                 "accuracy, prompting, source; or a shipped name: gsm8k, gpqa)")
 
 
-for _name, _check in (("ablation_alpha_init", _pair(ablation.ALPHA_INIT)),
-                      ("ablation_ema_variant", _pair(ablation.EMA_VARIANT)),
-                      ("nobias_logs", _logs(ablation.MAIN, ablation.ALPHA_INIT)),
-                      ("sst_baseline_logs", _logs(ablation.MAIN, BASELINE)),
-                      ("training_configs", _configs), ("external", _external)):
-    register_requirement(_name, _check)
+#: This family's declarative requirements (beside :data:`sst_interp.analyses.measurement.REQUIREMENTS`).
+REQUIREMENTS = {"ablation_alpha_init": _pair(ablation.ALPHA_INIT), "ablation_ema_variant": _pair(ablation.EMA_VARIANT),
+                "nobias_logs": _logs(ablation.MAIN, ablation.ALPHA_INIT),
+                "sst_baseline_logs": _logs(ablation.MAIN, BASELINE), "training_configs": _configs,
+                "external": _external}
 
 
 # ------------------------------------------------------------------------------------------------ computations
@@ -361,4 +360,3 @@ MEASUREMENTS: tuple[Measurement, ...] = (
                 family="Ablations and external comparison", inputs=("runs", "external"), caption="A run of a "
                 "benchmark without a paper table placed among the --external rows (published, not recorded)."),
 )
-register(*MEASUREMENTS)

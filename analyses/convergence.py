@@ -21,12 +21,14 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pandas as pd
 from scipy import stats
 
+from sst_interp.analyses.figure_data import FigureData
+from sst_interp.analyses.measurement import QUANTITY_DOC, Measurement, figure_main, quantities
 from sst_interp.analyses import hidden_pass
 from sst_interp.analyses.hidden_pass import l2_deltas
 from sst_interp.kernels.results import AnalysisResult, NotApplicable, single_depth
@@ -228,3 +230,44 @@ def convergence_monitoring(run: Run, layer: int | None = None, positions: Sequen
             for j, p in enumerate(where[q].tolist()):
                 deltas[qi, col[p], :rows[q].shape[1]] = rows[q][j]
     return convergence_from_arrays(deltas, depths, correct, ids, pos, layer)
+
+
+# ------------------------------------------------------------------------------------------------ figure
+# data and entries (fig:convergence_monitoring)
+def monitoring_figure(analysis: Any) -> FigureData | NotApplicable:
+    """fig:convergence_monitoring: per-position L2 deltas by correct depth and the decision points."""
+    result = analysis.convergence()
+    if isinstance(result, NotApplicable):
+        return result
+    deltas = result.deltas  # [Q, P, T]
+    q, p, t = deltas.shape
+    traces = pd.DataFrame({
+        "question_id": np.repeat(np.array(result.question_ids, dtype=object), p * t),
+        "position": np.tile(np.repeat(result.positions, t), q),
+        "transition": np.tile(np.arange(1, t + 1), q * p),
+        "delta": deltas.reshape(-1),
+        "correct_depth": np.repeat(result.groups, p * t),
+    }).dropna(subset=["delta"])
+    return FigureData({"traces": traces, "points": result.points, "profile": result.profile()}, {
+        "layer": result.layer, "auroc": result.auroc_degrade, "mann_whitney_p": result.mann_whitney_p,
+        "n_improves": result.n_improves, "n_degrades": result.n_degrades}, "traces")
+
+
+MEASUREMENTS: tuple[Measurement, ...] = (
+    Measurement("convergence_monitoring", "", "Tests behind fig:convergence_monitoring: L2 of the state does not "
+                "tell when to stop.", ("iterations",), lambda a: a.convergence(), quantities("metric"),
+                QUANTITY_DOC,
+                notes=lambda a, r: [f"L2 deltas at layer {r.layer}; one value per (question, decision) in the "
+                                    "tests"],
+                family="Precision and convergence monitoring", caption="Tests behind the convergence figure: "
+                "Kruskal-Wallis across correct depths per transition, and Mann-Whitney / AUROC of the current delta "
+                "for improving vs degrading steps."),
+    Measurement("convergence_figure", "fig:convergence_monitoring", "L2 delta between successive iterations "
+                "by correct depth.", ("iterations",), monitoring_figure, figure_main,
+                {"question_id": "question", "position": "generated position", "transition": "iteration i -> i+1",
+                 "delta": "L2 change of the state", "correct_depth": "the depth the question is first right at"},
+                kind="figure",
+                family="Precision and convergence monitoring", figure="convergence", caption="L2 delta "
+                "between successive iterations by correct depth (a), and the current delta against the next step's "
+                "outcome (b): L2 does not tell when to stop."),
+)

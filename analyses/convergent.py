@@ -20,6 +20,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from sst_interp.analyses.measurement import QUANTITY_DOC, Measurement, quantities
 from sst_interp.kernels import stats
 from sst_interp.analyses.evaluation import load_generations
 from sst_interp.kernels.results import AnalysisResult, NotApplicable, depth_matrix_check
@@ -159,3 +160,13 @@ def convergent_reasoning(
         n, depths, n_options, int(all_ok.sum()), {int(a): int(b) for a, b in counts.items()}, k, ci, binom, acc,
         independence,
     )
+
+
+MEASUREMENTS: tuple[Measurement, ...] = (
+    Measurement("convergent_reasoning", "tab:convergent_reasoning", "Questions correct at every depth with "
+                "distinct text traces, against chance.", ("depths",),
+                lambda a: convergent_reasoning(a.run), quantities("quantity"),
+                QUANTITY_DOC,
+                family="Logit dynamics", caption="Convergent reasoning: questions correct at every depth with "
+                "pairwise distinct text traces, against the chance of independent random answers."),
+)

@@ -40,6 +40,9 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from sst_interp.analyses import tidy
+from sst_interp.analyses.figure_data import FigureData
+from sst_interp.analyses.measurement import Measurement, figure_main
 from sst_interp.kernels.results import AnalysisResult, NotApplicable
 from sst_interp.kernels.errors import UsageError
 from sst_interp.kernels.outcomes import correctness_matrix, outcome_rows
@@ -677,8 +680,6 @@ def positions_of(analysis: Any) -> PolicyPositions | NotApplicable:
 
 def histogram_figure(analysis: Any) -> Any:
     """FigureData for the iterations-per-position histogram: frame ``histogram`` (:func:`iteration_histogram`)."""
-    from sst_interp.analyses.figure_data import FigureData
-
     pp = analysis._once("depth_policy_positions", lambda: positions_of(analysis))
     if isinstance(pp, NotApplicable):
         return pp
@@ -700,3 +701,73 @@ def agreement(analysis: Any) -> AgreementResult | NotApplicable:
         return NotApplicable("no position has both a rule decision and recorded hidden states",
                              "tab_depth_policy_convergence")
     return AgreementResult(frame, pp.l2_threshold, pp.layer, pp.depth)
+
+
+# ------------------------------------------------------------------------------------------------ entries
+# Issue 23: accuracy against compute, where the rules stop.
+def _replayable(a: Any) -> str | None:
+    # Replaying halting rules needs a fixed-depth run with per-iteration logits and a rule it can read.
+    return replay_reason(a.run)
+
+
+#: This family's declarative requirement (beside :data:`sst_interp.analyses.measurement.REQUIREMENTS`).
+REQUIREMENTS = {"replayable": _replayable}
+
+PARETO_DOC = {"run": "run directory name", "condition": "short label of the row", "policy": "fixed:D, staged:D,..., "
+              "or the canonical policy string", "source": "live (recorded), oracle (staged capacity, in hindsight), "
+              "replayed (a per-turn probe on the flat runs) or simulated (a rule replayed on a fixed-depth run)",
+              "n_questions": "questions",
+              "accuracy_pct": "accuracy (live and oracle rows; NaN for simulated)",
+              "accuracy_low_pct": "lower bound: diverged questions counted wrong",
+              "accuracy_high_pct": "upper bound: diverged questions counted right",
+              "exact_questions": "questions whose outcome is known exactly",
+              "mean_iterations": "mean iterations per generated token", "basis": "what mean_iterations is "
+              "measured on", "wall_s": "wall time of the run, seconds, where measured", "pareto": "on the "
+              "accuracy/iterations front of the measured rows"}
+HISTOGRAM_DOC = {"rule": "kl, entropy, margin or state", "policy": "the rule at the median of its recorded values",
+                 "regime": "low_overlap, stable or unlabelled (no overlap label: past the full-state window, or a "
+                 "later turn)", "iterations": "where the rule stops on the full-depth trajectory",
+                 "positions": "positions", "fraction": "of the rule's positions in the regime"}
+AGREEMENT_DOC = {"rule": "rule", "policy": "the rule at the median of its recorded values",
+                 "positions": "positions with both decisions", "agree": "fraction stopping at the same iteration",
+                 "earlier": "fraction where the rule stops before the L2 convergence point",
+                 "later": "fraction where it stops after", "mean_difference": "rule minus convergence, iterations",
+                 "cohen_kappa": "Cohen's kappa of the two stopping iterations",
+                 "spearman_rho": "Spearman correlation", "spearman_p": "its p"}
+
+
+def _pareto_figure(a: Any) -> Any:
+    result = a.attempt("tab_depth_pareto")
+    if isinstance(result, NotApplicable):
+        return result
+    return FigureData({"points": result.table()}, {"notes": list(result.notes)})
+
+
+def _agreement_notes(a: Any, r: Any) -> list[str]:
+    return [f"convergence point: the first iteration >= 2 whose L2 change of layer {r.layer}'s state is below "
+            f"{r.l2_threshold:.4g} (the median change of the run), else {r.depth}",
+            "decisions read on the recorded full-depth trajectory (every position's own iterations), not on a live "
+            "policy run"]
+
+
+MEASUREMENTS: tuple[Measurement, ...] = (
+    Measurement("depth_pareto", "", "Accuracy against mean iterations per generated token: flat depths, staged "
+                "capacity, per-position policies (live, or simulated on a fixed-depth run).", ("comparison",),
+                pareto_of,
+                lambda r: tidy.renamed(r.table(), {}), PARETO_DOC, notes=lambda a, r: list(r.notes)),
+    Measurement("depth_pareto_front", "", "Accuracy against iterations per token (the Pareto table drawn).",
+                ("comparison",),
+                _pareto_figure, figure_main, PARETO_DOC, kind="figure"),
+    Measurement("depth_policy_histogram", "", "Iterations per position where each rule stops, low-overlap "
+                "positions against the rest.", ("iterations", "replayable"),
+                histogram_figure, figure_main, HISTOGRAM_DOC, kind="figure",
+                family="Per-position depth", figure="policy_histogram", caption="Where each rule, at the "
+                "median of its recorded values, stops on the full-depth trajectory: low-overlap (basin-shift) "
+                "positions against the rest."),
+    Measurement("depth_policy_convergence", "", "Where each rule stops against where L2 convergence monitoring "
+                "says the state converged.", ("iterations", "replayable"), agreement,
+                lambda r: tidy.renamed(r.table(), {}), AGREEMENT_DOC, notes=_agreement_notes,
+                family="Per-position depth", caption="Each rule's stopping iteration against the L2 "
+                "convergence point of the state (the first iteration whose change is below the run's median change): "
+                "agreement, Cohen's kappa, Spearman."),
+)

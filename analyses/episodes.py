@@ -12,8 +12,12 @@ reason that accuracy cannot show).
 
 from __future__ import annotations
 
+from typing import Any
+
 import pandas as pd
 
+from sst_interp.analyses import tidy
+from sst_interp.analyses.measurement import Frame, Measurement
 from sst_interp.kernels.results import NotApplicable
 from sst_interp.store import Run
 
@@ -65,3 +69,31 @@ def episode_conduct(run: Run) -> pd.DataFrame | NotApplicable:
             "mean_model_turns": float(group["n_turns"].mean()),
         })
     return pd.DataFrame(rows, columns=COLUMNS)
+
+
+# ------------------------------------------------------------------------------------------------ entry
+def _episode_conduct(a: Any) -> Any:
+    # The SST's episodes, and the matched baseline's beside them when there is one (its rows first).
+    result = episode_conduct(a.run)
+    if isinstance(result, NotApplicable):
+        return result
+    frames = [result.assign(model="SST")]
+    if a.baseline is not None:
+        base = episode_conduct(a.baseline)
+        if not isinstance(base, NotApplicable):
+            frames.insert(0, base.assign(model="baseline"))
+    table = pd.concat(frames, ignore_index=True)
+    return Frame(table[["model", *[c for c in result.columns]]])
+
+
+MEASUREMENTS: tuple[Measurement, ...] = (
+    Measurement("episode_conduct", "", "CodeACT episode conduct per depth, of the SST and of its matched baseline "
+                "when one is given.", ("codeact",), _episode_conduct,
+                lambda r: tidy.renamed(r.table(), {}),
+                {"model": "SST or baseline", "depth": "depth", "episodes": "episodes", "first_turn_action": "fraction whose first turn is a "
+                 "well-formed <execute> block", "finished": "fraction ending with finish_session", "accuracy":
+                 "fraction correct", "mean_model_turns": "model turns per episode"},
+                family="Evaluation", inputs=("run", "baseline"), caption="CodeACT episode conduct per depth: "
+                "fractions of episodes whose first model turn is a well-formed <execute> block, that end with "
+                "finish_session, and that are correct (app:dataset_format)."),
+)

@@ -29,6 +29,9 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from sst_interp.analyses import tidy
+from sst_interp.analyses.figure_data import FigureData
+from sst_interp.analyses.measurement import Measurement
 from sst_interp.kernels import stats
 from sst_interp.kernels.results import AnalysisResult, NotApplicable, depth_matrix_check
 from sst_interp.kernels.errors import UsageError
@@ -361,3 +364,62 @@ def overthinking_sankey(run: Any) -> SankeyFlows | NotApplicable:
         flows.append((depths[j], depths[j + 1], int((a & b).sum()), int((a & ~b).sum()),
                       int((~a & b).sum()), int((~a & ~b).sum())))
     return SankeyFlows(len(matrix), depths, tuple(int(x) for x in v.sum(axis=0)), tuple(flows))
+
+
+# ------------------------------------------------------------------------------------------------ figure data
+def sankey_figure(analysis: Any) -> FigureData | NotApplicable:
+    """fig:overthinking_sankey: pass/fail columns and the four flows of each transition."""
+    result = overthinking_sankey(analysis.run)
+    if isinstance(result, NotApplicable):
+        return result
+    return FigureData({"flows": result.table(), "columns": result.columns_table()}, {"n": result.n}, "flows")
+
+
+# ------------------------------------------------------------------------------------------------ entries
+def _overthinking(a: Any) -> Any:
+    return overthinking(a.run, a.baseline, a.baseline_depth)
+
+
+def _overthinking_notes(a: Any, result: Any) -> list[str]:
+    return [] if a.baseline is not None else ["no --baseline run given: the matched-baseline reference row is "
+                                              "omitted"]
+
+
+#: The evaluation's measurements (sec:evaluation), in the report's order.
+MEASUREMENTS: tuple[Measurement, ...] = (
+    Measurement("staged_breakdown", "tab:staged_breakdown", "Staged compute capacity: questions solved at some "
+                "depth up to each stage.", ("depths",),
+                lambda a: staged_breakdown({a.name: a.run}),
+                lambda r: tidy.stages(r.table()),
+                {"benchmark": "the run's benchmark", "n_questions": "questions", "stage": "the deepest depth "
+                 "allowed", "cumulative_accuracy_pct": "questions solved at some depth <= stage, percent"}),
+    Measurement("main_results", "tab:main_results", "Matched baseline vs SST at staged compute.", ("baseline",),
+                lambda a: main_results({a.name: (a.run, a.baseline)}, baseline_depth=a.baseline_depth),
+                lambda r: tidy.renamed(r.table(), {"N": "n_questions", "baseline": "baseline_accuracy_pct",
+                                                   "sst": "sst_accuracy_pct", "error_correction":
+                                                   "error_correction_pct"}),
+                {"benchmark": "benchmark", "n_questions": "questions", "baseline_accuracy_pct": "baseline accuracy",
+                 "sst_accuracy_pct": "SST accuracy", "sst_condition": "which SST condition", "delta_pp":
+                 "difference in percentage points", "error_correction_pct": "(SST - baseline) / (100 - baseline)",
+                 "sst_only": "questions only the SST solves", "baseline_only": "questions only the baseline solves",
+                 "mcnemar_exact_p": "exact McNemar p"}),
+    Measurement("overthinking", "tab:overthinking", "Staged compute and each flat depth against the shallowest "
+                "depth: regressions, recoveries, McNemar tests.", (), _overthinking,
+                lambda r: tidy.renamed(r.table(), {"accuracy": "accuracy_pct"}),
+                {"condition": "staged compute, flat depth d or the baseline", "compared_with": "the reference",
+                 "accuracy_pct": "accuracy", "delta_pp": "accuracy minus the reference's, points",
+                 "regressions": "questions right in the reference, wrong here", "recoveries": "the reverse",
+                 "mcnemar_chi2_cc": "McNemar chi2, continuity corrected", "mcnemar_p_cc": "its p",
+                 "mcnemar_chi2": "McNemar chi2", "mcnemar_p": "its p", "mcnemar_exact_p": "exact McNemar p"},
+                notes=_overthinking_notes,
+                family="Evaluation", inputs=("run", "baseline"), caption="Overthinking regression: accuracy "
+                "of staged compute and of each flat depth, each paired with the shallowest depth (regressions, "
+                "recoveries, McNemar tests)."),
+    Measurement("overthinking_sankey", "fig:overthinking_sankey", "Pass/fail flows between consecutive flat "
+                "depths.", ("depths",), sankey_figure, lambda r: tidy.renamed(r.table(), {}),
+                {"from_depth": "depth", "to_depth": "next depth", "from_state": "pass or fail",
+                 "to_state": "pass or fail", "count": "questions"}, kind="figure",
+                family="Evaluation", figure="sankey", caption="Per-question pass/fail flows between "
+                "consecutive flat depths: ribbons pass->pass, pass->fail (regression), fail->pass (recovery), "
+                "fail->fail; accuracy above each column."),
+)

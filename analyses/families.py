@@ -14,11 +14,15 @@ the family's loop declaration as written in the manifest (``loop.state_layer``; 
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 import pandas as pd
 
+from sst_interp.analyses import tidy
+from sst_interp.analyses.figure_data import FigureData
+from sst_interp.analyses.measurement import Frame, Measurement, by_computing, figure_main
 from sst_interp.analyses.depth_policies import state_layer
 from sst_interp.kernels.results import NotApplicable
 
@@ -124,3 +128,70 @@ def convergence_profile(run: Any, name: str) -> pd.DataFrame | NotApplicable:
            "first_overlap": float(profile["overlap"].iloc[0]), "last_overlap": float(profile["overlap"].iloc[-1]),
            "n_positions": int(profile["n_positions"].iloc[0])}
     return pd.DataFrame([row], columns=list(CONVERGENCE_COLUMNS))
+
+
+# ------------------------------------------------------------------------------------------------ entries
+#: One run's rows of the report's side-by-side figures, which stack these entries over every run of the report
+#: (sst_interp/reporting/specs_families.py), and the comparison of every run's convergence.
+FAMILY_STATE_DOC = {"run": "run name", "family": "sst, hrm_text or inkling2_loop",
+                    "iteration": "i >= 2: the transition i-1 -> i of the deepest depth",
+                    "overlap": "mean top-k |value| overlap of the carried state, k = the manifest's sketch_k",
+                    "relative_change": "mean ||s_i - s_{i-1}|| / ||s_{i-1}|| of the carried state",
+                    "n_positions": "full positions averaged"}
+FAMILY_CAPACITY_DOC = {"run": "run name", "family": "sst, hrm_text or inkling2_loop",
+                       "depth": "the family's loop count", "accuracy_pct": "accuracy at that flat depth",
+                       "staged_capacity_pct": "correct at some depth <= this one",
+                       "n_questions": "questions recorded at every depth"}
+
+
+def _family_figure(profile: Callable[[Any, str], pd.DataFrame | NotApplicable]) -> Callable[[Any], Any]:
+    """A run's rows of a cross-family figure, as figure data (or the reason the run cannot give them)."""
+    def compute(a: Any) -> Any:
+        result = profile(a.run, a.run.path.name)
+        return result if isinstance(result, NotApplicable) else FigureData({"main": result}, {})
+
+    return compute
+
+
+FAMILY_CONVERGENCE_DOC = {"run": "run name", "family": "sst, hrm_text or inkling2_loop",
+                          "depth": "the deepest depth (the family's loop count)",
+                          "first_change": "mean relative L2 change of the carried state, transition 1 -> 2",
+                          "last_change": "the same for the last transition (depth-1 -> depth)",
+                          "last_over_first": "last_change / first_change",
+                          "half_change_iteration": "first iteration i >= 3 whose change is at most half of "
+                          "first_change (NaN: none)",
+                          "first_overlap": "top-k |value| overlap of the transition 1 -> 2",
+                          "last_overlap": "the same for the last transition", "n_positions": "full positions averaged"}
+
+
+def _family_convergence(c: Any) -> Any:
+    """Every run of a comparison, one row each; the runs without a state profile are named in the notes."""
+    rows, skipped = [], []
+    for name, run in c.runs.items():
+        result = convergence_profile(run, name)
+        if isinstance(result, NotApplicable):
+            skipped.append(f"{name}: {result.reason}")
+        else:
+            rows.append(result)
+    if not rows:
+        return NotApplicable("; ".join(skipped) or "no run given", "tab_family_convergence")
+    frame = pd.concat(rows, ignore_index=True)
+    if skipped:
+        frame.attrs["runs_left_out"] = "; ".join(skipped)
+    return Frame(frame)
+
+
+MEASUREMENTS: tuple[Measurement, ...] = (
+    Measurement("family_state", "", "The carried loop state across iterations (overlap and relative change), "
+                "comparable across families.", ("iterations",), _family_figure(state_profile), figure_main,
+                FAMILY_STATE_DOC, kind="figure"),
+    Measurement("family_capacity", "", "Accuracy and staged capacity per loop count, comparable across families.",
+                ("depths",), _family_figure(capacity_profile), figure_main, FAMILY_CAPACITY_DOC, kind="figure"),
+    Measurement("family_convergence", "", "How fast the carried loop state settles (first and last transitions' "
+                "relative change), every run side by side.", (), _family_convergence,
+                lambda r: tidy.renamed(r.table(), {}), FAMILY_CONVERGENCE_DOC, scope="comparison",
+                found=by_computing("family_convergence"), family="Across latent-iteration families",
+                inputs=("runs",), caption="How fast the carried loop state settles, every run of the report side by "
+                "side: the relative L2 change of its first (1 -> 2) and last iteration transitions, their ratio, the "
+                "first iteration whose change is at most half the first one, and the top-k overlap at both ends."),
+)

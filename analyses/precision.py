@@ -27,6 +27,8 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import pandas as pd
 
+from sst_interp.analyses import tidy
+from sst_interp.analyses.measurement import Measurement
 from sst_interp.kernels import stats
 from sst_interp.analyses.layers import paper_layer
 from sst_interp.kernels.results import AnalysisResult, NotApplicable
@@ -298,3 +300,38 @@ def precision_proof(
         return NotApplicable("every selected hidden value is zero or missing; no ratio is defined", label)
     bound = None if alpha is None else alpha_bound(alpha, run.dtype)
     return PrecisionProof(run.dtype, eps, (a, b), depth, measured, keep is not None, summarise(acc, null), bound)
+
+
+# ------------------------------------------------------------------------------------------------ entry
+def _precision(a: Any) -> Any:
+    return precision_proof(a.run, a.regime_labels(), alpha=a.checkpoint_alpha())
+
+
+def _precision_notes(a: Any, result: Any) -> list[str]:
+    threshold, origin = a.threshold
+    notes = [f"dtype {result.dtype}: machine epsilon {result.eps:.3g}",
+             f"iterations {result.transition[0]} -> {result.transition[1]} of the depth-{result.depth} run at "
+             f"{result.positions} {'basin-shift' if result.restricted else 'recorded'} positions (threshold "
+             f"{threshold:.4f}, {origin})",
+             "p: one-sided exact binomial test of the fraction above 1x against 0.5; ci_low: its one-sided 95% bound"]
+    if result.bound is not None:
+        b = result.bound
+        notes.append(f"analytic bound: alpha in [{b.minimum:.4g}, {b.maximum:.4g}], minimum = "
+                     f"{b.minimum / b.eps:.3g} eps; {b.below.get(3.0, 0)} of {b.n} coefficients <= 3 eps")
+    else:
+        notes.append("analytic alpha bound omitted: no checkpoint for this run")
+    return notes
+
+
+MEASUREMENTS: tuple[Measurement, ...] = (
+    Measurement("precision_proof", "tab:precision_proof", "Iteration 1 -> 2 change against the dtype's rounding "
+                "error, per layer.", ("iterations",), _precision,
+                lambda r: tidy.renamed(r.table(), {"n": "n_values", "frac_above_1": "fraction_above_1"}),
+                {"layer": "decoder layer (or all)", "n_values": "ratios", "median": "median ratio", "p25": "25th "
+                 "percentile", "p75": "75th", "p95": "95th", "fraction_above_1": "fraction above 1x", "p":
+                 "one-sided exact binomial p", "ci_low": "one-sided 95% bound"},
+                notes=_precision_notes, extra_tables=lambda r: {"layers": r.full_table()},
+                family="Precision and convergence monitoring", inputs=("run", "checkpoint"), caption="Per-layer "
+                "ratio of the iteration 1 -> 2 hidden-state change to the dtype's rounding error at basin-shift "
+                "positions; under the rounding null the ratio is <= 1."),
+)

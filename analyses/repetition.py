@@ -22,6 +22,8 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from sst_interp.analyses import tidy
+from sst_interp.analyses.measurement import Measurement
 from sst_interp.kernels import stats
 from sst_interp.analyses.evaluation import load_generations
 from sst_interp.kernels.results import AnalysisResult, NotApplicable
@@ -161,3 +163,28 @@ def repetition(
         values.append(grouped["_rep"].mean().to_numpy(float))
         loops.append(int(grouped["_loop"].any().sum()))
     return Repetition(tuple(names), tuple(values), tuple(loops), reference)
+
+
+# ------------------------------------------------------------------------------------------------ entry
+def _repetition(a: Any) -> Any:
+    gens = a.run.generations()
+    depths = sorted(a.run.depths)
+    configs: dict[str, pd.DataFrame] = {}
+    if a.baseline is not None:
+        configs[f"Baseline iter={a.baseline_depth}"] = select_depth(a.baseline.generations(), a.baseline_depth)
+    configs[f"SST flat iter={depths[0]}"] = select_depth(gens, depths[0])
+    if len(depths) >= 2:
+        configs["SST staged"] = select_staged(gens)
+        configs[f"SST flat iter={depths[-1]}"] = select_depth(gens, depths[-1])
+    return repetition(configs, reference=next(iter(configs)))
+
+
+MEASUREMENTS: tuple[Measurement, ...] = (
+    Measurement("repetition", "tab:repetition", "Sentence-level repetition and loops per configuration.", (),
+                _repetition,
+                lambda r: tidy.renamed(r.table(), {"N": "n_turns", "sentence_repetition":
+                                                   "sentence_repetition_pct"}),
+                {"configuration": "baseline, SST flat or staged", "n_turns": "model turns",
+                 "sentence_repetition_pct": "turns with a repeated sentence", "loops": "turns in a loop",
+                 "mann_whitney_p": "against the first configuration"}),
+)

@@ -2,8 +2,8 @@
 
 The paper's tables put several observations in one row: one column per regime or per stage, prose row keys such as
 ``"argmax change rate CI low (%)"``. A notebook wants one row per observation with typed columns, so it can filter,
-join and plot without reshaping. These helpers turn each layout into that form; the registry
-(:mod:`sst_interp.analyses.registry`) names the one each measurement uses and documents its columns.
+join and plot without reshaping. These helpers turn each layout into that form; each measurement's entry
+(in its family module's ``MEASUREMENTS``) names the one it uses and documents its columns.
 
 Conventions of every tidy frame: ``quantity`` is a snake_case key derived from the paper table's row text (the text
 itself is kept in ``quantity_text``); ``statistic`` is ``value``, ``ci_low`` or ``ci_high`` (a confidence bound of

@@ -16,6 +16,11 @@ Typical use::
 compared pair of iterations; the basins module produces it.
 """
 
+from collections.abc import Callable
+from typing import Any
+
+from sst_interp.analyses import tidy
+from sst_interp.analyses.measurement import QUANTITY_DOC, Measurement, grouped, quantities
 from sst_interp.analyses.logit_dynamics.later import (
     BasinShiftActivity,
     LaterIterComputation,
@@ -69,3 +74,90 @@ __all__ = [
     "question_records", "records_from_blocks", "reorg_all", "reorg_argmax", "trajectory_records",
     "window_divergence", "within_run_records",
 ]
+
+
+# ------------------------------------------------------------------------------------------------ entries
+# sec:logit_dynamics, app:logit_tables.
+REGIME = ("low_overlap", "stable")
+WITHIN_CROSS = ("within", "cross")
+
+
+def _records(build: Callable[[Any], Any]) -> Callable[[Any], Any]:
+    return lambda a: build(a.logit_records())
+
+
+def _threshold_note(a: Any, result: Any) -> list[str]:
+    threshold, origin = a.threshold
+    return [f"regimes at overlap threshold {threshold:.4f} ({origin})"]
+
+
+def _records_note(a: Any, result: Any) -> list[str]:
+    threshold, origin = a.threshold
+    records = a.logit_records()
+    return [f"regimes at overlap threshold {threshold:.4f} ({origin}); window {records.max_positions} positions, "
+            f"top-{records.top_n} comparisons"]
+
+
+def _reorg(kind: str, regime: str) -> Callable[[Any], Any]:
+    reorg = {"argmax": reorg_argmax, "all": reorg_all}[kind]
+    return lambda a: reorg(a.logit_records(), LOW if regime == "low" else STABLE)
+
+
+MEASUREMENTS: tuple[Measurement, ...] = (
+    Measurement("argmax_concentration", "tab:argmax_concentration", "Argmax change rates at low-overlap vs "
+                "stable positions.", ("iterations",), _records(argmax_concentration),
+                quantities("quantity", (*REGIME, "total"), "regime"), grouped("regime", "low_overlap, stable "
+                                                                                 "or total"),
+                notes=_records_note,
+                family="Logit dynamics", caption="Argmax change rates at low-overlap vs stable positions "
+                "(cross-run, all depth pairs, pre-divergence), with the odds ratio."),
+    Measurement("decision_boundary", "tab:decision_boundary", "Exact ties vs strict overrides among argmax "
+                "changes.", ("iterations",), _records(decision_boundary),
+                quantities("quantity"), QUANTITY_DOC, notes=_records_note,
+                family="Logit dynamics", caption="Exact ties vs strict overrides among argmax changes, and "
+                "the top-1 log-prob shift at changes vs non-changes (cross-run)."),
+    Measurement("gap_distributions", "tab:gap_distributions", "Top-1 minus top-2 gap at argmax changes by "
+                "regime.", ("iterations",), _records(gap_distributions),
+                quantities("quantity", REGIME, "regime"), grouped("regime", "low_overlap or stable"),
+                notes=_records_note,
+                family="Logit dynamics", caption="Top-1 minus top-2 gap at argmax-changing positions by "
+                "regime (within-run, iter 1 vs later iterations)."),
+    Measurement("reorg_lo_argmax", "tab:reorg_lo_argmax", "Posterior reorganisation at low-overlap argmax "
+                "changes.", ("iterations",), _reorg("argmax", "low"),
+                quantities("quantity", WITHIN_CROSS, "comparison"), grouped("comparison", "within or cross run"),
+                notes=_records_note,
+                family="Logit dynamics", caption="Posterior reorganisation at low-overlap argmax changes: "
+                "top-n replacement, top-5 rank shifts, argmax suppression, rank of the new winner (within- and "
+                "cross-run)."),
+    Measurement("reorg_st_argmax", "tab:reorg_st_argmax", "Posterior reorganisation at stable argmax changes.",
+                ("iterations",), _reorg("argmax", "stable"), quantities("quantity", WITHIN_CROSS, "comparison"),
+                grouped("comparison", "within or cross run"), notes=_records_note,
+                family="Logit dynamics", caption="Posterior reorganisation at stable argmax changes (within- "
+                "and cross-run)."),
+    Measurement("reorg_lo_all", "tab:reorg_lo_all", "Top-n replacement at every low-overlap position.",
+                ("iterations",), _reorg("all", "low"), quantities("quantity", WITHIN_CROSS, "comparison"),
+                grouped("comparison", "within or cross run"), notes=_records_note,
+                family="Logit dynamics", caption="Top-n replacement and argmax change rate at every "
+                "low-overlap position (within- and cross-run)."),
+    Measurement("reorg_st_all", "tab:reorg_st_all", "Top-n replacement at every stable position.",
+                ("iterations",), _reorg("all", "stable"), quantities("quantity", WITHIN_CROSS, "comparison"),
+                grouped("comparison", "within or cross run"), notes=_records_note,
+                family="Logit dynamics", caption="Top-n replacement and argmax change rate at every stable "
+                "position (within- and cross-run)."),
+    Measurement("basin_shift_activity", "tab:basin_shift_activity", "Basin shifts across consecutive iteration "
+                "transitions of the deepest run.", ("iterations",),
+                lambda a: basin_shift_activity(a.regime_labels()),
+                lambda r: tidy.categories(r.table(), "activity", {"count": "n_positions", "percent": "percent",
+                                                                  "ci_low": "ci_low_pct", "ci_high": "ci_high_pct"}),
+                {"category": "activity key", "category_text": "the paper's row", "n_positions": "positions",
+                 "percent": "percent", "ci_low_pct": "95% bound", "ci_high_pct": "95% bound"},
+                notes=_threshold_note,
+                family="Logit dynamics", caption="Basin shifts of the deepest run across consecutive "
+                "iteration transitions: sustained, first transition only, or new at a later transition."),
+    Measurement("later_iter_computation", "tab:later_iter_computation", "Later-iteration computation by "
+                "regime.", ("iterations",), _records(later_iter_computation),
+                quantities("quantity", ("basin_shift", "stable"), "regime"),
+                grouped("regime", "basin_shift or stable"), notes=_records_note,
+                family="Logit dynamics", caption="Later-iteration computation by regime: cumulative log-prob "
+                "shift ratios, reversal rates, argmax re-changes and question-level stabilisation."),
+)

@@ -1,10 +1,10 @@
-"""The intervention experiments' tables and figure as registry entries (scope ``experiment``).
+"""The intervention experiments' tables and figure as catalogue entries (scope ``experiment``).
 
 An experiment folder (``python -m sst_interp.intervene {window,trace,steer,attribute} --out DIR``) is measured like a run:
 ``e = analyses.open_experiment(DIR)``, then ``e.data("tab_intervention_window")``, ``e.notes(...)``,
 ``e.available()``. The report's Interventions artefacts stack these entries over the ``--experiment`` folders.
-This package sits above :mod:`sst_interp.analyses`, so it registers its entries itself (the registry imports this
-module by name: :data:`sst_interp.analyses.registry.EXTENSIONS`).
+This package sits above :mod:`sst_interp.analyses`, so its entries and their requirements are declared here
+(:data:`MEASUREMENTS`, :data:`REQUIREMENTS`), and :mod:`sst_interp.catalogue` gathers them with every other family's.
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ import pandas as pd
 
 from sst_interp.analyses import tidy
 from sst_interp.analyses.figure_data import FigureData
-from sst_interp.analyses.registry import Measurement, register, register_requirement
+from sst_interp.analyses.measurement import Measurement
 from sst_interp.kernels.results import AnalysisResult
 from sst_interp.experiments.manifest import KINDS, kinds_in, read_manifest, read_table
 from sst_interp.experiments.trace_cells import ALIGNED_COLUMNS
@@ -71,8 +71,8 @@ def _holds(kind: str) -> Callable[[Any], str | None]:
     return check
 
 
-for _kind in KINDS:
-    register_requirement(f"{_kind}_experiment", _holds(_kind))
+#: One declarative requirement per experiment kind: the folder holds that experiment.
+REQUIREMENTS = {f"{kind}_experiment": _holds(kind) for kind in KINDS}
 
 
 def _table(kind: str, table: str, note: str) -> Callable[[Any], ExperimentTable]:
@@ -207,5 +207,3 @@ MEASUREMENTS: tuple[Measurement, ...] = (
                        "the same patch run"), _as_is,
                 {c: ATTRIBUTION_DOC[c] for c in ATTRIBUTION_VERIFIED_COLUMNS}, notes=_notes, scope="experiment"),
 )
-
-register(*MEASUREMENTS)

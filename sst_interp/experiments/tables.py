@@ -1,4 +1,4 @@
-"""The names and columns of the tables the three experiments write (a light module: the registry's entries for
+"""The names and columns of the tables the three experiments write (a light module: the catalogue entries for
 them, :mod:`sst_interp.experiments.measurements`, document their columns without loading the model stack)."""
 
 #: questions the sign test would need for the cell's observed effect (the power is

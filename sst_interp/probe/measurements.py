@@ -1,7 +1,7 @@
-"""The halting probe's measurements (sec:halting_probe, app:halting) as registry entries.
+"""The halting probe's measurements (sec:halting_probe, app:halting) as catalogue entries.
 
-The probe sits above :mod:`sst_interp.analyses`, so its tables and figures register themselves here
-(:func:`sst_interp.analyses.registry.register`; the registry imports this module by name when it is first listed).
+The probe sits above :mod:`sst_interp.analyses`, so its tables and figures are declared here (:data:`MEASUREMENTS`),
+and :mod:`sst_interp.catalogue` gathers them with every other family's.
 Everything else works as for any measurement: ``a = analyses.open(run, probe=PATH)``, then ``a.data("tab:halting_probe")``,
 ``a.table(...)``, ``a.notes(...)``, ``a.available()``, and the report's probe artefacts are adapters over the same
 entries.
@@ -25,7 +25,7 @@ import pandas as pd
 
 from sst_interp.analyses import tidy
 from sst_interp.analyses.figure_data import FigureData
-from sst_interp.analyses.registry import Measurement, register
+from sst_interp.analyses.measurement import Measurement
 from sst_interp.kernels.errors import UsageError
 from sst_interp.kernels.results import AnalysisResult, NotApplicable
 
@@ -524,5 +524,3 @@ MEASUREMENTS: tuple[Measurement, ...] = (
                 "essential hidden-state dimensions on a grid of the position-0 state (dim 0 at the bottom left), "
                 "coloured by weight importance."),
 )
-
-register(*MEASUREMENTS)

@@ -12,7 +12,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from sst_interp.analyses.registry import Measurement, all_measurements, lookup
+from sst_interp.analyses.measurement import Measurement
+from sst_interp.catalogue import all_measurements, lookup
 from sst_interp.kernels.results import NotApplicable
 from sst_interp.reporting.artefacts import ArtefactData, ArtefactSpec
 from sst_interp.reporting.context import ReportContext

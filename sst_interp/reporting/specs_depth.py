@@ -15,7 +15,7 @@ FAMILY = "Per-position depth"
 
 
 def _stacked(ctx: ReportContext) -> ArtefactData | NotApplicable:
-    """The registry's ``tab_depth_pareto`` of every run, in one table with the front recomputed over all rows."""
+    """The catalogue's ``tab_depth_pareto`` of every run, in one table with the front recomputed over all rows."""
     from sst_interp.analyses.depth_policies import combine
 
     from sst_interp.analyses.depth_policies import pareto

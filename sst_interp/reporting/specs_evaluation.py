@@ -19,7 +19,7 @@ def _baseline_depth(base: object) -> int:
 
 
 def main_results(ctx: ReportContext, target: str | None) -> ArtefactData | NotApplicable:
-    """tab:main_results for every run with a matched baseline (one row per benchmark): the registry entry of each
+    """tab:main_results for every run with a matched baseline (one row per benchmark): the catalogue entry of each
     run, stacked."""
     frames, notes = [], []
     for item in ctx.inputs.runs:
@@ -42,7 +42,7 @@ def main_results(ctx: ReportContext, target: str | None) -> ArtefactData | NotAp
 
 
 def staged_breakdown(ctx: ReportContext, target: str | None) -> ArtefactData | NotApplicable:
-    """tab:staged_breakdown over every multi-depth run: the registry entry of each run, stacked."""
+    """tab:staged_breakdown over every multi-depth run: the catalogue entry of each run, stacked."""
     frames = [ctx.analysis(item.name).table("tab:staged_breakdown") for item in ctx.inputs.runs
               if len(item.run.depths) >= 2]
     if not frames:

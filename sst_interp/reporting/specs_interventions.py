@@ -1,6 +1,6 @@
 """Intervention experiments (``python -m sst_interp.intervene``) in the report, from ``report --experiment DIR``.
 
-Each artefact stacks the registry entry of its name (declared in :mod:`sst_interp.experiments.measurements`: the
+Each artefact stacks the catalogue entry of its name (declared in :mod:`sst_interp.experiments.measurements`: the
 tidy tables the experiment wrote, checked against the sha256 its manifest records) over the folders given, with an
 ``experiment`` column naming the folder; it is skipped, saying why, when no folder holds its experiment.
 """
@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from sst_interp.analyses.registry import lookup
+from sst_interp.catalogue import lookup
 from sst_interp.kernels.results import NotApplicable
 from sst_interp.reporting import fig_interventions
 from sst_interp.reporting.artefacts import ArtefactData, ArtefactSpec
@@ -23,7 +23,7 @@ NEEDS = ("experiments",)
 
 
 def _stacked(key: str) -> Callable[[ReportContext, str | None], ArtefactData | NotApplicable]:
-    """The registry entry ``key`` of every ``--experiment`` folder that holds its experiment, stacked with an
+    """The catalogue entry ``key`` of every ``--experiment`` folder that holds its experiment, stacked with an
     ``experiment`` column naming the folder (each frame of a figure's data likewise)."""
     measurement = lookup(key)
 

@@ -1,6 +1,6 @@
 """Figure styles: the name a measurement's ``figure`` field gives -> the drawer that draws its data.
 
-A measurement says how it is drawn by name (:attr:`sst_interp.analyses.registry.Measurement.figure`) so that
+A measurement says how it is drawn by name (:attr:`sst_interp.analyses.measurement.Measurement.figure`) so that
 :mod:`sst_interp.analyses` never imports matplotlib; this table is the one place a name meets its drawer. A new
 measurement drawn like an existing one names that style; a new look adds one drawer and one row here.
 """

@@ -47,10 +47,10 @@ def test_no_test_reads_data_outside_the_repository():
 
 def test_glossary_labels_are_measurements_and_anchors_unique():
     """A glossary term points only at labels the registry produces (a typo would silently link nothing)."""
-    from sst_interp.analyses import registry
+    from sst_interp import catalogue
     from sst_interp.kernels.glossary import TERMS
 
-    produced = {m.label for m in registry.all_measurements() if m.label}
+    produced = {m.label for m in catalogue.all_measurements() if m.label}
     unknown = sorted({label for term in TERMS for label in term.labels} - produced)
     assert not unknown, f"glossary labels no measurement has: {unknown}"
     anchors = [term.anchor for term in TERMS]

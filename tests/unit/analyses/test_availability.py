@@ -13,7 +13,8 @@ import pytest
 from sst_interp import analyses
 from sst_interp.analyses.api import _computed
 from sst_interp.analyses.availability import UnknownMeasurement
-from sst_interp.analyses.registry import Measurement, all_measurements, lookup
+from sst_interp.analyses.measurement import Measurement
+from sst_interp.catalogue import all_measurements, lookup
 from sst_interp.kernels.errors import UsageError
 from sst_interp.kernels.results import NotApplicable
 from sst_interp.synthetic import write_synthetic_run

@@ -11,7 +11,7 @@ import pandas as pd
 import pytest
 
 from sst_interp.analyses.families import convergence_profile
-from sst_interp.analyses.registry import lookup
+from sst_interp.catalogue import lookup
 from sst_interp.kernels.results import NotApplicable
 from sst_interp.reporting.registry import all_specs
 

@@ -11,7 +11,7 @@ import pytest
 
 from sst_interp import analyses
 from sst_interp.analyses import tidy
-from sst_interp.analyses.registry import REQUIREMENTS, all_measurements, lookup
+from sst_interp.catalogue import REQUIREMENTS, all_measurements, lookup
 from sst_interp.kernels.errors import UsageError
 from sst_interp.reporting.registry import all_specs
 from tests.unit.reporting.builders import CORRECT, write_baseline_run, write_sst_run

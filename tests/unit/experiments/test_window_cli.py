@@ -8,7 +8,7 @@ import pandas as pd
 import pytest
 
 from sst_interp import analyses
-from sst_interp.analyses.registry import lookup
+from sst_interp.catalogue import lookup
 from sst_interp.cli.intervene import main
 from sst_interp.experiments.manifest import read_manifest
 from sst_interp.experiments.window import window_spec, windows
