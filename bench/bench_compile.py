@@ -10,7 +10,11 @@ compilation is spread over the tokens, and other work on a shared machine is fil
 - ``sst dK``: :func:`sst_interp.model.generate` (the eager session) against
   :func:`sst_interp.model.compiled.generate_compiled` at depth K;
 - ``record dK``: the same with ``record``'s capture (the Recorder; hooks when eager, the step's outputs when
-  compiled) and its columns gathered, at depths 1 and max(--depths).
+  compiled) and its columns gathered, at depths 1 and max(--depths);
+- ``intervene dK``: the same under an intervention, at depth max(--depths): ``add`` of a fixed random direction
+  to every layer's output at iteration 1 and ``freeze`` of the middle layer from iteration 2 on (the Intervener's
+  Python hooks when eager, :class:`~sst_interp.model.stream_edits.StreamEdits` filled per pass when compiled; the
+  intervening step compiles its own graph).
 
 The CPU's per-kernel dispatch is the cost that CUDA graphs remove on a GPU; the inductor removes it here by fusing
 the small kernels. Goal: compiled at least 2x faster than eager at batch 1, recording included. Each compilation
@@ -26,6 +30,7 @@ from collections.abc import Callable
 import torch
 
 from sst_interp.hooks import RecordConfig, Recorder
+from sst_interp.interventions import Intervention, InterventionSpec, Operation, Site, intervene
 from sst_interp.model import GenerationConfig, SSTConfig, SSTModel, generate
 from sst_interp.model.backbone import load_backbone
 from sst_interp.model.compiled import StepCompiler, generate_compiled
@@ -55,6 +60,18 @@ def per_token_pair(eager: Callable[[int], object], fast: Callable[[int], object]
                  for name in ("eager", "fast"))
 
 
+def edit_spec(sst: SSTModel) -> InterventionSpec:
+    """The ``intervene`` rows' spec: ``add`` of one fixed random direction (norm 1) to every layer's output at
+    iteration 1, and ``freeze`` of the middle layer at iterations 2 and later."""
+    direction = torch.randn(sst.hidden_size, generator=torch.Generator().manual_seed(0), dtype=torch.float64)
+    direction = tuple((direction / direction.norm()).tolist())
+    return InterventionSpec((
+        Intervention(Site("layer_out", iterations=(1,)), Operation("add", direction=direction)),
+        Intervention(Site("layer_out", layers=(sst.num_layers // 2,), iterations=tuple(range(2, 9))),
+                     Operation("freeze")),
+    ))
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--new-tokens", type=int, default=16)
@@ -75,10 +92,16 @@ def main() -> None:
         plain_compiled = StepCompiler(sst, "default", stream=False)
         sst_compiled = StepCompiler(sst, "default", capture_outputs=True)
 
-        def decode(compiler, depth: int, n: int, record: bool = False) -> None:
+        def decode(compiler, depth: int, n: int, record: bool = False, spec: InterventionSpec | None = None) -> None:
             config = GenerationConfig(max_new_tokens=n, logits_every_iteration=record, prompt_mode="none")
             names = [f"q{row}" for row in range(batch)]
-            if compiler is None:
+            if spec is not None:
+                with intervene(sst, spec) as intervener:
+                    if compiler is None:
+                        generate(sst, prompts, depth, config, observer=intervener)
+                    else:
+                        generate_compiled(sst, prompts, depth, config, observer=intervener, compiler=compiler)
+            elif compiler is None:
                 if record:
                     with Recorder.for_model(sst, names, CAPTURE) as recorder:
                         generate(sst, prompts, depth, config, observer=recorder)
@@ -92,8 +115,10 @@ def main() -> None:
             else:
                 generate_compiled(sst, prompts, depth, config, compiler=compiler)
 
-        for name, compiler in (("plain", plain_compiled), ("sst", sst_compiled)):
-            took = seconds(lambda: decode(compiler, 2, 3))
+        spec = edit_spec(sst)
+        for name, compiler, edits in (("plain", plain_compiled, None), ("sst", sst_compiled, None),
+                                      ("intervening", sst_compiled, spec)):
+            took = seconds(lambda: decode(compiler, 2, 3, spec=edits))
             print(f"batch {batch}: compiling the {name} step and LM head (with a 3-token warm-up): {took:.1f} s",
                   flush=True)
 
@@ -112,6 +137,8 @@ def main() -> None:
         for depth in sorted({depths[0], depths[-1]}):
             compare(f"record d{depth}", lambda n, d=depth: decode(None, d, n, record=True),
                     lambda n, d=depth: decode(sst_compiled, d, n, record=True))
+        compare(f"intervene d{depths[-1]}", lambda n: decode(None, depths[-1], n, spec=spec),
+                lambda n: decode(sst_compiled, depths[-1], n, spec=spec))
     ones = [eager / fast for name, eager, fast in rows if name.startswith("b1 ")]
     if ones:
         print(f"\nbatch 1: smallest speed-up {min(ones):.2f}x (goal >= {GOAL}x): "

@@ -37,8 +37,9 @@ TOP = "sst_interp"
 PENDING_PRIVATE: dict[tuple[str, str], str] = {}
 #: The floors, lowest first (README "Architecture" holds the same table): each package of ``sst_interp`` (its first
 #: name under ``sst_interp``; ``cli.args`` is the flag mechanism, apart from the commands in ``cli``; ``sst_interp``
-#: is the root ``__init__``; ``commands`` are the entry files, every ``__main__``, and :data:`ENTRY_PACKAGES`). A package may import the
-#: packages of lower floors, and of its own floor only those :data:`SAME_FLOOR` names; nothing imports upwards.
+#: is the root ``__init__``; ``commands`` are the entry files, every ``__main__``, and :data:`ENTRY_PACKAGES`). A
+#: package may import the packages of lower floors, and of its own floor only those :data:`SAME_FLOOR` names;
+#: nothing imports upwards but the :data:`UPWARD` imports.
 FLOORS: dict[int, tuple[str, ...]] = {
     1: ("sst_interp", "kernels", "checkpoints", "cli.args"),
     2: ("store", "sandbox", "hooks", "data", "outputs", "synthetic"),
