@@ -20,6 +20,8 @@ from __future__ import annotations
 
 import torch
 
+from sst_interp.model.static_address import mark_static
+
 # The attention implementations whose mask format :func:`column_masks` produces: a boolean "may attend" mask for
 # SDPA and an additive float mask (0 or the dtype's minimum) for eager attention, as transformers builds them.
 MASK_FORMATS: tuple[str, ...] = ("eager", "sdpa")
@@ -47,8 +49,8 @@ class ColumnCache:
         self.offsets = torch.arange(self.max_columns, device=device)
         self.keys: list[torch.Tensor | None] = [None] * self.num_layers
         self.values: list[torch.Tensor | None] = [None] * self.num_layers
-        torch._dynamo.mark_static_address(self.column)
-        torch._dynamo.mark_static_address(self.offsets)
+        mark_static(self.column)
+        mark_static(self.offsets)
 
     def update(self, key_states: torch.Tensor, value_states: torch.Tensor, layer_idx: int, *args,
                **kwargs) -> tuple[torch.Tensor, torch.Tensor]:
@@ -70,8 +72,8 @@ class ColumnCache:
         self.keys[layer_idx] = torch.zeros(*shape, key_dim, dtype=key_states.dtype, device=key_states.device)
         self.values[layer_idx] = torch.zeros(*shape, value_states.shape[-1], dtype=value_states.dtype,
                                              device=value_states.device)
-        torch._dynamo.mark_static_address(self.keys[layer_idx])
-        torch._dynamo.mark_static_address(self.values[layer_idx])
+        mark_static(self.keys[layer_idx])
+        mark_static(self.values[layer_idx])
 
     def set_column(self, column: int) -> None:
         """The next pass writes from ``column`` (an in-place fill: the address stays fixed)."""

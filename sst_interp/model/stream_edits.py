@@ -23,6 +23,7 @@ from __future__ import annotations
 import torch
 
 from sst_interp.model.state_stream import StateStreamParams
+from sst_interp.model.static_address import mark_static
 
 #: the streams an affine map edits; ``state_in`` and ``blended`` exist in stateful layers only
 AFFINE_STREAMS: tuple[str, ...] = ("state_in", "blended", "layer_out")
@@ -64,7 +65,7 @@ class StreamEdits:
 
     def _buffer(self, shape: tuple[int, ...], dtype: torch.dtype, value: float = 0) -> torch.Tensor:
         tensor = torch.full((self.batch, *shape), value, dtype=dtype, device=self.device)
-        torch._dynamo.mark_static_address(tensor)
+        mark_static(tensor)
         return tensor
 
     # ------------------------------------------------------------------------------------------ host side
