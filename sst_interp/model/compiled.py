@@ -26,8 +26,10 @@ from __future__ import annotations
 
 import os
 import shutil
+import types
 from contextlib import contextmanager
 from dataclasses import dataclass
+from collections.abc import Callable
 from typing import Any, Iterator, Literal
 
 import torch
@@ -80,14 +82,19 @@ class CompileOptions:
 
 
 # The CPU compilation. Decoding one row reads every weight once per pass, and ATen's matrix-vector products read a
-# [out, in] weight at about half the machine's memory bandwidth (the default backbone's tied LM head, 671 MB: 64-72 ms
+# [out, in] weight at about half the machine's memory bandwidth (the default backbone's tied LM head, 671 MB: 60-72 ms
 # through F.linear, 36 ms from a transposed copy, on the 2-core machine). Freezing folds the weights into the graph as
-# constants, so the inductor can pack them once into its GEMM's blocked layout, and max-autotune's C++ GEMM template
-# is then tried beside ATen for each product. Measured on the default backbone at batch 1: 119 ms per token compiled
-# without these, 68 ms with them, 139 ms eager (bench/compile.log has the run). The cost: the packed copies sit beside
-# the model's own weights (about 1.9 GB more resident for the 270M backbone in float32), the compilation takes about
-# 2 minutes instead of 15 s, and the graph reads the weights it froze: DecodeStep refuses to run once they change.
-CPU_INDUCTOR_OPTIONS: dict[str, Any] = {"freezing": True, "max_autotune": True, "max_autotune_gemm_backends": "CPP,ATEN"}
+# constants, so the inductor packs them once into its GEMMs' blocked layout; on a model large enough for it to pay,
+# max-autotune's C++ GEMM template is then timed beside ATen for each product. Measured on the default backbone at
+# batch 1 (bench/compile.log): about 119 ms per token compiled without these, 70 with them, 139 eager. The cost: the
+# packed copies sit beside the model's own weights (resident memory 3.7 GB instead of 1.9 GB for the 270M backbone
+# in float32), the compilation takes about 2 minutes instead of 15 s, and the graph reads the weights it froze, so
+# DecodeStep refuses to run once they change.
+CPU_FREEZING: dict[str, Any] = {"freezing": True}
+CPU_GEMM_AUTOTUNE: dict[str, Any] = {"max_autotune": True, "max_autotune_gemm_backends": "CPP,ATEN"}
+# Below this a step is dispatch-bound, not bandwidth-bound, and the autotuning (about 45 s more compilation of a
+# 3-layer test model) buys nothing: the test suite's tiny models compile without it, the 270M backbone with it.
+GEMM_AUTOTUNE_MIN_PARAMETERS = 50_000_000
 
 
 def freezes_weights(mode: str | None, device: torch.device) -> bool:
@@ -95,23 +102,52 @@ def freezes_weights(mode: str | None, device: torch.device) -> bool:
     return mode == "default" and device.type == "cpu"
 
 
+def cpu_options(module: torch.nn.Module) -> dict[str, Any]:
+    """The inductor's settings for compiling ``module``'s decode step on the CPU: freezing, and the GEMM autotuning
+    from :data:`GEMM_AUTOTUNE_MIN_PARAMETERS` parameters on."""
+    large = sum(parameter.numel() for parameter in module.parameters()) >= GEMM_AUTOTUNE_MIN_PARAMETERS
+    return {**CPU_FREEZING, **(CPU_GEMM_AUTOTUNE if large else {})}
+
+
 def weights_fingerprint(module: torch.nn.Module) -> tuple[tuple[int, int], ...]:
     """(address, version counter) of every parameter and buffer: changes when any is replaced or edited in place."""
     return tuple((tensor.data_ptr(), tensor._version) for tensor in (*module.parameters(), *module.buffers()))
 
 
-def compile_fn(fn, mode: str, device: torch.device):
-    """``torch.compile(fn)`` for the decode step: the whole graph (``fullgraph``), static shapes. ``reduce-overhead``
-    on CUDA also turns on the inductor's coordinate-descent tuning of its kernels' launch parameters: on one H100 at
-    the paper's shape it took the plain step from 27.3 to 24.2 ms (median of three), for 50 s more compilation
-    (bench/results/compiled_step_cdt_h100_2026-11-27.txt)."""
+def compile_fn(fn, mode: str, device: torch.device, cpu_settings: dict[str, Any] | None = None):
+    """``torch.compile(fn)`` for the decode step: the whole graph (``fullgraph``), static shapes.
+
+    ``reduce-overhead`` on CUDA also turns on the inductor's coordinate-descent tuning of its kernels' launch
+    parameters: on one H100 at the paper's shape it took the plain step from 27.3 to 24.2 ms (median of three), for
+    50 s more compilation (bench/results/compiled_step_cdt_h100_2026-11-27.txt). The CPU's default mode runs under
+    ``cpu_settings`` (:func:`cpu_options`; freezing alone when None).
+    """
     if mode == "reduce-overhead" and device.type == "cuda":
         # torch.compile takes a mode or options, not both: these are reduce-overhead's options plus the tuning
         return torch.compile(fn, fullgraph=True, dynamic=False,
                              options={"triton.cudagraphs": True, "coordinate_descent_tuning": True})
     if freezes_weights(mode, device):
-        return torch.compile(fn, fullgraph=True, dynamic=False, options=CPU_INDUCTOR_OPTIONS)
+        return _patched(torch.compile(fn, fullgraph=True, dynamic=False), cpu_settings or CPU_FREEZING)
     return torch.compile(fn, mode=mode, fullgraph=True, dynamic=False)
+
+
+def own_code(method: Callable[..., Any]) -> Callable[..., Any]:
+    """``method`` (bound) rebound to a fresh copy of its code object: torch.compile's graphs cached for the copy are
+    its own, never another copy's."""
+    function = method.__func__
+    copy = types.FunctionType(function.__code__.replace(), function.__globals__, function.__name__,
+                              function.__defaults__, function.__closure__)
+    return types.MethodType(copy, method.__self__)
+
+
+def _patched(compiled, settings: dict[str, Any]):
+    """``compiled`` run with the inductor's config patched by ``settings``. Compilation happens at the first call (and
+    at any recompilation), so the patch is set around every call: passed as ``torch.compile(options=...)`` instead,
+    the freezing did not take effect (torch 2.13: a compiled 671 MB head took 60 ms so, 38-42 ms patched)."""
+    def run(*args: Any) -> Any:
+        with torch._inductor.config.patch(settings):
+            return compiled(*args)
+    return run
 
 
 def compile_refusal(sst: SSTModel, policy: DepthPolicy | None = None, intervention: Any = None) -> str | None:
@@ -213,8 +249,15 @@ class DecodeStep:
         if compile_mode is None:
             self.fn, self.head = self._step, sst.lm_logits
         else:
-            self.fn = compile_fn(self._step, compile_mode, sst.device)
-            self.head = compile_fn(sst.lm_logits, compile_mode, sst.device)
+            step, head = self._step, sst.lm_logits
+            if freezes_weights(compile_mode, sst.device):
+                # Own copies of the code: dynamo keeps its compiled graphs per code object and, once the weights are
+                # frozen, guards only on the parameters' identity, so a step made after an in-place weight edit
+                # would otherwise reuse the graphs that froze the old values.
+                step, head = own_code(step), own_code(head)
+            settings = cpu_options(sst)
+            self.fn = compile_fn(step, compile_mode, sst.device, settings)
+            self.head = compile_fn(head, compile_mode, sst.device, settings)
         # the weights a CPU graph freezes at its first call: check_weights refuses a step whose model changed since
         self.weights = weights_fingerprint(sst) if freezes_weights(compile_mode, sst.device) else None
 
@@ -313,6 +356,15 @@ class StepCompiler:
         self.sst, self.compile_mode, self.stream, self.bucket = sst, compile_mode, stream, int(bucket)
         self.capture_outputs = bool(capture_outputs)
         self.steps: dict[tuple[int, int, bool], DecodeStep] = {}
+
+    @property
+    def recipe(self) -> str:
+        """How the steps compile, for a run's numerics fingerprint: the ``torch.compile`` mode, plus ``+frozen`` where
+        the weights are frozen (the CPU) and ``+gemm-autotune`` where each product's kernel is then picked by timing
+        (:func:`cpu_options`)."""
+        if not freezes_weights(self.compile_mode, self.sst.device):
+            return str(self.compile_mode)
+        return f"{self.compile_mode}+frozen" + ("+gemm-autotune" if "max_autotune" in cpu_options(self.sst) else "")
 
     def step_for(self, batch: int, columns: int, intervening: bool = False) -> DecodeStep:
         """The (reset) step for ``batch`` rows and at least ``columns`` cache columns; ``intervening`` picks the

@@ -40,8 +40,9 @@ def run_compiler(sst: Any, options: RecordOptions) -> Any:
 
 
 def decode_kind(compiler: Any) -> str:
-    """How a run's decode passes execute, for its numerics fingerprint: ``eager`` or ``compiled:<mode>``."""
-    return "eager" if compiler is None else f"compiled:{compiler.compile_mode}"
+    """How a run's decode passes execute, for its numerics fingerprint: ``eager`` or ``compiled:<recipe>``
+    (:attr:`~sst_interp.model.compiled.StepCompiler.recipe`)."""
+    return "eager" if compiler is None else f"compiled:{compiler.recipe}"
 
 
 @contextmanager

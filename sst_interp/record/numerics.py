@@ -57,7 +57,7 @@ def numerics_fingerprint(sst: Any, dtype: str, batch_size: int, decode: str = "e
         sst: the loaded :class:`~sst_interp.model.sst.SSTModel` (its devices and attention implementation are read).
         dtype: the resolved compute dtype (``float32`` or ``bfloat16``).
         batch_size: questions per generation batch.
-        decode: ``eager`` or ``compiled:<mode>`` (:func:`sst_interp.record.completion.decode_kind`): a compiled step
+        decode: ``eager`` or ``compiled:<recipe>`` (:func:`sst_interp.record.completion.decode_kind`): a compiled step
             sums in another order, so its numbers differ from eager ones in the last bits.
     """
     import torch

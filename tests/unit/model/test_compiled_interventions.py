@@ -341,7 +341,7 @@ def test_record_compile_on_with_an_intervention_writes_the_same_run_as_eager(tmp
                             "--demo-preset", "--intervention", str(spec), "--compile", flag, "--out", str(out)]) == 0
         runs[flag] = Run.open(out)
     eager, fast = runs["off"], runs["on"]
-    assert fast.manifest["identity"]["numerics"]["decode"] == "compiled:default"
+    assert fast.manifest["identity"]["numerics"]["decode"] == "compiled:default+frozen"
 
     def answers(run):
         table = run.generations().sort_values(["question_id"])

@@ -206,7 +206,7 @@ def test_record_compile_on_writes_the_same_run_as_eager(tmp_path):
                             "--demo-preset", "--compile", flag, "--out", str(out)]) == 0
         runs[flag] = Run.open(out)
     eager, fast = runs["off"], runs["on"]
-    assert fast.manifest["identity"]["numerics"]["decode"] == "compiled:default"
+    assert fast.manifest["identity"]["numerics"]["decode"] == "compiled:default+frozen"
     assert eager.manifest["identity"]["numerics"]["decode"] == "eager"
     def answers(run):
         table = run.generations().sort_values(["depth", "question_id"])
