@@ -4,9 +4,9 @@ A generation pass at a generated position is a pure function of (token ids, posi
 states): :meth:`DecodeStep._step` runs the decoder on one column of a
 :class:`~sst_interp.model.column_cache.ColumnCache`, writes the new carried states into buffers at fixed addresses,
 and returns the final hidden state and, when recording, every layer's output; the LM head is a second small graph,
-run only by passes that need logits. ``torch.compile`` turns each into one graph (CUDA graphs on CUDA, the
-inductor's default mode on the CPU), compiled once per batch size: iterations of a position rerun the same graph at
-the same cache column, and every depth shares it.
+run only by passes that need logits. ``torch.compile`` turns each into one graph (CUDA graphs on CUDA; on the CPU
+the inductor with the weights frozen into the graph and packed for its GEMMs, :data:`CPU_FREEZING`), compiled once
+per batch size: iterations of a position rerun the same graph at the same cache column, and every depth shares it.
 
 What stays eager: the prompt (its width differs per batch), the depth decision between passes, the token choice and
 the observer callbacks. An installed :class:`~sst_interp.interventions.apply.Intervener` runs inside the step as
@@ -91,7 +91,9 @@ class CompileOptions:
 # in float32), the compilation takes about 2 minutes instead of 15 s, and the graph reads the weights it froze, so
 # DecodeStep refuses to run once they change.
 CPU_FREEZING: dict[str, Any] = {"freezing": True}
-CPU_GEMM_AUTOTUNE: dict[str, Any] = {"max_autotune": True, "max_autotune_gemm_backends": "CPP,ATEN"}
+CPU_GEMM_AUTOTUNE: dict[str, Any] = {"max_autotune": True, "max_autotune_gemm_backends": "CPP,ATEN",
+                                     # its timing tables, one per product, would otherwise go to the user's terminal
+                                     "autotune_num_choices_displayed": 0, "max_autotune_report_choices_stats": False}
 # Below this a step is dispatch-bound, not bandwidth-bound, and the autotuning (about 45 s more compilation of a
 # 3-layer test model) buys nothing: the test suite's tiny models compile without it, the 270M backbone with it.
 GEMM_AUTOTUNE_MIN_PARAMETERS = 50_000_000
