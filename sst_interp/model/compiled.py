@@ -27,9 +27,9 @@ from __future__ import annotations
 import os
 import shutil
 import types
+from collections.abc import Callable
 from contextlib import contextmanager
 from dataclasses import dataclass
-from collections.abc import Callable
 from typing import Any, Iterator, Literal
 
 import torch
@@ -86,10 +86,11 @@ class CompileOptions:
 # through F.linear, 36 ms from a transposed copy, on the 2-core machine). Freezing folds the weights into the graph as
 # constants, so the inductor packs them once into its GEMMs' blocked layout; on a model large enough for it to pay,
 # max-autotune's C++ GEMM template is then timed beside ATen for each product. Measured on the default backbone at
-# batch 1 (bench/compile.log): about 119 ms per token compiled without these, 70 with them, 139 eager. The cost: the
-# packed copies sit beside the model's own weights (resident memory 3.7 GB instead of 1.9 GB for the 270M backbone
-# in float32), the compilation takes about 2 minutes instead of 15 s, and the graph reads the weights it froze, so
-# DecodeStep refuses to run once they change.
+# batch 1: 145 ms per token compiled without these against 151 eager (bench/compile_intervene.log), 70 with them
+# against 144 (bench/compile_frozen.log). The cost: the packed copies sit beside the model's own weights (resident
+# memory 3.7 GB instead of 1.9 GB for the 270M backbone in float32), a step variant compiles in 2-3 minutes instead
+# of 15-43 s, and the graph reads the weights it froze, so DecodeStep refuses to run once they change. The config
+# patch around each call (_patched) costs about 0.1 ms, 0.3% of a 70 ms token.
 CPU_FREEZING: dict[str, Any] = {"freezing": True}
 CPU_GEMM_AUTOTUNE: dict[str, Any] = {"max_autotune": True, "max_autotune_gemm_backends": "CPP,ATEN",
                                      # its timing tables, one per product, would otherwise go to the user's terminal
@@ -248,20 +249,20 @@ class DecodeStep:
         self.edits = (StreamEdits(sst.num_layers, tuple(sorted(sst.state_modules())), self.batch, sst.hidden_size,
                                   sst.dtype, sst.device) if intervening else None)
         self.cuda_graphs = compile_mode is not None and "reduce-overhead" in compile_mode and sst.device.type == "cuda"
+        frozen = freezes_weights(compile_mode, sst.device)
         if compile_mode is None:
             self.fn, self.head = self._step, sst.lm_logits
         else:
-            step, head = self._step, sst.lm_logits
-            if freezes_weights(compile_mode, sst.device):
+            step, head, settings = self._step, sst.lm_logits, None
+            if frozen:
                 # Own copies of the code: dynamo keeps its compiled graphs per code object and, once the weights are
                 # frozen, guards only on the parameters' identity, so a step made after an in-place weight edit
                 # would otherwise reuse the graphs that froze the old values.
-                step, head = own_code(step), own_code(head)
-            settings = cpu_options(sst)
+                step, head, settings = own_code(step), own_code(head), cpu_options(sst)
             self.fn = compile_fn(step, compile_mode, sst.device, settings)
             self.head = compile_fn(head, compile_mode, sst.device, settings)
         # the weights a CPU graph freezes at its first call: check_weights refuses a step whose model changed since
-        self.weights = weights_fingerprint(sst) if freezes_weights(compile_mode, sst.device) else None
+        self.weights = weights_fingerprint(sst) if frozen else None
 
     def check_weights(self) -> None:
         """Raise RuntimeError when the model's weights were replaced or edited after this step froze them."""
