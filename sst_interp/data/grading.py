@@ -12,6 +12,7 @@ gsm8k      ``gsm8k_number``  explicit ``answer is N`` / ``#### N`` else last num
 gpqa       ``mcq_letter``    option letter (:func:`sst_interp.data.answers.extract_choice_letter`)
 math500    ``math_boxed``    last ``\\boxed{}``, normalised (:mod:`sst_interp.data.math_answer`)
 humaneval  ``humaneval_exec`` prompt + completion + test + ``check(entry_point)`` runs to its end in time
+hops       ``hops_exact``    the whole completion (cut at ``;``, stripped) is exactly the reference digit
 ========== ================= =====================================================================
 
 A :class:`Judge` (e.g. an LLM judge, as the paper uses for GSM8K, MATH-500 and GPQA) can
@@ -96,12 +97,19 @@ def grade_humaneval(question: Question, completion: str, timeout_s: float = DEFA
     return GradeResult(result.status, result.passed, "humaneval_exec")
 
 
+def grade_hops(question: Question, completion: str) -> GradeResult:
+    """Hops grader: the completion is exactly the answer digit (a second character, even a digit, is wrong)."""
+    answer = completion.strip()
+    return GradeResult(answer, answer == question.reference.strip(), "hops_exact")
+
+
 GRADERS: dict[str, Callable[[Question, str], GradeResult]] = {
     "demo": grade_exact,
     "gsm8k": grade_gsm8k,
     "gpqa": grade_mcq,
     "math500": grade_math,
     "humaneval": grade_humaneval,
+    "hops": grade_hops,
 }
 EXECUTED_SOURCES = frozenset({"humaneval"})
 

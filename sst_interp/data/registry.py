@@ -10,6 +10,7 @@ gsm8k      ``gsm8k/test.jsonl``                          ``split`` (``test`` | `
 gpqa       ``gpqa/dataset.zip``                          ``subset`` (``diamond``), ``password``
 math500    ``math500/test.jsonl``                        none
 humaneval  ``humaneval/HumanEval.jsonl.gz``              none
+hops       generated (:mod:`sst_interp.data.hops`)       ``split``, ``n``, ``bindings``, ``max_hops``, ...
 =========  ============================================  =====================================
 """
 
@@ -23,6 +24,7 @@ from typing import Any
 
 from sst_interp.data.demo import load_demo
 from sst_interp.data.gpqa import gpqa_file, load_gpqa
+from sst_interp.data.hops import load_hops
 from sst_interp.data.loaders import gsm8k_file, humaneval_file, load_gsm8k, load_humaneval, load_math500, math500_file
 from sst_interp.data.question import Question, select_questions
 from sst_interp.kernels.errors import UsageError
@@ -33,6 +35,7 @@ LOADERS: dict[str, Callable[..., list[Question]]] = {
     "gpqa": load_gpqa,
     "math500": load_math500,
     "humaneval": load_humaneval,
+    "hops": load_hops,
 }
 
 FILE_RESOLVERS: dict[str, Callable[..., Path]] = {

@@ -21,6 +21,7 @@ def check_against_model(options: RecordOptions, sst: Any, tokenizer: Any, questi
     model's context, a CodeACT first turn longer than ``--max-context-tokens``, or a device map that put every
     weight on the disk."""
     check_weights_placed(sst.backbone)
+    check_task_tokenizer(tokenizer, questions)
     limits = ModelLimits.of(sst)
     limits.check_top_k(options.top_k)
     limits.check_sketch_k(options.sketch_k)
@@ -31,6 +32,19 @@ def check_against_model(options: RecordOptions, sst: Any, tokenizer: Any, questi
                          f"{question_id} ({longest} prompt tokens) plus --max-new-tokens "
                          f"{options.max_new_tokens}; give "
                          f"at least {longest + options.max_new_tokens}")
+
+
+def check_task_tokenizer(tokenizer: Any, questions: Sequence[Any]) -> None:
+    """Refuse ``hops`` questions for a model whose tokenizer is not the organism's: the task's characters would be
+    split, merged or mapped to other ids, and the model could not have been trained on them (UsageError)."""
+    if not any(question.source == "hops" for question in questions):
+        return
+    from sst_interp.organism.tokenizer import is_hops_tokenizer
+
+    if not is_hops_tokenizer(tokenizer):
+        raise UsageError("--questions hops needs a model trained on the hops task, with its tokenizer: give --model "
+                         "organism (the shipped looped organism) or a folder written by python -m "
+                         "sst_interp.organism train")
 
 
 def _longest_prompt(options: RecordOptions, tokenizer: Any, questions: Sequence[Any],

@@ -42,7 +42,7 @@ PENDING_PRIVATE: dict[tuple[str, str], str] = {}
 #: nothing imports upwards but the :data:`UPWARD` imports.
 FLOORS: dict[int, tuple[str, ...]] = {
     1: ("sst_interp", "kernels", "checkpoints", "cli.args"),
-    2: ("store", "sandbox", "hooks", "data", "outputs", "synthetic"),
+    2: ("store", "sandbox", "hooks", "data", "outputs", "synthetic", "organism"),
     3: ("model",),
     4: ("analyses", "codeact", "interventions"),
     5: ("probe", "train"),
@@ -53,7 +53,8 @@ FLOORS: dict[int, tuple[str, ...]] = {
 SAME_FLOOR: dict[str, frozenset[str]] = {
     "checkpoints": frozenset({"kernels"}), "cli.args": frozenset({"kernels"}),
     "store": frozenset(), "sandbox": frozenset(), "hooks": frozenset(),
-    "data": frozenset({"store", "sandbox"}), "outputs": frozenset({"store"}), "synthetic": frozenset({"store"}),
+    "data": frozenset({"store", "sandbox", "organism"}), "outputs": frozenset({"store"}),
+    "synthetic": frozenset({"store"}), "organism": frozenset(),
     "cli": frozenset(),
     # the intervention experiments record their conditions with record's runner; the report reads their folders
     # and builds its artefacts from the catalogue, which gathers the experiments' measurements with every other

@@ -1,0 +1,8 @@
+"""Model organisms of latent iteration: small looped models trained here on a task whose mechanism is known.
+
+- :mod:`~sst_interp.organism.task`: the hops task (k-hop pointer chasing; the hop count and every intermediate value
+  are known per question);
+- :mod:`~sst_interp.organism.tokenizer`: its character tokenizer, saved as a Hugging Face tokenizer;
+- :mod:`~sst_interp.organism.looped`: the looped organism (transformers' HRM-Text) and its depth-by-hop evaluation;
+- :mod:`~sst_interp.organism.train`: training from scratch at a loop count sampled per batch.
+"""

@@ -1,0 +1,162 @@
+"""Training the looped organism from scratch on the hops task, on the CPU, at a loop count sampled per batch.
+
+``train_looped(config)`` writes a Hugging Face folder that ``record --model`` reads as an HRM-Text family model:
+``config.json`` and ``model.safetensors`` (transformers' own ``save_pretrained``), the organism tokenizer,
+``organism.json`` (the task spec, the shape and this config), ``train_log.csv`` (one row per step: depth, loss,
+seconds) and ``depth_by_hop.csv`` (exact-match counts on the test split at every depth, from
+:func:`~sst_interp.organism.looped.depth_by_hop`). Every ``checkpoint_every`` steps the model, optimiser and RNG
+states go to ``training_state.pt``; rerunning the same command resumes from it, and a different config in an
+existing folder is refused.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import random
+import time
+from dataclasses import asdict
+from pathlib import Path
+
+import torch
+from tqdm.auto import tqdm
+from transformers import HrmTextForCausalLM
+
+from sst_interp.kernels.errors import UsageError
+from sst_interp.organism.config import LoopedTrainConfig
+from sst_interp.organism.looped import answer_loss, depth_by_hop, encode_batch, set_depth
+from sst_interp.organism.task import split_items, training_item
+from sst_interp.organism.tokenizer import hops_tokenizer
+
+ORGANISM_FILE = "organism.json"
+STATE_FILE = "training_state.pt"
+LOG_FILE = "train_log.csv"
+TABLE_FILE = "depth_by_hop.csv"
+LOG_COLUMNS = ("step", "depth", "hop_ceiling", "loss", "accuracy", "seconds")
+# the running accuracy that drives the curriculum: an exponential average over about 20 deepest-depth batches
+_RUNNING_WEIGHT = 0.05
+
+
+def check_out_folder(config: LoopedTrainConfig) -> bool:
+    """Whether ``out`` holds this config's interrupted or finished run (True: resume or keep it).
+
+    Raises UsageError when ``out`` is a file, or a folder holding anything else: a pretrained model (the organism
+    trains from scratch), or an organism trained with another config.
+    """
+    out = config.out
+    if out.exists() and not out.is_dir():
+        raise UsageError(f"--out {out} is a file; give a folder")
+    if not out.is_dir() or not any(out.iterdir()):
+        return False
+    marker = out / ORGANISM_FILE
+    if not marker.is_file():
+        what = "a pretrained model" if (out / "config.json").is_file() else "other files"
+        raise UsageError(f"--out {out} holds {what}; the organism trains from scratch into a new or empty folder")
+    recorded = json.loads(marker.read_text())["train"]
+    if recorded != config.recorded():
+        changed = sorted(key for key in recorded if recorded[key] != config.recorded().get(key))
+        raise UsageError(f"--out {out} holds an organism trained with other settings ({', '.join(changed)}); give "
+                         "a new folder or the same flags")
+    return True
+
+
+def _learning_rate(config: LoopedTrainConfig, step: int) -> float:
+    return config.learning_rate * min(1.0, (step + 1) / config.warmup_steps)
+
+
+def train_looped(config: LoopedTrainConfig) -> dict[int, dict[int, tuple[int, int]]]:
+    """Train (or resume) the looped organism into ``config.out``; returns the test depth-by-hop table.
+
+    ``table[depth][hops] = (correct, total)``; also written to ``depth_by_hop.csv``.
+    """
+    config.check()
+    resuming = check_out_folder(config)
+    if resuming and (config.out / TABLE_FILE).is_file() and not (config.out / STATE_FILE).is_file():
+        return read_table(config.out / TABLE_FILE)  # this run finished before: nothing to do
+    if config.threads is not None:
+        torch.set_num_threads(config.threads)
+    spec, shape, tokenizer = config.spec(), config.shape(), hops_tokenizer()
+    torch.manual_seed(config.seed)
+    model = HrmTextForCausalLM(shape.config())
+    optimiser = torch.optim.AdamW(model.parameters(), lr=config.learning_rate, weight_decay=config.weight_decay)
+    depth_rng = random.Random(config.seed)
+    start, ceiling, running = 0, spec.min_hops if config.curriculum_accuracy < 1 else spec.max_hops, 0.0
+    out = config.out
+    out.mkdir(parents=True, exist_ok=True)
+    state_path = out / STATE_FILE
+    if resuming and state_path.is_file():
+        state = torch.load(state_path, weights_only=False)
+        model.load_state_dict(state["model"])
+        optimiser.load_state_dict(state["optimiser"])
+        depth_rng.setstate(state["depth_rng"])
+        start, ceiling, running = state["step"], state["ceiling"], state["running"]
+    if not resuming:
+        (out / ORGANISM_FILE).write_text(json.dumps({"family": "hrm_text", "task": asdict(spec),
+                                                     "shape": asdict(shape), "train": config.recorded()}, indent=2))
+        with open(out / LOG_FILE, "w", newline="") as handle:
+            csv.writer(handle).writerow(LOG_COLUMNS)
+    model.train()
+    began = time.perf_counter()
+    with open(out / LOG_FILE, "a", newline="") as handle:
+        log = csv.writer(handle)
+        for step in tqdm(range(start, config.steps), initial=start, total=config.steps, desc="organism",
+                         unit="step"):
+            batch = [training_item(spec, step * config.batch_size + j, ceiling) for j in range(config.batch_size)]
+            input_ids, labels = encode_batch(tokenizer, batch)
+            depth = depth_rng.randint(1, shape.max_depth)
+            set_depth(model, depth)
+            for group in optimiser.param_groups:
+                group["lr"] = _learning_rate(config, step)
+            loss, accuracy = answer_loss(model, input_ids, labels, with_accuracy=True)
+            optimiser.zero_grad(set_to_none=True)
+            loss.backward()
+            torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+            optimiser.step()
+            log.writerow((step + 1, depth, ceiling, f"{loss.item():.6f}", f"{accuracy:.4f}",
+                          f"{time.perf_counter() - began:.3f}"))
+            if depth == shape.max_depth:
+                running = (1 - _RUNNING_WEIGHT) * running + _RUNNING_WEIGHT * accuracy
+                if running >= config.curriculum_accuracy and ceiling < spec.max_hops:
+                    ceiling, running = ceiling + 1, 0.0
+            if (step + 1) % config.checkpoint_every == 0 and step + 1 < config.steps:
+                handle.flush()
+                torch.save({"model": model.state_dict(), "optimiser": optimiser.state_dict(),
+                            "depth_rng": depth_rng.getstate(), "step": step + 1, "ceiling": ceiling,
+                            "running": running}, state_path)
+    model.eval()
+    table = depth_by_hop(model, tokenizer, split_items(spec, "test", config.test_size), range(1, shape.max_depth + 1))
+    set_depth(model, shape.max_depth)
+    model.save_pretrained(out)
+    tokenizer.save_pretrained(out)
+    write_table(table, out / TABLE_FILE)
+    state_path.unlink(missing_ok=True)
+    return table
+
+
+def write_table(table: dict[int, dict[int, tuple[int, int]]], path: Path) -> None:
+    """``depth,hops,correct,total`` rows of a depth-by-hop table."""
+    with open(path, "w", newline="") as handle:
+        writer = csv.writer(handle)
+        writer.writerow(("depth", "hops", "correct", "total"))
+        for depth, row in table.items():
+            for hops, (correct, total) in row.items():
+                writer.writerow((depth, hops, correct, total))
+
+
+def read_table(path: Path) -> dict[int, dict[int, tuple[int, int]]]:
+    """The table :func:`write_table` wrote."""
+    table: dict[int, dict[int, tuple[int, int]]] = {}
+    with open(path, newline="") as handle:
+        for row in csv.DictReader(handle):
+            table.setdefault(int(row["depth"]), {})[int(row["hops"])] = (int(row["correct"]), int(row["total"]))
+    return table
+
+
+def format_table(table: dict[int, dict[int, tuple[int, int]]]) -> str:
+    """The table as Markdown: one row per depth, one column per hop count, accuracy and counts."""
+    hops = sorted({h for row in table.values() for h in row})
+    lines = ["| depth | " + " | ".join(f"h={h}" for h in hops) + " |", "|---|" + "---|" * len(hops)]
+    for depth, row in table.items():
+        cells = [f"{row[h][0] / row[h][1]:.3f} ({row[h][0]}/{row[h][1]})" for h in hops]
+        lines.append(f"| {depth} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
