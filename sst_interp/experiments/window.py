@@ -132,6 +132,6 @@ def _row(clean_path: Path, path: Path, name: str, mode: str, layers: tuple[int, 
         "last_layer": -1 if layers is None else layers[-1], "depth": depth, "n_questions": len(questions),
         "accuracy_pct": 100.0 * b.mean() if len(b) else float("nan"),
         "accuracy_change_pp": 100.0 * diff.mean() if len(diff) else float("nan"),
-        "accuracy_change_ci_low": 100.0 * accuracy_ci[0], "accuracy_change_ci_high": 100.0 * accuracy_ci[1],
+        "accuracy_change_ci_low": 100.0 * accuracy_ci.low, "accuracy_change_ci_high": 100.0 * accuracy_ci.high,
         **flip_and_logprob_columns(broken, fixed, len(questions), bounds),
     }
