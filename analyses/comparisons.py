@@ -260,7 +260,8 @@ def _external_table(label: str):
         if not names:
             wanted = {"tab:external_gsm8k": "GSM8K", "tab:external_gpqa": "GPQA"}.get(label)
             benches = ", ".join(f"{n}: {c.benchmarks[n]}" for n in c.runs) or "none"
-            what = (f"a run on {wanted}" if wanted else "a run on a benchmark the paper has no table for") + " that is not an ablation variant"
+            what = (f"a run on {wanted}" if wanted else "a run on a benchmark the paper has no table for") \
+                + " that is not an ablation variant"
             return NotApplicable(f"needs {what}; runs given: {benches}", label or "tab_external_comparison")
         rows = []
         for name in names:

@@ -128,7 +128,8 @@ class WindowConfig:
                          "mean: they read the clean run's mean state there | resample: another question's state")
     controls: tuple[str, ...] = arg(("mean", "resample"), flags=Flags(_Controls, _controls),
                                     help="further modes every window is recorded under beside mode (--controls)")
-    resamples: int = arg(10_000, help="unused (the intervals are exact or t since issue 44); kept for old command lines")
+    resamples: int = arg(10_000, help="unused (the intervals are exact or t since issue 44); kept for old "
+                                      "command lines")
     seed: int = arg(0, help="unused (as --resamples); kept for old command lines")
     logprob_position: int = arg(0, help=_LOGPROB_HELP)
 
@@ -272,7 +273,8 @@ class SteerConfig:
     positions: tuple[int, ...] | None = arg((0,), flags=Flags(_SteerPositions, _positions),
                                             help="generated positions steered (None: every position; "
                                                  "--steer-positions)")
-    resamples: int = arg(10_000, help="unused (the intervals are exact or t since issue 44); kept for old command lines")
+    resamples: int = arg(10_000, help="unused (the intervals are exact or t since issue 44); kept for old "
+                                      "command lines")
     seed: int = arg(0, help="unused (as --resamples); kept for old command lines")
     logprob_position: int = arg(0, help=_LOGPROB_HELP)
     random_directions: int = arg(3, help="control: this many random directions of the same norm (seeds 0..N-1), each "

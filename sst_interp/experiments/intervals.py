@@ -34,7 +34,7 @@ runs have (issue 30; issue 44 for the intervals).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -70,7 +70,7 @@ class Interval:
     method: str
     reason: str = ""
 
-    def __iter__(self):  # (low, high) unpacking, as the tuple this replaced
+    def __iter__(self) -> Iterator[float]:  # (low, high) unpacking, as the tuple this replaced did
         return iter((self.low, self.high))
 
 
