@@ -1,13 +1,18 @@
 """Architectural ablations (app:ablations): SST runs of different architectures on the same questions.
 
-Which run is the main SST and which a variant is read from each run's SST config (the ``sst`` block that ``record``
-writes into the manifest from the checkpoint it loads; else the checkpoint's ``sst_config.json``), never from run
-names:
+What a run is comes from its manifest, never from its name (:func:`classify`): whether it has SST layers (the
+``sst`` block's ``layers``: ``[]`` is the matched baseline, LoRA only, no state stream), whether it loaded a
+checkpoint (``identity.checkpoint``; none: an untrained SST, such as the demo preset), its state scale and its
+update rule and ``theta_init`` (the ``sst`` block that ``record`` writes from the model it ran; else the
+checkpoint's ``sst_config.json``). A manifest without an ``sst`` block is of **unknown kind** and is never guessed.
+Of the trained SSTs with a state stream in every layer and the paper's unit state scale:
 
 - **main**: ``theta_init = -1.8`` (the paper's) and the ``direct`` state update;
 - **alpha_init** (tab:alpha_init_ablation): the ``direct`` update with another ``theta_init`` (``train --theta-init
   0``: the unbiased initialisation, alpha = sigma(0) of the range);
-- **ema_variant** (tab:ema_variant_ablation): the ``ema_linked`` update at the paper's ``theta_init``.
+- **ema_variant** (tab:ema_variant_ablation): the ``ema_linked`` update at the paper's ``theta_init``;
+- anything else (a hidden state scale, a subset of layers) is **other**. Beside them: **baseline** (no SST layer),
+  **untrained** (no checkpoint) and **unknown**; none of these is a main run or a variant.
 
 A variant is compared with the main run recorded under the same conditions: the same questions (ids and question
 data), protocol, prompt mode, token budget and depths. Runs given together that differ in any of these are bad
@@ -42,28 +47,45 @@ from sst_interp.kernels.paper import THETA_INIT
 from sst_interp.kernels.results import AnalysisResult, NotApplicable
 
 MAIN, ALPHA_INIT, EMA_VARIANT, OTHER = "main", "alpha_init", "ema_variant", "other"
+#: roles of runs that are no SST of the paper's tables: no state stream, no checkpoint, no SST config
+BASELINE, UNTRAINED, UNKNOWN = "baseline", "untrained", "unknown"
 #: The paper label of each variant role's table.
 LABELS = {ALPHA_INIT: "tab:alpha_init_ablation", EMA_VARIANT: "tab:ema_variant_ablation"}
 #: How each variant is trained (said in a requirement's reason).
 HOW = {ALPHA_INIT: "python -m sst_interp.train --theta-init 0 (the unbiased initialisation)",
        EMA_VARIANT: "python -m sst_interp.train --update ema_linked"}
+#: the state scale of the paper's SST (``hidden`` is the demo preset's, see sst_interp.model.SSTConfig)
+PAPER_STATE_SCALE = "unit"
 
 
 @dataclass(frozen=True)
 class Architecture:
-    """The architectural settings an ablation varies.
+    """What a recorded run or a training is, as far as the ablations and the run labels care.
 
     Args:
         theta_init: initial blend logit.
         update: ``direct`` or ``ema_linked``.
+        state_scale: ``unit`` (the paper) or ``hidden`` (the demo preset).
+        layers: the SST layers; None: every layer (the paper); ``()``: none (the matched baseline, LoRA only).
+        trained: whether a checkpoint was loaded (False: an untrained SST, such as the demo preset).
     """
 
     theta_init: float
     update: str
+    state_scale: str = PAPER_STATE_SCALE
+    layers: tuple[int, ...] | None = None
+    trained: bool = True
 
     @property
     def role(self) -> str:
-        """main, alpha_init, ema_variant, or other (a combination no paper table compares)."""
+        """main, alpha_init, ema_variant, other (a combination no paper table compares), baseline (no SST layer) or
+        untrained (no checkpoint)."""
+        if self.layers == ():
+            return BASELINE
+        if not self.trained:
+            return UNTRAINED
+        if self.state_scale != PAPER_STATE_SCALE or self.layers is not None:
+            return OTHER
         paper_theta = abs(self.theta_init - THETA_INIT) < 1e-9
         if self.update == "direct":
             return MAIN if paper_theta else ALPHA_INIT
@@ -72,21 +94,66 @@ class Architecture:
         return OTHER
 
     def describe(self) -> str:
-        """``theta_init=-1.8, direct update``."""
-        return f"theta_init={self.theta_init:g}, {self.update} update"
+        """``theta_init=-1.8, direct update``, with what departs from the paper's SST added: the state scale, the
+        layers, ``untrained``; ``no state stream`` for the baseline."""
+        if self.layers == ():
+            return "no state stream" + ("" if self.trained else ", untrained")
+        parts = [f"theta_init={self.theta_init:g}", f"{self.update} update"]
+        if self.state_scale != PAPER_STATE_SCALE:
+            parts.append(f"state_scale={self.state_scale}")
+        if self.layers is not None:
+            parts.append(f"SST layers {list(self.layers)}")
+        if not self.trained:
+            parts.append("untrained")
+        return ", ".join(parts)
+
+    def label(self) -> str:
+        """How a table names a run of this kind: ``SST (theta_init=-1.8, direct update)``, ``untrained SST (...)``,
+        ``matched baseline (LoRA only, no state stream)`` or ``backbone (no state stream, untrained)``."""
+        if self.layers == ():
+            return ("matched baseline (LoRA only, no state stream)" if self.trained
+                    else "backbone (no state stream, untrained)")
+        return f"{'untrained ' if not self.trained else ''}SST ({self.describe()})"
+
+
+#: how a table names a run whose manifest cannot say what it is
+UNKNOWN_LABEL = "unknown kind (the manifest holds no SST config)"
 
 
 def architecture(run: Any) -> Architecture | None:
-    """The run's SST settings: the manifest's ``sst`` block, else its checkpoint's ``sst_config.json``; None when
-    neither says (a run of another model)."""
-    block = run.manifest.get("sst")
+    """What the run is, from its manifest (module docstring): the ``sst`` block, else its checkpoint's
+    ``sst_config.json``, with ``identity.checkpoint`` saying whether it was trained. None when the manifest cannot
+    say (no SST config, or no ``identity.checkpoint`` entry): the run is of unknown kind, never guessed."""
+    manifest = run.manifest
+    identity = manifest.get("identity")
+    if not isinstance(identity, dict) or "checkpoint" not in identity:
+        return None
+    block = manifest.get("sst")
+    named = identity.get("checkpoint")
     if not isinstance(block, dict):
-        named = (run.manifest.get("identity") or {}).get("checkpoint")
         file = Path(named) / "sst_config.json" if named else None
         block = json.loads(file.read_text()).get("sst") if file is not None and file.is_file() else None
     if not isinstance(block, dict) or "theta_init" not in block:
         return None
-    return Architecture(float(block["theta_init"]), str(block.get("update", "direct")))
+    layers = block.get("layers")
+    # a synthetic run stands for the SST its ``sst`` block plants (the test fixtures' trained runs): no checkpoint
+    # file exists for it to name
+    trained = bool(named) or identity.get("model") == "synthetic"
+    return Architecture(float(block["theta_init"]), str(block.get("update", "direct")),
+                        str(block.get("state_scale", PAPER_STATE_SCALE)),
+                        None if layers is None else tuple(int(x) for x in layers), trained)
+
+
+def role_of(run: Any) -> str:
+    """The run's role (:attr:`Architecture.role`), or :data:`UNKNOWN` when its manifest cannot say."""
+    arch = architecture(run)
+    return UNKNOWN if arch is None else arch.role
+
+
+def run_label(run: Any) -> str:
+    """How a table names the run: :meth:`Architecture.label`, or :data:`UNKNOWN_LABEL`."""
+    arch = architecture(run)
+    return UNKNOWN_LABEL if arch is None else arch.label()
 
 
 def _conditions(run: Any) -> dict[str, Any]:
@@ -126,7 +193,8 @@ class AblationPairs:
     """The variant runs of an ablation set and the main run each is compared with.
 
     Args:
-        roles: run name -> role (main, alpha_init, ema_variant, other; absent: no SST config in the manifest).
+        roles: run name -> role (main, alpha_init, ema_variant, other, baseline, untrained; absent: the manifest
+            cannot say, the run is of unknown kind).
         architectures: run name -> its :class:`Architecture`.
         pairs: role -> (variant run name, main run name).
     """

@@ -33,7 +33,7 @@ from sst_interp.kernels.outcomes import correctness_matrix
 from sst_interp.kernels.results import NotApplicable
 from sst_interp.store import Run
 
-BASELINE = "baseline"
+BASELINE = ablation.BASELINE
 TRAIN_LOG = "train_log.csv"
 ALPHA_LOG = "alpha_log.csv"
 
@@ -48,7 +48,10 @@ def training_role(folder: Path) -> tuple[str, str]:
         return (ablation.MAIN, "SST") if (folder / ALPHA_LOG).is_file() else (BASELINE, "baseline")
     if saved.is_baseline:
         return BASELINE, "baseline (LoRA only, one pass)"
-    arch = ablation.Architecture(float(saved.config["theta_init"]), str(saved.config["update"]))
+    layers = saved.config.get("sst_layers")
+    arch = ablation.Architecture(float(saved.config["theta_init"]), str(saved.config["update"]),
+                                 str(saved.config.get("state_scale", ablation.PAPER_STATE_SCALE)),
+                                 None if layers is None else tuple(int(x) for x in layers))
     return arch.role, f"SST ({arch.describe()})"
 
 
@@ -242,10 +245,13 @@ def _hyperparameters(c: ComparisonAnalysis) -> hp.Hyperparameters:
     return hp.hyperparameters(runs)
 
 
+#: the ablation variants are compared in their own tables; every other run given is placed, named by its kind
+_NOT_PLACED = frozenset({ablation.ALPHA_INIT, ablation.EMA_VARIANT})
+
+
 def _placed(c: ComparisonAnalysis, label: str) -> list[str]:
-    roles = c.pairs.roles
     return [name for name in c.runs if external.benchmark_table(c.benchmarks[name]) == label
-            and roles.get(name, ablation.MAIN) == ablation.MAIN]
+            and ablation.role_of(c.runs[name]) not in _NOT_PLACED]
 
 
 def _external_table(label: str):
@@ -254,16 +260,17 @@ def _external_table(label: str):
         if not names:
             wanted = {"tab:external_gsm8k": "GSM8K", "tab:external_gpqa": "GPQA"}.get(label)
             benches = ", ".join(f"{n}: {c.benchmarks[n]}" for n in c.runs) or "none"
-            what = f"a main SST run on {wanted}" if wanted else "a main SST run on a benchmark the paper has no table for"
+            what = (f"a run on {wanted}" if wanted else "a run on a benchmark the paper has no table for") \
+                + " that is not an ablation variant"
             return NotApplicable(f"needs {what}; runs given: {benches}", label or "tab_external_comparison")
         rows = []
         for name in names:
             run = c.runs[name]
             matrix = correctness_matrix(run)
-            arch = ablation.architecture(run)
             model = (run.manifest.get("identity") or {}).get("model") or run.manifest.get("model") or "the backbone"
-            rows.append({"model": f"SST {f'({arch.describe()}) ' if arch else ''}staged compute "
-                                  f"i_max={max(matrix.columns)} on {model} [run {name}]",
+            # a baseline's iterations change nothing (no state stream): its "staged compute" is its one accuracy
+            how = "" if ablation.role_of(run) == ablation.BASELINE else f" staged compute i_max={max(matrix.columns)}"
+            rows.append({"model": f"{ablation.run_label(run)}{how} on {model} [run {name}]",
                          "parameters": "not recorded", "accuracy": 100.0 * float(matrix.any(axis=1).mean()),
                          "prompting": f"{run.manifest.get('prompt_mode')} prompt, greedy, "
                                       f"{run.manifest.get('protocol', 'completion')}",

@@ -113,8 +113,9 @@ class WindowConfig:
         mode: ``freeze``, ``zero``, ``mean`` or ``resample`` (the window module's docstring).
         controls: further modes every window is recorded under beside ``mode`` (default: the ``mean`` and
             ``resample`` baselines; () for none).
-        resamples: bootstrap resamples.
-        seed: bootstrap seed.
+        resamples: unused: the intervals stopped bootstrapping (issue 44: exact and t intervals, see
+            :mod:`sst_interp.experiments.intervals`); kept so earlier command lines and saved configs still load.
+        seed: unused, as ``resamples``.
         logprob_position: the generated position whose clean depth-k token's log-prob change is measured (0: the
             first token).
     """
@@ -127,8 +128,9 @@ class WindowConfig:
                          "mean: they read the clean run's mean state there | resample: another question's state")
     controls: tuple[str, ...] = arg(("mean", "resample"), flags=Flags(_Controls, _controls),
                                     help="further modes every window is recorded under beside mode (--controls)")
-    resamples: int = arg(10_000, help="bootstrap resamples")
-    seed: int = arg(0, help="bootstrap seed")
+    resamples: int = arg(10_000, help="unused (the intervals are exact or t since issue 44); kept for old "
+                                      "command lines")
+    seed: int = arg(0, help="unused (as --resamples); kept for old command lines")
     logprob_position: int = arg(0, help=_LOGPROB_HELP)
 
     @property
@@ -255,8 +257,9 @@ class SteerConfig:
         depth: k (>= 2).
         scales: the sweep, in units of the state's mean norm (0 is the clean run and is not recorded again).
         positions: generated positions steered (None: every position).
-        resamples: bootstrap resamples.
-        seed: bootstrap seed.
+        resamples: unused: the intervals stopped bootstrapping (issue 44: exact and t intervals, see
+            :mod:`sst_interp.experiments.intervals`); kept so earlier command lines and saved configs still load.
+        seed: unused, as ``resamples``.
         logprob_position: the generated position whose clean depth-k token's log-prob change is measured (0: the
             first token).
         random_directions: control: this many random directions of the same norm, each steered at every scale.
@@ -270,8 +273,9 @@ class SteerConfig:
     positions: tuple[int, ...] | None = arg((0,), flags=Flags(_SteerPositions, _positions),
                                             help="generated positions steered (None: every position; "
                                                  "--steer-positions)")
-    resamples: int = arg(10_000, help="bootstrap resamples")
-    seed: int = arg(0, help="bootstrap seed")
+    resamples: int = arg(10_000, help="unused (the intervals are exact or t since issue 44); kept for old "
+                                      "command lines")
+    seed: int = arg(0, help="unused (as --resamples); kept for old command lines")
     logprob_position: int = arg(0, help=_LOGPROB_HELP)
     random_directions: int = arg(3, help="control: this many random directions of the same norm (seeds 0..N-1), each "
                                          "steered at every scale; 0 for none")

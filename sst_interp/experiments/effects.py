@@ -1,6 +1,6 @@
-"""The columns the window and steer tables share: flips against the clean depth-k run with McNemar's exact p, and
-the clean depth-k token's log-prob change, censored questions kept as bounds, with its interval and sign test
-(:mod:`sst_interp.experiments.intervals`)."""
+"""The columns the window and steer tables share: flips against the clean depth-k run with McNemar's exact p and the
+flip rate's exact interval, and the clean depth-k token's log-prob change, censored questions kept as bounds, with
+its t interval and sign test (:mod:`sst_interp.experiments.intervals`)."""
 
 from __future__ import annotations
 
@@ -9,27 +9,31 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from sst_interp.experiments.intervals import adjusted, correction_label, mean_interval, sign_counts, sign_test
+from sst_interp.experiments.intervals import (adjusted, correction_label, mean_interval, rate_interval, sign_counts,
+                                              sign_test)
 from sst_interp.experiments.power import questions_needed
 from sst_interp.experiments.tables import FLIP_POWER_COLUMN, POWER_COLUMN
 from sst_interp.kernels.stats import mcnemar_exact
 
 
-def flip_and_logprob_columns(broken: int, fixed: int, bounds: pd.DataFrame, resamples: int,
-                             seed: int) -> dict[str, Any]:
-    """``broken``/``fixed`` flips and their exact McNemar p (1.0 without flips); from ``bounds`` (per question
-    ``low``, ``high``, ``censored``, as :func:`~sst_interp.analyses.intervention_effect.first_token_logprob_bounds`
-    gives): the mean change (NaN when a question is censored), the mean's bounds with censored questions at either
-    end, a 95% BCa interval covering both (NaN below the minimum n) and the exact sign test."""
+def flip_and_logprob_columns(broken: int, fixed: int, n: int, bounds: pd.DataFrame) -> dict[str, Any]:
+    """``broken``/``fixed`` flips of ``n`` questions, their exact McNemar p (1.0 without flips) and the flip rate
+    with its 95% Clopper-Pearson interval; from ``bounds`` (per question ``low``, ``high``, ``censored``, as
+    :func:`~sst_interp.analyses.intervention_effect.first_token_logprob_bounds` gives): the mean change (NaN when a
+    question is censored), the mean's bounds with censored questions at either end, a 95% Student t interval
+    covering both (NaN below its minimum n or without spread) and the exact sign test."""
     low, high = bounds["low"].to_numpy(float), bounds["high"].to_numpy(float)
     censored = int(bounds["censored"].sum()) if len(bounds) else 0
-    low_ci = mean_interval(low, resamples, seed)[0]
-    high_ci = mean_interval(high, resamples, seed)[1]
+    low_ci = mean_interval(low).low
+    high_ci = mean_interval(high).high
+    flips = rate_interval(broken + fixed, n)
     p, counted = sign_test(low, high)
     up = sign_counts(low, high)[0]
     return {
         "broken": broken, "fixed": fixed,
         "mcnemar_exact_p": float(mcnemar_exact(broken, fixed).pvalue) if broken + fixed else 1.0,
+        "flip_rate_pct": 100.0 * (broken + fixed) / n if n else float("nan"),
+        "flip_rate_ci_low": 100.0 * flips.low, "flip_rate_ci_high": 100.0 * flips.high,
         FLIP_POWER_COLUMN: float("nan"),
         "logprob_change_mean": float(np.mean(high)) if len(high) and not censored else float("nan"),
         "logprob_change_bound_low": float(np.mean(low)) if len(low) else float("nan"),

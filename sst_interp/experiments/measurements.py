@@ -124,8 +124,13 @@ SHARED_DOC = {
                            "censored: see the bounds)",
     "logprob_change_bound_low": "the mean with censored questions at their floor (nats)",
     "logprob_change_bound_high": "the mean with censored questions at the most they can have (nats)",
-    "logprob_change_ci_low": "95% BCa bootstrap limit of the low bound, over questions (nats; NaN below n = 6)",
-    "logprob_change_ci_high": "95% BCa bootstrap limit of the high bound (nats; NaN below n = 6)",
+    "logprob_change_ci_low": "95% Student t lower limit of the low bound, over questions (nats; NaN below n = 2 "
+                             "or when every question changed by the same amount)",
+    "logprob_change_ci_high": "95% Student t upper limit of the high bound (nats; NaN as the low limit)",
+    "flip_rate_pct": "questions whose correctness changed (broken + fixed), percent of n_questions",
+    "flip_rate_ci_low": "its 95% Clopper-Pearson exact interval, low (percent; NaN below n = 2); with no flip in n "
+                        "questions the interval is [0, 1 - 0.025^(1/n)]",
+    "flip_rate_ci_high": "the Clopper-Pearson high limit (percent)",
     "logprob_sign_p": "exact two-sided sign test of the change (NaN below 6 questions of known sign)",
     "logprob_sign_n": "questions the sign test counted (sign known, non-zero)",
     "logprob_sign_up": "of those, the questions whose log-prob went up",
@@ -143,8 +148,11 @@ WINDOW_DOC = {"condition": "clean depth 1, clean depth k, or the window",
                       "state) and resample (another question's state); clean for the reference rows",
               "first_layer": "the window's first layer",
               "last_layer": "its last layer", "accuracy_change_pp": "accuracy minus clean depth k's, points",
-              "accuracy_change_ci_low": "its 95% BCa bootstrap bound over questions, low (NaN below n = 6)",
-              "accuracy_change_ci_high": "the high bound", **SHARED_DOC}
+              "accuracy_change_ci_low": "its 95% exact interval, low (points; NaN below n = 2): the accuracy change "
+                                        "is q (2 pi - 1), q the flip rate and pi the share of flips that are fixes, "
+                                        "bounded over their Clopper-Pearson intervals at 97.5% each (coverage >= "
+                                        "95% at every n; never a point when nothing flipped)",
+              "accuracy_change_ci_high": "the exact interval's high limit (points)", **SHARED_DOC}
 STEER_DOC = {"direction": "probe (the probe's direction), random N (the control of seed N, the same norm), or clean",
              "random_logprob_change_min": "probe rows: the smallest high-bound mean log-prob change of the random "
                                           "directions at this scale (nats)",
@@ -184,8 +192,10 @@ ATTRIBUTION_DOC = {"layer": "decoder layer patched", "position": "generated posi
 MEASUREMENTS: tuple[Measurement, ...] = (
     Measurement("intervention_window", "", "Where the depth gain lives: iterations 2..k denied the state stream in "
                 "windows of layers (experiment a).", ("window_experiment",),
-                _table("window", "window", "CIs: 95% BCa bootstrap over questions (scipy.stats.bootstrap, "
-                       "seeded); McNemar: exact, window vs clean depth k"), _as_is,
+                _table("window", "window", "CIs over questions, 95%: accuracy change exact (Clopper-Pearson "
+                       "flip rate x share of fixes), flip rate Clopper-Pearson, log-prob change Student t, none below "
+                       "n = 2 (coverage: bench/interval_coverage.log); McNemar: exact, window vs clean depth k"),
+                _as_is,
                 {c: WINDOW_DOC[c] for c in WINDOW_COLUMNS}, notes=_notes, scope="experiment"),
     Measurement("intervention_trace", "", "Causal tracing across depths, aligned to each question's target: "
                 "indirect effect per (layer, offset) with n, SE and the total effect, beside the resampled control "
@@ -197,7 +207,8 @@ MEASUREMENTS: tuple[Measurement, ...] = (
     Measurement("intervention_steer", "", "Steering the halt along the probe's direction (experiment c).",
                 ("steer_experiment",),
                 _table("steer", "steer", "scale in units of the state's mean norm at the probe's layer (position 0, "
-                       "clean depth k); CIs: 95% BCa bootstrap over questions, none below n = 6; sign test p Holm-adjusted over the scales"), _as_is,
+                       "clean depth k); CIs over questions, 95%: log-prob change Student t, flip rate Clopper-Pearson, none below n = 2; "
+                       "sign test (none below 6) p Holm-adjusted over the scales"), _as_is,
                 {c: STEER_DOC[c] for c in STEER_COLUMNS}, notes=_notes, scope="experiment"),
     Measurement("intervention_attribution", "", "Attribution patching: the cells with the largest first-order "
                 "estimate, each beside its real patching effect (trace's patch, one gradient per batch).",

@@ -13,14 +13,18 @@ LOGPROB_COLUMNS = ("logprob_change_mean", "logprob_change_bound_low", "logprob_c
                    "logprob_sign_up", "logprob_sign_p_holm", "correction", "logprob_compared", "logprob_censored",
                    POWER_COLUMN)
 
+#: the flip rate (broken + fixed of n) and its exact interval, both tables (issue 44)
+FLIP_RATE_COLUMNS = ("flip_rate_pct", "flip_rate_ci_low", "flip_rate_ci_high")
+
 WINDOW_TABLE = "window"
 WINDOW_COLUMNS = ("condition", "mode", "first_layer", "last_layer", "depth", "n_questions", "accuracy_pct",
                   "accuracy_change_pp", "accuracy_change_ci_low", "accuracy_change_ci_high", "broken", "fixed",
-                  "mcnemar_exact_p", FLIP_POWER_COLUMN, *LOGPROB_COLUMNS)
+                  "mcnemar_exact_p", *FLIP_RATE_COLUMNS, FLIP_POWER_COLUMN, *LOGPROB_COLUMNS)
 
 STEER_TABLE = "steer"
 STEER_COLUMNS = ("condition", "direction", "scale", "depth", "n_questions", "accuracy_pct", "regressions", "recoveries",
-                 "regressions_change", "recoveries_change", "broken", "fixed", "mcnemar_exact_p", FLIP_POWER_COLUMN,
+                 "regressions_change", "recoveries_change", "broken", "fixed", "mcnemar_exact_p", *FLIP_RATE_COLUMNS,
+                 FLIP_POWER_COLUMN,
                  *LOGPROB_COLUMNS, "random_logprob_change_min", "random_logprob_change_max")
 
 TRACE_EFFECTS = "trace_effects"

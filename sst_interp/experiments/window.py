@@ -21,8 +21,10 @@ the table's ``mode`` column says which.
 
 Per window, against the clean run at depth k over the same questions: accuracy and its change, and the change in
 log-probability of the clean depth-k answer's first token (turn 0, position 0, final iteration; censored where it
-left the intervened top-K, and then kept as a bound), each with a 95% BCa bootstrap interval over questions and
-the exact sign test, none below 6 questions (:mod:`sst_interp.experiments.intervals`), the sign test's p
+left the intervened top-K, and then kept as a bound), each with a 95% interval over questions (the accuracy change:
+exact, from the flip counts; the log-prob change: Student t; none below 2 questions), the flip rate with its
+Clopper-Pearson interval, and the exact sign test, none below 6 questions (:mod:`sst_interp.experiments.intervals`,
+whose coverage ``bench/bench_interval_coverage.py`` measures), the sign test's p
 Holm-adjusted over the windows of every mode, and the exact McNemar test of the flips. The clean depth-1 run is the
 reference row (the depth gain that a window could remove).
 """
@@ -34,7 +36,7 @@ from typing import Literal
 
 import pandas as pd
 
-from sst_interp.experiments.intervals import mean_interval
+from sst_interp.experiments.intervals import change_interval
 from sst_interp.kernels.errors import UsageError
 from sst_interp.experiments import manifest as files
 from sst_interp.experiments.effects import flip_and_logprob_columns, holm, planned_questions
@@ -122,7 +124,7 @@ def _row(clean_path: Path, path: Path, name: str, mode: str, layers: tuple[int, 
     b = mine.loc[questions].to_numpy(bool)
     diff = b.astype(float) - a.astype(float)
     broken, fixed = int((a & ~b).sum()), int((~a & b).sum())
-    accuracy_ci = mean_interval(diff, config.resamples, config.seed)
+    accuracy_ci = change_interval(diff)
     bounds = first_token_logprob_bounds(clean, run, k, questions, intervened_depth=depth,
                                         position=config.logprob_position)
     return {
@@ -130,6 +132,6 @@ def _row(clean_path: Path, path: Path, name: str, mode: str, layers: tuple[int, 
         "last_layer": -1 if layers is None else layers[-1], "depth": depth, "n_questions": len(questions),
         "accuracy_pct": 100.0 * b.mean() if len(b) else float("nan"),
         "accuracy_change_pp": 100.0 * diff.mean() if len(diff) else float("nan"),
-        "accuracy_change_ci_low": 100.0 * accuracy_ci[0], "accuracy_change_ci_high": 100.0 * accuracy_ci[1],
-        **flip_and_logprob_columns(broken, fixed, bounds, config.resamples, config.seed),
+        "accuracy_change_ci_low": 100.0 * accuracy_ci.low, "accuracy_change_ci_high": 100.0 * accuracy_ci.high,
+        **flip_and_logprob_columns(broken, fixed, len(questions), bounds),
     }

@@ -59,8 +59,8 @@ SPECS = [
     ArtefactSpec("tab_intervention_window", "table", "", FAMILY,
                  "Where the depth gain lives: iterations 2..k denied the state stream in windows of layers (mode "
                  "freeze or zero), beside the mean and resample baselines (the clean run's mean state, another "
-                 "question's state); accuracy and first-token log-prob change against clean depth k, with bootstrap "
-                 "CIs over questions.",
+                 "question's state); accuracy and first-token log-prob change against clean depth k, with 95% CIs "
+                 "over questions (exact for the accuracy change and flip rate, Student t for the log-prob change).",
                  "report", NEEDS, _stacked("tab_intervention_window")),
     ArtefactSpec("tab_intervention_trace", "table", "", FAMILY,
                  "Causal tracing across depths: mean indirect effect of patching depth k's last-iteration layer "

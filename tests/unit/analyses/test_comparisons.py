@@ -11,10 +11,11 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from sst_interp.analyses import external
+from sst_interp.analyses import ablation, external
 from sst_interp.analyses.comparisons import ComparisonAnalysis, training_role, training_roles
 from sst_interp.kernels.errors import UsageError
 from sst_interp.synthetic import SyntheticSpec, write_synthetic_run
+from sst_interp.store import Run
 
 REPO = Path(__file__).resolve().parents[3]
 SST_FOLDER = REPO / "sst_interp/checkpoints/demo_codeact"
@@ -109,7 +110,7 @@ def test_external_table_sorts_and_marks_the_run(gpqa_run):
     assert table.loc[recorded[0], "accuracy_pct"] == pytest.approx(60.0)
     assert set(table["kind"]) == {"published", "recorded"}
     assert any("not recorded by this tool" in n for n in c.notes("tab:external_gpqa"))
-    assert "needs a main SST run on GSM8K" in c.attempt("tab:external_gsm8k").reason
+    assert "needs a run on GSM8K that is not an ablation variant" in c.attempt("tab:external_gsm8k").reason
 
 
 def test_without_external_the_tables_are_skipped_with_the_reason(gpqa_run):
@@ -136,3 +137,73 @@ def test_percent_signs_are_accepted(tmp_path):
     path = tmp_path / "ext.csv"
     path.write_text("model,parameters,accuracy,prompting,source\nA,1B,50.5%,0-shot,x\n")
     assert external.read_external(path)["accuracy"].tolist() == [50.5]
+
+
+# ------------------------------------------------------------------------------------------------ run kinds (issue 44)
+def _as_recorded(tmp_path: Path, name: str, identity: dict, sst: dict | None, **extra) -> Path:
+    """A synthetic GPQA run whose manifest is rewritten as ``record`` writes one for a real model: ``identity``
+    (model, checkpoint) and the ``sst`` block (None: removed, as in a manifest too old to carry one)."""
+    path = tmp_path / name
+    write_synthetic_run(path, SyntheticSpec(n_questions=10, depths=(1, 2), num_layers=2, hidden_size=32,
+                                            full_positions=1, top_k=8, vocab_size=256, extra_tokens=1,
+                                            batch_questions=10, halting_dims=(), questions="gpqa_diamond",
+                                            sst={"theta_init": -1.8, "update": "direct"}))
+    manifest = json.loads((path / "manifest.json").read_text())
+    manifest["identity"].update(identity)
+    if sst is None:
+        del manifest["sst"]
+    else:
+        manifest["sst"] = sst
+    manifest.update(extra)
+    (path / "manifest.json").write_text(json.dumps(manifest))
+    return path
+
+
+PAPER_SST = {"a_min": 0.015, "a_max": 0.1, "theta_init": -1.8, "update": "direct", "state_scale": "unit",
+             "layers": None, "state_norm_eps": 1e-6}
+GEMMA = "google/gemma-3-270m"
+
+
+def _recorded_label(path: Path) -> str:
+    table = ComparisonAnalysis([path], external="gpqa").table("tab:external_gpqa")
+    (label,) = table.loc[table["kind"] == "recorded", "model"]
+    return label
+
+
+def test_a_baseline_recording_is_labelled_a_baseline_not_the_main_sst(tmp_path):
+    # issue 44: a baseline recording keeps theta_init=-1.8 with layers: [] and was printed as "SST (theta_init=-1.8,
+    # direct update) staged compute ..."
+    path = _as_recorded(tmp_path, "base", {"model": GEMMA, "checkpoint": "/ckpt/baseline"}, {**PAPER_SST, "layers": []})
+    run = Run.open(path)
+    assert ablation.role_of(run) == ablation.BASELINE
+    label = _recorded_label(path)
+    assert label.startswith("matched baseline (LoRA only, no state stream) on ")
+    assert "SST" not in label and "staged compute" not in label
+
+
+def test_the_untrained_demo_preset_is_labelled_untrained(tmp_path):
+    # issue 44: the classifier ignored state_scale and called the untrained demo preset "the main SST"
+    path = _as_recorded(tmp_path, "demo", {"model": GEMMA, "checkpoint": None},
+                        {**PAPER_SST, "state_scale": "hidden"}, demo_preset=True)
+    run = Run.open(path)
+    assert ablation.role_of(run) == ablation.UNTRAINED
+    assert _recorded_label(path).startswith(
+        "untrained SST (theta_init=-1.8, direct update, state_scale=hidden, untrained) staged compute i_max=2")
+    # nor is it a main run an ablation variant could be paired with
+    assert ablation.pair_runs({"demo": run}).pairs == {}
+
+
+def test_a_trained_hidden_scale_or_layer_subset_sst_is_not_the_main_one(tmp_path):
+    hidden = ablation.Architecture(-1.8, "direct", state_scale="hidden")
+    subset = ablation.Architecture(-1.8, "direct", layers=(0, 1))
+    assert hidden.role == subset.role == ablation.OTHER
+    assert "state_scale=hidden" in hidden.label() and "SST layers [0, 1]" in subset.label()
+    path = _as_recorded(tmp_path, "main", {"model": GEMMA, "checkpoint": "/ckpt/sst"}, PAPER_SST)
+    assert ablation.role_of(Run.open(path)) == ablation.MAIN
+    assert _recorded_label(path).startswith("SST (theta_init=-1.8, direct update) staged compute i_max=2")
+
+
+def test_a_manifest_too_old_to_classify_is_of_unknown_kind(tmp_path):
+    path = _as_recorded(tmp_path, "old", {"model": GEMMA, "checkpoint": None}, None)
+    assert ablation.role_of(Run.open(path)) == ablation.UNKNOWN
+    assert _recorded_label(path).startswith("unknown kind (the manifest holds no SST config)")

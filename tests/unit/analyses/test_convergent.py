@@ -38,7 +38,8 @@ def planted_run(patterns=GPQA_PATTERNS, repeated_all_correct: int = 6, two_turns
 
 
 def test_convergent_reasoning_reproduces_paper_table():
-    res = cv.convergent_reasoning(planted_run(), n_resamples=2000)
+    # the generations table does not say how many choices GPQA has: the paper's 4 is passed
+    res = cv.convergent_reasoning(planted_run(), n_options=4, n_resamples=2000)
     assert res.n == 198 and res.all_correct == 60
     assert res.convergent == 54
     assert res.unique_counts == {4: 54, 3: 6}
@@ -71,7 +72,7 @@ def test_degenerate_inputs():
                            "text": ["x", "y"]})
     assert isinstance(cv.convergent_reasoning(single), NotApplicable)
     everything = planted_run({(1, 1, 1, 1): 10}, repeated_all_correct=0)
-    res = cv.convergent_reasoning(everything, n_resamples=200)
+    res = cv.convergent_reasoning(everything, n_options=4, n_resamples=200)
     assert res.convergent == 10 and res.independence is None  # independence undefined at accuracy 1
     assert not res.table()["value"].isna().any()
     with pytest.raises(Exception):
@@ -95,3 +96,53 @@ def test_synthetic_run_convergence_matches_planted_traces(tmp_path):
     assert res.all_correct == int(all_ok.sum())
     assert res.convergent == int((all_ok & (distinct == 4)).sum())
     assert 0 < res.convergent < res.all_correct  # the plant makes some traces identical
+
+
+# ------------------------------------------------------------------------------------------------ issue 44
+def _synthetic_run(tmp_path, depths=(1, 2)):
+    from sst_interp.store import Run
+    from sst_interp.synthetic import SyntheticSpec, write_synthetic_run
+
+    write_synthetic_run(tmp_path / "run", SyntheticSpec(n_questions=12, depths=depths, num_layers=2, hidden_size=32,
+                                                        full_positions=1, top_k=8, vocab_size=256, extra_tokens=1,
+                                                        batch_questions=12, halting_dims=()))
+    return Run.open(tmp_path / "run")
+
+
+def test_free_form_questions_get_no_four_option_chance_rate(tmp_path, monkeypatch):
+    # issue 44: the demo's free-form questions ("7 + 7 =") were tested against "(1/4)^2 = 6.25%" with no note
+    run = _synthetic_run(tmp_path)
+    free_form = run.questions().assign(choices=[[] for _ in range(12)])
+    monkeypatch.setattr(run, "questions", lambda: free_form)
+    res = cv.convergent_reasoning(run, n_resamples=200)
+    text = " ".join(res.table()["quantity"])
+    assert res.n_options is None and res.binomial is None
+    assert "chance" not in text and "binomial" not in text and "ratio" not in text
+    assert "free-form" in res.no_chance
+    assert cv._notes(None, res) == [f"no chance baseline or binomial test: {res.no_chance}"]
+
+
+def test_the_chance_rate_comes_from_the_questions_choices(tmp_path, monkeypatch):
+    run = _synthetic_run(tmp_path)
+    res = cv.convergent_reasoning(run, n_resamples=200)  # the synthetic questions have 4 choices (A-D)
+    assert res.n_options == 4 and "chance baseline (1/4)^2 (%)" in set(res.table()["quantity"])
+    two = run.questions().assign(choices=[["yes", "no"]] * 12)
+    monkeypatch.setattr(run, "questions", lambda: two)
+    assert "chance baseline (1/2)^2 (%)" in set(cv.convergent_reasoning(run, n_resamples=200).table()["quantity"])
+    mixed = run.questions().assign(choices=[["yes", "no"]] * 6 + [list("ABCD")] * 6)
+    monkeypatch.setattr(run, "questions", lambda: mixed)
+    res = cv.convergent_reasoning(run, n_resamples=200)
+    assert res.n_options is None and "different numbers of choices (2, 4)" in res.no_chance
+
+
+@pytest.mark.parametrize("depths", [2, 3, 4])
+def test_no_impossible_trace_rows(depths):
+    # issue 44: with two depths the table printed "with 0 or fewer unique text traces"
+    patterns = {tuple([1] * depths): 5, tuple([0] * depths): 3}
+    res = cv.convergent_reasoning(planted_run(patterns, repeated_all_correct=2), n_resamples=200)
+    rows = [q for q in res.table()["quantity"] if q.startswith("with ")]
+    numbers = [int(q.split()[1]) for q in rows]
+    assert all(1 <= k <= depths for k in numbers), rows
+    assert len(set(numbers)) == len(numbers)
+    # every all-correct question is in exactly one row
+    assert sum(res.table().set_index("quantity").loc[rows, "value"]) == res.all_correct == 5

@@ -1,5 +1,6 @@
-"""The experiments' statistics hold their size (issue 30, defect 5 and item 3): no interval from fewer than 6
-questions (one observation used to print a zero-width interval), censored questions bound the mean from both sides
+"""The experiments' statistics hold their size (issue 30, defect 5 and item 3): no interval from one question (it
+used to print a zero-width interval) and no sign test below 6 (issue 44 measured the intervals' coverage:
+test_interval_coverage.py), censored questions bound the mean from both sides
 instead of being dropped, the sign test is exact, and a sweep's p-values are Holm-adjusted with the correction
 named."""
 
@@ -11,7 +12,7 @@ import pytest
 from scipy.stats import binomtest
 
 from sst_interp.experiments.effects import flip_and_logprob_columns, holm
-from sst_interp.experiments.intervals import MIN_INTERVAL_N, adjusted, mean_interval, sign_test
+from sst_interp.experiments.intervals import MIN_INTERVAL_N, MIN_SIGN_N, adjusted, mean_interval, sign_test
 
 
 def bounds(low, high=None) -> pd.DataFrame:
@@ -22,19 +23,22 @@ def bounds(low, high=None) -> pd.DataFrame:
 
 def test_one_observation_gives_no_interval():
     # issue 30: "Steer +1: -7.78 [-7.78, -7.78] from 1 of 8 questions"
-    row = flip_and_logprob_columns(0, 0, bounds([-7.78]), 1000, 0)
+    row = flip_and_logprob_columns(0, 0, 1, bounds([-7.78]))
     assert row["logprob_change_mean"] == -7.78
     assert np.isnan(row["logprob_change_ci_low"]) and np.isnan(row["logprob_change_ci_high"])
+    assert np.isnan(row["flip_rate_ci_low"]) and np.isnan(row["flip_rate_ci_high"])
     assert np.isnan(row["logprob_sign_p"])
-    for n in range(1, MIN_INTERVAL_N):
-        assert np.isnan(mean_interval(np.arange(n, dtype=float), 1000, 0)).all()
-    assert not np.isnan(mean_interval(np.arange(MIN_INTERVAL_N, dtype=float), 1000, 0)).any()
+    for n in range(0, MIN_INTERVAL_N):
+        assert np.isnan(tuple(mean_interval(np.arange(n, dtype=float)))).all()
+    assert not np.isnan(tuple(mean_interval(np.arange(MIN_INTERVAL_N, dtype=float)))).any()
+    for n in range(0, MIN_SIGN_N):
+        assert np.isnan(sign_test(np.arange(1, n + 1.0), np.arange(1, n + 1.0))[0])
 
 
 def test_censored_questions_bound_the_mean_from_both_sides_instead_of_being_dropped():
     observed = [-0.1, 0.2, -0.3, 0.1, 0.0, -0.2]
     # two more questions fell out of the top-K: each at most -5 (the K-th log-prob minus the clean one), at least -80
-    row = flip_and_logprob_columns(0, 0, bounds(observed + [-80.0, -80.0], observed + [-5.0, -5.0]), 2000, 0)
+    row = flip_and_logprob_columns(0, 0, 8, bounds(observed + [-80.0, -80.0], observed + [-5.0, -5.0]))
     assert np.isnan(row["logprob_change_mean"])  # not the mean of the six left (-0.05, biased towards 0)
     assert row["logprob_change_bound_high"] == pytest.approx((sum(observed) - 10.0) / 8)
     assert row["logprob_change_bound_low"] == pytest.approx((sum(observed) - 160.0) / 8)
@@ -51,10 +55,22 @@ def test_the_sign_test_is_exact_and_leaves_out_unsettled_signs():
     assert n == 8 and p == pytest.approx(2 * 9 / 256)  # 7 up of 8: P(X >= 7) + P(X <= 1) = 2 * 9 / 256
 
 
-def test_bca_interval_covers_the_mean_of_a_shifted_sample():
+def test_t_interval_equals_the_textbook_formula():
+    from scipy.stats import t
+
     values = np.random.default_rng(0).normal(1.0, 0.5, 40)
-    low, high = mean_interval(values, 5000, 0)
-    assert low < values.mean() < high and low > 0.7 and high < 1.3
+    low, high = mean_interval(values)
+    half = t.ppf(0.975, 39) * values.std(ddof=1) / np.sqrt(40)
+    assert (low, high) == pytest.approx((values.mean() - half, values.mean() + half))
+
+
+def test_flip_rate_columns_use_the_exact_interval():
+    from scipy.stats import binomtest
+
+    row = flip_and_logprob_columns(2, 1, 8, bounds([0.1, -0.2, 0.3, 0.0, 0.1, -0.1, 0.2, 0.05]))
+    ci = binomtest(3, 8).proportion_ci(0.95, "exact")
+    assert row["flip_rate_pct"] == pytest.approx(37.5)
+    assert (row["flip_rate_ci_low"], row["flip_rate_ci_high"]) == pytest.approx((100 * ci.low, 100 * ci.high))
 
 
 def test_holm_adjusts_a_sweeps_cells_and_names_the_correction():
