@@ -101,3 +101,19 @@ def check_footer(target: Path, meta: pq.FileMetaData, advice: str) -> pq.FileMet
     if problem is not None:
         raise CorruptRunError(f"{target} is damaged ({problem}); {advice}")
     return meta
+
+
+def batch_row_groups(table: pa.Table, manifest: dict[str, Any]) -> list[int]:
+    """Row counts of runs of consecutive rows from the same batch: the row groups a rewritten table keeps, so
+    that damage to one batch's rows stays confined to that batch."""
+    batch_of = {(q, int(depth)): b["batch"] for depth, batches in manifest.get("batches", {}).items()
+                for b in batches for q in b["question_ids"]}
+    ids = [batch_of.get((q, int(d)), -1) for q, d in zip(table.column("question_id").to_pylist(),
+                                                            table.column("depth").to_pylist())]
+    sizes: list[int] = []
+    for i, batch in enumerate(ids):
+        if i and batch == ids[i - 1]:
+            sizes[-1] += 1
+        else:
+            sizes.append(1)
+    return sizes
