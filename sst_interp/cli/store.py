@@ -1,7 +1,8 @@
 """``python -m sst_interp.store``: maintenance commands for run directories.
 
     python -m sst_interp.store verify runs/gsm8k     # bytes (page checksums, sha256) and consistency of every file
-    python -m sst_interp.store repair runs/gsm8k     # rebuild manifest.json from the shards and tables
+    python -m sst_interp.store repair runs/gsm8k     # rebuild manifest.json from the shards and tables, and
+                                                     # each damaged table from its rows that verify
 
 Exit codes: 0 all files intact and consistent (verify) or the manifest rebuilt (repair); 1 verification found
 damaged or inconsistent files (listed on stdout, one a line, each naming the file at fault); 2 bad input (not a
@@ -96,8 +97,9 @@ def _repair(run: str) -> int:
               f"{' ...' if len(report.removed) > 3 else ''}): rerun the same record command to record their " \
               "questions again" if report.removed else ""
     backup = f"; the previous manifest is in {Path(run) / report.backup}" if report.backup else ""
+    rebuilt = f"; rebuilt {', '.join(report.rebuilt)} from the rows that pass their checks" if report.rebuilt else ""
     print(f"repaired: {Path(run) / mf.MANIFEST_NAME} rebuilt from the files: {report.question_depths} question-depths "
-          f"in {report.batches} batches{removed}{backup}")
+          f"in {report.batches} batches{rebuilt}{removed}{backup}")
     return 0
 
 

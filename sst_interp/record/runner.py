@@ -68,6 +68,9 @@ def report_resume(report: Any) -> None:
     if report.damaged:
         print(f"resume: {len(report.damaged)} damaged file(s) failed verification: {', '.join(report.damaged[:5])}"
               + (" ..." if len(report.damaged) > 5 else ""))
+    if report.rebuilt:
+        print(f"resume: rebuilt {', '.join(report.rebuilt)} from the rows that pass their checks (none of its "
+              "damaged bytes kept)")
     redo = sum(len(ids) for ids in report.redo.values())
     if redo:
         print(f"resume: {redo} question-depth(s) whose files were damaged or missing are recorded again")

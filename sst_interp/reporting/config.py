@@ -220,7 +220,7 @@ def _open_runs(paths: list[Path]) -> list[RunInput]:
 
     out = []
     for name, path in zip(_unique_names(paths), paths):
-        run = Run.open(path).check_tables()  # a damaged table is refused before any artefact is written
+        run = Run.open(path).check_files()  # a file that fails verification is refused before any artefact
         out.append(RunInput(name, path, run, _benchmark(run, name)))
     return out
 
@@ -328,7 +328,7 @@ def resolve_inputs(config: ReportConfig) -> ReportInputs:
     runs = _open_runs(run_paths)
     from sst_interp.store import Run
 
-    baselines = [RunInput(n, p, Run.open(p).check_tables(), n)
+    baselines = [RunInput(n, p, Run.open(p).check_files(), n)
                  for n, p in zip(_unique_names(base_paths), base_paths)]
     if config.probe is not None and not Path(config.probe).exists():
         raise UsageError(f"--probe {config.probe} does not exist; pass a probe folder saved by "

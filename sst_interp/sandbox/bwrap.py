@@ -41,6 +41,7 @@ import shutil
 import subprocess
 from collections.abc import Sequence
 
+from sst_interp.kernels.errors import UsageError
 from sst_interp.sandbox.config import SandboxConfig
 from sst_interp.sandbox.interpreter import Interpreter, sandbox_env
 
@@ -63,12 +64,21 @@ def find_bwrap() -> str | None:
 
 @functools.lru_cache(maxsize=8)
 def bwrap_version(bwrap: str) -> tuple[int, ...]:
-    """The version of ``bwrap`` (e.g. ``(0, 8, 0)``); ``(0,)`` when it cannot be read."""
+    """The version of ``bwrap`` (e.g. ``(0, 8, 0)``); ``(0,)`` when it cannot be run or prints no version.
+
+    Raises UsageError (one line) when it prints bytes that are not UTF-8: that is not bubblewrap, or a broken one,
+    and guessing its options from it would start a sandbox we cannot vouch for."""
     try:
-        output = subprocess.run([bwrap, "--version"], capture_output=True, text=True, timeout=10, check=False).stdout
+        output = subprocess.run([bwrap, "--version"], capture_output=True, timeout=10, check=False).stdout
     except (OSError, subprocess.TimeoutExpired):
         return (0,)  # the probe run that follows reports the real problem
-    match = re.search(r"(\d+)\.(\d+)(?:\.(\d+))?", output)
+    try:
+        text = output.decode("utf-8")
+    except UnicodeDecodeError as err:
+        raise UsageError(f"{bwrap} --version printed bytes that are not text ({err.reason} at byte {err.start} of "
+                         f"{len(output)}): it is not a working bubblewrap; reinstall it (apt-get install --reinstall "
+                         "bubblewrap) or put the real bwrap first on PATH") from err
+    match = re.search(r"(\d+)\.(\d+)(?:\.(\d+))?", text)
     return tuple(int(part) for part in match.groups(default="0")) if match else (0,)
 
 

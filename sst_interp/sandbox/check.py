@@ -11,7 +11,7 @@ import os
 import threading
 
 from sst_interp.kernels.errors import UsageError
-from sst_interp.sandbox.bwrap import find_bwrap
+from sst_interp.sandbox.bwrap import bwrap_version, find_bwrap
 from sst_interp.sandbox.config import SandboxConfig
 from sst_interp.sandbox.output import CaptureFiles
 from sst_interp.sandbox.process import SETUP_FAILURE_STATUS, SandboxProcess, make_workdir, remove_workdir
@@ -59,6 +59,9 @@ def check_backend(config: SandboxConfig) -> None:
     bwrap = find_bwrap()
     if bwrap is None:
         raise UsageError(MISSING_BWRAP)
+    # read here, in the caller's thread, so that a version that does not decode is one error: line before any
+    # sandbox is started (each launch reads it again, from the cache)
+    bwrap_version(bwrap)
     try:
         filter_program()
     except SeccompUnavailable as err:

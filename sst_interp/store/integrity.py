@@ -13,14 +13,19 @@ import hashlib
 from pathlib import Path
 from typing import IO, Any, NamedTuple
 
+import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 
 from sst_interp.store.errors import CorruptRunError
 
-#: What to tell the user about a damaged file: resume drops and re-records damaged batches.
-REPAIR_ADVICE = "rerun the same record command to re-record the damaged questions, or check the run with " \
-                "python -m sst_interp.store verify RUN"
+#: What to tell the user about a damaged file: repair keeps what verifies, resume re-records the rest.
+REPAIR_ADVICE = "python -m sst_interp.store repair RUN rebuilds what verifies and drops the rest, then rerun the " \
+                "same record command to re-record the damaged questions (python -m sst_interp.store verify RUN " \
+                "lists every damaged file)"
+#: What decoding a damaged file raises besides I/O errors: pyarrow decodes footer names and metadata as UTF-8 (a
+#: UnicodeDecodeError, a ValueError) and its own structures (ArrowException); pandas metadata is JSON (ValueError).
+DECODE_ERRORS = (ValueError, pa.ArrowException)
 _CHUNK = 1 << 22
 
 
@@ -80,17 +85,26 @@ def sha256_file(target: Path) -> str:
     return digest.hexdigest()
 
 
+def repair_advice(target: Path) -> str:
+    """:data:`REPAIR_ADVICE` naming the run that holds ``target`` (a table, or a shard under KIND/depth=D/)."""
+    run = target.parents[2] if target.parent.name.startswith("depth=") else target.parent
+    return REPAIR_ADVICE.replace("RUN", str(run))
+
+
 def damaged(target: Path, err: BaseException) -> CorruptRunError:
     """The one-line error for a file whose pages or footer fail to read."""
-    reason = " ".join(str(err).split())
-    return CorruptRunError(f"{target} is damaged ({reason}); {REPAIR_ADVICE}")
+    if isinstance(err, UnicodeDecodeError):  # its message quotes the undecodable bytes
+        reason = f"{err.reason} at byte {err.start}: not UTF-8"
+    else:
+        reason = " ".join(str(err).split())
+    return CorruptRunError(f"{target} is damaged ({reason}); {repair_advice(target)}")
 
 
 def open_parquet(target: Path, metadata: pq.FileMetaData | None = None) -> pq.ParquetFile:
     """Open a Parquet file whose pages are CRC-checked as they are read (``metadata``: a footer read before)."""
     try:
         return pq.ParquetFile(target, metadata=metadata, page_checksum_verification=True)
-    except (OSError, pa.ArrowException) as err:
+    except (OSError, *DECODE_ERRORS) as err:
         raise damaged(target, err) from err
 
 
@@ -98,7 +112,7 @@ def read_row_group(handle: pq.ParquetFile, target: Path, group: int, columns: li
     """One row group with its pages CRC-checked; damage is a CorruptRunError naming ``target``."""
     try:
         return handle.read_row_group(group, columns=columns)
-    except (OSError, pa.ArrowException) as err:
+    except (OSError, *DECODE_ERRORS) as err:
         raise damaged(target, err) from err
 
 
@@ -106,7 +120,16 @@ def read_table(target: Path, columns: list[str] | None = None) -> pa.Table:
     """A whole (small) Parquet table with its pages CRC-checked; damage is a CorruptRunError naming ``target``."""
     try:
         return pq.read_table(target, columns=columns, page_checksum_verification=True)
-    except (OSError, pa.ArrowException) as err:
+    except (OSError, *DECODE_ERRORS) as err:
+        raise damaged(target, err) from err
+
+
+def to_frame(table: pa.Table, target: Path) -> pd.DataFrame:
+    """``table`` (read from ``target``) as a DataFrame; footer metadata that does not decode (pandas' JSON) is a
+    CorruptRunError naming ``target``, as a damaged page is."""
+    try:
+        return table.to_pandas()
+    except DECODE_ERRORS as err:
         raise damaged(target, err) from err
 
 

@@ -224,12 +224,25 @@ class Run:
         return cls(path, manifest, shards)
 
     def check_tables(self) -> Run:
-        """Read every page of the run's tables (questions, generations, episodes) with their CRC checks, so that a
-        command reading them refuses a damaged table before it writes anything (the tables are small; shards are
-        checked as they are read). Returns the run; CorruptRunError names a damaged table."""
+        """Read every page of the run's tables (questions, generations, episodes) with their CRC checks and compare
+        each one's sha256 with the one the writer recorded, so that a command reading them refuses a damaged table
+        before it writes anything (the tables are small; shards are checked as they are read). Returns the run;
+        CorruptRunError names a damaged table and ``store repair``."""
+        recorded = self.manifest.get("tables", {})
         for name in discovery.TABLE_NAMES:
             if (self.path / name).exists():
                 integrity.scan_pages(self.path / name)
+                _check_sha256(self.path / name, recorded.get(name))
+        return self
+
+    def check_files(self) -> Run:
+        """:meth:`check_tables`, then every listed shard's sha256 against the manifest: what ``store verify``
+        checks of each file's bytes, so that a command writing artefacts from the run (``report``) refuses one
+        with a damaged byte anywhere, footers included (page CRCs cover only the pages). Costs one read of every
+        byte of the run; returns the run; CorruptRunError names the first damaged file and ``store repair``."""
+        self.check_tables()
+        for rel, entry in sorted(mf.listed_shards(self.manifest).items()):
+            _check_sha256(self.path / rel, entry)
         return self
 
     # ------------------------------------------------------------------------------------------ tables
@@ -238,7 +251,7 @@ class Run:
         target = self.path / "questions.parquet"
         if not target.exists():
             return sch.QUESTIONS_SCHEMA.empty_table().to_pandas()
-        return integrity.read_table(target).to_pandas()
+        return integrity.to_frame(integrity.read_table(target), target)
 
     def generations(self) -> pd.DataFrame:
         """generations.parquet (one row per question, depth, turn), only completed (question, depth) pairs."""
@@ -249,7 +262,7 @@ class Run:
         done = mf.completed_pairs(self.manifest)
         keep = [(q, int(d)) in done for q, d in zip(table.column("question_id").to_pylist(),
                                                       table.column("depth").to_pylist())]
-        return table.filter(pa.array(keep, type=pa.bool_())).to_pandas()
+        return integrity.to_frame(table.filter(pa.array(keep, type=pa.bool_())), target)
 
     @property
     def protocol(self) -> str:
@@ -277,7 +290,7 @@ class Run:
         table = integrity.read_table(target)
         keep = [(q, int(d)) in done for q, d in zip(table.column("question_id").to_pylist(),
                                                       table.column("depth").to_pylist())]
-        return table.filter(pa.array(keep, type=pa.bool_())).to_pandas()
+        return integrity.to_frame(table.filter(pa.array(keep, type=pa.bool_())), target)
 
     def question_ids(self, depth: int | None = None) -> list[str]:
         """Completed question ids at ``depth`` (None: complete at every depth of the run), in questions order."""
@@ -415,6 +428,16 @@ class Run:
         return json.dumps(self.manifest, indent=1)
 
 
+def _check_sha256(target: Path, recorded: dict[str, Any] | None) -> None:
+    """CorruptRunError naming ``target`` when its bytes differ from the sha256 in its manifest entry (files with no
+    recorded sha256, from another tool, are checked by their pages only)."""
+    if recorded is None or "sha256" not in recorded:
+        return
+    if integrity.sha256_file(target) != recorded["sha256"]:
+        raise CorruptRunError(f"{target} fails verification (its sha256 differs from the one recorded in the "
+                              f"manifest); {integrity.repair_advice(target)}")
+
+
 def _raise_first(path: Path, findings: list[consistency.Finding]) -> None:
     """A CorruptRunError with the first finding (one line), when there is any."""
     if findings:
@@ -442,7 +465,7 @@ class _GroupReader:
         if pinned:
             if table.num_rows and not pc.all(same).as_py():
                 raise CorruptRunError(f"shard {self._run_path / rel} row group {group} does not hold only question "
-                                      f"{qid!r}; {integrity.REPAIR_ADVICE}")
+                                      f"{qid!r}; {integrity.repair_advice(self._run_path / rel)}")
             return table
         return table.filter(same)
 

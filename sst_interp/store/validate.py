@@ -6,20 +6,23 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-import pyarrow as pa
 import pyarrow.parquet as pq
 
 from sst_interp.store.errors import CorruptRunError
+from sst_interp.store.integrity import DECODE_ERRORS, repair_advice
+from sst_interp.store.salvage import check_footer
 
 _ADVICE = "rerun the same record command: it records this file's questions again"
 
 
 def read_footer(target: Path) -> pq.FileMetaData:
-    """The Parquet footer of ``target``; CorruptRunError naming the file when it cannot be read."""
+    """The Parquet footer of ``target``; CorruptRunError naming the file when it cannot be read or its schema and
+    JSON metadata do not decode (:func:`~sst_interp.store.salvage.footer_problem`)."""
     try:
-        return pq.read_metadata(target)
-    except (OSError, pa.ArrowException) as err:
+        meta = pq.read_metadata(target)
+    except (OSError, *DECODE_ERRORS) as err:
         raise CorruptRunError(f"shard {target} has an unreadable Parquet footer ({err}); {_ADVICE}") from err
+    return check_footer(target, meta, repair_advice(target))
 
 
 def check_shard(run_path: Path, shard: dict[str, Any]) -> pq.FileMetaData:
@@ -45,9 +48,11 @@ def check_shard(run_path: Path, shard: dict[str, Any]) -> pq.FileMetaData:
 
 
 def check_table_file(target: Path) -> pq.FileMetaData:
-    """The footer of a top-level table (questions/generations/episodes.parquet); CorruptRunError when unreadable."""
+    """The footer of a top-level table (questions/generations/episodes.parquet); CorruptRunError when unreadable or
+    when its schema and JSON metadata do not decode."""
     try:
-        return pq.read_metadata(target)
-    except (OSError, pa.ArrowException) as err:
+        meta = pq.read_metadata(target)
+    except (OSError, *DECODE_ERRORS) as err:
         raise CorruptRunError(f"{target} has an unreadable Parquet footer ({err}); rerun the same record command: it "
                               "records this table's questions again") from err
+    return check_footer(target, meta, repair_advice(target))

@@ -142,4 +142,6 @@ def _reason(err: CorruptRunError, target: Path) -> str:
     """The error's message without the file name and the repair advice (the report names both once)."""
     text = " ".join(str(err).split()).replace(f"shard {target} ", "").replace(f"{target} ", "")
     text = text.split("; ")[0]
+    if text.startswith("is damaged (its footer"):  # salvage.footer_problem: not a page
+        return text.removeprefix("is damaged (").removesuffix(")")
     return f"pages fail their checks ({text.removeprefix('is damaged (')}" if text.startswith("is damaged") else text

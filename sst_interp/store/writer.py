@@ -41,7 +41,7 @@ from sst_interp import __version__
 from sst_interp.kernels.errors import UsageError
 from sst_interp.store import manifest as mf
 from sst_interp.store import schema as sch
-from sst_interp.store import codecs, integrity, rebuild, stamp, tables
+from sst_interp.store import codecs, integrity, rebuild, salvage, stamp, tables
 from sst_interp.store.atomic import is_temp_name
 from sst_interp.store.errors import CorruptRunError
 from sst_interp.store.reconcile import reconcile
@@ -79,6 +79,7 @@ class ResumeReport:
             in ``redo`` (a damaged questions.parquet is removed and written again by ``write_questions``).
         reconciled: what was changed to make the manifest agree with the files (:mod:`sst_interp.store.reconcile`),
             including a manifest rebuilt from the files because it was missing or unreadable.
+        rebuilt: damaged tables (in ``damaged`` too) rewritten from their rows that verify, under a new footer.
     """
 
     resumed: bool = False
@@ -86,6 +87,7 @@ class ResumeReport:
     redo: dict[int, list[str]] = field(default_factory=dict)
     damaged: list[str] = field(default_factory=list)
     reconciled: list[str] = field(default_factory=list)
+    rebuilt: list[str] = field(default_factory=list)
 
 
 class RunWriter:
@@ -191,7 +193,7 @@ class RunWriter:
                                      preserve_index=False)
         target = self.path / QUESTIONS_NAME
         if target.exists():
-            old = integrity.read_table(target)
+            old = self._verified_table(QUESTIONS_NAME)
             old_rows = {row["question_id"]: row for row in old.to_pylist()}
             new_rows = []
             for row in table.to_pylist():
@@ -204,7 +206,7 @@ class RunWriter:
             if not new_rows:
                 return
             table = pa.concat_tables([old, pa.Table.from_pylist(new_rows, schema=sch.QUESTIONS_SCHEMA)])
-        table = stamp.stamped(table, self._manifest)
+        table = salvage.fresh(table, self._manifest)
         with self._commit_lock, self._across_processes():
             written = self._guard_disk(lambda: tables.write_table_atomic(table, target), target)
             with self._state_lock:
@@ -340,16 +342,29 @@ class RunWriter:
             yield
 
     def _append_rows(self, name: str, rows: pa.Table) -> integrity.Written:
-        """Rewrite table ``name`` with ``rows`` appended as a row group of their own (old rows page-checked)."""
+        """Rewrite table ``name`` with ``rows`` appended as a row group of their own (the old rows only once the
+        file verifies against the manifest, under a footer made afresh: docs/format.md, "Damage is never
+        blessed")."""
         target = self.path / name
         groups = [rows.num_rows]
         if target.exists():
             handle = integrity.open_parquet(target)
-            old = integrity.read_table(target)
+            old = self._verified_table(name)
             groups = [handle.metadata.row_group(i).num_rows for i in range(handle.metadata.num_row_groups)] + groups
-            rows = pa.concat_tables([old, rows], promote_options="permissive")
-        rows = stamp.stamped(rows, self._manifest)
+            rows = pa.concat_tables([old, rows.replace_schema_metadata(None)], promote_options="permissive")
+        rows = salvage.fresh(rows, self._manifest)
         return self._guard_disk(lambda: tables.write_table_atomic(rows, target, row_groups=groups), target)
+
+    def _verified_table(self, name: str) -> pa.Table:
+        """Table ``name`` as the manifest records it, read to be rewritten; CorruptRunError naming it when its bytes
+        changed since they were recorded (damage during this recording: never rewritten and hashed again)."""
+        target = self.path / name
+        with self._state_lock:
+            recorded = self._manifest.get("tables", {}).get(name)
+        if not _table_intact(target, recorded):
+            raise CorruptRunError(f"{target} changed after this recording verified it (its sha256, pages or footer "
+                                  f"fail their checks); it is left as it is: {integrity.repair_advice(target)}")
+        return integrity.read_table(target).replace_schema_metadata(None)
 
     def _commit_batch(self, job: _Job, batch_id: int, entry: dict[str, Any],
                       appended: dict[str, integrity.Written]) -> None:
@@ -600,11 +615,23 @@ def _content_intact(target: Path, recorded: dict[str, Any] | None) -> bool:
     return True
 
 
+def _table_intact(target: Path, recorded: dict[str, Any] | None) -> bool:
+    """:func:`_content_intact` for a table, whose footer must also decode: a run whose damaged footer an earlier
+    version rewrote and hashed again has a matching sha256 over metadata no reader can decode."""
+    if not _content_intact(target, recorded):
+        return False
+    try:
+        check_table_file(target)
+    except CorruptRunError:
+        return False  # the caller rebuilds the table from what verifies
+    return True
+
+
 def _check_questions(path: Path, manifest: dict[str, Any], report: ResumeReport) -> None:
     """A damaged questions.parquet is removed (and its record forgotten): write_questions, which every record
     command calls on resume, writes it again from the same data (the identity's data sha256 guarantees it)."""
     target = path / QUESTIONS_NAME
-    if target.exists() and not _content_intact(target, manifest.get("tables", {}).get(QUESTIONS_NAME)):
+    if target.exists() and not _table_intact(target, manifest.get("tables", {}).get(QUESTIONS_NAME)):
         target.unlink()
         report.damaged.append(QUESTIONS_NAME)
         _record_table(manifest, QUESTIONS_NAME, None)
@@ -639,25 +666,29 @@ def _remove_strays(path: Path, manifest: dict[str, Any], report: ResumeReport) -
 def _filter_generations(path: Path, manifest: dict[str, Any], report: ResumeReport) -> None:
     """Drop generation and episode rows of incomplete questions (written before a kill, manifest not yet
     updated), and redo batches whose rows are gone (a table deleted after a CorruptRunError). Batches are dropped
-    first, for both tables, so that no table keeps rows of a batch the other one's check dropped."""
+    first, for both tables, so that no table keeps rows of a batch the other one's check dropped.
+
+    A table that fails verification (sha256, pages or footer) is rebuilt from the rows that verify
+    (:func:`~sst_interp.store.salvage.salvage_table`), under a footer made afresh; the batches whose rows it lost
+    are recorded again. One with nothing to salvage (no footer, or schema copies that disagree) is removed, and every
+    batch it held is recorded again. Its damaged bytes are never written back (docs/format.md)."""
     loaded = {}
     rewrite = set()
     for name, flag in ((GENERATIONS_NAME, "generations"), (EPISODES_NAME, "episodes")):
         target = path / name
         table = None
-        if target.exists() and not _footer_readable(target):
-            # a truncated table has lost its footer, and with it every row: it goes, and every batch whose rows
-            # it held is recorded again (below, as for a deleted table)
-            target.unlink()
-            report.damaged.append(name)
-            _record_table(manifest, name, None)
         if target.exists():
-            table, bad_groups = integrity.readable_row_groups(target)
-            recorded = manifest.get("tables", {}).get(name)
-            sha_bad = recorded is not None and integrity.sha256_file(target) != recorded["sha256"]
-            if bad_groups or sha_bad:  # rows of the damaged row groups are gone: their batches are redone below
+            if _table_intact(target, manifest.get("tables", {}).get(name)):
+                table = integrity.read_table(target)
+            else:
                 report.damaged.append(name)
-                rewrite.add(name)
+                table = salvage.salvage_table(target, name)
+                if table is None:
+                    target.unlink()
+                    _record_table(manifest, name, None)
+                else:
+                    report.rebuilt.append(name)
+                    rewrite.add(name)
         loaded[name] = table
         present = set() if table is None else {
             (q, int(d)) for q, d in zip(table.column("question_id").to_pylist(), table.column("depth").to_pylist())}
@@ -678,30 +709,6 @@ def _filter_generations(path: Path, manifest: dict[str, Any], report: ResumeRepo
             keep.append((row[0], int(row[1])) in done and row not in seen)
             seen.add(row)
         if not all(keep) or name in rewrite:
-            kept = table.filter(pa.array(keep, type=pa.bool_()))
-            written = tables.write_table_atomic(kept, path / name, row_groups=_batch_row_groups(kept, manifest))
+            kept = salvage.fresh(table.filter(pa.array(keep, type=pa.bool_())), manifest)
+            written = tables.write_table_atomic(kept, path / name, row_groups=salvage.batch_row_groups(kept, manifest))
             _record_table(manifest, name, written)
-
-
-def _footer_readable(target: Path) -> bool:
-    try:
-        check_table_file(target)
-    except CorruptRunError:
-        return False
-    return True
-
-
-def _batch_row_groups(table: pa.Table, manifest: dict[str, Any]) -> list[int]:
-    """Row counts of runs of consecutive rows from the same batch: the row groups a rewritten table keeps, so
-    that damage to one batch's rows stays confined to that batch."""
-    batch_of = {(q, int(depth)): b["batch"] for depth, batches in manifest.get("batches", {}).items()
-                for b in batches for q in b["question_ids"]}
-    ids = [batch_of.get((q, int(d)), -1) for q, d in zip(table.column("question_id").to_pylist(),
-                                                            table.column("depth").to_pylist())]
-    sizes: list[int] = []
-    for i, batch in enumerate(ids):
-        if i and batch == ids[i - 1]:
-            sizes[-1] += 1
-        else:
-            sizes.append(1)
-    return sizes

@@ -141,3 +141,86 @@ def test_rerun_repairs_exactly_the_damaged_batches(model, pristine, tmp_path, da
     assert (int(match.group(1)) if match else 0) == again, said
     assert verify_run(run).ok
     _assert_equal(_content(run), _content(original))
+
+
+# --------------------------------------------------------------------------------------------------------------
+# Damage is never blessed (issue 49): a flip in a footer's JSON metadata passes every page check; only the sha256
+# sees it. Rerunning record (or store repair) must not rewrite the damaged bytes and hash them again.
+
+
+def flip_footer_metadata(target: Path, n: int = 64) -> None:
+    """XOR ``n`` bytes in the middle of the JSON the footer's key-value metadata holds: pandas' (tables written
+    before this fix carry it) or else the run's stamp. This is the Parquet copy, which ``read_row_group`` returns
+    and no page CRC covers (``read_table`` uses the copy inside the Arrow schema, so a plain read sees nothing)."""
+    import pyarrow.parquet as pq
+
+    from sst_interp.store.stamp import STAMP_KEY
+
+    metadata = pq.read_metadata(target).metadata
+    raw = metadata.get(b"pandas") or metadata[STAMP_KEY]
+    data = bytearray(target.read_bytes())
+    start = data.rfind(raw) + len(raw) // 2 - n // 2
+    footer = len(data) - 8 - int.from_bytes(data[-8:-4], "little")
+    assert start > footer and len(raw) > n  # inside the footer's copy, past every page
+    for i in range(start, start + n):
+        data[i] ^= 0xFF  # 0xFF-xored ASCII is >= 0x80 everywhere: not UTF-8
+    target.write_bytes(bytes(data))
+
+
+FOOTER_DAMAGE = {
+    "episodes": lambda r: r / "episodes.parquet",
+    "questions": lambda r: r / "questions.parquet",
+    "hidden-shard": lambda r: _first(r, "hidden"),
+}
+
+
+def _report_refuses(run: Path, target: Path, out: Path, capsys) -> None:
+    """report exits 2 with one error: line naming ``target`` and store repair, and writes no artefact."""
+    from sst_interp.cli.report import main as report_main
+
+    capsys.readouterr()
+    with pytest.raises(SystemExit) as info:
+        report_main(["--run", str(run), "--out", str(out), "--quiet"])
+    assert info.value.code == 2
+    err = capsys.readouterr().err
+    lines = [line for line in err.splitlines() if line.strip()]
+    assert len(lines) == 1 and lines[0].startswith("error: ") and str(target) in lines[0], err
+    assert "python -m sst_interp.store repair" in lines[0] and "Traceback" not in err
+    assert not out.exists() or not any(out.iterdir())
+
+
+@pytest.mark.parametrize("where", list(FOOTER_DAMAGE))
+def test_a_rerun_over_damaged_footer_metadata_rebuilds_it_and_never_blesses_it(model, pristine, tmp_path, capsys,
+                                                                               where):
+    original = pristine("codeact")
+    run = tmp_path / "run"
+    shutil.copytree(original, run)
+    target = FOOTER_DAMAGE[where](run)
+    rel = target.relative_to(run).as_posix()
+    flip_footer_metadata(target)
+    found = verify_run(run)
+    assert [name for name, _ in found.damaged] == [rel]
+    _report_refuses(run, target, tmp_path / "report", capsys)
+
+    said = _record(model, run, "codeact")  # the same command again: the file is rebuilt, never re-stamped
+
+    assert "damaged file(s) failed verification" in said and rel in said
+    assert verify_run(run).ok  # rebuilt, and it verifies: the manifest's sha256 is that of bytes written afresh
+    _assert_equal(_content(run), _content(original))
+
+
+def test_store_repair_rebuilds_a_table_with_damaged_footer_metadata(pristine, tmp_path, capsys):
+    from sst_interp.cli.store import main as store_main
+
+    run = tmp_path / "run"
+    shutil.copytree(pristine("codeact"), run)
+    before = (run / "episodes.parquet").read_bytes()
+    flip_footer_metadata(run / "episodes.parquet")
+    damaged = (run / "episodes.parquet").read_bytes()
+    assert store_main(["repair", str(run)]) == 0
+    assert "rebuilt episodes.parquet" in capsys.readouterr().out
+    after = (run / "episodes.parquet").read_bytes()
+    assert after != damaged  # a new footer, not the damaged one hashed again
+    assert after == before  # the verified rows under the writer's own footer: the bytes it wrote, sha256 and all
+    assert verify_run(run).ok
+    _assert_equal(_content(run), _content(pristine("codeact")))

@@ -25,6 +25,28 @@ def test_missing_bwrap_is_one_line_naming_the_package(monkeypatch, capsys, tmp_p
     assert not (tmp_path / "run").exists()  # refused before anything was written
 
 
+
+def test_bwrap_printing_bytes_that_are_not_utf8_is_one_line(monkeypatch, capsys, tmp_path):
+    """A ``bwrap`` whose ``--version`` prints random bytes (not UTF-8) stops record with one error: line naming it,
+    not a UnicodeDecodeError traceback, before anything is written."""
+    from sst_interp.sandbox.bwrap import bwrap_version
+
+    fake = tmp_path / "bin" / "bwrap"
+    fake.parent.mkdir()
+    noise = bytes(os.urandom(64)) + b"\xff\xfe bubblewrap 0.8.0 \xc3\x28"  # 0xff never occurs in UTF-8
+    (tmp_path / "noise").write_bytes(noise)
+    fake.write_text(f"#!/bin/sh\ncat {tmp_path / 'noise'}\n")
+    fake.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{fake.parent}{os.pathsep}{os.environ['PATH']}")
+    bwrap_version.cache_clear()
+    try:
+        err = _fail(["--protocol", "codeact", "--out", str(tmp_path / "run"), "--model", str(tmp_path / "none")],
+                    capsys)
+    finally:
+        bwrap_version.cache_clear()
+    assert err.startswith("error: ") and str(fake) in err and "not text" in err
+    assert not (tmp_path / "run").exists()
+
 @pytest.mark.parametrize("argv, message", [
     (["--protocol", "codeact", "--max-turns", "0"], "--max-turns must be at least 1"),
     (["--protocol", "codeact", "--action-tokens", "<execute>=x"], "--action-tokens"),

@@ -197,3 +197,38 @@ def test_resume_re_writes_a_damaged_questions_table(tmp_path):
         writer.write_questions(question_frame(["a", "b", "c", "d"]))
     assert store_main(["verify", str(path)]) == 0
     assert Run.open(path).question_ids(1) == ["a", "b", "c", "d"]
+
+
+def test_a_table_an_earlier_version_blessed_is_refused_on_open_and_rebuilt_on_resume(tmp_path):
+    """A table whose damaged pandas metadata was rewritten (into both footer copies) and hashed again, as before
+    issue 49: its sha256 matches, so only the footer check sees it. Readers refuse it in one line; resume rebuilds
+    it from its rows under a new footer."""
+
+    from sst_interp.store import integrity
+
+    path = write_run(tmp_path / "run")
+    target = path / "episodes.parquet"
+    table = pq.read_table(target)
+    rows = table.to_pylist()
+    blessed = table.replace_schema_metadata({**table.schema.metadata, b"pandas": b'{"columns": "\xff\xfe"}'})
+    groups = [pq.read_metadata(target).row_group(i).num_rows for i in range(3)]
+    with pq.ParquetWriter(target, blessed.schema, write_page_checksum=True) as writer:
+        start = 0
+        for size in groups:
+            writer.write_table(blessed.slice(start, size), row_group_size=size)
+            start += size
+    manifest = json.loads((path / "manifest.json").read_text())
+    manifest["tables"]["episodes.parquet"] = {"bytes": target.stat().st_size, "sha256": integrity.sha256_file(target)}
+    (path / "manifest.json").write_text(json.dumps(manifest))
+    with pytest.raises(UnicodeDecodeError):
+        pq.read_table(target).to_pandas()  # what summary and report crashed on
+    with pytest.raises(CorruptRunError, match=rf"{target} is damaged .*pandas metadata.*store repair {path}") as info:
+        Run.open(path)
+    assert "\n" not in str(info.value)
+    assert not store_main(["verify", str(path)]) == 0
+    with RunWriter.create_or_resume(path, IDENTITY, _settings()) as writer:
+        assert writer.report.damaged == ["episodes.parquet"] and writer.report.rebuilt == ["episodes.parquet"]
+        assert not writer.report.redo  # every row verified: nothing to record again
+    assert store_main(["verify", str(path)]) == 0
+    assert pq.read_table(target).to_pylist() == rows and b"pandas" not in pq.read_metadata(target).metadata
+    assert len(Run.open(path).episodes()) == 8
