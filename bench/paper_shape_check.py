@@ -95,14 +95,12 @@ PHASES: tuple[str, ...] = ("plain", "compiled", "sst", "record", "qlora")
 
 def measure_floor(sst, settings: ShapeSettings) -> tuple[ShapeRow, Callable[..., tuple[float, float]]]:
     """The ``floor`` row and ``floor(seconds, passes=1, head_passes=1, rows=1) -> (floor seconds, ratio)``."""
-    from sst_interp.model.memory_floor import decode_bytes, probe_bandwidth
+    from sst_interp.model.memory_floor import decode_bytes, floor_ratio, probe_bandwidth
 
     reads = decode_bytes(sst)
     bandwidth = probe_bandwidth(reads.step(), settings.device)
 
     def floor(seconds: float, passes: int = 1, head_passes: int = 1, rows: int = 1) -> tuple[float, float]:
-        from sst_interp.model.memory_floor import floor_ratio
-
         floor_s = bandwidth.floor_s(reads.step(passes, head_passes, rows))
         return floor_s, floor_ratio(seconds, floor_s)
 
