@@ -205,7 +205,9 @@ def goal_line(compiled_ratios: Mapping[str, float], device: str | torch.device) 
 
 def break_even_steps(compile_s: float, eager_s: float, compiled_s: float) -> float:
     """Decode steps after which compiling has paid for itself: compile seconds over the seconds it saves per step.
-    ``inf`` when it saves nothing (or the clocks did not measure a gain)."""
+    ``inf`` when it saves nothing; NaN when a time is not a positive number (noise larger than the steps timed)."""
+    if not (eager_s > 0 and compiled_s > 0 and compile_s >= 0):
+        return math.nan
     gain = eager_s - compiled_s
     if not gain > 0:
         return math.inf

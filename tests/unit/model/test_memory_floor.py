@@ -126,6 +126,8 @@ def test_break_even_is_compile_seconds_over_seconds_saved_per_step():
     assert math.isinf(break_even_steps(150.0, 0.05, 0.05)) and math.isinf(break_even_steps(150.0, 0.04, 0.05))
     assert (format_steps(16666.7), format_steps(math.inf), format_steps(math.nan)) == ("16,667", "never", "-")
     assert math.isnan(FloorRow("eager only", 1, 0.01, 0.02).break_even)
+    # a negative step time is noise larger than the steps timed, not a huge gain
+    assert math.isnan(break_even_steps(150.0, 0.34, -0.19)) and math.isnan(break_even_steps(150.0, -0.04, 0.1))
 
 
 def test_the_floor_table_from_made_up_clocks():
