@@ -5,14 +5,19 @@ the same code on the CPU with a shrunk configuration). No weights are downloaded
 shape, not on the values (:mod:`sst_interp.model.paper_shape`). One model is built and used for everything, so the
 comparisons share weights, allocator state and clocks:
 
-1. ``build``: the random backbone on the device (parameters, bytes, seconds).
+1. ``build``: the random backbone on the device (parameters, bytes, seconds). ``floor``: the device's memory floor
+   (issue 48): the bytes one decode step reads from the weights (:func:`sst_interp.model.memory_floor.decode_bytes`)
+   over the bandwidth of a streaming read on the device (:func:`~sst_interp.model.memory_floor.probe_bandwidth`).
+   Every decode row states its time as a multiple of its own floor (``floor_ratio`` in its numbers).
 2. ``plain b1`` / ``plain b16``: Hugging Face greedy decoding (``model.generate``), tokens/s, decode steps only.
 3. ``sst dK``: :func:`sst_interp.model.generate` at depth K, batch 1, as a ratio to K plain steps. The plain steps
    run on the same weights with the SST layers switched back to the backbone's class (:func:`plain_layers`),
    interleaved with the SST runs. Goal at depth 1: at most 1.05. ``sst dK fused``: the same with the blend
    compiled into one kernel per layer (:meth:`~sst_interp.model.SSTModel.compile_blend`).
 3b. ``compiled``: the compiled decode step (:mod:`sst_interp.model.compiled`; CUDA graphs on CUDA): ``plain
-   compiled`` (the backbone through the same step, stream off) in ms per step, goal <= 25 ms at batch 1; ``sst
+   compiled`` (the backbone through the same step, stream off) in ms per step against the floor, goal <= 1.25x
+   the floor on a GPU (1.1x on the CPU; not judged in the smoke run, whose shrunk weights sit in the cache; the
+   design's 25 ms at batch 1 on an H100 is stated beside it); ``sst
    compiled dK`` against K compiled plain steps, goal <= 1.05; ``record compiled dK`` (the Recorder fed by the
    step, no hooks, logits every iteration) against SST compiled decoding at the same depth, goal <= 1.10.
    ``policy compiled dK``: the per-position policy ``kl:0,max=K``, which never exits early (a KL is never below 0)
@@ -56,7 +61,7 @@ from torch import nn
 GOAL_SST_DEPTH1 = 1.05
 GOAL_RECORD_THROUGHPUT = 0.90
 GOAL_TRAIN_RATIO = 2.0
-GOAL_PLAIN_COMPILED_MS = 25.0  # batch 1 on an H100: >= 4.7x HF eager's 118 ms
+GOAL_PLAIN_COMPILED_MS = 25.0  # batch 1 on an H100 (DESIGN.md): >= 4.7x HF eager's 118 ms; stated, not the goal
 GOAL_SST_COMPILED = 1.05  # SST depth k against k compiled plain steps
 GOAL_RECORD_COMPILED = 1.10  # recording against SST decoding, both compiled, same depth
 
@@ -86,6 +91,34 @@ class ShapeRow:
 
 #: The phases of the check, in the order they run (``--phases`` picks some).
 PHASES: tuple[str, ...] = ("plain", "compiled", "sst", "record", "qlora")
+
+
+def measure_floor(sst, settings: ShapeSettings) -> tuple[ShapeRow, Callable[..., tuple[float, float]]]:
+    """The ``floor`` row and ``floor(seconds, passes=1, head_passes=1, rows=1) -> (floor seconds, ratio)``."""
+    from sst_interp.model.memory_floor import decode_bytes, floor_ratio, probe_bandwidth
+
+    reads = decode_bytes(sst)
+    bandwidth = probe_bandwidth(reads.step(), settings.device)
+
+    def floor(seconds: float, passes: int = 1, head_passes: int = 1, rows: int = 1) -> tuple[float, float]:
+        floor_s = bandwidth.floor_s(reads.step(passes, head_passes, rows))
+        return floor_s, floor_ratio(seconds, floor_s)
+
+    plain_s = bandwidth.floor_s(reads.step())
+    row = ShapeRow("floor", f"{bandwidth.describe()}; one step reads {reads.per_pass / 1e9:.3f} GB per pass and "
+                            f"{reads.head / 1e9:.3f} GB of LM head: floor {1000 * plain_s:.3f} ms per plain step",
+                   numbers={"bytes_per_s": bandwidth.bytes_per_s, "probe_bytes": bandwidth.probe_bytes,
+                            "per_pass_bytes": reads.per_pass, "head_bytes": reads.head, "floor_s": plain_s,
+                            "threads": bandwidth.threads})
+    return row, floor
+
+
+def floor_goal_line(rows: list[ShapeRow], device: str) -> str:
+    """The goal line over the compiled decode rows' floor ratios (:func:`~sst_interp.model.memory_floor.goal_line`)."""
+    from sst_interp.model.memory_floor import goal_line
+
+    return goal_line({row.name: row.numbers["floor_ratio"] for row in rows
+                      if "compiled" in row.name and "floor_ratio" in row.numbers}, device)
 
 
 @dataclass
@@ -230,7 +263,8 @@ def median_step(samples: list[float]) -> float:
     return statistics.median(measured) if measured else math.nan
 
 
-def measure_plain(sst, settings: ShapeSettings, vocab: int) -> tuple[list[ShapeRow], dict[int, float]]:
+def measure_plain(sst, settings: ShapeSettings, vocab: int,
+                  floor: Callable[..., tuple[float, float]]) -> tuple[list[ShapeRow], dict[int, float]]:
     """Plain HF decoding at each batch size: rows and {batch: s per decode step}."""
     rows, step = [], {}
     for batch in settings.batch_sizes:
@@ -240,10 +274,13 @@ def measure_plain(sst, settings: ShapeSettings, vocab: int) -> tuple[list[ShapeR
             samples = [per_token(lambda n: timed(lambda: plain_generate(sst.backbone, prompts, n), settings.device),
                                  settings.decode_tokens) for _ in range(settings.repeats)]
         step[batch] = median_step(samples)
+        floor_s, ratio = floor(step[batch], rows=batch)
         rows.append(ShapeRow(f"plain b{batch}", f"HF greedy: {batch / step[batch]:.1f} tokens/s ("
-                                                f"{1000 * step[batch]:.2f} ms per step, batch {batch})",
+                                                f"{1000 * step[batch]:.2f} ms per step, batch {batch}; "
+                                                f"{ratio:.2f}x the floor of {1000 * floor_s:.2f} ms)",
                              peak_gib=peak["gib"], numbers={"s_per_step": step[batch],
-                                                            "tokens_per_s": batch / step[batch]}))
+                                                            "tokens_per_s": batch / step[batch],
+                                                            "floor_ratio": ratio}))
     return rows, step
 
 
@@ -284,7 +321,8 @@ def measure_sst(sst, settings: ShapeSettings, vocab: int) -> list[ShapeRow]:
     return rows
 
 
-def measure_compiled(sst, settings: ShapeSettings, vocab: int, hf_step: dict[int, float]) -> list[ShapeRow]:
+def measure_compiled(sst, settings: ShapeSettings, vocab: int, hf_step: dict[int, float],
+                     floor: Callable[..., tuple[float, float]]) -> list[ShapeRow]:
     """The compiled decode step: plain and SST depths at batch 1, then recording through it (see the docstring)."""
     from sst_interp.hooks import RecordConfig, Recorder
     from sst_interp.model import GenerationConfig
@@ -327,14 +365,20 @@ def measure_compiled(sst, settings: ShapeSettings, vocab: int, hf_step: dict[int
         plain_compiler = StepCompiler(sst, mode, stream=False)
         plain_compile_s = warm(plain_compiler, 1)
         plain = step_time(plain_compiler, 1)
+    from sst_interp.model.memory_floor import floor_goal
+
     hf = hf_step.get(1)
     versus = f"; HF eager {1000 * hf:.2f} ms: {hf / plain:.2f}x faster" if hf else ""
-    add(ShapeRow("plain compiled", f"{1000 * plain:.2f} ms per step at batch 1 ({mode}; compile + warm-up "
-                                           f"{plain_compile_s:.0f} s){versus}",
-                         ratio=plain * 1000 / GOAL_PLAIN_COMPILED_MS, goal=f"<= {GOAL_PLAIN_COMPILED_MS:.0f} ms",
-                         met=(plain * 1000 <= GOAL_PLAIN_COMPILED_MS) if cuda else None, peak_gib=peak["gib"],
-                         numbers={"s_per_step": plain, "compile_s": plain_compile_s,
-                                  "hf_eager_s_per_step": hf or float("nan")}))
+    floor_s, plain_x = floor(plain)
+    goal = floor_goal(settings.device)
+    design = "met" if plain * 1000 <= GOAL_PLAIN_COMPILED_MS else "missed"
+    add(ShapeRow("plain compiled", f"{1000 * plain:.2f} ms per step at batch 1 against a floor of "
+                                   f"{1000 * floor_s:.2f} ms ({mode}; compile + warm-up {plain_compile_s:.0f} s)"
+                                   f"{versus}; the design's {GOAL_PLAIN_COMPILED_MS:.0f} ms: {design}",
+                 ratio=plain_x, goal=f"<= {goal}x floor", met=None if settings.smoke else plain_x <= goal,
+                 peak_gib=peak["gib"],
+                 numbers={"s_per_step": plain, "compile_s": plain_compile_s, "floor_ratio": plain_x,
+                          "hf_eager_s_per_step": hf or float("nan")}))
     plain_compiler = None
     free(settings.device)
     with peak_memory(settings.device) as peak:
@@ -347,11 +391,14 @@ def measure_compiled(sst, settings: ShapeSettings, vocab: int, hf_step: dict[int
         policy_step = step_time(sst_compiler, policy)
     for depth, step in sst_steps.items():
         ratio = step / (depth * plain)
+        _, step_x = floor(step, passes=depth)
         add(ShapeRow(f"sst compiled d{depth}",
                              f"{1000 * step:.2f} ms/token vs {depth} x {1000 * plain:.2f} ms compiled plain (batch 1"
-                             f"; compile + warm-up {sst_compile_s:.0f} s, once for every depth)",
+                             f"; {step_x:.2f}x its floor; compile + warm-up {sst_compile_s:.0f} s, once for every "
+                             f"depth)",
                              ratio=ratio, goal=f"<= {GOAL_SST_COMPILED}", met=ratio <= GOAL_SST_COMPILED,
-                             peak_gib=peak["gib"], numbers={"s_per_token": step, "compile_s": sst_compile_s}))
+                             peak_gib=peak["gib"], numbers={"s_per_token": step, "compile_s": sst_compile_s,
+                                                            "floor_ratio": step_x}))
     per_test = (policy_step - sst_steps[deepest]) / deepest  # one exit test per iteration of every position
     add(ShapeRow(f"policy compiled d{deepest}",
                  f"{1000 * policy_step:.2f} ms/token under kl:0,max={deepest} (never exits early) vs "
@@ -366,11 +413,14 @@ def measure_compiled(sst, settings: ShapeSettings, vocab: int, hf_step: dict[int
             recording = step_time(sst_compiler, depth, recording=True)
         base = sst_steps.get(depth) or step_time(sst_compiler, depth)
         ratio = recording / base
+        _, record_x = floor(recording, passes=depth, head_passes=depth)  # logits at every iteration
         add(ShapeRow(f"record compiled d{depth}",
                              f"{1000 * recording:.2f} ms/token recording (10 full, 512 sketch positions, top-100 "
-                             f"logits every iteration) vs {1000 * base:.2f} ms SST compiled",
+                             f"logits every iteration) vs {1000 * base:.2f} ms SST compiled; {record_x:.2f}x its "
+                             f"floor",
                              ratio=ratio, goal=f"<= {GOAL_RECORD_COMPILED}", met=ratio <= GOAL_RECORD_COMPILED,
-                             peak_gib=peak["gib"], numbers={"s_per_token": recording, "sst_s_per_token": base}))
+                             peak_gib=peak["gib"], numbers={"s_per_token": recording, "sst_s_per_token": base,
+                                                            "floor_ratio": record_x}))
     return rows
 
 
@@ -570,17 +620,22 @@ def run_paper_shape(settings: ShapeSettings,
     on_rows(rows)
     vocab = config.vocab_size
     sst = SSTModel.from_backbone(backbone, SSTConfig())  # the paper's SST: unit-scale state, direct update
+    floor_row, floor = measure_floor(sst, settings)
+    print(f"   floor: {floor_row.result}", flush=True)
+    rows.append(floor_row)
+    on_rows(rows)
+    free(settings.device)
     profile_text = ""
     hf_step: dict[int, float] = {}
 
     def plain_phase() -> list[ShapeRow]:
-        plain_rows, steps = measure_plain(sst, settings, vocab)
+        plain_rows, steps = measure_plain(sst, settings, vocab, floor)
         hf_step.update(steps)
         return plain_rows
 
     phases: list[tuple[str, Callable[[], list[ShapeRow]]]] = [
         ("plain", plain_phase),
-        ("compiled", lambda: measure_compiled(sst, settings, vocab, hf_step)),
+        ("compiled", lambda: measure_compiled(sst, settings, vocab, hf_step, floor)),
         ("sst", lambda: measure_sst(sst, settings, vocab)),
         ("record", lambda: measure_record(sst, settings, vocab)),
     ]

@@ -110,7 +110,7 @@ def test_paper_shape_cpu_smoke_prints_the_table_and_writes_json(tmp_path):
 
     payload = json.loads(out.read_text())
     names = [row["name"] for row in payload["rows"]]
-    assert names == ["build", "plain b1", "plain b2", "plain compiled", "sst compiled d1", "sst compiled d2",
+    assert names == ["build", "floor", "plain b1", "plain b2", "plain compiled", "sst compiled d1", "sst compiled d2",
                      "policy compiled d2", "record compiled d1", "record compiled d2", "sst d1", "sst d2", "record d1", "record d2",
                      "writer", "qlora 1-pass", "qlora 2-pass"]
     rows = {row["name"]: row for row in payload["rows"]}
@@ -119,6 +119,12 @@ def test_paper_shape_cpu_smoke_prints_the_table_and_writes_json(tmp_path):
     # Four decode tokens on a loaded CPU can time T(4) <= T(1): such a ratio is NaN (``per_token``), never <= 0.
     assert rows["sst d1"]["goal"] == "<= 1.05" and _measured_or_nan(rows["sst d1"]["ratio"])
     assert rows["plain compiled"]["numbers"]["compile_s"] > 0 and _measured_or_nan(rows["sst compiled d2"]["ratio"])
+    # Every decode row states its multiple of the device's memory floor; the smoke's shrunk shape is not judged.
+    assert rows["floor"]["numbers"]["bytes_per_s"] > 0 and rows["floor"]["numbers"]["per_pass_bytes"] > 0
+    assert (rows["plain compiled"]["goal"], rows["plain compiled"]["status"]) == ("<= 1.1x floor", "-")
+    assert all("floor_ratio" in rows[name]["numbers"] for name in ("plain b1", "plain compiled", "sst compiled d2",
+                                                                   "record compiled d2"))
+    assert "compiled <= 1.1x the floor on the CPU: " in done.stdout
     assert rows["record compiled d2"]["goal"] == "<= 1.1" and _measured_or_nan(rows["record compiled d2"]["ratio"])
     assert set(rows["policy compiled d2"]["numbers"]) == {"s_per_token", "fixed_s_per_token", "s_per_exit_test"}
     assert rows["record d2"]["numbers"]["payload_bytes"] > rows["record d1"]["numbers"]["payload_bytes"] > 0
@@ -172,8 +178,8 @@ def test_paper_shape_runs_only_the_chosen_phases_and_saves_after_each():
                              phases=("plain", "record"), **PAPER_SHAPE_SMOKE)
     saved: list[list[str]] = []
     rows, _ = run_paper_shape(settings, lambda so_far: saved.append([row.name for row in so_far]))
-    assert saved == [["build"], ["build", "plain b1", "plain b2"],
-                     ["build", "plain b1", "plain b2", "record d1", "record d2", "writer"]]
+    assert saved == [["build"], ["build", "floor"], ["build", "floor", "plain b1", "plain b2"],
+                     ["build", "floor", "plain b1", "plain b2", "record d1", "record d2", "writer"]]
     assert [row.name for row in rows] == saved[-1]
 
 
