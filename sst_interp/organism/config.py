@@ -80,6 +80,8 @@ class LoopedTrainConfig:
     chains: int = arg(HopsSpec.chains, help="chains per question (chance is 1/chains)")
     seed: int = arg(0, help="seed of the weights, the depth draws and the task")
     test_size: int = arg(480, help="test questions for the depth-by-hop table")
+    follow_ups: int = arg(4, help="extra queries per training sequence, over the same bindings (each a supervised "
+                                  "lookup; a recorded prompt asks one)")
     curriculum_accuracy: float = arg(0.9, help="raise the hop ceiling by one when the running accuracy at the "
                                                 "deepest loop count reaches this (1 or more: all hops from the start)")
     checkpoint_every: int = arg(200, help="steps between resumable saves")

