@@ -1,6 +1,6 @@
 """Tiny random backbones and a character tokenizer, for tests and examples that must not load a real model.
 
-The models are real transformers classes (Gemma3ForCausalLM, LlamaForCausalLM, HrmTextForCausalLM) with a few
+The models are real transformers classes (Gemma3ForCausalLM, LlamaForCausalLM, HrmTextForCausalLM, ...) with a few
 layers, a small hidden size and a small sliding window, so every code path of the real models runs, fast, in float64
 if asked.
 """
@@ -12,6 +12,8 @@ import string
 import torch
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors
 from transformers import (
+    DoryConfig,
+    DoryForCausalLM,
     Gemma3ForCausalLM,
     Gemma3TextConfig,
     HrmTextConfig,
@@ -149,6 +151,40 @@ def tiny_inkling2_loop(
     model = Inkling2LoopForCausalLM(config).to(dtype)
     _randomise_norms(model, seed)
     _randomise_zero_queries(model, seed)
+    return model.eval()
+
+
+def tiny_dory(
+    input_layers: int = 2,
+    recurrent_layers: int = 2,
+    output_layers: int = 2,
+    loops: int = 3,
+    cache_mode: str = "per_loop",
+    hidden_size: int = 32,
+    vocab_size: int = 128,
+    dtype: torch.dtype = torch.float64,
+    seed: int = 0,
+) -> PreTrainedModel:
+    """A random Dory model (transformers' own ``DoryForCausalLM``): ``input_layers`` layers once, ``recurrent_layers``
+    looped ``loops`` times (``recurrent_kv_cache_mode`` ``cache_mode``), ``output_layers`` once; sliding-window
+    layers with every fourth full attention, eager attention.
+
+    The nGPT rates (``lambda_*``, ``sqk``, ``s_gate``, ``logit_scale``) start as constants; random values make the
+    tests see which layer and which loop a state came from."""
+    num_layers = input_layers + recurrent_layers + output_layers
+    config = DoryConfig(**_shared_sizes(num_layers, hidden_size, vocab_size), head_dim=hidden_size // 2,
+                        sliding_window=4, n_input_layers=input_layers, n_recurrent_layers=recurrent_layers,
+                        n_output_layers=output_layers, n_recurrent_loops=loops, recurrent_kv_cache_mode=cache_mode)
+    torch.manual_seed(seed)
+    model = DoryForCausalLM(config).to(dtype)
+    generator = torch.Generator().manual_seed(seed + 3)
+    with torch.no_grad():
+        for name, param in model.named_parameters():
+            if name.rsplit(".", 1)[-1] in ("lambda_1", "lambda_2", "sqk", "s_gate", "logit_scale", "suv_gate",
+                                           "suv_up"):
+                scale = param.detach().abs().mean()
+                param.copy_((scale * (0.5 + torch.rand(param.shape, generator=generator,
+                                                       dtype=torch.float64))).to(param.dtype))
     return model.eval()
 
 

@@ -23,6 +23,7 @@ pytestmark = pytest.mark.usefixtures("one_thread")
 EXPECTED = {
     "hrm_text": ("H_cycles", "z_H", "z_L", [1] * 6, [2] * 6),
     "inkling2_loop": ("loop_num_passes", "looped block", "messages", [1] * 6, [1, 1, 2, 2, 1, 1]),
+    "dory": ("n_recurrent_loops", "looped block", "input section", [1] * 6, [1, 1, 2, 2, 1, 1]),
 }
 
 
@@ -117,7 +118,7 @@ def test_family_cross_family_profiles_read_the_declared_state_layer(family_run: 
 
     run = Run.open(family_run)
     layer = run.manifest["loop"]["state_layer"]
-    assert layer == {"hrm_text": 5, "inkling2_loop": 3}[run.manifest["family"]]
+    assert layer == {"hrm_text": 5, "inkling2_loop": 3, "dory": 3}[run.manifest["family"]]
     profile = state_profile(run, "r")
     # by hand: relative L2 change of the state layer from iteration 1 to 2, over every recorded full position
     changes = [np.linalg.norm(s[1] - s[0]) / np.linalg.norm(s[0])
