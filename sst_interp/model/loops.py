@@ -26,7 +26,8 @@ Visit order per generated token, for the three families (``n`` layers per HRM st
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from sst_interp.kernels.errors import UsageError
@@ -75,6 +76,9 @@ class LoopDeclaration:
         title: the family's display name (docs, tables).
         layer_meaning: what the recorded layer axis holds (prose, for the families table).
         exact_dtype: the dtype its exactness tests run in (for the families table).
+        wrapped: ``{wrapper model_type: key prefix}``: checkpoints saved under a wrapper (a multimodal model around
+            the family's text model) whose ``text_config`` and weights under the prefix are the text model, which is
+            what is recorded.
     """
 
     family: str
@@ -102,6 +106,7 @@ class LoopDeclaration:
     title: str = ""
     layer_meaning: str = ""
     exact_dtype: str = "float64"
+    wrapped: dict[str, str] = field(default_factory=dict)
 
     def check_depth(self, depth: int) -> int:
         """``depth`` if the family can run it, else a :class:`UsageError` saying what a depth means here."""
@@ -308,7 +313,7 @@ def _inkling_depth_fields(config: Any, depth: int) -> dict[str, int]:
 
 INKLING2_LOOP = LoopDeclaration(
     family="inkling2_loop",
-    model_types=("inkling2_loop_text",),
+    model_types=("inkling2_loop_text", "inkling2_loop"),
     carries="the pre-loop state (hidden state and block states after the layer before the looped block) restarts "
             "every pass; the previous pass's hidden state and block states reach each looped layer as gated "
             "messages (query, key, value and MLP inputs)",
@@ -335,6 +340,9 @@ INKLING2_LOOP = LoopDeclaration(
     lens_norm=lambda model: model.model.norm,
     lens_is_output=False,
     title="Inkling-2 Loop",
+    # the multimodal wrapper (Inkling2LoopForConditionalGeneration): its text model is recorded, the vision tower
+    # is not loaded
+    wrapped={"inkling2_loop": "model.language_model."},
     layer_meaning="the decoder layers",
     exact_dtype="float32",
 )
@@ -515,6 +523,53 @@ DORY_LOOP = looped_block(
 
 
 LOOPS: tuple[LoopDeclaration, ...] = (SST_LOOP, HRM_TEXT_LOOP, INKLING2_LOOP, DORY_LOOP)
+
+
+def _split_loop_spec(spec: str) -> tuple[Path, str]:
+    path, sep, name = str(spec).rpartition(":")
+    if not sep or not path or not name.isidentifier():
+        raise UsageError(f"--loop {spec!r}: expected FILE.py:NAME (a Python file and the name of the loop "
+                         "declaration in it)")
+    return Path(path), name
+
+
+def load_loop_file(spec: str) -> LoopDeclaration:
+    """The loop declaration ``NAME`` of the user's Python file, from ``--loop FILE.py:NAME``. The file runs as a
+    module of its own (it may import torch, transformers and sst_interp). Refused with a :class:`UsageError`: a
+    malformed spec, a missing file, a file that fails to run (its error named), a missing name, and an object that
+    is not a declaration a looped model can be recorded with."""
+    import importlib.util
+
+    path, name = _split_loop_spec(spec)
+    if not path.is_file():
+        raise UsageError(f"--loop {spec}: no such file {path}")
+    module_spec = importlib.util.spec_from_file_location(f"sst_interp_user_loop_{path.stem}", path)
+    if module_spec is None or module_spec.loader is None:
+        raise UsageError(f"--loop {spec}: {path} cannot be imported as a Python module")
+    module = importlib.util.module_from_spec(module_spec)
+    try:
+        module_spec.loader.exec_module(module)
+    except UsageError as err:  # looped_block's own refusal of a malformed declaration
+        raise UsageError(f"--loop {spec}: {err}") from err
+    except Exception as err:  # the user's file is theirs: any error in it is bad input, named with its line
+        raise UsageError(f"--loop {spec}: {path} failed to run: {type(err).__name__}: {err}") from err
+    if not hasattr(module, name):
+        found = sorted(key for key, value in vars(module).items() if isinstance(value, LoopDeclaration))
+        raise UsageError(f"--loop {spec}: {path} defines no {name!r} (loop declarations in it: "
+                         f"{', '.join(found) or 'none'})")
+    declaration = getattr(module, name)
+    if not isinstance(declaration, LoopDeclaration) or declaration.visit_sites is None \
+            or declaration.lens_sites is None or declaration.lens_head is None or declaration.depth_fields is None:
+        raise UsageError(f"--loop {spec}: {name} is not a loop declaration a looped model can be recorded with "
+                         f"(got {type(declaration).__name__}); build it with sst_interp.model.loops.looped_block")
+    return declaration
+
+
+def loop_file_sha256(spec: str) -> str:
+    """The sha256 of the ``--loop`` file's text (part of a run's identity)."""
+    import hashlib
+
+    return hashlib.sha256(_split_loop_spec(spec)[0].read_bytes()).hexdigest()
 
 
 def loop_families() -> list[str]:
