@@ -132,6 +132,7 @@ def tiny_inkling2_loop(
     vocab_size: int = 128,
     dtype: torch.dtype = torch.float32,
     seed: int = 0,
+    unpadded_vocab_size: int | None = None,
 ) -> PreTrainedModel:
     """A random Inkling-2 Loop text model (transformers' own ``Inkling2LoopForCausalLM``): ``num_layers`` layers
     (sliding-window, the last full attention), layers ``loop_start..loop_end-1`` looped ``passes`` times, blocks of 2
@@ -140,7 +141,7 @@ def tiny_inkling2_loop(
     float32: its router and message gates compute in float32 whatever the model's dtype (float64 fails in the router,
     "expected m1 and m2 to have the same dtype"), so this family is exact to float32 only."""
     config = Inkling2LoopTextConfig(
-        vocab_size=vocab_size, unpadded_vocab_size=vocab_size, hidden_size=hidden_size, num_hidden_layers=num_layers,
+        vocab_size=vocab_size, unpadded_vocab_size=unpadded_vocab_size or vocab_size, hidden_size=hidden_size, num_hidden_layers=num_layers,
         num_attention_heads=2, num_key_value_heads=1, head_dim=hidden_size // 2, swa_num_attention_heads=2,
         swa_num_key_value_heads=1, swa_head_dim=hidden_size // 2, sliding_window_size=4, d_rel=4, rel_extent=16,
         n_layers_per_attn_res_block=2, moe_intermediate_size=hidden_size // 2, n_routed_experts=4,

@@ -276,7 +276,10 @@ def family_manifest(options: RecordOptions, model: Any, tokenizer: Any, config: 
     from sst_interp.data import stop_strings
     from sst_interp.model.loading import eos_token_ids
 
-    vocab = getattr(model.config, "vocab_size", None)
+    # the width of the logits the model emits, which the recorded top-k and the kl rule read: Inkling-2 Loop's head
+    # is narrower (unpadded_vocab_size) than its config's vocab_size
+    head = model.backbone.get_output_embeddings()
+    vocab = getattr(head, "out_features", None) or getattr(model.config, "vocab_size", None)
     spec = options.intervention_spec()
     extra = {} if spec is None else {"intervention": spec.to_dict()}  # as an SST run's manifest states it
     return extra | {

@@ -199,3 +199,31 @@ def test_damaged_model_folder_is_one_error_line(tmp_path: Path, capsys, family: 
     fails_with_one_error_line(capsys, record_main, [*FAST, "--model", str(folder), "--depths", "1", "--out",
                                                     str(out)], phrase)
     assert not out.exists()
+
+
+def test_inkling_manifest_vocab_size_is_the_heads_width(tmp_path: Path) -> None:
+    """Defect 3: the manifest's vocab_size was the config's (128), not the head's width (101), so the kl rule's
+    --top-k could never be met."""
+    from sst_interp.model.testing import char_tokenizer, tiny_inkling2_loop
+
+    folder = tmp_path / "inkling"
+    tiny_inkling2_loop(unpadded_vocab_size=101).save_pretrained(folder)
+    char_tokenizer().save_pretrained(folder)
+    out = tmp_path / "run"
+    assert record_main([*FAST[:-4], "--top-k", "101", "--device", "cpu", "--model", str(folder), "--depths", "1",
+                        "--limit", "1", "--out", str(out)]) == 0
+    manifest = Run.open(out).manifest
+    assert manifest["vocab_size"] == 101 and manifest["top_k"] == 101
+
+
+def test_demo_preset_note_names_the_backbone_loaded(tmp_path: Path) -> None:
+    """Defect 8: ``record --model DIR --demo-preset`` said it ran "the default Gemma 3 270M backbone"."""
+    from sst_interp.record.options import RecordOptions
+    from sst_interp.record.plan import plan_record
+    from sst_interp.record.ranks import ranks_from_environment
+
+    folder = save_tiny_model(tmp_path / "gemma", "gemma3")
+    plan = plan_record(RecordOptions(model=str(folder), demo_preset=True, depths=[1], limit=1,
+                                     out=str(tmp_path / "out"), device="cpu"), ranks_from_environment())
+    notes = " ".join(plan.notes)
+    assert f"the backbone {folder}" in notes and "Gemma 3 270M" not in notes
