@@ -76,6 +76,7 @@ class LoopDeclaration:
         title: the family's display name (docs, tables).
         layer_meaning: what the recorded layer axis holds (prose, for the families table).
         exact_dtype: the dtype its exactness tests run in (for the families table).
+        iterations_meaning: how often each recorded layer runs at depth D (prose, for the families table).
         wrapped: ``{wrapper model_type: key prefix}``: checkpoints saved under a wrapper (a multimodal model around
             the family's text model) whose ``text_config`` and weights under the prefix are the text model, which is
             what is recorded.
@@ -107,6 +108,7 @@ class LoopDeclaration:
     layer_meaning: str = ""
     exact_dtype: str = "float64"
     wrapped: dict[str, str] = field(default_factory=dict)
+    iterations_meaning: str = "D everywhere"
 
     def check_depth(self, depth: int) -> int:
         """``depth`` if the family can run it, else a :class:`UsageError` saying what a depth means here."""
@@ -339,6 +341,7 @@ INKLING2_LOOP = LoopDeclaration(
                    "pass: frozen at passes p..P (or at one pass p < P), the model answers as at depth p (P - 1)",
     lens_norm=lambda model: model.model.norm,
     lens_is_output=False,
+    iterations_meaning="D for the looped block, 1 elsewhere",
     title="Inkling-2 Loop",
     # the multimodal wrapper (Inkling2LoopForConditionalGeneration): its text model is recorded, the vision tower
     # is not loaded
@@ -485,7 +488,8 @@ def looped_block(*, family: str, layers: Callable[[Any], list[str]], looped: Cal
         state_layer=lambda config: block(config)[1] - 1,
         lens_norm=(lambda model: resolve_module(model, norm)) if norm else (lambda model: nn_identity()),
         lens_is_output=lens_is_output, settings=settings, check_model=check_model, title=title or family,
-        layer_meaning="the layers, in the order one pass runs them", exact_dtype=exact_dtype)
+        layer_meaning="the layers, in the order one pass runs them", exact_dtype=exact_dtype,
+        iterations_meaning="D for the looped block, 1 elsewhere")
 
 
 def nn_identity() -> Any:
@@ -570,6 +574,30 @@ def loop_file_sha256(spec: str) -> str:
     import hashlib
 
     return hashlib.sha256(_split_loop_spec(spec)[0].read_bytes()).hexdigest()
+
+
+def families_table() -> str:
+    """The Markdown table of docs/families.md, generated from :data:`LOOPS` (a test checks the page holds it), with
+    the bring-your-own path as its last column."""
+    def cell(loop: LoopDeclaration) -> list[str]:
+        types = ", ".join([f"`{t}`" for t in loop.model_types if t not in loop.wrapped]
+                          + [f"`{t}` (the wrapper: its text model)" for t in loop.wrapped])
+        return [types,
+                f"`{loop.depth_key}`" if loop.depth_key else "iterations of the emitting pass",
+                loop.layer_meaning, loop.iterations_meaning,
+                "the model's logits" if loop.lens_is_output else "a logit lens (not the model's logits)",
+                loop.exact_dtype]
+    rows = ["`model_type`", "`--depths D` sets", "recorded layers", "iterations per layer at depth D",
+            "lens at the last iteration", "exactness tests"]
+    mine = ["any, with `--loop FILE.py:NAME` (and `--trust-remote-code` for the folder's own code)",
+            "the declared `depth_key`", "the declared layers, in the order one pass runs them",
+            "D for the looped block, 1 elsewhere", "a logit lens unless nothing follows the block",
+            "float64 (the test-only Huginn-style model)"]
+    columns = [cell(loop) for loop in LOOPS] + [mine]
+    lines = ["| | " + " | ".join(loop.title or loop.family for loop in LOOPS) + " | bring your own |",
+             "|---" * (len(columns) + 1) + "|"]
+    lines += ["| " + " | ".join([row] + [column[n] for column in columns]) + " |" for n, row in enumerate(rows)]
+    return "\n".join(lines)
 
 
 def loop_families() -> list[str]:
