@@ -76,10 +76,11 @@ class VisitRecorder:
 
     def _visit_hook(self, address: Callable[[dict[str, Any]], tuple[int, int]]):
         def hook(module: nn.Module, args: Any, kwargs: dict[str, Any], output: Any) -> None:
+            # the address first, for every call: a declaration may count calls to tell the passes apart
+            iteration, layer = address(kwargs)
             kind = self.state.kind
             if kind is None:
                 return
-            iteration, layer = address(kwargs)
             value = layer_output(output)[:, -1, :].detach().to(self.dtype, copy=True)  # [B, d]
             self.state.iteration = iteration
             if kind == "full":
@@ -91,9 +92,10 @@ class VisitRecorder:
 
     def _lens_hook(self, iteration_of: Callable[[dict[str, Any]], int]):
         def hook(module: nn.Module, args: Any, kwargs: dict[str, Any], output: Any) -> None:
+            iteration = iteration_of(kwargs)  # for every call, as a visit's address
             if self.state.kind is None or self.logits is None:
                 return
-            self.state.iteration = iteration_of(kwargs)
+            self.state.iteration = iteration
             self.logits.on_pass_end(self.lens_head(layer_output(output)[:, -1, :].detach()))
 
         return hook

@@ -14,6 +14,7 @@ import os
 import re
 import shutil
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -162,14 +163,28 @@ def load_backbone(
     elif Path(model).exists():
         if not (Path(model) / "config.json").is_file():
             raise UsageError(f"{model} is not a Hugging Face model folder (no config.json)")
-        loaded = AutoModelForCausalLM.from_pretrained(model, **kwargs)
-        tokenizer = AutoTokenizer.from_pretrained(model)
+        # the tokenizer first: a folder without one is refused before any weight is read
+        tokenizer = load_folder_part(model, "tokenizer", AutoTokenizer.from_pretrained, model)
+        loaded = load_folder_part(model, "weights", AutoModelForCausalLM.from_pretrained, model, **kwargs)
     else:
         loaded, tokenizer = _load_from_hub(model, kwargs)
     if device_map is None:
         loaded.to(device)
     loaded.eval()
     return loaded, tokenizer
+
+
+def load_folder_part(folder: str | Path, part: str, loader: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+    """``loader(*args, **kwargs)`` for one part (``tokenizer``, ``weights``) of a local model folder; what transformers
+    raises for a damaged folder (missing or truncated weights, no tokenizer files, an unreadable config) becomes a
+    :class:`UsageError` naming the folder and the part, with transformers' own first line."""
+    from safetensors import SafetensorError
+
+    try:
+        return loader(*args, **kwargs)
+    except (OSError, ValueError, KeyError, SafetensorError) as err:
+        first = (str(err).strip().splitlines() or [type(err).__name__])[0]
+        raise UsageError(f"could not load the {part} of model folder {folder}: {first}") from err
 
 
 def _load_from_hub(model: str, kwargs: dict[str, Any]) -> tuple[PreTrainedModel, PreTrainedTokenizerBase]:

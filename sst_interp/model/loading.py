@@ -20,11 +20,16 @@ from sst_interp.model.config import SSTConfig
 from sst_interp.model.placement import DeviceMap, check_placement, offloaded_modules
 from sst_interp.model.sst import SSTModel
 
-DEMO_PRESET_NOTE = (
-    "demo preset: the default Gemma 3 270M backbone, untrained, with state_scale='hidden' (an untrained "
-    "unit-scale SST is nearly inert) and prompt mode 'none' (the prompt runs as the pretrained model; the state "
-    "stream starts at generated position 0); pass --checkpoint for a trained SST"
-)
+def demo_preset_note(model: str | None = None) -> str:
+    """What the demo preset runs, naming the backbone actually loaded (``model``: None or ``default`` is the
+    embedded Gemma 3 270M; any other is named as given)."""
+    backbone = "the default Gemma 3 270M backbone" if model in (None, DEFAULT_MODEL) else f"the backbone {model}"
+    return (f"demo preset: {backbone}, untrained, with state_scale='hidden' (an untrained unit-scale SST is nearly "
+            "inert) and prompt mode 'none' (the prompt runs as the pretrained model; the state stream starts at "
+            "generated position 0); pass --checkpoint for a trained SST")
+
+
+DEMO_PRESET_NOTE = demo_preset_note()
 #: The demo preset's prompt mode. An untrained SST that blends states through the prompt (``two_pass``) derails
 #: the base model (4/24 demo questions at depth 1, vs 13/24 for the plain backbone); with ``none`` position 0
 #: iteration 1 is a standard forward pass (sec:punctuated_equilibrium) and depth 1 scores 9/24.

@@ -114,6 +114,47 @@ class LoopModel:
         return logits.to(torch.promote_types(logits.dtype, torch.float32)), out.cache
 
 
+def load_loop_backbone(folder: str, loop: LoopDeclaration, dtype: str | torch.dtype = "float32",
+                       device: str | torch.device = "cpu",
+                       trust_remote_code: bool = False) -> tuple[nn.Module, Any]:
+    """Load the model of a looping family from local ``folder`` and its tokenizer: the causal LM transformers (or,
+    with ``trust_remote_code``, the folder's own code) builds from its config; for a wrapper type of
+    :attr:`LoopDeclaration.wrapped`, the text model alone, from the wrapper's ``text_config`` and the weights under
+    its prefix. A damaged folder is a :class:`UsageError` (:func:`~sst_interp.model.backbone.load_folder_part`).
+
+    Returns:
+        ``(model, tokenizer)``, the model in eval mode on ``device``.
+    """
+    import logging
+
+    from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
+    from transformers.utils import logging as hf_logging
+
+    from sst_interp.model.backbone import load_folder_part, parse_dtype
+
+    torch_dtype = parse_dtype(dtype) if isinstance(dtype, str) else dtype
+    tokenizer = load_folder_part(folder, "tokenizer", AutoTokenizer.from_pretrained, folder,
+                                 trust_remote_code=trust_remote_code)
+    config = load_folder_part(folder, "config", AutoConfig.from_pretrained, folder,
+                              trust_remote_code=trust_remote_code)
+    kwargs: dict[str, Any] = {"dtype": torch_dtype, "attn_implementation": "eager",
+                              "trust_remote_code": trust_remote_code}
+    prefix = loop.wrapped.get(getattr(config, "model_type", None) or "")
+    if prefix is not None:
+        # the wrapper's other weights (the vision tower) are deliberately left unread: transformers' report of them
+        # as unexpected keys says nothing about the text model, so it is not shown
+        kwargs.update(config=config.text_config, key_mapping={"^" + prefix.replace(".", r"\."): "model."})
+        before = hf_logging.get_verbosity()
+        hf_logging.set_verbosity(logging.ERROR)
+        try:
+            model = load_folder_part(folder, "weights", AutoModelForCausalLM.from_pretrained, folder, **kwargs)
+        finally:
+            hf_logging.set_verbosity(before)
+    else:
+        model = load_folder_part(folder, "weights", AutoModelForCausalLM.from_pretrained, folder, **kwargs)
+    return model.to(device).eval(), tokenizer
+
+
 @torch.no_grad()
 def generate_looped(model: LoopModel, prompts: list[list[int]], depth: int, config: GenerationConfig | None = None,
                     observer: LoopObserver | None = None, decode_fn: Any = None) -> GenerationResult:

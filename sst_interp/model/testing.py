@@ -1,6 +1,6 @@
 """Tiny random backbones and a character tokenizer, for tests and examples that must not load a real model.
 
-The models are real transformers classes (Gemma3ForCausalLM, LlamaForCausalLM, HrmTextForCausalLM) with a few
+The models are real transformers classes (Gemma3ForCausalLM, LlamaForCausalLM, HrmTextForCausalLM, ...) with a few
 layers, a small hidden size and a small sliding window, so every code path of the real models runs, fast, in float64
 if asked.
 """
@@ -12,6 +12,8 @@ import string
 import torch
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors
 from transformers import (
+    DoryConfig,
+    DoryForCausalLM,
     Gemma3ForCausalLM,
     Gemma3TextConfig,
     HrmTextConfig,
@@ -130,6 +132,7 @@ def tiny_inkling2_loop(
     vocab_size: int = 128,
     dtype: torch.dtype = torch.float32,
     seed: int = 0,
+    unpadded_vocab_size: int | None = None,
 ) -> PreTrainedModel:
     """A random Inkling-2 Loop text model (transformers' own ``Inkling2LoopForCausalLM``): ``num_layers`` layers
     (sliding-window, the last full attention), layers ``loop_start..loop_end-1`` looped ``passes`` times, blocks of 2
@@ -138,7 +141,7 @@ def tiny_inkling2_loop(
     float32: its router and message gates compute in float32 whatever the model's dtype (float64 fails in the router,
     "expected m1 and m2 to have the same dtype"), so this family is exact to float32 only."""
     config = Inkling2LoopTextConfig(
-        vocab_size=vocab_size, unpadded_vocab_size=vocab_size, hidden_size=hidden_size, num_hidden_layers=num_layers,
+        vocab_size=vocab_size, unpadded_vocab_size=unpadded_vocab_size or vocab_size, hidden_size=hidden_size, num_hidden_layers=num_layers,
         num_attention_heads=2, num_key_value_heads=1, head_dim=hidden_size // 2, swa_num_attention_heads=2,
         swa_num_key_value_heads=1, swa_head_dim=hidden_size // 2, sliding_window_size=4, d_rel=4, rel_extent=16,
         n_layers_per_attn_res_block=2, moe_intermediate_size=hidden_size // 2, n_routed_experts=4,
@@ -149,6 +152,40 @@ def tiny_inkling2_loop(
     model = Inkling2LoopForCausalLM(config).to(dtype)
     _randomise_norms(model, seed)
     _randomise_zero_queries(model, seed)
+    return model.eval()
+
+
+def tiny_dory(
+    input_layers: int = 2,
+    recurrent_layers: int = 2,
+    output_layers: int = 2,
+    loops: int = 3,
+    cache_mode: str = "per_loop",
+    hidden_size: int = 32,
+    vocab_size: int = 128,
+    dtype: torch.dtype = torch.float64,
+    seed: int = 0,
+) -> PreTrainedModel:
+    """A random Dory model (transformers' own ``DoryForCausalLM``): ``input_layers`` layers once, ``recurrent_layers``
+    looped ``loops`` times (``recurrent_kv_cache_mode`` ``cache_mode``), ``output_layers`` once; sliding-window
+    layers with every fourth full attention, eager attention.
+
+    The nGPT rates (``lambda_*``, ``sqk``, ``s_gate``, ``logit_scale``) start as constants; random values make the
+    tests see which layer and which loop a state came from."""
+    num_layers = input_layers + recurrent_layers + output_layers
+    config = DoryConfig(**_shared_sizes(num_layers, hidden_size, vocab_size), head_dim=hidden_size // 2,
+                        sliding_window=4, n_input_layers=input_layers, n_recurrent_layers=recurrent_layers,
+                        n_output_layers=output_layers, n_recurrent_loops=loops, recurrent_kv_cache_mode=cache_mode)
+    torch.manual_seed(seed)
+    model = DoryForCausalLM(config).to(dtype)
+    generator = torch.Generator().manual_seed(seed + 3)
+    with torch.no_grad():
+        for name, param in model.named_parameters():
+            if name.rsplit(".", 1)[-1] in ("lambda_1", "lambda_2", "sqk", "s_gate", "logit_scale", "suv_gate",
+                                           "suv_up"):
+                scale = param.detach().abs().mean()
+                param.copy_((scale * (0.5 + torch.rand(param.shape, generator=generator,
+                                                       dtype=torch.float64))).to(param.dtype))
     return model.eval()
 
 

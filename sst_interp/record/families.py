@@ -28,23 +28,62 @@ SST_ONLY_FLAGS = {
 }
 
 
-def native_family(model: str | None) -> Any:
+def native_family(model: str | None, loop: str | None = None, trust_remote_code: bool = False) -> Any:
     """The :class:`~sst_interp.model.loops.LoopDeclaration` of a local model folder whose ``config.json`` names a
-    natively looping family; None for SST backbones, GGUF files and hub ids (loaded as before). A folder of a
-    ``model_type`` no family serves is a :class:`UsageError` naming the families, before any weight loads."""
-    from sst_interp.model.loops import loop_for_model_type, native_loop
+    natively looping family, or the user's declaration ``loop`` (``FILE.py:NAME``, checked against a weightless copy
+    of the folder's model); None for SST backbones, GGUF files and hub ids (loaded as before). Refused (a
+    :class:`UsageError`, before any weight loads): a ``model_type`` no family serves, a bad ``--loop``, a folder
+    with its own code without ``trust_remote_code``, and ``--trust-remote-code`` or ``--loop`` for an SST."""
+    from sst_interp.model.loops import load_loop_file, loop_for_model_type, native_loop
 
-    if not model or not Path(model).is_dir():
-        return None
-    config = Path(model) / "config.json"
-    if not config.is_file():
+    folder = Path(model) if model else None
+    config = folder / "config.json" if folder is not None and folder.is_dir() else None
+    if config is None or not config.is_file():
+        if loop is not None:
+            raise UsageError(f"--loop needs --model to be a local Hugging Face folder (with config.json), got "
+                             f"{model!r}")
+        if trust_remote_code:
+            raise UsageError("--trust-remote-code applies to a local --model folder with its own modelling code")
         return None
     try:
-        model_type = json.loads(config.read_text()).get("model_type")
+        fields = json.loads(config.read_text())
+        model_type = fields.get("model_type")
     except (json.JSONDecodeError, AttributeError, UnicodeDecodeError) as exc:
         raise UsageError(f"{config} is not a readable Hugging Face config: {exc}") from exc
+    if fields.get("auto_map") and not trust_remote_code:
+        raise UsageError(f"{model} holds its own modelling code (config.json auto_map: "
+                         f"{', '.join(sorted(fields['auto_map']))}); pass --trust-remote-code to run it")
+    if loop is not None:
+        declaration = load_loop_file(loop)
+        check_declaration_on_model(declaration, str(folder), trust_remote_code)
+        return declaration
+    if fields.get("auto_map") and native_loop(model_type) is None:
+        raise UsageError(f"{model} is a model transformers does not ship (model_type {model_type!r}); declare its "
+                         "loop and pass --loop FILE.py:NAME (docs/bring-your-own.md)")
     loop_for_model_type(model_type)
-    return native_loop(model_type)
+    found = native_loop(model_type)
+    if found is None and trust_remote_code:
+        raise UsageError("--trust-remote-code applies to looped models (--loop, or a family's folder); an SST "
+                         "backbone is loaded without remote code")
+    return found
+
+
+def check_declaration_on_model(loop: Any, folder: str, trust_remote_code: bool) -> None:
+    """Refuse (UsageError) a declaration whose modules are not in ``folder``'s model: the model is built from its
+    config on the meta device (no weight is read or allocated) and the declaration's check runs on it."""
+    import torch
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    from sst_interp.model.backbone import load_folder_part
+
+    if loop.check_model is None:
+        return
+    config = load_folder_part(folder, "config", AutoConfig.from_pretrained, folder,
+                              trust_remote_code=trust_remote_code)
+    with torch.device("meta"):
+        skeleton = load_folder_part(folder, "modelling code", AutoModelForCausalLM.from_config, config,
+                                    trust_remote_code=trust_remote_code)
+    loop.check_model(skeleton)
 
 
 def check_family_options(options: RecordOptions, loop: Any, depths: list[int]) -> None:
@@ -86,6 +125,13 @@ def family_identity(options: RecordOptions, loop: Any, data_sha256: str) -> dict
                 "max_new_tokens": options.max_new_tokens, "decoding": "greedy",
                 "full_positions": options.full_positions, "sketch_positions": options.sketch_positions,
                 "sketch_k": options.sketch_k, "top_k": options.top_k, "batch_size": options.batch_size}
+    if options.loop is not None:
+        # the declaration is the user's file: its text is part of what was recorded (only set keys, so the
+        # identities of runs recorded before --loop existed are unchanged)
+        from sst_interp.model.loops import loop_file_sha256
+
+        identity.update(loop=options.loop, loop_sha256=loop_file_sha256(options.loop),
+                        trust_remote_code=options.trust_remote_code)
     spec = options.intervention_spec()
     if spec is not None:
         from sst_interp.interventions import patch_runs
@@ -97,16 +143,16 @@ def family_identity(options: RecordOptions, loop: Any, data_sha256: str) -> dict
 def record_family(options: RecordOptions, loop: Any) -> dict[int, float]:
     """Record every depth of ``options`` with the looping family ``loop``; resumes like an SST run. Returns accuracy
     per depth. The inputs are resolved once (:func:`~sst_interp.record.plan.plan_family`)."""
-    from sst_interp.model.backbone import load_backbone
     from sst_interp.model.devices import check_device
-    from sst_interp.model.loop_model import LoopModel
+    from sst_interp.model.loop_model import LoopModel, load_loop_backbone
     from sst_interp.record.plan import plan_family
     from sst_interp.store import check_out
 
     plan = plan_family(options, loop)
     check_out(plan.out, plan.identity)
     device = check_device(plan.options.device)
-    backbone, tokenizer = load_backbone(plan.options.model, dtype=plan.options.dtype, device=device)
+    backbone, tokenizer = load_loop_backbone(plan.options.model, loop, dtype=plan.options.dtype, device=device,
+                                             trust_remote_code=plan.options.trust_remote_code)
     return _record_family_plan(plan, LoopModel(backbone, loop), tokenizer)
 
 
@@ -230,7 +276,10 @@ def family_manifest(options: RecordOptions, model: Any, tokenizer: Any, config: 
     from sst_interp.data import stop_strings
     from sst_interp.model.loading import eos_token_ids
 
-    vocab = getattr(model.config, "vocab_size", None)
+    # the width of the logits the model emits, which the recorded top-k and the kl rule read: Inkling-2 Loop's head
+    # is narrower (unpadded_vocab_size) than its config's vocab_size
+    head = model.backbone.get_output_embeddings()
+    vocab = getattr(head, "out_features", None) or getattr(model.config, "vocab_size", None)
     spec = options.intervention_spec()
     extra = {} if spec is None else {"intervention": spec.to_dict()}  # as an SST run's manifest states it
     return extra | {

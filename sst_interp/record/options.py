@@ -42,6 +42,13 @@ class RecordOptions:
     depths: list[int] = arg(default_factory=lambda: list(DEFAULT_DEPTHS), help="comma-separated flat iteration depths")
     model: str | None = arg(None, help="backbone: default (the embedded Gemma 3 270M) | local HF folder | .gguf file "
                                        "| hub id (default: default)")
+    loop: str | None = arg(None, metavar="FILE.py:NAME",
+                           help="a looped model transformers does not ship: the loop declaration NAME in your Python "
+                                "file FILE.py (a sst_interp.model.loops.looped_block or LoopDeclaration; "
+                                "docs/bring-your-own.md), for the local --model folder")
+    trust_remote_code: bool = arg(False, help="run the modelling code in the --model folder (its config.json "
+                                              "auto_map); off by default: a folder with its own code is refused "
+                                              "without it")
     checkpoint: str | None = arg(None, help="SST checkpoint folder, or a named checkpoint: demo-codeact | "
                                             "demo-codeact-baseline (default: demo-codeact under --protocol codeact "
                                             "when no --model is given, else an untrained SST)")

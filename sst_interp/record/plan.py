@@ -125,7 +125,7 @@ def plan_record(options: RecordOptions, ranks: Ranks) -> RecordPlan:
     from sst_interp.data import load_questions, questions_to_frame
     from sst_interp.data.question import select_questions
     from sst_interp.model.devices import rank_device
-    from sst_interp.model.loading import DEMO_PRESET_NOTE, resolve_prompt_mode
+    from sst_interp.model.loading import demo_preset_note, resolve_prompt_mode
     from sst_interp.record.identity import model_spec, questions_sha256, run_identity
 
     resolved, depths, notes = resolve_options(options)
@@ -145,7 +145,7 @@ def plan_record(options: RecordOptions, ranks: Ranks) -> RecordPlan:
     spec = dataclasses.replace(spec, device=rank_device(spec.device, ranks.local_rank if ranks.distributed else None))
     resolved = dataclasses.replace(resolved, prompt_mode=resolve_prompt_mode(resolved.prompt_mode, demo))
     if demo:
-        notes.append(f"[{DEMO_PRESET_NOTE}]")
+        notes.append(f"[{demo_preset_note(resolved.model)}]")
     policy, depths = _planned_depths(resolved, depths)
     return RecordPlan(options=resolved, depths=depths, out=out,
                       frozen_identity=_frozen(run_identity(resolved, spec.identity(), data_sha)), demo=demo,

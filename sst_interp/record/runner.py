@@ -35,7 +35,7 @@ def record(options: RecordOptions) -> dict[int, float]:
     from sst_interp.record.families import native_family, record_family
     from sst_interp.store import check_out
 
-    family = native_family(options.model)
+    family = native_family(options.model, options.loop, options.trust_remote_code)
     if family is not None:  # a natively looping family (HRM-Text, ...): its own forward, not the SST conversion
         return record_family(options, family)
     ranks = ranks_from_environment()

@@ -14,10 +14,11 @@ import pytest
 import torch
 from transformers import PreTrainedModel
 
-from sst_interp.model.testing import char_tokenizer, tiny_gemma3, tiny_hrm_text, tiny_inkling2_loop, tiny_llama
+from sst_interp.model.testing import (char_tokenizer, tiny_dory, tiny_gemma3, tiny_hrm_text, tiny_inkling2_loop,
+                                      tiny_llama)
 
 TINY_BUILDERS = {"gemma3": tiny_gemma3, "llama": tiny_llama, "hrm_text": tiny_hrm_text,
-                 "inkling2_loop": tiny_inkling2_loop}
+                 "inkling2_loop": tiny_inkling2_loop, "dory": tiny_dory}
 
 #: ``record`` flags for a run of a few seconds on a CPU: small windows and short answers.
 FAST = ["--questions", "demo", "--max-new-tokens", "5", "--full-positions", "2", "--sketch-positions", "2",
