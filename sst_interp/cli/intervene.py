@@ -83,9 +83,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         config = dataclasses.replace(config, layers=experiment_setup.parse_layers(namespace.layers,
                                                                                   setup.num_layers))
     if name == "window":
-        from sst_interp.experiments.window import run_window
+        from sst_interp.experiments.window import run_window, window_axis
 
-        config.check(setup.num_layers, setup.base.full_positions, setup.sst.config.update)
+        window_axis(setup, config)  # the layers windows slide over, checked against this model
         table = run_window(setup, common.out, config)
     elif name == "attribute":
         from sst_interp.experiments.attribution import TIMING, VERIFIED, run_attribution

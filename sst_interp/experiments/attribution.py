@@ -52,6 +52,7 @@ from sst_interp.experiments.tables import (
     ATTRIBUTION_VERIFIED_COLUMNS,
 )
 from sst_interp.experiments.configs import AttributionConfig
+from sst_interp.experiments.families import family_of, visited_iterations
 from sst_interp.experiments.trace import Target, find_targets, prompt_ids
 from sst_interp.interventions import Intervener, Intervention, InterventionSpec, Operation, Site, intervene
 from sst_interp.model.generation import FixedDepth, GenerationConfig, GenerationSession
@@ -187,7 +188,8 @@ def _installed(sst: Any, hook: Intervener) -> Iterator[None]:
 def _parameters_frozen(sst: Any) -> Iterator[None]:
     """The model's parameters out of autograd for the block (the graph then starts at the sites' leaves, and the
     forward saves nothing for weight gradients); each parameter's flag is restored on exit."""
-    params = list(sst.parameters())
+    # an SST is a module holding its backbone; a family's LoopModel holds the backbone module
+    params = list((sst if isinstance(sst, torch.nn.Module) else sst.backbone).parameters())
     flags = [p.requires_grad for p in params]
     try:
         for p in params:
@@ -227,15 +229,20 @@ def attribution_pass(sst: Any, prompts: list[list[int]], targets: Sequence[Targe
     layers = list(range(sst.num_layers)) if layers is None else list(layers)
     forced = _forced_config(config, targets)
     capture = _MetricCapture(targets, depth, foils)
-    tap = _GradientTap(sst, layers, forced.max_new_tokens - 1)
     started = time.perf_counter()
-    with _parameters_frozen(sst), _installed(sst, tap), \
-            _ForcedSession(sst, prompts, FixedDepth(depth), forced, ObserverGroup(tap, capture), gradients=True,
-                           targets=targets) as session:
-        session.run_turn()
-        measured = [v for v in capture.values if v is not None]
+    if family_of(sst) is not None:
+        grads, tap = _family_gradients(sst, prompts, targets, depth, forced, capture, layers)
         keys = list(tap.leaves)
-        grads = torch.autograd.grad(torch.stack(measured).sum(), [tap.leaves[k] for k in keys], allow_unused=True)
+    else:
+        tap = _GradientTap(sst, layers, forced.max_new_tokens - 1)
+        with _parameters_frozen(sst), _installed(sst, tap), \
+                _ForcedSession(sst, prompts, FixedDepth(depth), forced, ObserverGroup(tap, capture), gradients=True,
+                               targets=targets) as session:
+            session.run_turn()
+            measured = [v for v in capture.values if v is not None]
+            keys = list(tap.leaves)
+            grads = torch.autograd.grad(torch.stack(measured).sum(), [tap.leaves[k] for k in keys],
+                                        allow_unused=True)
     seconds = time.perf_counter() - started
     out = SiteGradients(ids, depth, capture.array(), tap.states, {}, seconds)
     for key, grad in zip(keys, grads):
@@ -243,6 +250,28 @@ def attribution_pass(sst: Any, prompts: list[list[int]], targets: Sequence[Targe
         out.grads[key] = (torch.zeros_like(out.states[key]) if grad is None
                           else grad[:, 0, :].detach().to("cpu", torch.float64))
     return out
+
+
+def _family_gradients(model: Any, prompts: list[list[int]], targets: Sequence[Target | None], depth: int,
+                      forced: GenerationConfig, capture: _MetricCapture,
+                      layers: Sequence[int]) -> tuple[tuple[torch.Tensor | None, ...], Any]:
+    """The attribution pass of a natively looping family: the forced generation with a
+    :class:`~sst_interp.experiments.families.FamilyGradientTap` on its visit modules, autograd on through every
+    visit (:func:`~sst_interp.experiments.families.gradients_everywhere`), then one backward. Returns (the gradient
+    per leaf, in the tap's order; the tap)."""
+    from sst_interp.experiments.families import FamilyGradientTap, forced_generation, gradients_everywhere
+
+    tap = FamilyGradientTap(model, layers, forced.max_new_tokens - 1)
+    tap.install()
+    try:
+        with _parameters_frozen(model), gradients_everywhere(model, depth):
+            forced_generation(model, prompts, targets, depth, forced, ObserverGroup(tap, capture), gradients=True)
+        measured = [v for v in capture.values if v is not None]
+        grads = torch.autograd.grad(torch.stack(measured).sum(), [tap.leaves[k] for k in tap.leaves],
+                                    allow_unused=True)
+    finally:
+        tap.remove()
+    return grads, tap
 
 
 def metric_values(sst: Any, prompts: list[list[int]], targets: Sequence[Target | None], depth: int,
@@ -255,7 +284,11 @@ def metric_values(sst: Any, prompts: list[list[int]], targets: Sequence[Target |
     forced = _forced_config(config, targets)
     capture = _MetricCapture(targets, depth, foils)
     policy = FixedDepth(depth)
-    if spec is None:
+    if family_of(sst) is not None:
+        from sst_interp.experiments.families import forced_generation
+
+        forced_generation(sst, prompts, targets, depth, forced, capture, spec, ids)
+    elif spec is None:
         with _ForcedSession(sst, prompts, policy, forced, capture, targets=targets) as session:
             session.run_turn()
     else:
@@ -291,6 +324,10 @@ def estimates(gradients: SiteGradients, operation: Operation, targets: Sequence[
     """
     rows = []
     references = {}
+    # a layer's reference exists only at the iterations the reference depth visits it (a family's layer outside
+    # its loop: iteration 1); other (layer, source iteration) pairs are not estimated
+    reference_depth = operation.depth or gradients.depth
+    visited = visited_iterations(sst, reference_depth)
     for source_iteration in source_iterations:
         chosen = dataclasses.replace(operation, source_iteration=source_iteration) if source_iteration else operation
         references[source_iteration] = (chosen, ReferenceStates(chosen, sst.num_layers, sst.hidden_size))
@@ -301,6 +338,8 @@ def estimates(gradients: SiteGradients, operation: Operation, targets: Sequence[
         if all(q is None for q in ids):
             continue
         for source_iteration, (chosen, reference) in references.items():
+            if (source_iteration or iteration) not in visited[layer]:
+                continue
             values = reference.values(ids, gradients.depth, 0, position, iteration, layer).double()
             delta = values - state
             effect = float(chosen.scale) * (grad * delta).sum(-1)
