@@ -400,7 +400,7 @@ def run_attribution(setup: Any, out: Path, config: AttributionConfig) -> dict[st
         ``attribution_timing``: per batch, the seconds of a clean forced pass, of the attribution pass (forward and
         backward) and of one real patching generation per verified cell}.
     """
-    from sst_interp.record.completion import batch_generation_config
+    from sst_interp.experiments.setup import generation_config
     from sst_interp.store import Run
 
     check_gradients(setup.sst)
@@ -410,7 +410,7 @@ def run_attribution(setup: Any, out: Path, config: AttributionConfig) -> dict[st
     clean_path = record_condition(setup, out, "clean", [1, k])
     targets, skipped = find_targets(Run.open(clean_path), k, config.positions, config.target_position)
     print(f"[attribute: {len(targets)} of {len(targets) + len(skipped)} questions have a target]")
-    generation = batch_generation_config(setup.sst, setup.tokenizer, setup.base)
+    generation = generation_config(setup)
     patch = Operation("patch", run=str(clean_path), depth=k)
     size = setup.base.batch_size
     batches = []

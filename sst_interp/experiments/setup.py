@@ -135,6 +135,22 @@ def _load_family(base: RecordOptions, questions: list[Any], loop: Any, data_sha:
                                                      "family": loop.family}, data_sha)
 
 
+def generation_config(setup: Setup) -> Any:
+    """The :class:`~sst_interp.model.generation.GenerationConfig` ``record`` generates the conditions with (the
+    experiments' forced passes start from it): an SST's
+    (:func:`~sst_interp.record.completion.batch_generation_config`), or for a family the same greedy decoding
+    without a prompt mode (its prompt runs through its own forward)."""
+    from sst_interp.model.generation import GenerationConfig
+    from sst_interp.model.loading import eos_token_ids
+    from sst_interp.record.completion import batch_generation_config
+
+    if setup.family is None:
+        return batch_generation_config(setup.sst, setup.tokenizer, setup.base)
+    pad = setup.tokenizer.pad_token_id if setup.tokenizer.pad_token_id is not None else 0
+    return GenerationConfig(max_new_tokens=setup.base.max_new_tokens,
+                            eos_token_ids=eos_token_ids(setup.tokenizer, setup.sst), pad_token_id=pad)
+
+
 def condition_path(out: Path, name: str) -> Path:
     """The run directory of condition ``name`` in experiment folder ``out``."""
     return Path(out) / RUNS / name

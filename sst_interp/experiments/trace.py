@@ -219,7 +219,7 @@ def forced_logprobs(setup: Setup, prompts: list[list[int]], targets: list[Target
 
     from sst_interp.model.generation import FixedDepth, GenerationSession
     from sst_interp.model.observers import ObserverGroup
-    from sst_interp.record.completion import batch_generation_config
+    from sst_interp.experiments.setup import generation_config
 
     class Forced(GenerationSession):
         def record_token(self, position: int, token: torch.Tensor, counts: list[int] | None = None) -> None:
@@ -231,7 +231,7 @@ def forced_logprobs(setup: Setup, prompts: list[list[int]], targets: list[Target
 
     capture = _TargetCapture(targets, depth)
     longest = max(t.position for t in targets if t is not None) + 1
-    config = dataclasses.replace(batch_generation_config(setup.sst, setup.tokenizer, setup.base),
+    config = dataclasses.replace(generation_config(setup),
                                  max_new_tokens=longest, stop_strings=())
     ids = [t.question_id if t is not None else None for t in targets]
     if setup.family is not None:  # one forward call per token, the spec through the family's visit hooks
