@@ -7,7 +7,8 @@
 - ``attribute``: trace's question by attribution patching: one forward and one backward pass per batch estimate
   every (layer, position, depth k's iteration) cell to first order; the top cells are then patched for real.
 
-Each records its conditions as ordinary run directories under ``--out``/runs (rerunning the same command resumes
+Each runs on an SST and on a natively looping family folder (HRM-Text, Inkling-2 Loop; what differs there:
+:mod:`sst_interp.experiments.families`). Each records its conditions as ordinary run directories under ``--out``/runs (rerunning the same command resumes
 them; the three may share one ``--out`` and so its clean run), writes tidy Parquet/CSV tables and
 ``experiment-<kind>.json``; ``python -m sst_interp.report --experiment OUT``
 puts its tables and heatmaps into the report. Bad input is one ``error:`` line and exit 2 before anything is

@@ -23,7 +23,10 @@ The estimate is exact to first order: scaling the patch to o + eps (r - o) (the 
 real effect eps * estimate + O(eps^2) (tests/unit/experiments/test_attribution.py checks the error falls by 4 per
 halving of eps on a float64 model).
 
-Gradients through a quantised model without a LoRA adapter are refused (:func:`check_gradients`).
+Gradients through a quantised model without a LoRA adapter are refused (:func:`check_gradients`). On a natively
+looping family the leaves sit on its visit modules and the gradient runs through every visit of its loop
+(:class:`~sst_interp.experiments.families.FamilyGradientTap`); a (layer, source iteration) the reference depth never
+visits is not estimated.
 """
 
 from __future__ import annotations

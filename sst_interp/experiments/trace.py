@@ -20,6 +20,10 @@ The patched passes are measured in-process (hundreds of short forced passes, not
 states come from the recorded clean run, so they are what ``record`` stored (float32: exact; bfloat16: one
 rounding). Batches are those of the recording (``batch_size`` consecutive questions), so the depth-1 passes see the
 same padding as the recorded ones.
+
+On a natively looping family (:mod:`sst_interp.experiments.families`), depth k's state of a layer is read at the
+layer's own last visit (Inkling-2 Loop's layers outside the loop: iteration 1), the layer x iteration map holds the
+iterations the family visits, and the forced passes are the family's own forward calls.
 """
 
 from __future__ import annotations

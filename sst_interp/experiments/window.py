@@ -27,6 +27,10 @@ Clopper-Pearson interval, and the exact sign test, none below 6 questions (:mod:
 whose coverage ``bench/bench_interval_coverage.py`` measures), the sign test's p
 Holm-adjusted over the windows of every mode, and the exact McNemar test of the flips. The clean depth-1 run is the
 reference row (the depth gain that a window could remove).
+
+On a natively looping family (:mod:`sst_interp.experiments.families`) the windows slide over the layers that carry
+a state (``loop.freeze_layers``), ``freeze`` keeps their carried state at iterations ``freeze_from .. k-1``, the
+``mean``/``resample`` controls replace their output at the same visits, and ``zero`` is refused (no blend input).
 """
 
 from __future__ import annotations
