@@ -7,7 +7,8 @@
 - ``attribute``: trace's question by attribution patching: one forward and one backward pass per batch estimate
   every (layer, position, depth k's iteration) cell to first order; the top cells are then patched for real.
 
-Each records its conditions as ordinary run directories under ``--out``/runs (rerunning the same command resumes
+Each runs on an SST and on a natively looping family folder (HRM-Text, Inkling-2 Loop; what differs there:
+:mod:`sst_interp.experiments.families`). Each records its conditions as ordinary run directories under ``--out``/runs (rerunning the same command resumes
 them; the three may share one ``--out`` and so its clean run), writes tidy Parquet/CSV tables and
 ``experiment-<kind>.json``; ``python -m sst_interp.report --experiment OUT``
 puts its tables and heatmaps into the report. Bad input is one ``error:`` line and exit 2 before anything is
@@ -83,9 +84,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         config = dataclasses.replace(config, layers=experiment_setup.parse_layers(namespace.layers,
                                                                                   setup.num_layers))
     if name == "window":
-        from sst_interp.experiments.window import run_window
+        from sst_interp.experiments.window import run_window, window_axis
 
-        config.check(setup.num_layers, setup.base.full_positions, setup.sst.config.update)
+        window_axis(setup, config)  # the layers windows slide over, checked against this model
         table = run_window(setup, common.out, config)
     elif name == "attribute":
         from sst_interp.experiments.attribution import TIMING, VERIFIED, run_attribution

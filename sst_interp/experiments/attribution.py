@@ -23,7 +23,10 @@ The estimate is exact to first order: scaling the patch to o + eps (r - o) (the 
 real effect eps * estimate + O(eps^2) (tests/unit/experiments/test_attribution.py checks the error falls by 4 per
 halving of eps on a float64 model).
 
-Gradients through a quantised model without a LoRA adapter are refused (:func:`check_gradients`).
+Gradients through a quantised model without a LoRA adapter are refused (:func:`check_gradients`). On a natively
+looping family the leaves sit on its visit modules and the gradient runs through every visit of its loop
+(:class:`~sst_interp.experiments.families.FamilyGradientTap`); a (layer, source iteration) the reference depth never
+visits is not estimated.
 """
 
 from __future__ import annotations
@@ -52,6 +55,7 @@ from sst_interp.experiments.tables import (
     ATTRIBUTION_VERIFIED_COLUMNS,
 )
 from sst_interp.experiments.configs import AttributionConfig
+from sst_interp.experiments.families import family_of, visited_iterations
 from sst_interp.experiments.trace import Target, find_targets, prompt_ids
 from sst_interp.interventions import Intervener, Intervention, InterventionSpec, Operation, Site, intervene
 from sst_interp.model.generation import FixedDepth, GenerationConfig, GenerationSession
@@ -187,7 +191,8 @@ def _installed(sst: Any, hook: Intervener) -> Iterator[None]:
 def _parameters_frozen(sst: Any) -> Iterator[None]:
     """The model's parameters out of autograd for the block (the graph then starts at the sites' leaves, and the
     forward saves nothing for weight gradients); each parameter's flag is restored on exit."""
-    params = list(sst.parameters())
+    # an SST is a module holding its backbone; a family's LoopModel holds the backbone module
+    params = list((sst if isinstance(sst, torch.nn.Module) else sst.backbone).parameters())
     flags = [p.requires_grad for p in params]
     try:
         for p in params:
@@ -227,15 +232,20 @@ def attribution_pass(sst: Any, prompts: list[list[int]], targets: Sequence[Targe
     layers = list(range(sst.num_layers)) if layers is None else list(layers)
     forced = _forced_config(config, targets)
     capture = _MetricCapture(targets, depth, foils)
-    tap = _GradientTap(sst, layers, forced.max_new_tokens - 1)
     started = time.perf_counter()
-    with _parameters_frozen(sst), _installed(sst, tap), \
-            _ForcedSession(sst, prompts, FixedDepth(depth), forced, ObserverGroup(tap, capture), gradients=True,
-                           targets=targets) as session:
-        session.run_turn()
-        measured = [v for v in capture.values if v is not None]
+    if family_of(sst) is not None:
+        grads, tap = _family_gradients(sst, prompts, targets, depth, forced, capture, layers)
         keys = list(tap.leaves)
-        grads = torch.autograd.grad(torch.stack(measured).sum(), [tap.leaves[k] for k in keys], allow_unused=True)
+    else:
+        tap = _GradientTap(sst, layers, forced.max_new_tokens - 1)
+        with _parameters_frozen(sst), _installed(sst, tap), \
+                _ForcedSession(sst, prompts, FixedDepth(depth), forced, ObserverGroup(tap, capture), gradients=True,
+                               targets=targets) as session:
+            session.run_turn()
+            measured = [v for v in capture.values if v is not None]
+            keys = list(tap.leaves)
+            grads = torch.autograd.grad(torch.stack(measured).sum(), [tap.leaves[k] for k in keys],
+                                        allow_unused=True)
     seconds = time.perf_counter() - started
     out = SiteGradients(ids, depth, capture.array(), tap.states, {}, seconds)
     for key, grad in zip(keys, grads):
@@ -243,6 +253,28 @@ def attribution_pass(sst: Any, prompts: list[list[int]], targets: Sequence[Targe
         out.grads[key] = (torch.zeros_like(out.states[key]) if grad is None
                           else grad[:, 0, :].detach().to("cpu", torch.float64))
     return out
+
+
+def _family_gradients(model: Any, prompts: list[list[int]], targets: Sequence[Target | None], depth: int,
+                      forced: GenerationConfig, capture: _MetricCapture,
+                      layers: Sequence[int]) -> tuple[tuple[torch.Tensor | None, ...], Any]:
+    """The attribution pass of a natively looping family: the forced generation with a
+    :class:`~sst_interp.experiments.families.FamilyGradientTap` on its visit modules, autograd on through every
+    visit (:func:`~sst_interp.experiments.families.gradients_everywhere`), then one backward. Returns (the gradient
+    per leaf, in the tap's order; the tap)."""
+    from sst_interp.experiments.families import FamilyGradientTap, forced_generation, gradients_everywhere
+
+    tap = FamilyGradientTap(model, layers, forced.max_new_tokens - 1)
+    tap.install()
+    try:
+        with _parameters_frozen(model), gradients_everywhere(model, depth):
+            forced_generation(model, prompts, targets, depth, forced, ObserverGroup(tap, capture), gradients=True)
+        measured = [v for v in capture.values if v is not None]
+        grads = torch.autograd.grad(torch.stack(measured).sum(), [tap.leaves[k] for k in tap.leaves],
+                                    allow_unused=True)
+    finally:
+        tap.remove()
+    return grads, tap
 
 
 def metric_values(sst: Any, prompts: list[list[int]], targets: Sequence[Target | None], depth: int,
@@ -255,7 +287,11 @@ def metric_values(sst: Any, prompts: list[list[int]], targets: Sequence[Target |
     forced = _forced_config(config, targets)
     capture = _MetricCapture(targets, depth, foils)
     policy = FixedDepth(depth)
-    if spec is None:
+    if family_of(sst) is not None:
+        from sst_interp.experiments.families import forced_generation
+
+        forced_generation(sst, prompts, targets, depth, forced, capture, spec, ids)
+    elif spec is None:
         with _ForcedSession(sst, prompts, policy, forced, capture, targets=targets) as session:
             session.run_turn()
     else:
@@ -291,6 +327,10 @@ def estimates(gradients: SiteGradients, operation: Operation, targets: Sequence[
     """
     rows = []
     references = {}
+    # a layer's reference exists only at the iterations the reference depth visits it (a family's layer outside
+    # its loop: iteration 1); other (layer, source iteration) pairs are not estimated
+    reference_depth = operation.depth or gradients.depth
+    visited = visited_iterations(sst, reference_depth)
     for source_iteration in source_iterations:
         chosen = dataclasses.replace(operation, source_iteration=source_iteration) if source_iteration else operation
         references[source_iteration] = (chosen, ReferenceStates(chosen, sst.num_layers, sst.hidden_size))
@@ -301,6 +341,8 @@ def estimates(gradients: SiteGradients, operation: Operation, targets: Sequence[
         if all(q is None for q in ids):
             continue
         for source_iteration, (chosen, reference) in references.items():
+            if (source_iteration or iteration) not in visited[layer]:
+                continue
             values = reference.values(ids, gradients.depth, 0, position, iteration, layer).double()
             delta = values - state
             effect = float(chosen.scale) * (grad * delta).sum(-1)
@@ -361,7 +403,7 @@ def run_attribution(setup: Any, out: Path, config: AttributionConfig) -> dict[st
         ``attribution_timing``: per batch, the seconds of a clean forced pass, of the attribution pass (forward and
         backward) and of one real patching generation per verified cell}.
     """
-    from sst_interp.record.completion import batch_generation_config
+    from sst_interp.experiments.setup import generation_config
     from sst_interp.store import Run
 
     check_gradients(setup.sst)
@@ -371,7 +413,7 @@ def run_attribution(setup: Any, out: Path, config: AttributionConfig) -> dict[st
     clean_path = record_condition(setup, out, "clean", [1, k])
     targets, skipped = find_targets(Run.open(clean_path), k, config.positions, config.target_position)
     print(f"[attribute: {len(targets)} of {len(targets) + len(skipped)} questions have a target]")
-    generation = batch_generation_config(setup.sst, setup.tokenizer, setup.base)
+    generation = generation_config(setup)
     patch = Operation("patch", run=str(clean_path), depth=k)
     size = setup.base.batch_size
     batches = []

@@ -28,7 +28,9 @@ class Setup:
     """A loaded model and its questions, with the record options every condition is recorded under.
 
     Args:
-        sst: the :class:`~sst_interp.model.sst.SSTModel`.
+        sst: the :class:`~sst_interp.model.sst.SSTModel`, or the
+            :class:`~sst_interp.model.loop_model.LoopModel` of a natively looping family
+            (:mod:`sst_interp.experiments.families`).
         tokenizer: its tokenizer.
         questions: the selected questions (CodeACT first turns under ``protocol == "codeact"``).
         base: the record options shared by every condition (``depths``, ``out`` and ``intervention`` are set per
@@ -50,13 +52,26 @@ class Setup:
     def num_layers(self) -> int:
         return int(self.sst.num_layers)
 
+    @property
+    def family(self) -> Any:
+        """The family's :class:`~sst_interp.model.loops.LoopDeclaration`, or None for an SST."""
+        from sst_interp.experiments.families import family_of
+
+        return family_of(self.sst)
+
+    @property
+    def update(self) -> str | None:
+        """The SST's state update (the window's reference baselines need ``direct``); None for a family, whose
+        baselines replace a visit's output, not a carried state read through an update."""
+        return None if self.family is not None else self.sst.config.update
+
 
 def prepare(base: RecordOptions) -> tuple[RecordOptions, list[Any], Any, bool, str]:
     """Check ``base`` and load the questions, without loading the model (so bad input stops in seconds).
 
     Returns:
         (the options with what they left open filled in (``base`` itself is not changed), the selected questions,
-        the model spec, demo preset on, questions sha256).
+        the model spec (for a natively looping family: its LoopDeclaration), demo preset on, questions sha256).
     """
     from sst_interp.data import load_questions, questions_to_frame
     from sst_interp.data.question import select_questions
@@ -65,6 +80,7 @@ def prepare(base: RecordOptions) -> tuple[RecordOptions, list[Any], Any, bool, s
     from sst_interp.record.plan import resolve_options
 
     base, _, _ = resolve_options(base)  # a resolved copy: the caller's options stay as they are
+    loop = _family(base)
     if base.codeact:
         check_backend(sandbox_config(base))
     every = load_questions(base.questions, base.data, **base.source_options)
@@ -73,9 +89,23 @@ def prepare(base: RecordOptions) -> tuple[RecordOptions, list[Any], Any, bool, s
 
         every = [codeact_question(q) for q in every]
     selected = select_questions(every, limit=base.limit, ids=base.ids)
+    if loop is not None:  # the family's folder is the model; it has no SST spec, demo preset or prompt mode
+        return base, selected, loop, False, questions_sha256(questions_to_frame(every))
     spec, demo = model_spec(base)
     base = dataclasses.replace(base, prompt_mode=resolve_prompt_mode(base.prompt_mode, demo))
     return base, selected, spec, demo, questions_sha256(questions_to_frame(every))
+
+
+def _family(base: RecordOptions) -> Any:
+    """The LoopDeclaration of a ``--model`` folder of a natively looping family, its options checked against it
+    (an SST-only flag, CodeACT, a depth it cannot run: one UsageError line, before the model loads); None for an
+    SST."""
+    from sst_interp.record.families import check_family_options, native_family
+
+    loop = native_family(base.model)
+    if loop is not None:
+        check_family_options(base, loop, list(base.depths))
+    return loop
 
 
 def load(base: RecordOptions) -> Setup:
@@ -84,9 +114,41 @@ def load(base: RecordOptions) -> Setup:
     from sst_interp.record.preflight import check_against_model
 
     base, questions, spec, demo, data_sha = prepare(base)
+    if _family(base) is not None:
+        return _load_family(base, questions, spec, data_sha)
     sst, tokenizer = build_sst(spec)
     check_against_model(base, sst, tokenizer, questions)
     return Setup(sst, tokenizer, questions, base, spec.identity(), data_sha, demo)
+
+
+def _load_family(base: RecordOptions, questions: list[Any], loop: Any, data_sha: str) -> Setup:
+    """Load a natively looping family as ``record`` does (:func:`~sst_interp.record.families.record_family`)."""
+    from sst_interp.model.backbone import load_backbone
+    from sst_interp.model.devices import check_device
+    from sst_interp.model.loop_model import LoopModel
+    from sst_interp.record.preflight import check_against_model
+
+    backbone, tokenizer = load_backbone(base.model, dtype=base.dtype, device=check_device(base.device))
+    model = LoopModel(backbone, loop)
+    check_against_model(base, model, tokenizer, questions)
+    return Setup(model, tokenizer, questions, base, {"model": str(Path(base.model).resolve()),
+                                                     "family": loop.family}, data_sha)
+
+
+def generation_config(setup: Setup) -> Any:
+    """The :class:`~sst_interp.model.generation.GenerationConfig` ``record`` generates the conditions with (the
+    experiments' forced passes start from it): an SST's
+    (:func:`~sst_interp.record.completion.batch_generation_config`), or for a family the same greedy decoding
+    without a prompt mode (its prompt runs through its own forward)."""
+    from sst_interp.model.generation import GenerationConfig
+    from sst_interp.model.loading import eos_token_ids
+    from sst_interp.record.completion import batch_generation_config
+
+    if setup.family is None:
+        return batch_generation_config(setup.sst, setup.tokenizer, setup.base)
+    pad = setup.tokenizer.pad_token_id if setup.tokenizer.pad_token_id is not None else 0
+    return GenerationConfig(max_new_tokens=setup.base.max_new_tokens,
+                            eos_token_ids=eos_token_ids(setup.tokenizer, setup.sst), pad_token_id=pad)
 
 
 def condition_path(out: Path, name: str) -> Path:
@@ -111,8 +173,15 @@ def record_condition(setup: Setup, out: Path, name: str, depths: list[int], spec
         intervention = str(spec_file)
     args = dataclasses.replace(setup.base, depths=list(depths), out=str(folder),
                                intervention=intervention)
-    identity = run_identity(args, setup.model_identity, setup.data_sha256)
     print(f"[condition {name}: depths {','.join(map(str, depths))}]")
+    if setup.family is not None:
+        # record's own family path, with the identity `record --model FOLDER --intervention SPEC` gives the run
+        from sst_interp.record.families import family_identity, record_family_questions
+
+        identity = family_identity(args, setup.family, setup.data_sha256)
+        record_family_questions(setup.sst, setup.tokenizer, setup.questions, args, folder, identity)
+        return folder
+    identity = run_identity(args, setup.model_identity, setup.data_sha256)
     record_questions(setup.sst, setup.tokenizer, setup.questions, args, folder, identity, demo=setup.demo)
     return folder
 
@@ -121,8 +190,12 @@ def condition_identity(setup: Setup, depths: list[int]) -> dict[str, Any]:
     """The run identity a clean condition at ``depths`` gets (its model keys name the model being intervened on)."""
     from sst_interp.record.identity import run_identity
 
-    return run_identity(dataclasses.replace(setup.base, depths=list(depths), intervention=None), setup.model_identity,
-                        setup.data_sha256)
+    args = dataclasses.replace(setup.base, depths=list(depths), intervention=None)
+    if setup.family is not None:
+        from sst_interp.record.families import family_identity
+
+        return family_identity(args, setup.family, setup.data_sha256)
+    return run_identity(args, setup.model_identity, setup.data_sha256)
 
 
 def parse_layers(text: str | None, num_layers: int, flag: str = "--layers") -> tuple[int, ...]:

@@ -113,6 +113,13 @@ def run_steer(setup: Setup, out: Path, config: SteerConfig) -> pd.DataFrame:
     direction, layer = probe_direction(config.probe, setup.sst.hidden_size, setup.num_layers)
     k = config.depth
     check_probe_provenance(Path(config.probe), condition_identity(setup, [1, k]))
+    if setup.family is not None:
+        # the sites, checked before the clean run is recorded: a family layer outside its loop has no iteration 2
+        from sst_interp.experiments.families import check_spec_for
+
+        site = Site("layer_out", layers=(layer,), positions=config.positions, iterations=tuple(range(2, k + 1)))
+        check_spec_for(setup.sst, InterventionSpec((Intervention(site, Operation(
+            "add", direction=[0.0] * setup.sst.hidden_size)),)))
     clean_path = record_condition(setup, out, "clean", [1, k])
     clean = Run.open(clean_path)
     radius = state_norm(clean, k, layer)

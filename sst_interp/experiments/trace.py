@@ -20,6 +20,10 @@ The patched passes are measured in-process (hundreds of short forced passes, not
 states come from the recorded clean run, so they are what ``record`` stored (float32: exact; bfloat16: one
 rounding). Batches are those of the recording (``batch_size`` consecutive questions), so the depth-1 passes see the
 same padding as the recorded ones.
+
+On a natively looping family (:mod:`sst_interp.experiments.families`), depth k's state of a layer is read at the
+layer's own last visit (Inkling-2 Loop's layers outside the loop: iteration 1), the layer x iteration map holds the
+iterations the family visits, and the forced passes are the family's own forward calls.
 """
 
 from __future__ import annotations
@@ -125,13 +129,20 @@ def run_trace(setup: Setup, out: Path, config: TraceConfig) -> dict[str, pd.Data
     measure = _Measure(setup, targets)
     base1, basek = measure(1, None, 0), measure(k, None, 0)
     effects = []
-    cells = [("layer_position", layer, position, k) for position in range(config.positions) for layer in layers]
-    cells += [("layer_iteration", layer, 0, iteration) for iteration in range(1, k) for layer in layers]
+    # depth k's last iteration of each layer, and the earlier ones: k and 1..k-1 for an SST; a family's layer
+    # outside its loop has iteration 1 only (families.visited_iterations)
+    from sst_interp.experiments.families import visited_iterations
+
+    visited = visited_iterations(setup.sst, k)
+    cells = [("layer_position", layer, position, visited[layer][-1]) for position in range(config.positions)
+             for layer in layers]
+    cells += [("layer_iteration", layer, 0, iteration) for iteration in range(1, k) for layer in layers
+              if iteration in visited[layer][:-1]]
     print(f"[trace: {len(targets)} of {len(targets) + len(skipped)} questions have a target; {len(cells)} patched "
           f"cells]")
     if config.resample_control:
-        cells += [("layer_position_resampled", layer, position, k) for position in range(config.positions)
-                  for layer in layers]
+        cells += [("layer_position_resampled", layer, position, visited[layer][-1])
+                  for position in range(config.positions) for layer in layers]
     for kind, layer, position, iteration in tqdm(cells, unit="cell", desc="trace", disable=not targets):
         spec = patch_spec(clean_path, k, layer, position, iteration, resampled=kind.endswith("resampled"))
         patched = measure(1, spec, position)
@@ -212,7 +223,7 @@ def forced_logprobs(setup: Setup, prompts: list[list[int]], targets: list[Target
 
     from sst_interp.model.generation import FixedDepth, GenerationSession
     from sst_interp.model.observers import ObserverGroup
-    from sst_interp.record.completion import batch_generation_config
+    from sst_interp.experiments.setup import generation_config
 
     class Forced(GenerationSession):
         def record_token(self, position: int, token: torch.Tensor, counts: list[int] | None = None) -> None:
@@ -224,9 +235,14 @@ def forced_logprobs(setup: Setup, prompts: list[list[int]], targets: list[Target
 
     capture = _TargetCapture(targets, depth)
     longest = max(t.position for t in targets if t is not None) + 1
-    config = dataclasses.replace(batch_generation_config(setup.sst, setup.tokenizer, setup.base),
+    config = dataclasses.replace(generation_config(setup),
                                  max_new_tokens=longest, stop_strings=())
     ids = [t.question_id if t is not None else None for t in targets]
+    if setup.family is not None:  # one forward call per token, the spec through the family's visit hooks
+        from sst_interp.experiments.families import forced_generation
+
+        forced_generation(setup.sst, prompts, targets, depth, config, capture, spec, ids)
+        return capture.values
     with torch.no_grad():
         if spec is None:
             with Forced(setup.sst, prompts, FixedDepth(depth), config, capture) as session:

@@ -27,6 +27,10 @@ Clopper-Pearson interval, and the exact sign test, none below 6 questions (:mod:
 whose coverage ``bench/bench_interval_coverage.py`` measures), the sign test's p
 Holm-adjusted over the windows of every mode, and the exact McNemar test of the flips. The clean depth-1 run is the
 reference row (the depth gain that a window could remove).
+
+On a natively looping family (:mod:`sst_interp.experiments.families`) the windows slide over the layers that carry
+a state (``loop.freeze_layers``), ``freeze`` keeps their carried state at iterations ``freeze_from .. k-1``, the
+``mean``/``resample`` controls replace their output at the same visits, and ``zero`` is refused (no blend input).
 """
 
 from __future__ import annotations
@@ -88,16 +92,24 @@ def run_window(setup: Setup, out: Path, config: WindowConfig) -> pd.DataFrame:
     """Record the clean run (depths 1 and k) and one run per window (depth k) under ``out``; write the table
     (``window.parquet``/``.csv``) and ``experiment-<kind>.json``. Returns the table (columns :data:`COLUMNS`)."""
     full = setup.base.full_positions
-    config.check(setup.num_layers, full, setup.sst.config.update)
     k = config.depth
+    axis = window_axis(setup, config)
+    # every condition's spec is checked before the clean run is recorded (the controls' sites are the freeze's)
+    if setup.family is not None:
+        from sst_interp.experiments import families
+
+        for layers in windows(len(axis), config.size, config.stride):
+            families.check_spec_for(setup.sst, families.window_spec(setup.sst, tuple(axis[i] for i in layers), k,
+                                                                    "freeze"))
     clean = record_condition(setup, out, "clean", [1, k])
     conditions = {"clean": files.condition_entry(out, clean, None)}
     rows = [_row(clean, clean, "clean depth 1", "clean", None, 1, k, config),
             _row(clean, clean, f"clean depth {k}", "clean", None, k, k, config)]
     for mode in config.modes:
-        for layers in windows(setup.num_layers, config.size, config.stride):
+        for window in windows(len(axis), config.size, config.stride):
+            layers = tuple(axis[i] for i in window)
             name = condition_name(layers, mode)
-            spec = window_spec(layers, k, mode, clean, full)
+            spec = _spec(setup, layers, k, mode, clean, full)
             folder = record_condition(setup, out, name, [k], spec)
             conditions[name] = files.condition_entry(out, folder, spec)
             rows.append(_row(clean, folder, name, mode, layers, k, k, config))
@@ -107,6 +119,32 @@ def run_window(setup: Setup, out: Path, config: WindowConfig) -> pd.DataFrame:
     tables = {TABLE: files.write_table(out, TABLE, table)}
     files.write_manifest(out, "window", config, setup.base, conditions, tables)
     return table
+
+
+def window_axis(setup: Setup, config: WindowConfig) -> list[int]:
+    """The layers windows slide over, ``config`` checked against them: every layer of an SST; a family's layers
+    that carry a state (:func:`~sst_interp.experiments.families.carrying_layers`), the modes checked against the
+    family (:func:`~sst_interp.experiments.families.check_window`). UsageError for what cannot run."""
+    if setup.family is None:
+        config.check(setup.num_layers, setup.base.full_positions, setup.update)
+        return list(range(setup.num_layers))
+    from sst_interp.experiments import families
+
+    families.check_window(setup.sst, config.modes, config.depth, config.size)
+    axis = families.carrying_layers(setup.sst)
+    config.check(len(axis), setup.base.full_positions, None)
+    return axis
+
+
+def _spec(setup: Setup, layers: tuple[int, ...], depth: int, mode: str, clean: Path,
+          full_positions: int) -> InterventionSpec:
+    """The window's spec: the SST's (:func:`window_spec`) or the family's
+    (:func:`~sst_interp.experiments.families.window_spec`)."""
+    if setup.family is None:
+        return window_spec(layers, depth, mode, clean, full_positions)  # type: ignore[arg-type]
+    from sst_interp.experiments.families import window_spec as family_window_spec
+
+    return family_window_spec(setup.sst, layers, depth, mode, clean, full_positions)
 
 
 def _row(clean_path: Path, path: Path, name: str, mode: str, layers: tuple[int, ...] | None, depth: int, k: int,

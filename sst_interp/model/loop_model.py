@@ -9,7 +9,7 @@ the family's own modules (:attr:`~sst_interp.model.loops.LoopDeclaration.visit_s
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any, Protocol
 
@@ -155,9 +155,10 @@ def load_loop_backbone(folder: str, loop: LoopDeclaration, dtype: str | torch.dt
     return model.to(device).eval(), tokenizer
 
 
-@torch.no_grad()
 def generate_looped(model: LoopModel, prompts: list[list[int]], depth: int, config: GenerationConfig | None = None,
-                    observer: LoopObserver | None = None, decode_fn: Any = None) -> GenerationResult:
+                    observer: LoopObserver | None = None, decode_fn: Any = None,
+                    force: Callable[[int, torch.Tensor], torch.Tensor] | None = None,
+                    gradients: bool = False) -> GenerationResult:
     """Greedy generation at ``depth`` with the KV cache, one forward call per token.
 
     Generated position 0 is the prefill (its last column); every later position is one call on the cache. The
@@ -171,6 +172,9 @@ def generate_looped(model: LoopModel, prompts: list[list[int]], depth: int, conf
         config: max_new_tokens, EOS ids, stop strings and the pad id are read; the prompt mode does not apply.
         observer: receives every call.
         decode_fn: token ids -> text, for stop strings.
+        force: ``(position, chosen [B] long) -> the tokens [B] fed on``: the tokens of a forced generation (the
+            intervention experiments read a target in a fixed context); None: the greedy choice.
+        gradients: run with autograd on (attribution patching); off, the generation runs under ``no_grad``.
 
     Returns:
         :class:`GenerationResult` (``iterations`` holds ``depth`` for every token).
@@ -185,7 +189,7 @@ def generate_looped(model: LoopModel, prompts: list[list[int]], depth: int, conf
     stops = ["max_new_tokens"] * batch
     eos = set(config.eos_token_ids)
     positions = (mask.cumsum(-1) - 1).clamp(min=0)
-    with model.at_depth(depth):
+    with model.at_depth(depth), torch.set_grad_enabled(gradients):
         cache = None
         tokens, step_positions = ids, positions
         for position in range(config.max_new_tokens):
@@ -197,6 +201,8 @@ def generate_looped(model: LoopModel, prompts: list[list[int]], depth: int, conf
                 observer.on_pass_end(info, logits)
             token = torch.where(active, logits.argmax(-1), torch.full_like(active, config.pad_token_id,
                                                                           dtype=torch.long))
+            if force is not None:
+                token = torch.where(active, force(position, token), token)
             if observer is not None:
                 observer.on_token(position, token, active.clone())
             for row in range(batch):
