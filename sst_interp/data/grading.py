@@ -12,7 +12,7 @@ gsm8k      ``gsm8k_number``  explicit ``answer is N`` / ``#### N`` else last num
 gpqa       ``mcq_letter``    option letter (:func:`sst_interp.data.answers.extract_choice_letter`)
 math500    ``math_boxed``    last ``\\boxed{}``, normalised (:mod:`sst_interp.data.math_answer`)
 humaneval  ``humaneval_exec`` prompt + completion + test + ``check(entry_point)`` runs to its end in time
-hops       ``hops_exact``    the whole completion (cut at ``;``, stripped) is exactly the reference digit
+hops       ``hops_exact``    the whole completion (stripped) is exactly the reference digit
 ========== ================= =====================================================================
 
 A :class:`Judge` (e.g. an LLM judge, as the paper uses for GSM8K, MATH-500 and GPQA) can

@@ -63,7 +63,7 @@ STOP_STRINGS: dict[str, tuple[str, ...]] = {
     "gsm8k": ("\nQuestion:",),
     "gpqa": ("\nQuestion:",),
     "math500": ("\nProblem:",),
-    "hops": (";",),
+    "hops": (),  # one token is generated (MAX_NEW_TOKENS): nothing to cut
     "humaneval": ("\ndef ", "\nclass ", "\nif __name__", "\nprint(", "\nassert ", "\n#"),
 }
 
@@ -93,7 +93,7 @@ def math_prompt(problem: str) -> str:
 
 #: Default generation budget per source (``record --max-new-tokens`` overrides it): demo answers are a few
 #: tokens; the benchmark sets need room for a worked solution.
-MAX_NEW_TOKENS: dict[str, int] = {"hops": 2, "demo": 16, "gsm8k": 256, "gpqa": 256, "math500": 512, "humaneval": 384}
+MAX_NEW_TOKENS: dict[str, int] = {"hops": 1, "demo": 16, "gsm8k": 256, "gpqa": 256, "math500": 512, "humaneval": 384}
 
 
 def default_max_new_tokens(source: str) -> int:

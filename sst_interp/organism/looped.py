@@ -16,7 +16,7 @@ from collections.abc import Sequence
 import torch
 from transformers import HrmTextForCausalLM, PreTrainedTokenizerBase
 
-from sst_interp.organism.task import BIND, QUERY, SEPARATOR, HopsQuestion
+from sst_interp.organism.task import QUERY, SEPARATOR, HopsQuestion
 
 IGNORE_INDEX = -100
 
@@ -30,25 +30,25 @@ def set_depth(model: HrmTextForCausalLM, depth: int) -> None:
 
 def training_text(question: HopsQuestion, follow_ups: Sequence[str] = ()) -> str:
     """A training sequence: the prompt, its answer, then one more query per variable of ``follow_ups`` with its
-    answer, each closed by ``;`` (e.g. ``c=b;a=7;b=a;?c=7;?a=7;``).
+    answer (e.g. ``c=b a=7 b=a ?c7 ?a7``).
 
-    A recorded prompt is this sequence's prefix up to the first ``=`` after ``?``, so the extra queries only add
+    A recorded prompt is this sequence's prefix up to the first query's variable, so the extra queries only add
     supervised positions (each a lookup over the same bindings); they never change what the first query sees.
     """
-    text = question.prompt + question.answer + SEPARATOR
+    text = question.prompt + question.answer
     for variable in follow_ups:
-        text += f"{QUERY}{variable}{BIND}{question.successors[variable][-1]}{SEPARATOR}"
+        text += f"{SEPARATOR}{QUERY}{variable}{question.successors[variable][-1]}"
     return text
 
 
 def encode_training(tokenizer: PreTrainedTokenizerBase, texts: Sequence[str]) -> tuple[torch.Tensor, torch.Tensor]:
     """Teacher-forcing ids and labels of :func:`training_text` sequences (all of one length).
 
-    Labels sit on every query's ``=`` column (target: the answer digit) and on every answer column (target:
-    ``;``, which ends a recorded answer); every other column is IGNORE_INDEX.
+    Labels sit on every queried variable's column (target: the answer digit after it); every other column is
+    IGNORE_INDEX.
 
     Returns:
-        input_ids and labels, both ``[batch, 1 + characters]`` (``<bos>`` first).
+        input_ids and labels, both ``[batch, tokens]`` (``<bos>`` first).
     """
     rows = [tokenizer(text)["input_ids"] for text in texts]
     if len({len(row) for row in rows}) != 1:
@@ -56,13 +56,10 @@ def encode_training(tokenizer: PreTrainedTokenizerBase, texts: Sequence[str]) ->
                          "each the same number of follow-up queries")
     input_ids = torch.tensor(rows, dtype=torch.long)
     labels = torch.full_like(input_ids, IGNORE_INDEX)
-    text = texts[0]
-    # columns are characters + 1 (<bos>); column c predicts column c + 1. Every text has its queries at the same
-    # characters, because every prompt of a spec has one length.
-    for char, symbol in enumerate(text):
-        if symbol == BIND and text[char - 2] == QUERY:
-            labels[:, char + 1] = input_ids[:, char + 2]  # "=" -> the answer digit
-            labels[:, char + 2] = input_ids[:, char + 3]  # the answer digit -> ";"
+    query = tokenizer.convert_tokens_to_ids(QUERY)
+    # every sequence has its queries at the same columns, because every prompt of a spec has one length
+    columns = (input_ids[0, :-2] == query).nonzero().flatten() + 1
+    labels[:, columns] = input_ids[:, columns + 1]
     return input_ids, labels
 
 

@@ -1,8 +1,15 @@
 """The hops task: k-hop pointer chasing over variable bindings, with the number of hops known per question.
 
-A question is a shuffled list of bindings and a query, written without spaces, one character per token::
+A question is a shuffled list of bindings and a query; each binding is one token (``c=b``), and so are ``?``,
+the queried variable and the answer::
 
-    c=b;a=7;b=a;d=5;e=d;?c=          answer 7, hops 2: c -> b -> a -> 7
+    c=b a=7 b=a d=5 e=d ?c           answer 7, hops 2: c -> b -> a -> 7
+
+Why a binding is one token: the lookup a hop needs is then one attention read (the query's variable against the
+bindings' left sides, the value from the same token), which a small model learns in a few hundred steps. Written
+one character per token (``c=b;``) the lookup needs two composed heads (one that moves each binding's left side
+onto its right side, one that matches), and 2-layer models trained here stayed at chance for 1,500 steps. The
+prompt ends with the queried variable, whose column predicts the answer.
 
 Each variable is bound exactly once, either to a digit or to another variable, so the bindings form chains that
 end in a digit. The query's chain has ``hops`` bindings (``chain = [c, b, a, 7]``: ``chain[i]`` is the **hop-i
@@ -29,7 +36,7 @@ from sst_interp.kernels.errors import UsageError
 
 VARIABLES: str = string.ascii_lowercase
 DIGITS: str = string.digits
-BIND, SEPARATOR, QUERY = "=", ";", "?"
+BIND, SEPARATOR, QUERY = "=", " ", "?"
 SPLITS: tuple[str, ...] = ("train", "validation", "test")
 # Distinct seeds per split: a split's item i never shares a generator state with another split's item i.
 _SPLIT_SEEDS: dict[str, int] = {"train": 11, "validation": 23, "test": 37}
@@ -74,8 +81,8 @@ class HopsSpec:
 
     @property
     def prompt_length(self) -> int:
-        """Characters (= tokens, without <bos>) of every prompt: 4 per binding, then ``?v=``."""
-        return 4 * self.bindings + 3
+        """Tokens (without <bos>) of every prompt: one per binding, then ``?`` and the variable."""
+        return self.bindings + 2
 
 
 @dataclass(frozen=True)
@@ -83,7 +90,7 @@ class HopsQuestion:
     """One question with its ground truth.
 
     Args:
-        prompt: the bindings and the query, e.g. ``"c=b;a=7;b=a;?c="``.
+        prompt: the bindings and the query, e.g. ``"c=b a=7 b=a ?c"``.
         answer: the digit the query resolves to.
         hops: bindings followed from the query to the answer.
         chain: ``chain[i]`` is the hop-i value (``chain[0]`` the query, ``chain[hops]`` the answer).
@@ -140,7 +147,7 @@ def make_question(spec: HopsSpec, rng: random.Random, hops: int) -> HopsQuestion
             query_chain = chain
     rng.shuffle(bindings)
     body = SEPARATOR.join(f"{left}{BIND}{right}" for left, right in bindings)
-    prompt = f"{body}{SEPARATOR}{QUERY}{query_chain[0]}{BIND}"
+    prompt = f"{body}{SEPARATOR}{QUERY}{query_chain[0]}"
     return HopsQuestion(prompt=prompt, answer=query_chain[-1], hops=hops, chain=query_chain, chains=spec.chains,
                         successors=successors)
 
@@ -197,6 +204,11 @@ def split_items(spec: HopsSpec, split: str, n: int, exclude: frozenset[str] = fr
     return out
 
 
+def binding_tokens() -> list[str]:
+    """Every binding a prompt can hold, ``a=a`` .. ``z=9`` (a variable bound to a variable or a digit)."""
+    return [f"{left}{BIND}{right}" for left in VARIABLES for right in (*VARIABLES, *DIGITS)]
+
+
 def vocabulary() -> list[str]:
-    """Every symbol a hops prompt or answer uses, in a fixed order."""
-    return [*VARIABLES, *DIGITS, BIND, SEPARATOR, QUERY]
+    """Every token a hops prompt or answer uses, in a fixed order: the variables, the digits, ``?``, the bindings."""
+    return [*VARIABLES, *DIGITS, QUERY, *binding_tokens()]

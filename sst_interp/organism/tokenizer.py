@@ -1,6 +1,8 @@
-"""The organisms' own tokenizer: one token per character of the hops task, saved as a Hugging Face tokenizer.
+"""The organisms' own tokenizer: one token per binding, variable, digit and ``?`` of the hops task, saved as a
+Hugging Face tokenizer.
 
-Ids 0-2 are ``<pad>``, ``<bos>``, ``<eos>``; then the task's symbols (:func:`sst_interp.organism.task.vocabulary`).
+Ids 0-2 are ``<pad>``, ``<bos>``, ``<eos>``; then the task's tokens (:func:`sst_interp.organism.task.vocabulary`).
+Text splits at spaces, then into bindings (``c=7``) and single characters.
 Encoding puts ``<bos>`` in front, as the recorder expects of a causal LM's tokenizer. A character outside the
 vocabulary is an error at encoding time (there is no ``<unk>``): a prompt the organism could not have seen must
 not be silently mapped to something it has.
@@ -22,14 +24,15 @@ PAD_ID, BOS_ID, EOS_ID = 0, 1, 2
 
 def hops_tokenizer() -> PreTrainedTokenizerFast:
     """The character tokenizer of the hops task (``len(SPECIAL_TOKENS) + len(vocabulary())`` ids)."""
-    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors
+    from tokenizers import Regex, Tokenizer, models, pre_tokenizers, processors
     from transformers import PreTrainedTokenizerFast
 
     vocab = {token: i for i, token in enumerate((*SPECIAL_TOKENS, *vocabulary()))}
     # WordLevel needs an unknown token; <pad> stands in and encode_prompt refuses anything outside the vocabulary
     backend = Tokenizer(models.WordLevel(vocab=vocab, unk_token="<pad>"))
-    backend.pre_tokenizer = pre_tokenizers.Split(pattern="", behavior="isolated")
-    backend.decoder = decoders.Fuse()
+    binding = Regex("[a-z]=[a-z0-9]|.")
+    backend.pre_tokenizer = pre_tokenizers.Sequence([pre_tokenizers.WhitespaceSplit(),
+                                                     pre_tokenizers.Split(binding, behavior="isolated")])
     backend.post_processor = processors.TemplateProcessing(single="<bos> $A", special_tokens=[("<bos>", BOS_ID)])
     return PreTrainedTokenizerFast(tokenizer_object=backend, pad_token="<pad>", bos_token="<bos>",
                                    eos_token="<eos>", padding_side="left")
@@ -44,8 +47,9 @@ def check_covers_task(tokenizer: PreTrainedTokenizerBase) -> None:
     vocab = tokenizer.get_vocab()
     missing = [symbol for symbol in vocabulary() if symbol not in vocab]
     if missing:
-        raise UsageError(f"the tokenizer has no token for the hops symbols {''.join(missing)!r}; use the organism "
-                         f"tokenizer (sst_interp.organism.tokenizer.hops_tokenizer) or one that covers a-z, 0-9, =;?")
+        shown = " ".join(missing[:5]) + (" ..." if len(missing) > 5 else "")
+        raise UsageError(f"the tokenizer has no token for the hops symbols {shown} ({len(missing)} missing); use the "
+                         "organism tokenizer (sst_interp.organism.tokenizer.hops_tokenizer)")
     specials = {"pad": tokenizer.pad_token_id, "bos": tokenizer.bos_token_id, "eos": tokenizer.eos_token_id}
     absent = [name for name, token_id in specials.items() if token_id is None]
     if absent:
