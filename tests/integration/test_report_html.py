@@ -17,6 +17,7 @@ import pytest
 from sst_interp.reporting import ReportConfig, build_report
 from sst_interp.reporting.registry import UNSUPPORTED
 from tests.unit.reporting.builders import (
+    few_permutations,
     theta_matrix,
     write_baseline_run,
     write_checkpoint,
@@ -62,8 +63,10 @@ def test_index_renders_every_artefact_in_headless_chromium(tmp_path):
     ckpt = write_checkpoint(tmp_path / "ckpt", theta_matrix())
     sst_log, base_log = write_training_logs(tmp_path)
     out = tmp_path / "report"
-    result = build_report(ReportConfig(runs=(tmp_path / "sst",), baselines=(tmp_path / "base",), checkpoint=ckpt,
-                                       training_logs=(sst_log, base_log), out=out, progress=False))
+    with few_permutations():
+        result = build_report(ReportConfig(runs=(tmp_path / "sst",), baselines=(tmp_path / "base",),
+                                           checkpoint=ckpt, training_logs=(sst_log, base_log), out=out,
+                                           progress=False))
     assert result.names("failed") == []
     url = result.index.resolve().as_uri()
 

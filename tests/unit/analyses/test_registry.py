@@ -14,7 +14,7 @@ from sst_interp.analyses import tidy
 from sst_interp.catalogue import REQUIREMENTS, all_measurements, lookup
 from sst_interp.kernels.errors import UsageError
 from sst_interp.reporting.registry import all_specs
-from tests.unit.reporting.builders import CORRECT, write_baseline_run, write_sst_run
+from tests.unit.reporting.builders import CORRECT, few_permutations, write_baseline_run, write_sst_run
 
 
 @pytest.fixture(scope="module")
@@ -70,6 +70,7 @@ def test_available_checks_declared_requirements_only_and_never_raises(runs):
         a.argmax_concentration()
 
 
+@few_permutations()
 def test_every_tidy_frame_has_its_documented_columns(runs):
     a = analyses.open(runs / "sst", baseline=runs / "base")
     tested = set()
