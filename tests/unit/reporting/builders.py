@@ -128,3 +128,4 @@ def few_permutations() -> Iterator[None]:
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr("sst_interp.probe.loocv.DEFAULT_PERMUTATIONS", FEW_PERMUTATIONS)
         yield
+
