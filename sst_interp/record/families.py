@@ -17,7 +17,11 @@ from typing import Any
 import numpy as np
 
 from sst_interp.kernels.errors import UsageError
+from sst_interp.record.batches import record_batches, sites_check
 from sst_interp.record.options import RecordOptions
+from sst_interp.record.plan import RecordPlan, capture_config, frozen, resolve_options
+from sst_interp.record.ranks import Ranks, ranks_from_environment
+from sst_interp.record.rundir import checked_space
 
 #: What the SST-only flags mean for a looping family: each one refused with this reason.
 SST_ONLY_FLAGS = {
@@ -142,10 +146,9 @@ def family_identity(options: RecordOptions, loop: Any, data_sha256: str) -> dict
 
 def record_family(options: RecordOptions, loop: Any) -> dict[int, float]:
     """Record every depth of ``options`` with the looping family ``loop``; resumes like an SST run. Returns accuracy
-    per depth. The inputs are resolved once (:func:`~sst_interp.record.plan.plan_family`)."""
+    per depth. The inputs are resolved once (:func:`plan_family`)."""
     from sst_interp.model.devices import check_device
     from sst_interp.model.loop_model import LoopModel, load_loop_backbone
-    from sst_interp.record.plan import plan_family
     from sst_interp.store import check_out
 
     plan = plan_family(options, loop)
@@ -160,70 +163,59 @@ def record_family_questions(model: Any, tokenizer: Any, questions: list[Any], op
                             out: str | Path, identity: dict[str, Any]) -> dict[int, float]:
     """Record ``questions`` with a loaded :class:`~sst_interp.model.loop_model.LoopModel` into ``out`` (created or
     resumed), every depth of ``options``."""
-    from sst_interp.record.plan import plan_family
-
     plan = plan_family(options, model.loop, out, identity, questions)
     return _record_family_plan(plan, model, tokenizer)
 
 
-def _record_family_plan(plan: Any, model: Any, tokenizer: Any) -> dict[int, float]:
-    """Record the :class:`~sst_interp.record.plan.RecordPlan` of a family run with the loaded ``model``: the checks
-    that need the model first (before the run directory is created or resumed), then every batch."""
-    from tqdm import tqdm
+def plan_family(options: RecordOptions, loop: Any, out: str | Path | None = None,
+                identity: dict[str, Any] | None = None, questions: list[Any] | None = None) -> RecordPlan:
+    """The plan of a natively looping family's recording: options checked against the family; without
+    ``questions`` they are loaded and selected and the identity is derived, else the caller's ``questions`` and
+    ``identity`` are used. Bad input is a UsageError."""
+    resolved, depths, _ = resolve_options(options, default_checkpoint=False)
+    check_family_options(resolved, loop, list(depths))
+    if questions is None:
+        from sst_interp.data import load_questions, questions_to_frame
+        from sst_interp.data.question import select_questions
+        from sst_interp.record.identity import questions_sha256
 
+        if ranks_from_environment().distributed or resolved.device_map != "none":
+            raise UsageError(f"{loop.family} runs are recorded in one process on one device (no torchrun, "
+                             "--device-map none)")
+        every = load_questions(resolved.questions, resolved.data, **resolved.source_options)
+        questions = select_questions(every, limit=resolved.limit, ids=resolved.ids)
+        identity = family_identity(resolved, loop, questions_sha256(questions_to_frame(every)))
+    return RecordPlan(options=resolved, depths=depths, out=Path(out) if out is not None else resolved.out_path(),
+                      frozen_identity=frozen(dict(identity or {})), demo=False,
+                      intervention=resolved.intervention_spec(),
+                      sandbox=None, capture=capture_config(resolved, gates=False), questions=tuple(questions))
+
+
+def _record_family_plan(plan: RecordPlan, model: Any, tokenizer: Any) -> dict[int, float]:
+    """Record the plan of a family run with the loaded ``model``: the checks that need the model first (before the
+    run directory is created or resumed), then every batch, in the loop an SST run uses
+    (:func:`~sst_interp.record.batches.record_batches`)."""
     from sst_interp.record.preflight import check_against_model
-    from sst_interp.record.ranks import Ranks
-    from sst_interp.record.runner import _open_run, _summary, completed_before
-    from sst_interp.store import estimate_remaining
 
     options, questions, out, config = plan.options, list(plan.questions), plan.out, plan.capture
-    depths, identity = list(plan.depths), plan.identity
+    depths = list(plan.depths)
     check_against_model(options, model, tokenizer, questions)
     spec = check_family_spec(options, model)
     extra = family_manifest(options, model, tokenizer, config, depths)
-    before = completed_before(out)
-    space = estimate_remaining(out, {k: sum(q.question_id not in before.get(k, set()) for q in questions)
-                                     for k in depths},
-                               full_positions=config.full_positions, sketch_positions=config.sketch_positions,
-                               layers=model.num_layers, d=model.hidden_size, dtype=options.dtype,
-                               top_k=options.top_k, sketch_k=extra["sketch_k"],
-                               max_new_tokens=options.max_new_tokens, gates=False, ffn_size=0)
-    if not space.fits and not options.allow_low_disk:
-        raise UsageError(f"{space.line()}; or pass --allow-low-disk to record anyway")
-    ranks = Ranks()
-    first = None
-    if spec is not None:
-        # as for an SST: the first batch at the deepest depth is recorded before the run directory exists, and a
-        # rule that changed no site in it is refused with nothing written
-        from sst_interp.interventions import require_sites
-        from sst_interp.interventions.sites import SITES_KEY
+    space = checked_space(out, questions, depths, options.allow_low_disk, full_positions=config.full_positions,
+                          sketch_positions=config.sketch_positions, layers=model.num_layers, d=model.hidden_size,
+                          dtype=options.dtype, top_k=options.top_k, sketch_k=extra["sketch_k"],
+                          max_new_tokens=options.max_new_tokens, gates=False, ffn_size=0)
 
-        deepest = max(depths)
-        todo = [q for q in questions if q.question_id not in before.get(deepest, set())][:options.batch_size]
-        if todo:
-            rows, columns, meta = record_family_batch(model, tokenizer, todo, deepest, options, config, spec)
-            require_sites(meta[SITES_KEY], options.allow_empty_sites)
-            first = ([q.question_id for q in todo], deepest, rows, columns, meta)
-    with _open_run(out, identity, extra, questions, ranks) as writer:
-        remaining = {k: [q for q in questions if q.question_id not in writer.completed(k)] for k in depths}
-        done = sum(len(questions) - len(v) for v in remaining.values())
-        print(f"{space.line()}; {done} of {len(questions) * len(depths)} question-depths already recorded in {out}")
-        total = sum(len(v) for v in remaining.values())
-        with tqdm(total=total, unit="q", desc=f"record {model.loop.family}", disable=total == 0) as progress:
-            for depth in depths:
-                todo = remaining[depth]
-                for start in range(0, len(todo), options.batch_size):
-                    batch = todo[start:start + options.batch_size]
-                    ids = [q.question_id for q in batch]
-                    progress.set_postfix_str(f"depth {depth}")
-                    if first is not None and first[:2] == (ids, depth):
-                        (_, _, rows, columns, meta), first = first, None
-                    else:
-                        rows, columns, meta = record_family_batch(model, tokenizer, batch, depth, options, config,
-                                                                  spec)
-                    writer.submit(depth, ids, generations=rows, meta=meta, **columns)
-                    progress.update(len(batch))
-    return _summary(out, depths, ranks)
+    def one_batch(batch: list[Any], depth: int) -> tuple[dict[str, Any], dict[str, Any] | None]:
+        rows, columns, meta = record_family_batch(model, tokenizer, batch, depth, options, config, spec)
+        return dict(generations=rows, **columns), meta
+
+    # as for an SST: a rule that changed no site in the first batch is refused with nothing written
+    return record_batches(out, questions, depths, options.batch_size, one_batch, identity=plan.identity,
+                          extra=extra, ranks=Ranks(), space=space,
+                          check_sites=sites_check(options.allow_empty_sites) if spec is not None else None,
+                          desc=f"record {model.loop.family}")
 
 
 def record_family_batch(model: Any, tokenizer: Any, batch: list[Any], depth: int, options: RecordOptions,

@@ -1,6 +1,8 @@
 """A recording's inputs resolved once (:class:`RecordPlan`): every later step of :mod:`sst_interp.record.runner` and
 :mod:`sst_interp.record.families` reads the plan, so no option is checked, defaulted or hashed twice and none is
-changed after it is resolved.
+changed after it is resolved. This module holds the SST half; a looping family's plan is
+:func:`sst_interp.record.families.plan_family`, built from the same pieces (:func:`resolve_options`,
+:func:`capture_config`, :func:`frozen`).
 
 Two ways in: :func:`plan_record` for ``record`` (nothing loaded yet: it checks the options, the sandbox and the
 questions before the model loads) and :func:`plan_loaded` for :func:`~sst_interp.record.runner.record_questions`
@@ -18,7 +20,7 @@ from typing import Any
 
 from sst_interp.kernels.errors import UsageError
 from sst_interp.record.options import RecordOptions
-from sst_interp.record.ranks import Ranks, ranks_from_environment
+from sst_interp.record.ranks import Ranks
 from sst_interp.sandbox import check_backend
 
 
@@ -65,8 +67,9 @@ class RecordPlan:
         return json.loads(self.frozen_identity)
 
 
-def _frozen(identity: dict[str, Any]) -> str:
-    # Canonical JSON, as the manifest will hold it (tuples become lists): the plan's identity cannot change.
+def frozen(identity: dict[str, Any]) -> str:
+    """``identity`` as :attr:`RecordPlan.frozen_identity` holds it: canonical JSON, as the manifest will hold it
+    (tuples become lists), so the plan's identity cannot change."""
     return json.dumps(identity, sort_keys=True)
 
 
@@ -148,7 +151,7 @@ def plan_record(options: RecordOptions, ranks: Ranks) -> RecordPlan:
         notes.append(f"[{demo_preset_note(resolved.model)}]")
     policy, depths = _planned_depths(resolved, depths)
     return RecordPlan(options=resolved, depths=depths, out=out,
-                      frozen_identity=_frozen(run_identity(resolved, spec.identity(), data_sha)), demo=demo,
+                      frozen_identity=frozen(run_identity(resolved, spec.identity(), data_sha)), demo=demo,
                       intervention=resolved.intervention_spec(), sandbox=sandbox, capture=capture_config(resolved),
                       model=spec, questions=tuple(selected), notes=tuple(notes), policy=policy)
 
@@ -168,7 +171,7 @@ def plan_loaded(sst: Any, questions: list[Any], options: RecordOptions, out: str
     spec = resolved.intervention_spec()
     policy, depths = _planned_depths(resolved, depths)
     identity = identity if identity is not None else loaded_identity(sst, questions, resolved, spec)
-    return RecordPlan(options=resolved, depths=depths, out=out, frozen_identity=_frozen(identity),
+    return RecordPlan(options=resolved, depths=depths, out=out, frozen_identity=frozen(identity),
                       demo=demo, intervention=spec, sandbox=checked_sandbox(resolved, out),
                       capture=capture_config(resolved), questions=tuple(questions), policy=policy)
 
@@ -188,28 +191,3 @@ def loaded_identity(sst: Any, questions: list[Any], options: RecordOptions, spec
 
         identity.update(intervention=spec.to_dict(), intervention_runs=patch_runs(spec))
     return identity
-
-
-def plan_family(options: RecordOptions, loop: Any, out: str | Path | None = None,
-                identity: dict[str, Any] | None = None, questions: list[Any] | None = None) -> RecordPlan:
-    """The plan of a natively looping family's recording (:mod:`sst_interp.record.families`): options checked
-    against the family; without ``questions`` they are loaded and selected and the identity is derived, else the
-    caller's ``questions`` and ``identity`` are used. Bad input is a UsageError."""
-    from sst_interp.record.families import check_family_options, family_identity
-    resolved, depths, _ = resolve_options(options, default_checkpoint=False)
-    check_family_options(resolved, loop, list(depths))
-    if questions is None:
-        from sst_interp.data import load_questions, questions_to_frame
-        from sst_interp.data.question import select_questions
-        from sst_interp.record.identity import questions_sha256
-
-        if ranks_from_environment().distributed or resolved.device_map != "none":
-            raise UsageError(f"{loop.family} runs are recorded in one process on one device (no torchrun, "
-                             "--device-map none)")
-        every = load_questions(resolved.questions, resolved.data, **resolved.source_options)
-        questions = select_questions(every, limit=resolved.limit, ids=resolved.ids)
-        identity = family_identity(resolved, loop, questions_sha256(questions_to_frame(every)))
-    return RecordPlan(options=resolved, depths=depths, out=Path(out) if out is not None else resolved.out_path(),
-                      frozen_identity=_frozen(dict(identity or {})), demo=False,
-                      intervention=resolved.intervention_spec(),
-                      sandbox=None, capture=capture_config(resolved, gates=False), questions=tuple(questions))

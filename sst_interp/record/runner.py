@@ -11,18 +11,19 @@ Under ``torchrun`` each process records its share of the batches into the same r
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from sst_interp.kernels.errors import UsageError
+from tqdm import tqdm
+
 from sst_interp.kernels.paths import ensure_writable_folder
+from sst_interp.record.batches import record_batches, sites_check
+from sst_interp.record.families import native_family, record_family
 from sst_interp.record.numerics import check_numerics, check_ranks_agree, cpu_threads, numerics_fingerprint
 from sst_interp.record.options import RecordOptions
 from sst_interp.record.plan import RecordPlan, plan_loaded, plan_record
-from sst_interp.record.ranks import (Ranks, batch_cost, batches_of_work, process_group,
-                                     ranks_from_environment, share_of_work)
+from sst_interp.record.ranks import Ranks, process_group, ranks_from_environment, share_of_work
+from sst_interp.record.rundir import checked_space, completed_before, open_run, run_summary
 
 
 def record(options: RecordOptions) -> dict[int, float]:
@@ -32,7 +33,6 @@ def record(options: RecordOptions) -> dict[int, float]:
     that every later step reads. Under ``torchrun`` (``WORLD_SIZE`` > 1 in the environment) this is one of several
     processes recording into the same run; each returns the accuracy of the whole run."""
     from sst_interp.model.loading import build_sst
-    from sst_interp.record.families import native_family, record_family
     from sst_interp.store import check_out
 
     family = native_family(options.model, options.loop, options.trust_remote_code)
@@ -47,33 +47,6 @@ def record(options: RecordOptions) -> dict[int, float]:
                                    ensure_writable_folder(plan.out)))
         sst, tokenizer = build_sst(plan.model)
         return _record_plan(plan, sst, tokenizer, ranks)
-
-
-def completed_before(out: Path) -> dict[int, set[str]]:
-    """{depth: question ids} an existing run at ``out`` has complete (its manifest's ``status``); empty when there
-    is no run yet."""
-    from sst_interp.store.manifest import MANIFEST_NAME, read_manifest
-
-    if not (out / MANIFEST_NAME).is_file():
-        return {}
-    try:
-        status = read_manifest(out).get("status", {})
-    except ValueError:  # unreadable JSON: RunWriter.create_or_resume refuses it next, with its own message
-        return {}
-    return {int(depth): set(ids) for depth, ids in status.items()} if isinstance(status, dict) else {}
-
-
-def report_resume(report: Any) -> None:
-    """Say what a resume found: damaged files and the question-depths that are recorded again."""
-    if report.damaged:
-        print(f"resume: {len(report.damaged)} damaged file(s) failed verification: {', '.join(report.damaged[:5])}"
-              + (" ..." if len(report.damaged) > 5 else ""))
-    if report.rebuilt:
-        print(f"resume: rebuilt {', '.join(report.rebuilt)} from the rows that pass their checks (none of its "
-              "damaged bytes kept)")
-    redo = sum(len(ids) for ids in report.redo.values())
-    if redo:
-        print(f"resume: {redo} question-depth(s) whose files were damaged or missing are recorded again")
 
 
 def record_questions(sst: Any, tokenizer: Any, questions: list[Any], options: RecordOptions, out: str | Path,
@@ -112,13 +85,10 @@ def _record_plan(plan: RecordPlan, sst: Any, tokenizer: Any, ranks: Ranks) -> di
 def _record_loaded(plan: RecordPlan, sst: Any, tokenizer: Any, ranks: Ranks) -> dict[int, float]:
     """Record the :class:`~sst_interp.record.plan.RecordPlan` ``plan`` with the loaded ``sst`` and ``tokenizer``:
     the checks that need the model first (before the run directory is created or resumed), then every batch."""
-    from tqdm import tqdm
-
     from sst_interp.model.generation import FixedDepth
     from sst_interp.record.completion import decode_kind, run_compiler
     from sst_interp.record.identity import manifest_extra
     from sst_interp.record.preflight import check_against_model
-    from sst_interp.store import estimate_remaining
 
     options, questions, out, config = plan.options, list(plan.questions), plan.out, plan.capture
     depths = list(plan.depths)
@@ -148,50 +118,19 @@ def _record_loaded(plan: RecordPlan, sst: Any, tokenizer: Any, ranks: Ranks) -> 
                  layers=sst.num_layers, d=sst.hidden_size, dtype=options.dtype, top_k=options.top_k,
                  sketch_k=extra["sketch_k"], max_new_tokens=options.max_new_tokens, gates=options.gates,
                  ffn_size=extra.get("ffn_size") or 0)
+    space = ranks.run_on_main(lambda: checked_space(
+        out, questions, depths, options.allow_low_disk,
+        # an episode records up to max_turns model turns, each like one completion: count it as that many
+        per_question=options.max_turns if options.codeact else 1, **sizes))
 
-    def check_space() -> Any:
-        # Checked before the writer creates anything: a run that cannot fit is refused with nothing written.
-        before = completed_before(out)
-        # An episode records up to max_turns model turns, each like one completion: count it as that many.
-        per_question = options.max_turns if options.codeact else 1
-        space = estimate_remaining(out, {k: sum(q.question_id not in before.get(k, set()) for q in questions)
-                                         * per_question for k in depths}, **sizes)
-        if not space.fits and not options.allow_low_disk:
-            raise UsageError(f"{space.line()}; or pass --allow-low-disk to record anyway")
-        return space
+    def one_batch(batch: list[Any], depth: int) -> tuple[dict[str, Any], dict[str, Any] | None]:
+        submission = batch_fn(batch, FixedDepth(depth) if policy is None else policy)
+        return submission, _site_meta(tally)
 
-    space = ranks.run_on_main(check_space)
-    first, first_depth = None, None
-    if tally is not None:  # a rule that changes nothing is refused before the run directory is created
-        before = completed_before(out)
-        work = share_of_work(batches_of_work({k: [q for q in questions if q.question_id not in before.get(k, set())]
-                                              for k in depths}, depths, options.batch_size), ranks, cost=batch_cost)
-        if work:
-            # the first batch at the deepest depth: every iteration a rule may name exists there
-            first_depth, batch = next(item for item in work if item[0] == max(d for d, _ in work))
-            first = _checked_batch(batch_fn, batch, FixedDepth(first_depth) if policy is None else policy, tally,
-                                   options)
-    with _open_run(out, identity, extra, questions, ranks) as writer:
-        remaining = {k: [q for q in questions if q.question_id not in writer.completed(k)] for k in depths}
-        if ranks.is_main:
-            done = sum(len(questions) - len(v) for v in remaining.values())
-            print(f"{space.line()}; {done} of {len(questions) * len(depths)} question-depths already recorded in "
-                  f"{out}" + (f"; {ranks.world_size} processes share the rest" if ranks.distributed else ""))
-        mine = share_of_work(batches_of_work(remaining, depths, options.batch_size), ranks, cost=batch_cost)
-        total = sum(len(batch) for _, batch in mine)
-        desc = f"record (rank 0 of {ranks.world_size})" if ranks.distributed else "record"
-        with tqdm(total=total, unit="q", desc=desc, disable=total == 0 or not ranks.is_main) as progress:
-            for depth, batch in mine:
-                progress.set_postfix_str(f"depth {depth}")
-                ids = [q.question_id for q in batch]
-                if first is not None and first[0] == ids and depth == first_depth:
-                    (_, submission, meta), first = first, None
-                else:
-                    submission = batch_fn(batch, FixedDepth(depth) if policy is None else policy)
-                    meta = _site_meta(tally)
-                writer.submit(depth, ids, **submission, meta=meta)
-                progress.update(len(batch))
-    return _summary(out, depths, ranks)
+    # a rule that changes nothing is refused before the run directory is created
+    check_sites = sites_check(options.allow_empty_sites) if tally is not None else None
+    return record_batches(out, questions, depths, options.batch_size, one_batch, identity=identity, extra=extra,
+                          ranks=ranks, space=space, check_sites=check_sites)
 
 
 def _checked_fingerprint(sst: Any, options: RecordOptions, out: Path, ranks: Ranks, decode: str) -> dict[str, Any]:
@@ -201,43 +140,6 @@ def _checked_fingerprint(sst: Any, options: RecordOptions, out: Path, ranks: Ran
     check_ranks_agree(fingerprint, ranks)
     ranks.run_on_main(lambda: check_numerics(out, fingerprint))
     return fingerprint
-
-
-@contextmanager
-def _open_run(out: Path, identity: dict[str, Any], extra: dict[str, Any], questions: list[Any],
-              ranks: Ranks) -> Iterator[Any]:
-    """The run's writer for this rank, open until every rank has closed its own.
-
-    Rank 0 creates or resumes the run and writes the questions table; ranks 1.. join it afterwards. On entry every
-    rank has read the same manifest (nobody commits before the second barrier), so they split the same remaining
-    work; on exit every writer has committed its batches.
-    """
-    from sst_interp.data import questions_to_frame
-    from sst_interp.store import RunWriter
-
-    def open_main() -> Any:
-        writer = RunWriter.create_or_resume(out, identity, extra, world_size=ranks.world_size)
-        try:
-            report_resume(writer.report)
-            writer.write_questions(questions_to_frame(questions))
-        except BaseException:
-            writer.close()
-            raise
-        return writer
-
-    opened = ranks.run_on_main(open_main)  # ranks 1.. wait in here until rank 0 has opened the run
-    writer = opened if ranks.is_main else RunWriter.join(out, identity, extra, ranks.rank, ranks.world_size)
-    ranks.barrier()
-    with writer:
-        yield writer
-    ranks.barrier()
-
-
-def _summary(out: Path, depths: list[int], ranks: Ranks) -> dict[int, float]:
-    """Rank 0 prints the run's summary; every rank returns its accuracy per depth."""
-    from sst_interp.record.summary import print_summary
-
-    return print_summary(out, depths, show=ranks.is_main)
 
 
 def _site_meta(tally: Any) -> dict[str, Any] | None:
@@ -253,12 +155,9 @@ def _checked_batch(batch_fn: Any, batch: list[Any], policy: Any, tally: Any,
                    options: RecordOptions) -> tuple[list[str], dict[str, Any], dict[str, Any] | None]:
     """Record the first batch before anything is written and refuse a rule that changed no site in it
     (unless ``--allow-empty-sites``); returns (its question ids, its submission, its manifest keys)."""
-    from sst_interp.interventions import require_sites
-    from sst_interp.interventions.sites import SITES_KEY
-
     submission = batch_fn(batch, policy)
     meta = _site_meta(tally)
-    require_sites(meta[SITES_KEY] if meta else None, options.allow_empty_sites)
+    sites_check(options.allow_empty_sites)(meta)
     return [q.question_id for q in batch], submission, meta
 
 
@@ -290,8 +189,6 @@ def _record_with_policy(options: RecordOptions, policy: Any, batch_fn: Any, ques
     """A run under a probe depth policy: one question per generation call (the policy picks one depth per
     call), each filed under the depth it chose (its first model turn's, for an episode). Resumes like a flat run;
     under torchrun the questions are dealt round-robin to the ranks."""
-    from tqdm import tqdm
-
     from sst_interp.store import Run
 
     extra = dict(extra, depths=[], depth_policy=policy.describe(), max_depth=policy.max_depth)
@@ -301,7 +198,7 @@ def _record_with_policy(options: RecordOptions, policy: Any, batch_fn: Any, ques
         todo = share_of_work([q for q in questions if q.question_id not in before], ranks)
         if todo:
             first = _checked_batch(batch_fn, [todo[0]], policy, tally, options)
-    with _open_run(out, identity, extra, questions, ranks) as writer:
+    with open_run(out, identity, extra, questions, ranks) as writer:
         done = set().union(*(writer.completed(k) for k in range(1, policy.max_depth + 1)))
         todo = [q for q in questions if q.question_id not in done]
         if ranks.is_main:
@@ -317,4 +214,4 @@ def _record_with_policy(options: RecordOptions, policy: Any, batch_fn: Any, ques
             depth = int(submission["generations"][0]["depth"])
             writer.submit(depth, [question.question_id], **submission, meta=meta)
     recorded = Run.open(out).depths
-    return _summary(out, [d for d in range(1, policy.max_depth + 1) if d in recorded], ranks)
+    return run_summary(out, [d for d in range(1, policy.max_depth + 1) if d in recorded], ranks)

