@@ -60,6 +60,8 @@ from sst_interp.experiments.trace import Target, find_targets, prompt_ids
 from sst_interp.interventions import Intervener, Intervention, InterventionSpec, Operation, Site, intervene
 from sst_interp.model.generation import FixedDepth, GenerationConfig, GenerationSession
 from sst_interp.model.observers import ObserverGroup
+from sst_interp.experiments.families import FamilyGradientTap, forced_generation, gradients_everywhere
+from sst_interp.experiments.setup import generation_config
 
 #: a site's coordinates: (position, iteration, layer), turn 0
 SiteKey = tuple[int, int, int]
@@ -262,8 +264,6 @@ def _family_gradients(model: Any, prompts: list[list[int]], targets: Sequence[Ta
     :class:`~sst_interp.experiments.families.FamilyGradientTap` on its visit modules, autograd on through every
     visit (:func:`~sst_interp.experiments.families.gradients_everywhere`), then one backward. Returns (the gradient
     per leaf, in the tap's order; the tap)."""
-    from sst_interp.experiments.families import FamilyGradientTap, forced_generation, gradients_everywhere
-
     tap = FamilyGradientTap(model, layers, forced.max_new_tokens - 1)
     tap.install()
     try:
@@ -288,8 +288,6 @@ def metric_values(sst: Any, prompts: list[list[int]], targets: Sequence[Target |
     capture = _MetricCapture(targets, depth, foils)
     policy = FixedDepth(depth)
     if family_of(sst) is not None:
-        from sst_interp.experiments.families import forced_generation
-
         forced_generation(sst, prompts, targets, depth, forced, capture, spec, ids)
     elif spec is None:
         with _ForcedSession(sst, prompts, policy, forced, capture, targets=targets) as session:
@@ -403,7 +401,6 @@ def run_attribution(setup: Any, out: Path, config: AttributionConfig) -> dict[st
         ``attribution_timing``: per batch, the seconds of a clean forced pass, of the attribution pass (forward and
         backward) and of one real patching generation per verified cell}.
     """
-    from sst_interp.experiments.setup import generation_config
     from sst_interp.store import Run
 
     check_gradients(setup.sst)

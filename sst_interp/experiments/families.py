@@ -33,7 +33,7 @@ from typing import Any
 import torch
 
 from sst_interp.interventions import Intervention, InterventionSpec, Operation, Site
-from sst_interp.interventions.loops import FAMILY_STREAM, LoopIntervener, intervene_loop
+from sst_interp.interventions.loops import FAMILY_STREAM, LoopIntervener, check_loop_spec, intervene_loop
 from sst_interp.kernels.errors import UsageError
 
 
@@ -115,8 +115,6 @@ def window_spec(model: Any, layers: tuple[int, ...], depth: int, mode: str, clea
 def check_spec_for(model: Any, spec: InterventionSpec) -> None:
     """Refuse (one line) a condition's spec the family cannot take, before the experiment records anything (the
     same check ``record --intervention`` makes, :func:`~sst_interp.interventions.loops.check_loop_spec`)."""
-    from sst_interp.interventions.loops import check_loop_spec
-
     check_loop_spec(spec, family_of(model), model.config, model.hidden_size)
 
 

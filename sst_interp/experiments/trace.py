@@ -47,7 +47,7 @@ from sst_interp.experiments.tables import (
     TRACE_TARGETS,
 )
 from sst_interp.experiments.configs import TraceConfig
-from sst_interp.experiments.setup import Setup, record_condition
+from sst_interp.experiments.setup import Setup, generation_config, record_condition
 from sst_interp.interventions import Intervention, InterventionSpec, Operation, Site, intervene
 
 EFFECTS, LAYER_POSITION, LAYER_ITERATION, TARGETS = (TRACE_EFFECTS, TRACE_LAYER_POSITION, TRACE_LAYER_ITERATION,
@@ -223,7 +223,6 @@ def forced_logprobs(setup: Setup, prompts: list[list[int]], targets: list[Target
 
     from sst_interp.model.generation import FixedDepth, GenerationSession
     from sst_interp.model.observers import ObserverGroup
-    from sst_interp.experiments.setup import generation_config
 
     class Forced(GenerationSession):
         def record_token(self, position: int, token: torch.Tensor, counts: list[int] | None = None) -> None:

@@ -14,6 +14,7 @@ from contextlib import contextmanager
 from typing import Any, Protocol
 
 import torch
+from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
 from torch import nn
 
 from sst_interp.kernels.errors import UsageError
@@ -127,7 +128,6 @@ def load_loop_backbone(folder: str, loop: LoopDeclaration, dtype: str | torch.dt
     """
     import logging
 
-    from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
     from transformers.utils import logging as hf_logging
 
     from sst_interp.model.backbone import load_folder_part, parse_dtype

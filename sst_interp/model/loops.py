@@ -30,6 +30,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from torch import nn
+
 from sst_interp.kernels.errors import UsageError
 from sst_interp.model.adapters import supported_model_types
 
@@ -494,8 +496,6 @@ def looped_block(*, family: str, layers: Callable[[Any], list[str]], looped: Cal
 
 def nn_identity() -> Any:
     """``torch.nn.Identity()``: the lens norm of a declaration that names none."""
-    from torch import nn
-
     return nn.Identity()
 
 
