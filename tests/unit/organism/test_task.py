@@ -16,9 +16,10 @@ from sst_interp.organism.tokenizer import check_covers_task, hops_tokenizer, is_
 
 def resolve(prompt: str) -> tuple[str, ...]:
     """Follow the query through the prompt's bindings, independently of the generator."""
-    body, query = prompt.rsplit(";?", 1)
-    bindings = dict(pair.split("=") for pair in body.split(";"))
-    chain = [query.rstrip("=")]
+    *pairs, query = prompt.split(" ")
+    assert query.startswith("?")
+    bindings = dict(pair.split("=") for pair in pairs)
+    chain = [query[1:]]
     while not chain[-1].isdigit():
         chain.append(bindings[chain[-1]])
     return tuple(chain)
@@ -33,13 +34,13 @@ def test_the_stored_chain_is_the_one_the_prompt_defines(hops):
         assert resolve(question.prompt) == question.chain
         assert question.hops == hops == len(question.chain) - 1
         assert question.answer == question.chain[-1] == question.hop_value(hops)
-        assert len(question.prompt) == spec.prompt_length
-        body = question.prompt.rsplit(";?", 1)[0].split(";")
+        assert len(hops_tokenizer()(question.prompt)["input_ids"]) == 1 + spec.prompt_length
+        body = question.prompt.split(" ")[:-1]
         assert len(body) == spec.bindings and len({b[0] for b in body}) == spec.bindings  # each bound once
         ends = [b[2] for b in body if b[2].isdigit()]
         assert len(ends) == len(set(ends)) == spec.chains  # one distinct digit per chain: chance is 1/chains
         for variable, chain in question.successors.items():
-            assert resolve(question.prompt.rsplit("?", 1)[0] + f"?{variable}=") == chain
+            assert resolve(question.prompt.rsplit("?", 1)[0] + f"?{variable}") == chain
 
 
 def test_splits_are_deterministic_balanced_and_disjoint():
@@ -78,7 +79,7 @@ def test_the_source_stores_the_truth_and_the_grader_is_exact():
     q = questions[2]
     assert tuple(q.metadata["chain"]) == resolve(q.prompt) and q.reference == q.metadata["chain"][-1]
     wrong = str((int(q.reference) + 1) % 10)
-    assert grade(q, q.reference).correct and grade(q, f" {q.reference};x=1").correct
+    assert grade(q, q.reference).correct and grade(q, f" {q.reference}").correct
     assert not grade(q, wrong).correct and not grade(q, q.reference + "1").correct and not grade(q, "").correct
     with pytest.raises(UsageError, match="at least 1 hop"):
         load_questions("hops", min_hops=0)
@@ -86,12 +87,13 @@ def test_the_source_stores_the_truth_and_the_grader_is_exact():
         load_questions("hops", split="dev")
 
 
-def test_the_tokenizer_is_one_token_per_symbol_and_round_trips(tmp_path):
+def test_the_tokenizer_is_one_token_per_binding_and_round_trips(tmp_path):
     tokenizer = hops_tokenizer()
     prompt = load_questions("hops", n=1)[0].prompt
     ids = tokenizer(prompt)["input_ids"]
-    assert ids[0] == tokenizer.bos_token_id and len(ids) == len(prompt) + 1
-    assert tokenizer.decode(ids, skip_special_tokens=True) == prompt
+    *pairs, query = prompt.split(" ")
+    assert tokenizer.convert_ids_to_tokens(ids) == ["<bos>", *pairs, "?", query[1]]
+    assert tokenizer.decode(ids[1:], skip_special_tokens=True).replace("? ", "?") == prompt
     tokenizer.save_pretrained(tmp_path)
     from transformers import AutoTokenizer
 
@@ -103,8 +105,9 @@ def test_the_tokenizer_is_one_token_per_symbol_and_round_trips(tmp_path):
 def test_a_tokenizer_without_the_task_symbols_is_refused():
     from sst_interp.model.testing import char_tokenizer
 
-    check_covers_task(char_tokenizer())  # printable ASCII covers them
-    assert not is_hops_tokenizer(char_tokenizer())  # ... but it is not the organism's
+    with pytest.raises(UsageError, match="no token for the hops symbols a=a"):
+        check_covers_task(char_tokenizer())  # one token per character: no binding tokens
+    assert not is_hops_tokenizer(char_tokenizer())
     from tokenizers import Tokenizer, models
     from transformers import PreTrainedTokenizerFast
 

@@ -95,10 +95,37 @@ def test_the_organism_records_hops_and_another_tokenizer_is_refused(tmp_path, ca
     run = Run.open(out)
     questions = run.questions()
     assert [json.loads(m)["hops"] for m in questions["metadata"]] == [1, 2, 3, 4]
-    assert set(run.manifest.family) == {"hrm_text"} if isinstance(run.manifest.family, list) else \
-        run.manifest.family == "hrm_text"
+    assert run.manifest["family"] == "hrm_text"
     other = save_tiny_model(tmp_path / "other", "hrm_text")
     refused = tmp_path / "refused"
     fails_with_one_error_line(capsys, record_main, ["--model", str(other), *flags, "--out", str(refused)],
                               "--questions hops needs a model trained on the hops task")
     assert not refused.exists()
+
+
+def test_the_lens_by_hop_agrees_with_the_graded_answers_and_the_truth(tmp_path):
+    """On HRM-Text the lens at the last iteration is the emitted distribution, so 'answer on top' there is exactly
+    the grader's verdict; every row's hop value is the stored chain's."""
+    from sst_interp.analyses.hops import answer_resolution, lens_by_hop
+    from sst_interp.cli.record import main as record_main
+    from sst_interp.store import Run
+
+    organism = tmp_path / "organism"
+    train_looped(tiny_config(organism))
+    out = tmp_path / "run"
+    assert record_main(["--model", str(organism), "--questions", "hops", "--limit", "8", "--depths", "2",
+                        "--top-k", "6", "--full-positions", "1", "--sketch-positions", "0", "--device", "cpu",
+                        "--out", str(out)]) == 0
+    run = Run.open(out)
+    lens = lens_by_hop(run, 2)
+    assert len(lens) == 8 * 2 and sorted(lens["iteration"].unique()) == [1, 2]
+    correct = run.generations().query("depth == 2").set_index("question_id")["correct"]
+    last = lens[lens["iteration"] == 2].set_index("question_id")
+    assert (last["top_is_answer"] == correct.reindex(last.index)).all()
+    chains = {q: json.loads(m)["chain"] for q, m in zip(run.questions()["question_id"], run.questions()["metadata"])}
+    for row in lens.itertuples():
+        assert row.hop_value == chains[row.question_id][min(row.iteration, row.hops)]
+        assert row.top_is_hop_value == (row.top_token == row.hop_value)
+    table = answer_resolution(run, 2)
+    assert table["questions"].tolist() == [2, 2, 2, 2]
+    assert table["iteration_2"].tolist() == last.groupby("hops")["top_is_answer"].mean().tolist()
