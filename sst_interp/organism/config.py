@@ -39,7 +39,7 @@ class LoopedShape:
     num_attention_heads: int = 4
     layers_per_stack: int = 1
     L_cycles: int = 1
-    max_depth: int = 5
+    max_depth: int = 4
 
     def config(self) -> HrmTextConfig:
         """The HRM-Text config of this shape, for the organism tokenizer's vocabulary."""
@@ -73,9 +73,9 @@ class LoopedTrainConfig:
     """``python -m sst_interp.organism train``: every flag, with the shipped organism's recipe as defaults."""
 
     out: Path = arg(help="folder to write the organism into (created; an existing folder resumes its own run)")
-    steps: int = arg(2000, help="optimiser steps")
+    steps: int = arg(3000, help="optimiser steps")
     batch_size: int = arg(64, help="questions per step")
-    learning_rate: float = arg(2e-3, help="AdamW learning rate (constant after a linear warm-up)")
+    learning_rate: float = arg(1e-3, help="AdamW learning rate (constant after a linear warm-up)")
     warmup_steps: int = arg(100, help="linear warm-up steps")
     weight_decay: float = arg(0.01, help="AdamW weight decay")
     max_depth: int = arg(LoopedShape.max_depth, help="largest loop count (H-cycles) sampled per batch, uniformly "

@@ -55,9 +55,9 @@ class HopsSpec:
         seed: the generator's seed; the splits derive their own from it.
     """
 
-    bindings: int = 8
+    bindings: int = 10
     min_hops: int = 1
-    max_hops: int = 4
+    max_hops: int = 6
     chains: int = 3
     variables: int = len(VARIABLES)
     seed: int = 0

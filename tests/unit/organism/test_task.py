@@ -47,7 +47,7 @@ def test_splits_are_deterministic_balanced_and_disjoint():
     spec = HopsSpec()
     test = split_items(spec, "test", 40)
     assert [q.prompt for q in test] == [q.prompt for q in split_items(spec, "test", 40)]
-    assert [q.hops for q in test[:8]] == [1, 2, 3, 4, 1, 2, 3, 4]
+    assert [q.hops for q in test[:8]] == [1, 2, 3, 4, 5, 6, 1, 2]
     train = {q.prompt for q in split_items(spec, "train", 400)}
     assert not train & {q.prompt for q in test}
     assert [q.prompt for q in split_items(HopsSpec(seed=1), "test", 5)] != [q.prompt for q in test[:5]]

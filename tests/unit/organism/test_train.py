@@ -32,7 +32,7 @@ def test_training_writes_a_model_folder_with_its_table(tmp_path, capsys):
     out = tmp_path / "organism"
     assert organism_main(["train", "--out", str(out), *TINY]) == 0
     printed = capsys.readouterr().out
-    assert "| depth | h=1 | h=2 | h=3 | h=4 |" in printed
+    assert "| depth | h=1 | h=2 | h=3 | h=4 | h=5 | h=6 |" in printed
     assert {"config.json", "model.safetensors", "tokenizer.json", "organism.json", "train_log.csv",
             TABLE_FILE} <= {p.name for p in out.iterdir()}
     table = read_table(out / TABLE_FILE)
@@ -127,5 +127,6 @@ def test_the_lens_by_hop_agrees_with_the_graded_answers_and_the_truth(tmp_path):
         assert row.hop_value == chains[row.question_id][min(row.iteration, row.hops)]
         assert row.top_is_hop_value == (row.top_token == row.hop_value)
     table = answer_resolution(run, 2)
-    assert table["questions"].tolist() == [2, 2, 2, 2]
+    assert table["questions"].tolist() == lens[lens["iteration"] == 1].groupby("hops").size().tolist() == \
+        [2, 2, 1, 1, 1, 1]  # the split's hop counts cycle 1..6
     assert table["iteration_2"].tolist() == last.groupby("hops")["top_is_answer"].mean().tolist()
