@@ -28,3 +28,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     table = train_looped(config_from_namespace(LoopedTrainConfig, args))
     print(format_table(table))
     return 0
+
+
+def console() -> int:
+    """The ``sst-organism`` console script."""
+    return main()

@@ -77,6 +77,10 @@ COMMANDS = {
                           "--batch-size", "1", "--max-new-tokens", "2", "--full-positions", "2", "--top-k", "4",
                           "--device", "cpu", "--depth", "2", "--size", "2", "--resamples", "50", "--controls", "mean"),
                          "window/experiment-window.json"),
+    "organism": Command("sst-organism", "sst_interp.organism",
+                        ("train", "--out", "{out}/organism", "--steps", "2", "--batch-size", "2", "--hidden-size", "8",
+                         "--max-depth", "1", "--test-size", "6", "--follow-ups", "0", "--threads", "1"),
+                        "organism/depth_by_hop.csv"),
     "explore": Command("sst-explore", "sst_interp.explore", ("{synthetic}", "--port", "0"), serves=True),
 }
 #: Every way to start each command: ("sst-record", argv prefix) and ("-m sst_interp.record", argv prefix).
