@@ -6,9 +6,6 @@ calculator annotations of GSM8K's training split (``python -m sst_interp.train.c
 traces, order and steps. Each folder holds the weights, the training logs (``train_log.csv``, and ``alpha_log.csv``
 for the SST) and ``TRAINING.md`` with the exact commands that made it, so ``report --training-log demo-codeact``
 works too.
-
-``--model organism-hops`` is the looped model organism (transformers' HRM-Text, trained from scratch by
-``python -m sst_interp.organism train`` on the hops task; ``docs/organism.md``).
 """
 
 from __future__ import annotations
@@ -22,7 +19,6 @@ from sst_interp.kernels.errors import UsageError
 NAMED_CHECKPOINTS: dict[str, str] = {
     "demo-codeact": "demo_codeact",
     "demo-codeact-baseline": "demo_codeact_baseline",
-    "organism-hops": "organism_hops",
 }
 
 #: The checkpoint ``record --protocol codeact`` uses when neither --checkpoint nor --model is given.

@@ -40,9 +40,8 @@ class RecordOptions:
     data: str | None = arg(None, help="local data file or folder for the question set (default: "
                                       "$SST_INTERP_DATA_DIR or the hub)")
     depths: list[int] = arg(default_factory=lambda: list(DEFAULT_DEPTHS), help="comma-separated flat iteration depths")
-    model: str | None = arg(None, help="backbone: default (the embedded Gemma 3 270M) | organism-hops (the shipped "
-                                       "looped model organism, for --questions hops) | local HF folder | .gguf file | "
-                                       "hub id (default: default)")
+    model: str | None = arg(None, help="backbone: default (the embedded Gemma 3 270M) | local HF folder | .gguf file "
+                                       "| hub id (default: default)")
     loop: str | None = arg(None, metavar="FILE.py:NAME",
                            help="a looped model transformers does not ship: the loop declaration NAME in your Python "
                                 "file FILE.py (a sst_interp.model.loops.looped_block or LoopDeclaration; "

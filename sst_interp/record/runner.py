@@ -11,13 +11,11 @@ Under ``torchrun`` each process records its share of the batches into the same r
 
 from __future__ import annotations
 
-import dataclasses
 from pathlib import Path
 from typing import Any
 
 from tqdm import tqdm
 
-from sst_interp.checkpoints import resolve_checkpoint
 from sst_interp.kernels.paths import ensure_writable_folder
 from sst_interp.record.batches import record_batches, sites_check
 from sst_interp.record.families import native_family, record_family
@@ -37,8 +35,6 @@ def record(options: RecordOptions) -> dict[int, float]:
     from sst_interp.model.loading import build_sst
     from sst_interp.store import check_out
 
-    # a named model (organism-hops) is its installed folder from here on
-    options = dataclasses.replace(options, model=resolve_checkpoint(options.model))
     family = native_family(options.model, options.loop, options.trust_remote_code)
     if family is not None:  # a natively looping family (HRM-Text, ...): its own forward, not the SST conversion
         return record_family(options, family)
