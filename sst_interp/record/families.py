@@ -149,7 +149,8 @@ def record_family(options: RecordOptions, loop: Any) -> dict[int, float]:
     from sst_interp.store import check_out
 
     plan = plan_family(options, loop)
-    check_out(plan.out, plan.identity)
+    # the numerics fingerprint is checked once the model is loaded (_record_family_plan): it reads the model
+    check_out(plan.out, plan.identity, later=("numerics",))
     device = check_device(plan.options.device)
     backbone, tokenizer = load_loop_backbone(plan.options.model, loop, dtype=plan.options.dtype, device=device,
                                              trust_remote_code=plan.options.trust_remote_code)
@@ -167,9 +168,20 @@ def record_family_questions(model: Any, tokenizer: Any, questions: list[Any], op
 
 
 def _record_family_plan(plan: Any, model: Any, tokenizer: Any) -> dict[int, float]:
+    """Record the :class:`~sst_interp.record.plan.RecordPlan` of a family run with the loaded ``model``, computing
+    with ``--threads`` CPU threads (:func:`~sst_interp.record.numerics.cpu_threads`), as an SST run does."""
+    from sst_interp.record.numerics import cpu_threads
+
+    with cpu_threads(plan.options.threads):
+        return _record_family_loaded(plan, model, tokenizer)
+
+
+def _record_family_loaded(plan: Any, model: Any, tokenizer: Any) -> dict[int, float]:
     """Record the :class:`~sst_interp.record.plan.RecordPlan` of a family run with the loaded ``model``: the checks
     that need the model first (before the run directory is created or resumed), then every batch."""
     from tqdm import tqdm
+
+    from sst_interp.record.numerics import check_numerics, numerics_fingerprint
 
     from sst_interp.record.preflight import check_against_model
     from sst_interp.record.ranks import Ranks
@@ -177,7 +189,13 @@ def _record_family_plan(plan: Any, model: Any, tokenizer: Any) -> dict[int, floa
     from sst_interp.store import estimate_remaining
 
     options, questions, out, config = plan.options, list(plan.questions), plan.out, plan.capture
-    depths, identity = list(plan.depths), plan.identity
+    depths = list(plan.depths)
+    # the settings besides the flags that change the recorded numbers (threads, device, versions, ...): a resume
+    # that would mix two numerics in one run is refused here, with the setting named, before anything is written;
+    # family runs decode eager (--compile on is refused for them)
+    fingerprint = numerics_fingerprint(model, options.dtype, options.batch_size, "eager")
+    check_numerics(out, fingerprint)
+    identity = dict(plan.identity, numerics=fingerprint)
     check_against_model(options, model, tokenizer, questions)
     spec = check_family_spec(options, model)
     extra = family_manifest(options, model, tokenizer, config, depths)

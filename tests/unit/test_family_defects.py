@@ -72,3 +72,19 @@ def test_inkling_report_draws_no_simulated_rows_histogram_or_convergence(run: Pa
         assert not available.loc[name, "available"] and LENS in available.loc[name, "reason"]
         with pytest.raises(NotAvailable, match=LENS):
             a.data(name)
+
+
+# ------------------------------------------------------------------------------------------------ defect 5
+def test_family_run_records_a_numerics_fingerprint_and_refuses_another_thread_count(
+        folder: Path, run: Path, capsys: pytest.CaptureFixture) -> None:
+    identity = json.loads((run / "manifest.json").read_text())["identity"]
+    assert identity["numerics"]["threads"] == 1 and identity["numerics"]["device_kind"] == "cpu"
+    before = (run / "manifest.json").read_bytes()
+    fails_with_one_error_line(capsys, record_main,
+                              [*FAST, "--model", str(folder), "--depths", "1,2", "--limit", "3", "--threads", "2",
+                               "--out", str(run)], "threads=1, this command has threads=2")
+    assert (run / "manifest.json").read_bytes() == before  # nothing written
+    # the same thread count resumes
+    assert record_main([*FAST, "--model", str(folder), "--depths", "1,2", "--limit", "3", "--threads", "1",
+                        "--out", str(run)]) == 0
+    assert "6 of 6 question-depths already recorded" in capsys.readouterr().out
