@@ -88,3 +88,10 @@ def test_family_run_records_a_numerics_fingerprint_and_refuses_another_thread_co
     assert record_main([*FAST, "--model", str(folder), "--depths", "1,2", "--limit", "3", "--threads", "1",
                         "--out", str(run)]) == 0
     assert "6 of 6 question-depths already recorded" in capsys.readouterr().out
+
+
+# ------------------------------------------------------------------------------------------------ defect 6
+def test_inkling_precision_proof_shows_the_looped_layers(run: Path) -> None:
+    table = analyses.open(run).data("tab_precision_proof")
+    # iterations 1 -> 2 exist only at the looped layers 2 and 3 (the others run once): both are shown
+    assert list(table["layer"]) == ["2", "3", "all"]
