@@ -95,3 +95,17 @@ def test_inkling_precision_proof_shows_the_looped_layers(run: Path) -> None:
     table = analyses.open(run).data("tab_precision_proof")
     # iterations 1 -> 2 exist only at the looped layers 2 and 3 (the others run once): both are shown
     assert list(table["layer"]) == ["2", "3", "all"]
+
+
+# ------------------------------------------------------------------------------------------------ defect 7
+def test_every_measurement_available_on_a_family_run_computes(run: Path) -> None:
+    a = analyses.open(run)
+    listed = a.available()
+    assert "tab:overthinking" in set(listed["label"])
+    failed = {}
+    for label in listed.loc[listed["available"], "label"]:
+        try:
+            a.data(label)
+        except NotAvailable as err:
+            failed[label] = str(err)
+    assert not failed, failed
