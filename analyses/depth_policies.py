@@ -129,9 +129,32 @@ def state_layer(manifest: Mapping[str, Any], num_layers: int) -> int:
     return int(max(layers)) if layers else num_layers - 1
 
 
+def lens_reason(manifest: Mapping[str, Any]) -> str | None:
+    """Why a run's per-iteration logits are not the distribution its tokens are chosen from (None when they are):
+    a latent-iteration family whose lens is a logit lens of its looped block (``loop.lens_is_output`` false:
+    Inkling-2 Loop, Dory, a bring-your-own block with layers after it). Replaying a per-position exit reads the
+    lens at an earlier iteration as the token the model would emit there, which for such a family it is not: the
+    layers after the block never ran on that iteration's state, and the model records no logits it emits
+    mid-loop to simulate from. A family run written before the field existed is judged by its family name."""
+    loop = manifest.get("loop") or {}
+    if not loop:
+        return None  # an SST run: each iteration's logits are the emitting pass's own
+    is_output = loop.get("lens_is_output")
+    if is_output is None:
+        is_output = loop.get("family") in ("sst", "hrm_text")  # the families whose last-iteration lens is the head's
+    if is_output:
+        return None
+    return (f"the {loop.get('family') or 'family'} lens is not the emitted distribution (its per-iteration logits "
+            f"are a logit lens of the looped block, which later layers follow), so a per-position exit cannot be "
+            f"simulated from it, and the model emits no logits mid-loop to simulate from")
+
+
 def fixed_run_reason(manifest: Mapping[str, Any]) -> str | None:
     """Why a run cannot be replayed (None when it can): it must be fixed-depth, depth >= 2, logits every
-    iteration."""
+    iteration, and those logits must be the distribution the tokens are chosen from (:func:`lens_reason`)."""
+    lens = lens_reason(manifest)
+    if lens is not None:
+        return lens
     policy = str(manifest.get("depth_policy", "fixed"))
     if policy != "fixed":
         return f"the run used --depth-policy {policy}; replaying rules needs a fixed-depth run"
@@ -507,7 +530,11 @@ def pareto(run: Any, name: str | None = None, quantiles: Sequence[float] = QUANT
     rows = live_rows(run, name, wall_s)
     notes = ["runs record no wall time; live rows show it only where the caller measured it"
              if wall_s is None else f"wall time of {name}: {wall_s:.0f} s, measured around record"]
-    if fixed_run_reason(run.manifest) is None:
+    lens = lens_reason(run.manifest)
+    if lens is not None:
+        # the measured rows stand (the model's own tokens); only the simulated sweep would read the lens
+        notes.append(f"no simulated rows: {lens}")
+    elif fixed_run_reason(run.manifest) is None:
         cannot = {r: why for r, why in sweepable_rules(run.manifest).items() if why is not None}
         traj = collect_trajectories(run) if traj is None else traj
         rows += simulated_rows(run, name, traj, default_policies(traj, quantiles=quantiles))

@@ -31,7 +31,7 @@ import pandas as pd
 
 from sst_interp.analyses import tidy
 from sst_interp.analyses.figure_data import FigureData
-from sst_interp.analyses.measurement import Measurement
+from sst_interp.analyses.measurement import Measurement, by_computing
 from sst_interp.kernels import stats
 from sst_interp.kernels.results import AnalysisResult, NotApplicable, depth_matrix_check
 from sst_interp.kernels.errors import UsageError
@@ -404,7 +404,7 @@ MEASUREMENTS: tuple[Measurement, ...] = (
                  "sst_only": "questions only the SST solves", "baseline_only": "questions only the baseline solves",
                  "mcnemar_exact_p": "exact McNemar p"}),
     Measurement("overthinking", "tab:overthinking", "Staged compute and each flat depth against the shallowest "
-                "depth: regressions, recoveries, McNemar tests.", (), _overthinking,
+                "depth: regressions, recoveries, McNemar tests.", ("depths",), _overthinking,
                 lambda r: tidy.renamed(r.table(), {"accuracy": "accuracy_pct"}),
                 {"condition": "staged compute, flat depth d or the baseline", "compared_with": "the reference",
                  "accuracy_pct": "accuracy", "delta_pp": "accuracy minus the reference's, points",
@@ -412,6 +412,9 @@ MEASUREMENTS: tuple[Measurement, ...] = (
                  "mcnemar_chi2_cc": "McNemar chi2, continuity corrected", "mcnemar_p_cc": "its p",
                  "mcnemar_chi2": "McNemar chi2", "mcnemar_p": "its p", "mcnemar_exact_p": "exact McNemar p"},
                 notes=_overthinking_notes,
+                # what the manifest cannot tell (a question whose pass/fail changes between depths) is found by
+                # computing it (cheap: the correctness matrix), so available() never lists it where data() refuses
+                found=by_computing("overthinking"),
                 family="Evaluation", inputs=("run", "baseline"), caption="Overthinking regression: accuracy "
                 "of staged compute and of each flat depth, each paired with the shallowest depth (regressions, "
                 "recoveries, McNemar tests)."),

@@ -216,11 +216,18 @@ class PrecisionProof(AnalysisResult):
     frame: pd.DataFrame
     bound: AlphaBound | None = None
 
+    def measured_layers(self) -> list[int]:
+        """The layers with a defined ratio (a row of :attr:`frame`), ascending: every layer of an SST run, only the
+        looped ones of a family whose other layers run once per token (no iteration a -> b change there)."""
+        return sorted(int(x) for x in self.frame["layer"] if x != "all")
+
     def table(self, layers: Sequence[int] | None = None) -> pd.DataFrame:
-        """Rows for ``layers`` (default: the paper's 0, 15, 30, 45, 61 mapped onto this depth) plus ``all``."""
-        n_layers = len(self.frame) - 1
+        """Rows for ``layers`` plus ``all``. Default: the paper's 0, 15, 30, 45, 61 at the same depth fraction of the
+        measured layers (:meth:`measured_layers`), so a family's looped block is shown, not mapped away (an
+        SST run measures every layer: the paper's layers mapped onto the run's)."""
         if layers is None:
-            layers = sorted({paper_layer(x, n_layers) for x in PAPER_TABLE_LAYERS})
+            measured = self.measured_layers()
+            layers = sorted({measured[paper_layer(x, len(measured))] for x in PAPER_TABLE_LAYERS}) if measured else []
         keep = [str(x) for x in layers] + ["all"]
         return self.frame[self.frame["layer"].isin(keep)].reset_index(drop=True)
 
@@ -314,6 +321,11 @@ def _precision_notes(a: Any, result: Any) -> list[str]:
              f"{result.positions} {'basin-shift' if result.restricted else 'recorded'} positions (threshold "
              f"{threshold:.4f}, {origin})",
              "p: one-sided exact binomial test of the fraction above 1x against 0.5; ci_low: its one-sided 95% bound"]
+    measured = result.measured_layers()
+    if len(measured) < a.run.num_layers:
+        # a family's layers outside its loop run once per token: they have no iteration a -> b change to measure
+        notes.append(f"layers {', '.join(map(str, measured))} of {a.run.num_layers} have a change to measure (the "
+                     f"others are not visited at both iterations); the paper's layers are placed among these")
     if result.bound is not None:
         b = result.bound
         notes.append(f"analytic bound: alpha in [{b.minimum:.4g}, {b.maximum:.4g}], minimum = "

@@ -13,7 +13,9 @@ as the recorder does (:attr:`~sst_interp.model.loops.LoopDeclaration.visit_sites
   read.
 
 Only the last column of a call is changed (at position 0, the prefill, the prompt's last token): the columns before
-it are the prompt, which no site addresses. The intervener's hooks run before any other hook on the same module, so
+it are the prompt, which no site addresses. The exception is an Inkling-2 Loop ``freeze``, which keeps the messages
+of every column of the call (the prompt's at the prefill): a later pass attends over the earlier columns' caches of
+the same pass, so only a freeze of every column repeats the frozen pass exactly. The intervener's hooks run before any other hook on the same module, so
 a recorder attached alongside records the changed values.
 
 Usage::
@@ -165,19 +167,26 @@ class LoopIntervener(Intervener):
             return []
         return [item for item in self._matching(FAMILY_STREAM, layer) if item.operation.kind == "freeze"]
 
-    def keep(self, key: Any, read: torch.Tensor | None, layer: int, iteration: int, output: torch.Tensor) -> Any:
-        """The carried state ``key`` leaves a visit of (``iteration``, ``layer``) as ``output`` [B, T, ...]: its last
-        column becomes ``read`` (the state the visit read, [B, ...]) where a freeze rule matches. Remembers what
-        leaves, for the next visit to read. Returns the replacement output, or None for unchanged."""
+    def keep(self, key: Any, read: torch.Tensor | None, layer: int, iteration: int, output: torch.Tensor,
+             every_column: bool = False) -> Any:
+        """The carried state ``key`` leaves a visit of (``iteration``, ``layer``) as ``output`` [B, T, ...]: where a
+        freeze rule matches, its last column becomes ``read`` (the state the visit read, [B, ...]), or with
+        ``every_column`` all of it does (``read`` [B, T, ...]: a family whose later iterations attend over the
+        earlier columns' caches of the same iteration, which must be frozen too for the freeze to repeat an
+        iteration exactly). Remembers what leaves, for the next visit to read. Returns the replacement output, or
+        None for unchanged."""
         frozen = self._at(iteration) and bool(self.frozen(layer))
         self._coords = None
         if frozen and read is None:
             raise AssertionError(f"a freeze at iteration {iteration}, layer {layer} found no state the visit read")
         if not frozen:
-            self._carried[key] = output[:, -1].detach()
+            self._carried[key] = (output if every_column else output[:, -1]).detach()
             return None
         changed = output.clone()
-        changed[:, -1] = read.to(changed.dtype)
+        if every_column:
+            changed[...] = read.to(changed.dtype)
+        else:
+            changed[:, -1] = read.to(changed.dtype)
         self._carried[key] = read
         return changed
 
@@ -227,7 +236,9 @@ def _hrm_freeze_hooks(intervener: LoopIntervener, backbone: nn.Module) -> None:
 def _inkling_freeze_hooks(intervener: LoopIntervener, backbone: nn.Module) -> None:
     """Inkling-2 Loop: pass p >= 2 reads pass p - 1 through ``message_input``, called once per looped layer in
     order, pass after pass. A freeze at (pass p, layer l) gives pass p + 1's call for layer l the messages pass p's
-    call returned."""
+    call returned, at every column of the call: pass p + 1 of the last column attends over the earlier columns'
+    pass-(p + 1) KV and conv caches (the prompt's, written by the prefill), and only when those columns repeat pass
+    p too does the frozen model answer exactly as at depth p (docs/families.md)."""
     config = backbone.config
     start = int(config.loop_layer_index_start)
     looped = int(config.loop_layer_index_end) - start
@@ -242,7 +253,8 @@ def _inkling_freeze_hooks(intervener: LoopIntervener, backbone: nn.Module) -> No
                                  f"{offset}: transformers' loop order changed")
         # the state pass `reading` receives is what pass `reading - 1` handed on; a freeze there keeps what that
         # pass itself read
-        return intervener.keep(offset, intervener._carried.get(offset), start + offset, reading - 1, output)
+        return intervener.keep(offset, intervener._carried.get(offset), start + offset, reading - 1, output,
+                               every_column=True)
 
     intervener.hooks.forward_with_kwargs(backbone.model.message_input, hook, prepend=True)
 

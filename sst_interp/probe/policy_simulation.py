@@ -73,7 +73,13 @@ class SimulatedTurn:
 
 
 def check_simulable(manifest: dict[str, Any], policy: PositionPolicy) -> None:
-    """Refuse (UsageError) a run or a rule the simulation cannot reproduce exactly (see the module docstring)."""
+    """Refuse (UsageError) a run or a rule the simulation cannot reproduce exactly (see the module docstring), and
+    a family run whose per-iteration logits are not the emitted distribution (:func:`lens_reason`)."""
+    from sst_interp.analyses.depth_policies import lens_reason
+
+    lens = lens_reason(manifest)
+    if lens is not None:
+        raise UsageError(f"cannot simulate a per-position depth policy on this run: {lens}")
     if manifest.get("depth_policy", "fixed") != "fixed":
         raise UsageError(f"simulate from a fixed-depth run; this run used --depth-policy {manifest['depth_policy']}")
     if policy.max_depth not in manifest["depths"]:

@@ -18,6 +18,7 @@ import numpy as np
 
 from sst_interp.kernels.errors import UsageError
 from sst_interp.record.batches import record_batches, sites_check
+from sst_interp.record.numerics import check_numerics, cpu_threads, numerics_fingerprint
 from sst_interp.record.options import RecordOptions
 from sst_interp.record.plan import RecordPlan, capture_config, frozen, resolve_options
 from sst_interp.record.ranks import Ranks, ranks_from_environment
@@ -152,7 +153,8 @@ def record_family(options: RecordOptions, loop: Any) -> dict[int, float]:
     from sst_interp.store import check_out
 
     plan = plan_family(options, loop)
-    check_out(plan.out, plan.identity)
+    # the numerics fingerprint is checked once the model is loaded (_record_family_plan): it reads the model
+    check_out(plan.out, plan.identity, later=("numerics",))
     device = check_device(plan.options.device)
     backbone, tokenizer = load_loop_backbone(plan.options.model, loop, dtype=plan.options.dtype, device=device,
                                              trust_remote_code=plan.options.trust_remote_code)
@@ -192,6 +194,13 @@ def plan_family(options: RecordOptions, loop: Any, out: str | Path | None = None
 
 
 def _record_family_plan(plan: RecordPlan, model: Any, tokenizer: Any) -> dict[int, float]:
+    """Record the plan of a family run with the loaded ``model``, computing with ``--threads`` CPU threads
+    (:func:`~sst_interp.record.numerics.cpu_threads`), as an SST run does."""
+    with cpu_threads(plan.options.threads):
+        return _record_family_loaded(plan, model, tokenizer)
+
+
+def _record_family_loaded(plan: RecordPlan, model: Any, tokenizer: Any) -> dict[int, float]:
     """Record the plan of a family run with the loaded ``model``: the checks that need the model first (before the
     run directory is created or resumed), then every batch, in the loop an SST run uses
     (:func:`~sst_interp.record.batches.record_batches`)."""
@@ -199,6 +208,12 @@ def _record_family_plan(plan: RecordPlan, model: Any, tokenizer: Any) -> dict[in
 
     options, questions, out, config = plan.options, list(plan.questions), plan.out, plan.capture
     depths = list(plan.depths)
+    # the settings besides the flags that change the recorded numbers (threads, device, versions, ...): a resume
+    # that would mix two numerics in one run is refused here, with the setting named, before anything is written;
+    # family runs decode eager (--compile on is refused for them)
+    fingerprint = numerics_fingerprint(model, options.dtype, options.batch_size, "eager")
+    check_numerics(out, fingerprint)
+    identity = dict(plan.identity, numerics=fingerprint)
     check_against_model(options, model, tokenizer, questions)
     spec = check_family_spec(options, model)
     extra = family_manifest(options, model, tokenizer, config, depths)
@@ -212,7 +227,7 @@ def _record_family_plan(plan: RecordPlan, model: Any, tokenizer: Any) -> dict[in
         return dict(generations=rows, **columns), meta
 
     # as for an SST: a rule that changed no site in the first batch is refused with nothing written
-    return record_batches(out, questions, depths, options.batch_size, one_batch, identity=plan.identity,
+    return record_batches(out, questions, depths, options.batch_size, one_batch, identity=identity,
                           extra=extra, ranks=Ranks(), space=space,
                           check_sites=sites_check(options.allow_empty_sites) if spec is not None else None,
                           desc=f"record {model.loop.family}")

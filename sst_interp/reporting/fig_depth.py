@@ -68,7 +68,10 @@ def draw_pareto(data: ArtefactData) -> Figure:
     style(ax, "Accuracy against compute (squares: fixed depths, star: staged oracle, circles: live policies)",
           "mean iterations per generated token", "accuracy (%)")
     if sim.empty:
-        message(exact_ax, "no simulated rows (not a replayable fixed-depth run)")
+        # the Pareto rows say why when the run's lens cannot be replayed (a family's logit lens); say it here too
+        why = [str(n) for n in data.meta.get("notes", []) if str(n).startswith("no simulated rows")]
+        message(exact_ax, "no simulated rows: the lens is not the emitted distribution" if why
+                else "no simulated rows (not a replayable fixed-depth run)")
     else:
         exact_ax.set_ylim(-2, 102)
         style(exact_ax, "Simulated rows: questions reproduced exactly", "mean iterations per token (estimate)",

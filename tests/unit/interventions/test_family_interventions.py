@@ -167,6 +167,25 @@ def test_inkling_freezing_a_pass_repeats_it_and_answers_one_pass_shorter(inkling
     assert not np.array_equal(clean_states[(0, p + 1, looped[-1])], clean_states[(0, p, looped[-1])])
 
 
+@pytest.mark.parametrize("depth, iterations, answers_as", [(3, [2, 3], 2), (3, [2], 2), (4, [3, 4], 3)])
+def test_inkling_freeze_on_a_multi_token_prompt_answers_exactly_as_the_shorter_depth(
+        inkling: LoopModel, depth: int, iterations: list[int], answers_as: int) -> None:
+    # Defect 1 of issue 46: the prompt's columns are computed in the prefill call, and pass p + 1 of the last column
+    # attends over their pass-(p + 1) KV and conv caches. Frozen at the last column only, those caches were computed
+    # unfrozen and the identity failed; a freeze keeps every column's messages, so every pass-(p + 1) cache is pass
+    # p's, and the whole generation is depth p's.
+    freeze = _spec(({"stream": "layer_out", "iterations": iterations}, {"kind": "freeze"}))
+    tokens, logits, states, _ = _generate(inkling, depth, freeze)
+    ref_tokens, ref_logits, ref_states, _ = _generate(inkling, answers_as)
+    assert tokens == ref_tokens and torch.equal(logits, ref_logits)
+    p = iterations[0]
+    for position in range(NEW_TOKENS):
+        for layer in inkling.loop.looped_layers(inkling.config):
+            np.testing.assert_array_equal(states[(position, p + 1, layer)], ref_states[(position, p, layer)])
+    clean_tokens, clean_logits, _, _ = _generate(inkling, depth)
+    assert not torch.equal(clean_logits, ref_logits)  # the clean depth D answers otherwise: the check can fail
+
+
 # ------------------------------------------------------------------------------------------------ recorded runs
 @pytest.fixture(scope="module", params=["hrm_text", "inkling2_loop"])
 def family(request: pytest.FixtureRequest) -> str:
