@@ -63,7 +63,7 @@ STOP_STRINGS: dict[str, tuple[str, ...]] = {
     "gsm8k": ("\nQuestion:",),
     "gpqa": ("\nQuestion:",),
     "math500": ("\nProblem:",),
-    "hops": (),  # one token is generated (MAX_NEW_TOKENS): nothing to cut
+    "hops": ("?",),  # one token is generated (MAX_NEW_TOKENS); a longer answer would end where a next query starts
     "humaneval": ("\ndef ", "\nclass ", "\nif __name__", "\nprint(", "\nassert ", "\n#"),
 }
 

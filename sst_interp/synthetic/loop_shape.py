@@ -141,7 +141,9 @@ def describe(spec: LoopShapeSpec) -> dict[str, Any]:
             "carries": "the looped block's output, from each pass to the next (planted)",
             "depth_meaning": "passes of the looped block; layers before and after it run once", "depth_key": "passes",
             "exits": "after any pass of the looped block", "lens": "planted per-iteration logits",
-            "iterations_per_layer": counts, "state_layer": spec.state_layer}
+            "iterations_per_layer": counts, "state_layer": spec.state_layer,
+            # the planted per-iteration logits are the run's emitted distribution by construction
+            "lens_is_output": True, "settings": {}}
 
 
 @dataclass(frozen=True)

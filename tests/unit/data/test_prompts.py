@@ -34,7 +34,8 @@ def test_gsm8k_and_math_prompts_end_where_the_model_continues() -> None:
 
 
 def test_every_source_has_stop_strings() -> None:
-    assert set(STOP_STRINGS) == {"demo", "gsm8k", "gpqa", "math500", "humaneval"}
+    assert set(STOP_STRINGS) == {"demo", "gsm8k", "gpqa", "math500", "humaneval", "hops"}
+    assert stop_strings("hops") == ("?",)
     assert "\nQuestion:" in stop_strings("gsm8k")
     assert "\ndef " in stop_strings("humaneval")
     with pytest.raises(UsageError, match="known"):
