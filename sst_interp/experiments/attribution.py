@@ -60,7 +60,7 @@ from sst_interp.experiments.trace import Target, find_targets, prompt_ids
 from sst_interp.interventions import Intervener, Intervention, InterventionSpec, Operation, Site, intervene
 from sst_interp.model.generation import FixedDepth, GenerationConfig, GenerationSession
 from sst_interp.model.observers import ObserverGroup
-from sst_interp.experiments.families import FamilyGradientTap, forced_generation, gradients_everywhere
+from sst_interp.experiments.families import FamilyGradientTap, forced_generation, gradients_everywhere, tap_last_column
 from sst_interp.experiments.setup import generation_config
 
 #: a site's coordinates: (position, iteration, layer), turn 0
@@ -168,12 +168,7 @@ class _GradientTap(Intervener):
         turn, position, iteration = self._coords
         if turn != 0 or position > self.last_position:
             return value
-        leaf = torch.zeros_like(value[:, -1:, :], requires_grad=True)
-        key = (position, iteration, layer)
-        self.leaves[key] = leaf
-        self.states[key] = value[:, -1, :].detach().to("cpu", torch.float64)
-        last = value[:, -1:, :] + leaf
-        return last if value.shape[1] == 1 else torch.cat([value[:, :-1, :], last], dim=1)
+        return tap_last_column(self.leaves, self.states, (position, iteration, layer), value)
 
 
 @contextmanager

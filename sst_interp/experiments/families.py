@@ -196,9 +196,15 @@ class FamilyGradientTap(LoopIntervener):
                              f"layer {layer}) without autograd, so no gradient reaches it through the loop, and "
                              f"sst_interp knows no setting that keeps it (GRADIENT_SETTINGS); verify sites by real "
                              f"patching (trace)")
-        leaf = torch.zeros_like(value[:, -1:, :], requires_grad=True)
-        key = (position, iteration, layer)
-        self.leaves[key] = leaf
-        self.states[key] = value[:, -1, :].detach().to("cpu", torch.float64)
-        last = value[:, -1:, :] + leaf
-        return last if value.shape[1] == 1 else torch.cat([value[:, :-1, :], last], dim=1)
+        return tap_last_column(self.leaves, self.states, (position, iteration, layer), value)
+
+
+def tap_last_column(leaves: dict[Any, torch.Tensor], states: dict[Any, torch.Tensor], key: Any,
+                    value: torch.Tensor) -> torch.Tensor:
+    """``value`` [B, T, d] with a zero leaf [B, 1, d] added to its last column, the leaf kept in ``leaves[key]``
+    (its gradient is attribution's) and the column's value in ``states[key]`` (float64, on the CPU)."""
+    leaf = torch.zeros_like(value[:, -1:, :], requires_grad=True)
+    leaves[key] = leaf
+    states[key] = value[:, -1, :].detach().to("cpu", torch.float64)
+    last = value[:, -1:, :] + leaf
+    return last if value.shape[1] == 1 else torch.cat([value[:, :-1, :], last], dim=1)
