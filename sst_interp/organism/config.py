@@ -90,6 +90,8 @@ class LoopedTrainConfig:
                                   "lookup; a recorded prompt asks one)")
     curriculum_accuracy: float = arg(0.9, help="raise the hop ceiling by one when the running accuracy at the "
                                                 "deepest loop count reaches this (1 or more: all hops from the start)")
+    factored_embeddings: bool = arg(True, help="train each binding's embedding as a free row plus its sides' "
+                                               "shared factors (folded into a plain embedding when saved)")
     checkpoint_every: int = arg(200, help="steps between resumable saves")
     threads: int | None = arg(None, help="torch threads (default: torch's own)")
 

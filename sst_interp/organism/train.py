@@ -24,6 +24,7 @@ from transformers import HrmTextForCausalLM
 
 from sst_interp.kernels.errors import UsageError
 from sst_interp.organism.config import LoopedTrainConfig
+from sst_interp.organism.embedding import bake_factored_embeddings, factor_embeddings
 from sst_interp.organism.looped import answer_loss, depth_by_hop, encode_training, set_depth, training_text
 from sst_interp.organism.task import follow_up_queries, split_items, training_item
 from sst_interp.organism.tokenizer import hops_tokenizer
@@ -78,6 +79,8 @@ def train_looped(config: LoopedTrainConfig) -> dict[int, dict[int, tuple[int, in
     spec, shape, tokenizer = config.spec(), config.shape(), hops_tokenizer()
     torch.manual_seed(config.seed)
     model = HrmTextForCausalLM(shape.config())
+    if config.factored_embeddings:
+        factor_embeddings(model.get_input_embeddings())
     optimiser = torch.optim.AdamW(model.parameters(), lr=config.learning_rate, weight_decay=config.weight_decay)
     depth_rng = random.Random(config.seed)
     start, ceiling, running = 0, spec.min_hops if config.curriculum_accuracy < 1 else spec.max_hops, 0.0
@@ -128,6 +131,7 @@ def train_looped(config: LoopedTrainConfig) -> dict[int, dict[int, tuple[int, in
                             "depth_rng": depth_rng.getstate(), "step": step + 1, "ceiling": ceiling,
                             "running": running}, state_path)
     model.eval()
+    bake_factored_embeddings(model.get_input_embeddings())
     table = depth_by_hop(model, tokenizer, split_items(spec, "test", config.test_size), range(1, shape.max_depth + 1))
     set_depth(model, shape.max_depth)
     model.save_pretrained(out)
