@@ -88,6 +88,7 @@ class LoopedTrainConfig:
     test_size: int = arg(480, help="test questions for the depth-by-hop table")
     follow_ups: int = arg(4, help="extra queries per training sequence, over the same bindings (each a supervised "
                                   "lookup; a recorded prompt asks one)")
+    start_hops: int = arg(2, help="the curriculum's first hop ceiling (questions of 1..this many hops at first)")
     curriculum_accuracy: float = arg(0.9, help="raise the hop ceiling by one when the running accuracy at the "
                                                 "deepest loop count reaches this (1 or more: all hops from the start)")
     factored_embeddings: bool = arg(True, help="train each binding's embedding as a free row plus its sides' "
@@ -118,5 +119,7 @@ class LoopedTrainConfig:
                 raise UsageError(f"--{name.replace('_', '-')} must be at least 1, got {getattr(self, name)}")
         if not self.learning_rate > 0:
             raise UsageError(f"--learning-rate must be positive, got {self.learning_rate}")
-        self.spec()
+        spec = self.spec()
+        if not spec.min_hops <= self.start_hops <= spec.max_hops:
+            raise UsageError(f"--start-hops {self.start_hops} is outside 1..--max-hops ({spec.max_hops})")
         self.shape()

@@ -83,7 +83,7 @@ def train_looped(config: LoopedTrainConfig) -> dict[int, dict[int, tuple[int, in
         factor_embeddings(model.get_input_embeddings())
     optimiser = torch.optim.AdamW(model.parameters(), lr=config.learning_rate, weight_decay=config.weight_decay)
     depth_rng = random.Random(config.seed)
-    start, ceiling, running = 0, spec.min_hops if config.curriculum_accuracy < 1 else spec.max_hops, 0.0
+    start, ceiling, running = 0, config.start_hops if config.curriculum_accuracy < 1 else spec.max_hops, 0.0
     out = config.out
     out.mkdir(parents=True, exist_ok=True)
     state_path = out / STATE_FILE
