@@ -19,6 +19,7 @@ import numpy as np
 import pandas as pd
 
 from sst_interp.kernels.errors import UsageError
+from sst_interp.kernels.results import NotApplicable
 from sst_interp.organism.tokenizer import hops_tokenizer
 from sst_interp.store import Run
 
@@ -72,3 +73,96 @@ def answer_resolution(run: Run, depth: int) -> pd.DataFrame:
     table.columns = [f"iteration_{i}" for i in table.columns]
     counts = lens.groupby("hops")["question_id"].nunique().rename("questions")
     return pd.concat([counts, table], axis=1).reset_index()
+
+
+# ------------------------------------------------------------------------------------------------ linear probe
+HOP_PROBE_COLUMNS = ("layer", "iteration", "hop", "questions", "classes", "accuracy", "majority")
+
+
+def answer_states(run: Run, depth: int) -> tuple[list[str], np.ndarray, np.ndarray]:
+    """The recorded states at the answer position (generated position 0, first turn) at ``depth``.
+
+    Returns:
+        question ids ``[Q]``, the recorded layers ``[L]``, and states ``[Q, depth, L, d]`` (float32; NaN where a
+        layer is not visited at an iteration).
+    """
+    ids, states, layers = [], [], None
+    for block in run.hidden(depth, positions=[0]):
+        if block.turn != 0:
+            continue
+        ids.append(str(block.question_id))
+        values = np.full((depth, *block.values.shape[2:]), np.nan, dtype=np.float32)
+        values[np.asarray(block.iterations) - 1] = block.values[0]
+        states.append(values)
+        layers = np.asarray(block.layers)
+    if not ids:
+        raise UsageError(f"{run.path} holds no state at the answer position at depth {depth}; record with "
+                         "--full-positions 1 or more")
+    return ids, layers, np.stack(states)
+
+
+def hop_probe(run: Run, depth: int, folds: int = 5, seed: int = 0) -> pd.DataFrame:
+    """Held-out decoding of every hop value from every (layer, iteration) state at the answer position.
+
+    For each recorded layer, iteration ``i`` of ``depth`` and hop ``j`` (1 to the run's most hops), a multinomial
+    logistic regression (scikit-learn) reads ``chain[j]`` from the state of the questions that have a ``j``-th
+    hop. Accuracy is held out: the questions are split into ``folds`` folds as the halting probe's cross-fitting
+    splits them (every ``folds``-th question in run order), and each fold is predicted by a regression fitted on
+    the others. ``majority`` is the held-out accuracy of always answering the training folds' most common value
+    (the floor a probe must beat). A value that only one fold holds cannot be predicted in that fold, and counts as
+    a miss.
+
+    Columns :data:`HOP_PROBE_COLUMNS`; one row per (layer, iteration, hop) with at least ``2 * folds`` questions.
+    """
+    from sklearn.linear_model import LogisticRegression
+    from sklearn.preprocessing import StandardScaler
+
+    truth = _truth(run)
+    ids, layers, states = answer_states(run, depth)
+    hops = truth.loc[ids, "hops"].to_numpy()
+    chains = truth.loc[ids, "chain"].tolist()
+    fold_of = np.arange(len(ids)) % folds
+    rows = []
+    for j in range(1, int(hops.max()) + 1):
+        keep = np.flatnonzero(hops >= j)
+        if keep.size < 2 * folds:
+            continue
+        labels = np.array([chains[q][j] for q in keep])
+        for li, layer in enumerate(layers):
+            for iteration in range(1, depth + 1):
+                x = states[keep, iteration - 1, li].astype(np.float64)
+                if np.isnan(x).any():
+                    continue  # the layer is not visited at this iteration
+                hit = majority_hit = 0
+                for fold in range(folds):
+                    train, test = fold_of[keep] != fold, fold_of[keep] == fold
+                    scaler = StandardScaler().fit(x[train])
+                    model = LogisticRegression(max_iter=500, random_state=seed)
+                    model.fit(scaler.transform(x[train]), labels[train])
+                    hit += int((model.predict(scaler.transform(x[test])) == labels[test]).sum())
+                    values, counts = np.unique(labels[train], return_counts=True)
+                    majority_hit += int((labels[test] == values[counts.argmax()]).sum())
+                rows.append((int(layer), iteration, j, int(keep.size), int(np.unique(labels).size),
+                             hit / keep.size, majority_hit / keep.size))
+    return pd.DataFrame(rows, columns=list(HOP_PROBE_COLUMNS))
+
+
+# ------------------------------------------------------------------------------------------------ overlap
+def overlap_by_hops(run: Run, depth: int, iteration_a: int, iteration_b: int, k: int | None = None
+                    ) -> pd.DataFrame:
+    """The top-k overlap between iterations ``iteration_a`` and ``iteration_b`` at the answer position, per question,
+    with its hop count: columns ``question_id``, ``hops``, ``overlap`` (mean over the layers visited at both).
+
+    A question whose answer is still being computed between the two iterations should move its state more (lower
+    overlap) than one that was resolved before ``iteration_a``.
+    """
+    from sst_interp.analyses.overlap import within_run_overlap
+
+    result = within_run_overlap(run, depth, iteration_a, iteration_b, k=k, positions=[0])
+    if isinstance(result, NotApplicable):
+        raise UsageError(f"no top-k overlap between iterations {iteration_a} and {iteration_b} at depth {depth}: "
+                         f"{result.reason}")
+    truth = _truth(run)
+    overlap = np.nanmean(result.values[:, 0, :], axis=-1)
+    ids = list(result.question_ids)
+    return pd.DataFrame({"question_id": ids, "hops": truth.loc[ids, "hops"].to_numpy(), "overlap": overlap})
