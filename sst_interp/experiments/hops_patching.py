@@ -1,0 +1,121 @@
+"""Counterfactual patching on the hops organism: at which iteration does the answer column hold hop ``j``?
+
+For a question A (``c -> b -> a -> 7``) and a hop ``j`` of its chain, the counterfactual B is A with the ``j``-th
+binding of the chain (``chain[j-1]=chain[j]``) rebound to the head of a distractor chain, so B's path leaves A's at
+hop ``j`` and ends in another digit. A and B share every binding read before hop ``j``, so a model that reads one
+binding after another computes the same answer-column state for both until it reads the ``j``-th binding, and
+different states after.
+
+The patch is the suite's own live ``patch`` (:mod:`sst_interp.interventions.spec`, ``source`` = B's batch row): at
+iteration ``i`` the answer column's output of every visit (HRM-Text: the L and the H block) in A's row becomes B's.
+The later iterations then run on A's prompt. Predictions, per (``j``, ``i``):
+
+- if iteration ``i`` has not read hop ``j`` yet, B's state there equals A's: the answer stays A's;
+- if it has, the state carries B's pointer (past the rebinding) and the later iterations follow it through the
+  bindings A and B share: the answer becomes B's.
+
+So the fraction of pairs whose answer becomes B's, against ``i``, rises at the iteration where hop ``j`` is read.
+Sequential lookups at two per H-cycle predict the rise at ``i = ceil(j / 2)``; a model that doubles pointers over the
+prompt's columns (those columns are not patched) predicts something else, which is the point of measuring it.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import pandas as pd
+import torch
+from tqdm.auto import tqdm
+
+from sst_interp.interventions import InterventionSpec, Operation, Site
+from sst_interp.interventions.loops import FAMILY_STREAM, intervene_loop
+from sst_interp.kernels.errors import UsageError
+from sst_interp.model.generation import GenerationConfig
+from sst_interp.model.loop_model import LoopModel, generate_looped
+from sst_interp.organism.task import BIND, SEPARATOR, HopsQuestion
+
+PATCHING_COLUMNS = ("question", "hops", "changed_hop", "iteration", "answer_a", "answer_b", "patched",
+                    "became_b", "stayed_a")
+
+
+@dataclass(frozen=True)
+class Counterfactual:
+    """A question's counterfactual for one hop.
+
+    Args:
+        prompt: B's prompt (A's with one binding's right side changed).
+        answer: B's answer.
+        changed_hop: the hop ``j`` whose binding was rebound.
+    """
+
+    prompt: str
+    answer: str
+    changed_hop: int
+
+
+def counterfactual(question: HopsQuestion, hop: int, rng: random.Random) -> Counterfactual:
+    """Rebind ``chain[hop-1]`` to the head of a distractor chain drawn with ``rng`` (module docstring)."""
+    if not 1 <= hop <= question.hops:
+        raise UsageError(f"hop {hop} is outside 1..{question.hops} of this question")
+    bindings = [token.split(BIND) for token in question.prompt.split(SEPARATOR) if BIND in token]
+    targets = {right for _, right in bindings}
+    heads = sorted(left for left, _ in bindings if left not in targets and left not in question.chain)
+    if not heads:
+        raise UsageError("the question has no distractor chain to rebind to")
+    head = rng.choice(heads)
+    source = question.chain[hop - 1]
+    tokens = [f"{source}{BIND}{head}" if token.startswith(f"{source}{BIND}") else token
+              for token in question.prompt.split(SEPARATOR)]
+    return Counterfactual(prompt=SEPARATOR.join(tokens), answer=question.successors[head][-1], changed_hop=hop)
+
+
+def patch_spec(iteration: int) -> InterventionSpec:
+    """Every visit's answer-column output at ``iteration`` becomes batch row 1's (B's)."""
+    return InterventionSpec.of(Site(FAMILY_STREAM, positions=(0,), iterations=(iteration,)),
+                               Operation("patch", source=1))
+
+
+def _answer(model: LoopModel, tokenizer, prompts: list[str], depth: int, spec: InterventionSpec | None) -> list[str]:
+    ids = [tokenizer(prompt)["input_ids"] for prompt in prompts]
+    config = GenerationConfig(max_new_tokens=1, pad_token_id=int(tokenizer.pad_token_id))
+    if spec is None:
+        result = generate_looped(model, ids, depth, config)
+    else:
+        with intervene_loop(model, spec) as intervener:
+            result = generate_looped(model, ids, depth, config, observer=intervener)
+    return tokenizer.convert_ids_to_tokens([row[0] for row in result.token_ids])
+
+
+@torch.no_grad()
+def patch_by_iteration(model: LoopModel, tokenizer, questions: Sequence[HopsQuestion], depth: int,
+                       seed: int = 0) -> pd.DataFrame:
+    """For every question, every hop ``j`` of its chain and every iteration ``i`` of ``depth``: A's answer with
+    the answer column patched from B at iteration ``i`` (module docstring).
+
+    Only questions A answers correctly at ``depth`` and whose B the model answers correctly are kept (the patch's
+    reading needs both clean answers right). Columns :data:`PATCHING_COLUMNS`.
+    """
+    rng = random.Random(seed)
+    rows = []
+    with model.at_depth(depth):
+        for index, question in enumerate(tqdm(questions, desc="hops patching", unit="question")):
+            for hop in range(1, question.hops + 1):
+                other = counterfactual(question, hop, rng)
+                clean = _answer(model, tokenizer, [question.prompt, other.prompt], depth, None)
+                if clean != [question.answer, other.answer]:
+                    continue
+                for iteration in range(1, depth + 1):
+                    patched = _answer(model, tokenizer, [question.prompt, other.prompt], depth,
+                                      patch_spec(iteration))[0]
+                    rows.append((index, question.hops, hop, iteration, question.answer, other.answer,
+                                 patched, patched == other.answer, patched == question.answer))
+    return pd.DataFrame(rows, columns=list(PATCHING_COLUMNS))
+
+
+def flip_table(frame: pd.DataFrame) -> pd.DataFrame:
+    """Per (changed hop, iteration): pairs, and the fraction of patched answers that became B's."""
+    grouped = frame.groupby(["changed_hop", "iteration"])
+    return pd.DataFrame({"pairs": grouped.size(), "became_b": grouped["became_b"].mean(),
+                         "stayed_a": grouped["stayed_a"].mean()}).reset_index()
