@@ -27,7 +27,7 @@ LENS_BY_HOP_COLUMNS = ("question_id", "hops", "iteration", "top_token", "top_is_
                        "hop_value", "hop_value_rank")
 
 
-def _truth(run: Run) -> pd.DataFrame:
+def question_truth(run: Run) -> pd.DataFrame:
     """question_id -> hops and chain, from the questions table; UsageError for a run of another source."""
     questions = run.questions()
     if not (questions["source"] == "hops").all():
@@ -45,7 +45,7 @@ def lens_by_hop(run: Run, depth: int) -> pd.DataFrame:
     hop count, else the answer (the value a finished chain keeps); ``hop_value_rank`` is its 0-based rank among
     the recorded top-k (NaN when outside it).
     """
-    truth = _truth(run)
+    truth = question_truth(run)
     tokenizer = hops_tokenizer()
     rows = []
     for block in run.logits(depth):
@@ -117,7 +117,7 @@ def hop_probe(run: Run, depth: int, folds: int = 5, seed: int = 0) -> pd.DataFra
     from sklearn.linear_model import LogisticRegression
     from sklearn.preprocessing import StandardScaler
 
-    truth = _truth(run)
+    truth = question_truth(run)
     ids, layers, states = answer_states(run, depth)
     hops = truth.loc[ids, "hops"].to_numpy()
     chains = truth.loc[ids, "chain"].tolist()
@@ -162,7 +162,7 @@ def overlap_by_hops(run: Run, depth: int, iteration_a: int, iteration_b: int, k:
     if isinstance(result, NotApplicable):
         raise UsageError(f"no top-k overlap between iterations {iteration_a} and {iteration_b} at depth {depth}: "
                          f"{result.reason}")
-    truth = _truth(run)
+    truth = question_truth(run)
     overlap = np.nanmean(result.values[:, 0, :], axis=-1)
     ids = list(result.question_ids)
     return pd.DataFrame({"question_id": ids, "hops": truth.loc[ids, "hops"].to_numpy(), "overlap": overlap})

@@ -21,20 +21,27 @@ NAMED_CHECKPOINTS: dict[str, str] = {
     "demo-codeact-baseline": "demo_codeact_baseline",
 }
 
+#: name -> folder under ``sst_interp/checkpoints`` of a whole model (a Hugging Face folder ``--model`` accepts).
+#: ``hops-organism`` is the looped model organism trained on the hops task (docs/organism.md; its TRAINING.md).
+NAMED_MODELS: dict[str, str] = {
+    "hops-organism": "hops_organism",
+}
+
 #: The checkpoint ``record --protocol codeact`` uses when neither --checkpoint nor --model is given.
 DEFAULT_CODEACT_CHECKPOINT = "demo-codeact"
 
 
 def named_checkpoint_folder(name: str) -> Path:
-    """The installed folder of a named checkpoint.
+    """The installed folder of a named checkpoint or named model.
 
     Raises:
-        UsageError: ``name`` is not a named checkpoint, or its files are missing from this installation.
+        UsageError: ``name`` is neither, or its files are missing from this installation.
     """
-    if name not in NAMED_CHECKPOINTS:
-        raise UsageError(f"unknown checkpoint name {name!r}; named checkpoints are {', '.join(NAMED_CHECKPOINTS)}, "
+    folders = {**NAMED_CHECKPOINTS, **NAMED_MODELS}
+    if name not in folders:
+        raise UsageError(f"unknown checkpoint name {name!r}; named checkpoints are {', '.join(folders)}, "
                          "or pass a checkpoint folder")
-    folder = Path(str(resources.files(__name__) / NAMED_CHECKPOINTS[name]))
+    folder = Path(str(resources.files(__name__) / folders[name]))
     if not folder.is_dir():
         raise UsageError(f"the named checkpoint {name!r} is not in this installation ({folder} is missing); "
                          "reinstall the package with its data (pip install -e .)")
@@ -51,3 +58,11 @@ def resolve_checkpoint(value: str | Path | None) -> str | None:
     if text in NAMED_CHECKPOINTS and not Path(text).exists():
         return str(named_checkpoint_folder(text))
     return text
+
+
+def resolve_model(value: str | None) -> str | None:
+    """A ``--model`` argument as a folder path: a name of :data:`NAMED_MODELS` becomes its installed folder;
+    anything else is returned unchanged (a local folder of the same name wins, as for checkpoints)."""
+    if value is not None and value in NAMED_MODELS and not Path(value).exists():
+        return str(named_checkpoint_folder(value))
+    return value

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from sst_interp.checkpoints import DEFAULT_CODEACT_CHECKPOINT, resolve_checkpoint
+from sst_interp.checkpoints import DEFAULT_CODEACT_CHECKPOINT, resolve_checkpoint, resolve_model
 from sst_interp.kernels.errors import UsageError
 from sst_interp.kernels.fields import arg
 from sst_interp.model.config import PROMPT_MODES
@@ -41,7 +41,7 @@ class RecordOptions:
                                       "$SST_INTERP_DATA_DIR or the hub)")
     depths: list[int] = arg(default_factory=lambda: list(DEFAULT_DEPTHS), help="comma-separated flat iteration depths")
     model: str | None = arg(None, help="backbone: default (the embedded Gemma 3 270M) | local HF folder | .gguf file "
-                                       "| hub id (default: default)")
+                                       "| hub id | hops-organism (the shipped looped organism) (default: default)")
     loop: str | None = arg(None, metavar="FILE.py:NAME",
                            help="a looped model transformers does not ship: the loop declaration NAME in your Python "
                                 "file FILE.py (a sst_interp.model.loops.looped_block or LoopDeclaration; "
@@ -122,6 +122,10 @@ class RecordOptions:
                                                             help="((\"<execute>\", id), (\"</execute>\", id)), or "
                                                                  "None for the checkpoint's, else Gemma 3's "
                                                                  "(--action-tokens)")
+
+    def __post_init__(self) -> None:
+        # a named model (hops-organism) is its installed folder from here on, for every check and the identity
+        self.model = resolve_model(self.model)
 
     @property
     def codeact(self) -> bool:

@@ -1,0 +1,211 @@
+"""Every measurement checked against the hops organism's known task: one row per measurement family.
+
+The task fixes what each iteration *could* know; it does not fix the algorithm the organism learned. Each row states
+the prediction of the hypothesis the depth-by-hop table suggests (**sequential lookups, one per block**: HRM-Text's
+H-cycle runs the L block, then the H block, so iteration ``i`` can have read ``2 i`` bindings and an ``h``-hop
+question needs ``ceil(h / 2)`` iterations), measures with the suite's own API, and says whether the measurement
+recovered the prediction. A row that does not is a result, reported as measured (docs/organism.md).
+
+Rows (each a function returning a :class:`ValidationRow`):
+
+- :func:`staged_capacity_row`: the depth-by-hop table itself (accuracy at sufficient and insufficient depths);
+- :func:`lens_row`: the logit lens at the answer position, per iteration (:func:`~sst_interp.analyses.hops.lens_by_hop`);
+- :func:`probe_row`: held-out linear decoding of each hop value per (iteration, layer)
+  (:func:`~sst_interp.analyses.hops.hop_probe`);
+- :func:`overlap_row`: top-k overlap between iterations 1 and 2 against "still computing after iteration 1" (AUC),
+  and the paper's GMM low-overlap regime;
+- :func:`depth_policy_row`: the per-position depth policies' halting iteration against the hop count;
+- :func:`patching_row`: counterfactual patching (:mod:`~sst_interp.experiments.hops_patching`).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+from scipy.stats import spearmanr
+from sklearn.metrics import roc_auc_score
+
+from sst_interp.analyses.basins import fit_gmm
+from sst_interp.analyses.hops import hop_probe, lens_by_hop, overlap_by_hops, question_truth
+from sst_interp.kernels.results import NotApplicable
+
+#: The held-out accuracy a probe must reach for a hop value to count as decodable at a (iteration, layer) slot.
+DECODABLE = 0.9
+#: The patched fraction that counts as "the answer became B's".
+FLIPPED = 0.5
+#: Lookups per iteration under the sequential hypothesis (HRM-Text: an L block and an H block per H-cycle).
+LOOKUPS_PER_ITERATION = 2
+
+
+def needed_iterations(hops: int) -> int:
+    """The iterations an ``hops``-hop question needs under the sequential hypothesis."""
+    return math.ceil(hops / LOOKUPS_PER_ITERATION)
+
+
+@dataclass(frozen=True)
+class ValidationRow:
+    """One measurement family against the mechanism.
+
+    Args:
+        measurement: what was measured, and with which function.
+        prediction: what the sequential hypothesis predicts.
+        measured: what the measurement showed (numbers).
+        recovered: whether it recovered the prediction.
+        detail: the table behind the row.
+    """
+
+    measurement: str
+    prediction: str
+    measured: str
+    recovered: bool
+    detail: pd.DataFrame
+
+
+def staged_capacity_row(table: dict[int, dict[int, tuple[int, int]]], chance: float) -> ValidationRow:
+    """The depth-by-hop table (``table[depth][hops] = (correct, total)``): accuracy where ``depth >=
+    needed_iterations(h)`` against where it is not, with chance ``chance``."""
+    rows = [(depth, hops, correct / total, depth >= needed_iterations(hops))
+            for depth, row in table.items() for hops, (correct, total) in row.items()]
+    frame = pd.DataFrame(rows, columns=["depth", "hops", "accuracy", "sufficient"])
+    enough, short = frame[frame["sufficient"]], frame[~frame["sufficient"]]
+    worst = float(enough["accuracy"].min())
+    above_chance = float(short["accuracy"].max()) if len(short) else float("nan")
+    return ValidationRow(
+        "staged capacity: exact-match accuracy by depth and hop count (organism.looped.depth_by_hop)",
+        f"accuracy >= 0.95 wherever depth >= ceil(h/2); near chance ({chance:.2f}) below",
+        f"lowest accuracy at a sufficient depth {worst:.3f}; highest at an insufficient depth {above_chance:.3f}",
+        bool(worst >= 0.95 and (len(short) == 0 or above_chance < 0.5)), frame)
+
+
+def lens_row(run, depth: int) -> ValidationRow:
+    """The lens at the answer position: from which iteration the answer stays on top, per hop count, and how often
+    an intermediate hop value is on top before that."""
+    lens = lens_by_hop(run, depth)
+    correct = lens[(lens["iteration"] == depth) & lens["top_is_answer"]]["question_id"]
+    lens = lens[lens["question_id"].isin(set(correct))]
+    resolved = []
+    for question_id, rows in lens.groupby("question_id"):
+        rows = rows.sort_values("iteration")
+        on_top = rows["top_is_answer"].to_numpy()
+        # the first iteration from which the answer stays on top to the end
+        first = depth - int(np.argmin(on_top[::-1])) + 1 if not on_top.all() else 1
+        resolved.append((question_id, int(rows["hops"].iloc[0]), first, needed_iterations(int(rows["hops"].iloc[0]))))
+    frame = pd.DataFrame(resolved, columns=["question_id", "hops", "resolved_at", "predicted"])
+    by_hops = frame.assign(hit=frame["resolved_at"] == frame["predicted"]).groupby("hops").agg(
+        questions=("question_id", "size"), resolved_at=("resolved_at", "mean"), predicted=("predicted", "first"),
+        matches=("hit", "mean")).reset_index()
+    early = lens[(lens["hops"] >= 3) & (lens["iteration"] < lens["hops"].map(needed_iterations))]
+    intermediate = float(early["top_token"].str.isalpha().mean()) if len(early) else float("nan")
+    agreement = float((frame["resolved_at"] == frame["predicted"]).mean())
+    return ValidationRow(
+        "logit lens at the answer position (analyses.hops.lens_by_hop)",
+        "the answer is on top from iteration ceil(h/2) on, not before; a variable (an intermediate hop value) "
+        "on top before that if the lens reads the pointer",
+        f"answer first stays on top at the predicted iteration for {agreement:.3f} of {len(frame)} correct "
+        f"questions; a variable on top before resolution in {intermediate:.3f} of {len(early)} (question, "
+        "iteration) cells with h >= 3",
+        bool(agreement >= 0.9), by_hops)
+
+
+def probe_row(run, depth: int, folds: int = 5) -> ValidationRow:
+    """Held-out decoding of each hop value: the first (iteration, layer) slot where it reaches :data:`DECODABLE`,
+    against the sequential slot (iteration ``ceil(j/2)``, the L block for odd ``j`` and the H block for even)."""
+    probe = hop_probe(run, depth, folds=folds)
+    rows = []
+    for hop, cells in probe.groupby("hop"):
+        # slot order: (iteration, layer): the L block (layer 0) runs before the H block (layer 1) in an H-cycle
+        cells = cells.sort_values(["iteration", "layer"])
+        good = cells[cells["accuracy"] >= DECODABLE]
+        first = (int(good["iteration"].iloc[0]), int(good["layer"].iloc[0])) if len(good) else None
+        predicted = (needed_iterations(hop), (hop - 1) % LOOKUPS_PER_ITERATION)
+        rows.append((hop, int(cells["questions"].iloc[0]), float(cells["majority"].max()),
+                     float(cells["accuracy"].max()), first, predicted, first == predicted))
+    frame = pd.DataFrame(rows, columns=["hop", "questions", "majority", "best_accuracy", "first_slot",
+                                        "predicted_slot", "matches"])
+    return ValidationRow(
+        "linear probe: held-out decoding of hop value j per (iteration, layer) (analyses.hops.hop_probe)",
+        f"hop j first decodable (>= {DECODABLE}) at iteration ceil(j/2), in the L block for odd j and the H block "
+        "for even j",
+        f"first slot matches for {int(frame['matches'].sum())} of {len(frame)} hops; "
+        + "; ".join(f"j={r.hop}: {r.first_slot}" for r in frame.itertuples()),
+        bool(frame["matches"].mean() >= 0.8), probe)
+
+
+def overlap_row(run, depth: int) -> ValidationRow:
+    """Top-k overlap of the answer column between iterations 1 and 2: lower where the question still needs
+    iterations after the first (h > 2) (AUC), and whether the paper's 2-component GMM puts those in its low
+    regime."""
+    frame = overlap_by_hops(run, depth, 1, 2)
+    computing = (frame["hops"] > LOOKUPS_PER_ITERATION).to_numpy()
+    auc = float(roc_auc_score(computing, -frame["overlap"].to_numpy()))
+    fit = fit_gmm(frame["overlap"].to_numpy())
+    if isinstance(fit, NotApplicable):
+        gmm_text, low = f"GMM not fitted: {fit.reason}", None
+    else:
+        low = (frame["overlap"] < fit.threshold).to_numpy()
+        gmm_text = (f"GMM threshold {fit.threshold:.3f}: {low[computing].mean():.3f} of still-computing and "
+                    f"{low[~computing].mean():.3f} of resolved questions in the low regime")
+    frame = frame.assign(still_computing=computing, low_regime=low if low is not None else np.nan)
+    return ValidationRow(
+        "top-k overlap between iterations 1 and 2, and its GMM regime (analyses.overlap, analyses.basins.fit_gmm)",
+        "lower overlap where the question is still being computed after iteration 1 (h > 2): AUC well above 0.5",
+        f"AUC {auc:.3f} over {len(frame)} questions; {gmm_text}", bool(auc >= 0.8), frame)
+
+
+def depth_policy_row(run) -> ValidationRow:
+    """Each per-position rule (``kl``, ``entropy``, ``margin``, ``state``) at its median threshold: mean halting
+    iteration per hop count, and its Spearman correlation with the hop count."""
+    from sst_interp.analyses.depth_policies import collect_trajectories, halting_iterations, sweep_thresholds
+    from sst_interp.model.halting import parse_position_policy
+
+    traj = collect_trajectories(run)
+    hops = question_truth(run).loc[traj.index["question_id"], "hops"].to_numpy()
+    rows = []
+    for rule in traj.values:
+        thresholds = sweep_thresholds(traj, rule, (0.5,))
+        if not thresholds:
+            continue
+        policy = parse_position_policy(f"{rule}:{thresholds[0]!r},max={traj.depth}", traj.depth)
+        halt = halting_iterations(traj, policy)
+        known = halt > 0
+        rho = spearmanr(halt[known], hops[known]).statistic if known.sum() > 2 else float("nan")
+        for h in sorted(set(hops[known])):
+            rows.append((rule, float(thresholds[0]), int(h), float(halt[known & (hops == h)].mean()), float(rho)))
+    frame = pd.DataFrame(rows, columns=["rule", "threshold", "hops", "mean_iterations", "spearman_rho"])
+    best = frame.groupby("rule")["spearman_rho"].first()
+    return ValidationRow(
+        "per-position depth policies at their median thresholds (analyses.depth_policies)",
+        "halting iteration grows with the hop count (Spearman rho > 0.5 for some rule)",
+        "; ".join(f"{rule}: rho {rho:.2f}" for rule, rho in best.items()),
+        bool((best > 0.5).any()), frame)
+
+
+def patching_row(flips: pd.DataFrame) -> ValidationRow:
+    """The counterfactual patching table (:func:`~sst_interp.experiments.hops_patching.flip_table`): the first
+    iteration where patching makes B's answer win, per changed hop, against ``ceil(j / 2)``."""
+    rows = []
+    for hop, cells in flips.groupby("changed_hop"):
+        cells = cells.sort_values("iteration")
+        flipped = cells[cells["became_b"] >= FLIPPED]
+        first = int(flipped["iteration"].iloc[0]) if len(flipped) else None
+        rows.append((hop, int(cells["pairs"].iloc[0]), first, needed_iterations(hop), first == needed_iterations(hop)))
+    frame = pd.DataFrame(rows, columns=["changed_hop", "pairs", "first_flip", "predicted", "matches"])
+    return ValidationRow(
+        "counterfactual patching of the answer column (experiments.hops_patching)",
+        "patching at iteration i from a prompt whose hop-j binding differs changes the answer to B's from "
+        "i = ceil(j/2) on, not before",
+        f"first flip at the predicted iteration for {int(frame['matches'].sum())} of {len(frame)} hops; "
+        + "; ".join(f"j={r.changed_hop}: {r.first_flip}" for r in frame.itertuples()),
+        bool(frame["matches"].mean() >= 0.8), flips)
+
+
+def markdown(rows: list[ValidationRow]) -> str:
+    """The validation table as Markdown (one line per row)."""
+    lines = ["| measurement | prediction (sequential lookups) | measured | recovered |", "|---|---|---|---|"]
+    for row in rows:
+        lines.append(f"| {row.measurement} | {row.prediction} | {row.measured} | "
+                     f"{'yes' if row.recovered else 'no'} |")
+    return "\n".join(lines)
