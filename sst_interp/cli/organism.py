@@ -1,6 +1,7 @@
 """``python -m sst_interp.organism``: the model organisms of latent iteration, trained from scratch on the hops task.
 
     python -m sst_interp.organism train --out organisms/looped      # the looped (HRM-Text) organism, ~20 min on 2 cores
+    python -m sst_interp.organism validate --run runs/hops --out reports/organism   # every measurement vs the task
 
 Prints the depth-by-hop accuracy table on the test split at the end (also written to ``depth_by_hop.csv``).
 Bad input is one ``error:`` line and exit code 2, with nothing written.
@@ -12,7 +13,7 @@ from collections.abc import Sequence
 
 from sst_interp.cli.args import add_config_flags, config_from_namespace, config_parser
 from sst_interp.kernels.errors import cli_entry
-from sst_interp.organism.config import LoopedTrainConfig
+from sst_interp.organism.config import LoopedTrainConfig, ValidateConfig
 
 
 @cli_entry
@@ -22,7 +23,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     commands = parser.add_subparsers(dest="command", required=True)
     train = commands.add_parser("train", help="train the looped organism (HRM-Text) from scratch")
     add_config_flags(train, LoopedTrainConfig)
+    validate = commands.add_parser("validate", help="check every measurement on a recorded organism run against the "
+                                                    "task's known hops")
+    add_config_flags(validate, ValidateConfig)
     args = parser.parse_args(argv)
+    if args.command == "validate":
+        from sst_interp.experiments.organism_validation import markdown, validate as run_validation
+
+        print(markdown(run_validation(config_from_namespace(ValidateConfig, args))))
+        return 0
     from sst_interp.organism.train import format_table, train_looped
 
     table = train_looped(config_from_namespace(LoopedTrainConfig, args))

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -30,6 +31,7 @@ from sklearn.metrics import roc_auc_score
 
 from sst_interp.analyses.basins import fit_gmm
 from sst_interp.analyses.hops import hop_probe, lens_by_hop, overlap_by_hops, question_truth
+from sst_interp.kernels.errors import UsageError
 from sst_interp.kernels.results import NotApplicable
 
 #: The held-out accuracy a probe must reach for a hop value to count as decodable at a (iteration, layer) slot.
@@ -209,3 +211,46 @@ def markdown(rows: list[ValidationRow]) -> str:
         lines.append(f"| {row.measurement} | {row.prediction} | {row.measured} | "
                      f"{'yes' if row.recovered else 'no'} |")
     return "\n".join(lines)
+
+
+ROW_FILES = ("staged_capacity", "lens", "probe", "overlap", "depth_policies", "patching")
+
+
+def validate(config) -> list[ValidationRow]:
+    """Every row on ``config.run`` (recorded from ``config.model``); writes ``validation.md`` and one CSV per row
+    into ``config.out`` and returns the rows.
+
+    Args:
+        config: a :class:`~sst_interp.organism.config.ValidateConfig`.
+    """
+    import json
+
+    from sst_interp.checkpoints import resolve_model
+    from sst_interp.experiments.hops_patching import flip_table, patch_by_iteration
+    from sst_interp.model.loop_model import LoopModel, load_loop_backbone
+    from sst_interp.model.loops import native_loop
+    from sst_interp.organism.task import HopsSpec, split_items
+    from sst_interp.organism.train import ORGANISM_FILE, TABLE_FILE, read_table
+    from sst_interp.store import Run
+
+    config.check()
+    folder = Path(resolve_model(config.model))
+    if not (folder / ORGANISM_FILE).is_file():
+        raise UsageError(f"--model {config.model} is not an organism folder (no {ORGANISM_FILE}); pass the folder "
+                         "`python -m sst_interp.organism train` wrote, or hops-organism")
+    organism = json.loads((folder / ORGANISM_FILE).read_text())
+    spec = HopsSpec(**organism["task"])
+    run = Run.open(config.run)
+    depth = max(run.depths)
+    rows = [staged_capacity_row(read_table(folder / TABLE_FILE), 1 / spec.chains), lens_row(run, depth),
+            probe_row(run, depth, config.folds), overlap_row(run, depth), depth_policy_row(run)]
+    loop = native_loop("hrm_text")
+    backbone, tokenizer = load_loop_backbone(str(folder), loop)
+    questions = split_items(spec, "test", config.patch_questions)
+    rows.append(patching_row(flip_table(patch_by_iteration(LoopModel(backbone, loop), tokenizer, questions, depth,
+                                                           config.seed))))
+    config.out.mkdir(parents=True, exist_ok=True)
+    for name, row in zip(ROW_FILES, rows):
+        row.detail.to_csv(config.out / f"{name}.csv", index=False)
+    (config.out / "validation.md").write_text(markdown(rows) + "\n")
+    return rows

@@ -123,3 +123,24 @@ class LoopedTrainConfig:
         if not spec.min_hops <= self.start_hops <= spec.max_hops:
             raise UsageError(f"--start-hops {self.start_hops} is outside 1..--max-hops ({spec.max_hops})")
         self.shape()
+
+
+@dataclass(frozen=True)
+class ValidateConfig:
+    """``python -m sst_interp.organism validate``: every measurement on a recorded organism run against the task."""
+
+    run: Path = arg(help="a run recorded from the organism with --questions hops at depths 1..D (flat)")
+    out: Path = arg(help="folder for validation.md and one CSV per row (created; existing files are replaced)")
+    model: str = arg("hops-organism", help="the organism the run was recorded from (a folder, or hops-organism)")
+    patch_questions: int = arg(60, help="test questions of the counterfactual patching (each: every hop, every "
+                                        "iteration)")
+    folds: int = arg(5, help="question folds of the held-out hop-value probe")
+    seed: int = arg(0, help="seed of the counterfactuals' distractor choice")
+
+    def check(self) -> None:
+        """Refuse values that cannot run (UsageError), before anything loads."""
+        if not (self.run / "manifest.json").is_file():
+            raise UsageError(f"--run {self.run} is not a run directory (no manifest.json); record one with "
+                             "python -m sst_interp.record --model hops-organism --questions hops --depths 1,2,3,4")
+        if self.patch_questions < 1 or self.folds < 2:
+            raise UsageError("--patch-questions must be at least 1 and --folds at least 2")
