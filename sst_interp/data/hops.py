@@ -18,7 +18,7 @@ from sst_interp.organism.task import SPLITS, HopsSpec, split_items
 
 DEFAULT_SPEC = HopsSpec()
 DEFAULT_SPLIT = "test"
-DEFAULT_SIZE = 96
+DEFAULT_SIZE = 240
 
 
 def load_hops(path: str | os.PathLike[str] | None = None, split: str = DEFAULT_SPLIT, n: int = DEFAULT_SIZE,

@@ -55,7 +55,7 @@ class HopsSpec:
         seed: the generator's seed; the splits derive their own from it.
     """
 
-    bindings: int = 10
+    bindings: int = 8
     min_hops: int = 1
     max_hops: int = 6
     chains: int = 3
