@@ -30,7 +30,7 @@ import types
 from collections.abc import Callable
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Any, Iterator, Literal
+from typing import Any, Iterator
 
 import torch
 
@@ -38,6 +38,7 @@ from sst_interp.hooks.capture import layer_output
 from sst_interp.kernels.errors import UsageError
 from sst_interp.kernels.owned import OwnedHooks
 from sst_interp.model.column_cache import MASK_FORMATS, ColumnCache, column_masks
+from sst_interp.model.device_flags import COMPILE_CHOICES, DEFAULT_COMPILE, CompileChoice, compiles
 from sst_interp.model.generation import (
     DepthPolicy,
     GenerationConfig,
@@ -50,22 +51,18 @@ from sst_interp.model.sst import SSTModel
 from sst_interp.model.static_address import mark_static
 from sst_interp.model.stream_edits import StreamEdits
 
-CompileChoice = Literal["on", "off", "auto"]
-COMPILE_CHOICES: tuple[str, ...] = ("on", "off", "auto")
-
-
 @dataclass(frozen=True)
 class CompileOptions:
     """How decode passes run.
 
     Args:
-        enabled: ``on``, ``off``, or ``auto`` (on where a CUDA device runs the model, off on the CPU: there the
-            first question pays a compilation that costs more than the questions of a short run save).
+        enabled: ``--compile``: ``on``, ``off``, or ``auto``
+            (:func:`~sst_interp.model.device_flags.compiles` says where ``auto`` compiles).
         mode: the ``torch.compile`` mode; ``None`` picks ``reduce-overhead`` (CUDA graphs) on CUDA, the default
             mode elsewhere.
     """
 
-    enabled: CompileChoice = "auto"
+    enabled: CompileChoice = DEFAULT_COMPILE
     mode: str | None = None
 
     def __post_init__(self) -> None:
@@ -74,7 +71,7 @@ class CompileOptions:
 
     def active_for(self, device: torch.device) -> bool:
         """Whether decode passes compile on ``device``."""
-        return self.enabled == "on" or (self.enabled == "auto" and device.type == "cuda")
+        return compiles(self.enabled, device.type)
 
     def mode_for(self, device: torch.device) -> str:
         """The ``torch.compile`` mode on ``device``."""
@@ -187,7 +184,7 @@ def compiler_for(sst: SSTModel, options: CompileOptions, *, policy: DepthPolicy 
     """The run's :class:`StepCompiler`, or None for eager decoding.
 
     ``--compile on`` on a setup the step cannot serve is a :class:`UsageError` (one line naming ``--compile off``);
-    ``auto`` decodes eager there, and on the CPU.
+    ``auto`` decodes eager there, and where :func:`~sst_interp.model.device_flags.compiles` says so.
     """
     if not options.active_for(sst.device):
         return None
