@@ -70,7 +70,8 @@ def complete_at_depths(config: GenerateConfig, say: Callable[[str], None] = prin
     model's context); ``say`` receives the notes (the demo preset, the compiled step) once the input is checked.
     """
     # The model stack (torch, transformers) is imported here, so the config's module stays light.
-    from sst_interp.model.compiled import CompileOptions, compiler_for, generate_compiled, setup_refusal
+    from sst_interp.model.compile_options import CompileOptions, setup_refusal
+    from sst_interp.model.compiled import compiler_for, generate_compiled
     from sst_interp.model.devices import resolve_placement
     from sst_interp.model.generation import GenerationConfig, generate
     from sst_interp.model.limits import ModelLimits, check_weights_placed

@@ -18,7 +18,8 @@ from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
 from torch import nn
 
 from sst_interp.kernels.errors import UsageError
-from sst_interp.model.generation import GenerationConfig, GenerationResult, PassInfo, left_pad
+from sst_interp.model.generation import GenerationConfig, GenerationResult, left_pad
+from sst_interp.model.observers import PassInfo
 from sst_interp.model.loop_declaration import LoopDeclaration
 from sst_interp.model.loops import loop_for_model_type, native_loop
 

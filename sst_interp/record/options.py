@@ -121,15 +121,15 @@ class RecordOptions:
         return self.protocol == "codeact"
 
     def compile_options(self) -> Any:
-        """``--compile`` as a :class:`~sst_interp.model.compiled.CompileOptions` (a bad value is a UsageError)."""
-        from sst_interp.model.compiled import CompileOptions
+        """``--compile`` as a :class:`~sst_interp.model.compile_options.CompileOptions` (a bad value is a UsageError)."""
+        from sst_interp.model.compile_options import CompileOptions
 
         return CompileOptions(self.compile)
 
     def _check_compile(self) -> None:
         """``--compile on`` where the compiled step cannot serve the run is refused here, before anything loads
         (``auto`` decodes eager there instead)."""
-        from sst_interp.model.compiled import setup_refusal
+        from sst_interp.model.compile_options import setup_refusal
 
         options = self.compile_options()
         if options.enabled != "on":

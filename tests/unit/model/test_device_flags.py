@@ -96,7 +96,7 @@ def test_a_literal_field_does_not_also_take_choices():
 
 
 def test_the_library_still_checks_what_argparse_would():
-    from sst_interp.model.compiled import CompileOptions
+    from sst_interp.model.compile_options import CompileOptions
 
     with pytest.raises(UsageError, match="--compile takes one of on, off, auto"):
         CompileOptions("maybe")  # type: ignore[arg-type]
