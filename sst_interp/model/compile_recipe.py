@@ -16,11 +16,11 @@ import torch
 # through F.linear, 36 ms from a transposed copy, on the 2-core machine). Freezing folds the weights into the graph as
 # constants, so the inductor packs them once into its GEMMs' blocked layout; on a model large enough for it to pay,
 # max-autotune's C++ GEMM template is then timed beside ATen for each product. Measured on the default backbone at
-# batch 1: 145 ms per token compiled without these against 151 eager (bench/compile_intervene.log), 70 with them
-# against 144 (bench/compile_frozen.log). The cost: the packed copies sit beside the model's own weights (resident
-# memory 3.7 GB instead of 1.9 GB for the 270M backbone in float32), a step variant compiles in 2-3 minutes instead
-# of 15-43 s, and the graph reads the weights it froze, so DecodeStep refuses to run once they change. The config
-# patch around each call (_patched) costs about 0.1 ms, 0.3% of a 70 ms token.
+# batch 1: 145 ms per token compiled without these against 151 eager (bench/results/compile_intervene.log), 70 with
+# them against 144 (bench/results/compile_frozen.log). The cost: the packed copies sit beside the model's own weights
+# (resident memory 3.7 GB instead of 1.9 GB for the 270M backbone in float32), a step variant compiles in 2-3 minutes
+# instead of 15-43 s, and the graph reads the weights it froze, so DecodeStep refuses to run once they change. The
+# config patch around each call (_patched) costs about 0.1 ms, 0.3% of a 70 ms token.
 CPU_FREEZING: dict[str, Any] = {"freezing": True}
 CPU_GEMM_AUTOTUNE: dict[str, Any] = {"max_autotune": True, "max_autotune_gemm_backends": "CPP,ATEN",
                                      # its timing tables, one per product, would otherwise go to the user's terminal
@@ -52,8 +52,8 @@ def compile_fn(fn, mode: str, device: torch.device, cpu_settings: dict[str, Any]
 
     ``reduce-overhead`` on CUDA also turns on the inductor's coordinate-descent tuning of its kernels' launch
     parameters: on one H100 at the paper's shape it took the plain step from 27.3 to 24.2 ms (median of three), for
-    50 s more compilation (bench/results/compiled_step_cdt_h100_2026-11-27.txt). The CPU's default mode runs under
-    ``cpu_settings`` (:func:`cpu_options`; freezing alone when None).
+    50 s more compilation (docs/scaling.md, "On a GPU"; its log is no longer in the repository). The CPU's default
+    mode runs under ``cpu_settings`` (:func:`cpu_options`; freezing alone when None).
     """
     if mode == "reduce-overhead" and device.type == "cuda":
         # torch.compile takes a mode or options, not both: these are reduce-overhead's options plus the tuning

@@ -5,8 +5,10 @@ states): :meth:`DecodeStep._step` runs the decoder on one column of a
 :class:`~sst_interp.model.column_cache.ColumnCache`, writes the new carried states into buffers at fixed addresses,
 and returns the final hidden state and, when recording, every layer's output; the LM head is a second small graph,
 run only by passes that need logits. ``torch.compile`` turns each into one graph (CUDA graphs on CUDA; on the CPU
-the inductor with the weights frozen into the graph and packed for its GEMMs, :data:`~sst_interp.model.compile_recipe.CPU_FREEZING`), compiled once
-per batch size: iterations of a position rerun the same graph at the same cache column, and every depth shares it.
+the inductor with the weights frozen into the graph and packed for its GEMMs,
+:data:`~sst_interp.model.compile_recipe.CPU_FREEZING`), compiled once per batch size: iterations of a position rerun
+the same graph at the same cache column, and every depth shares it. Whether a run compiles is
+:mod:`sst_interp.model.compile_options`.
 
 What stays eager: the prompt (its width differs per batch), the depth decision between passes, the token choice and
 the observer callbacks. An installed :class:`~sst_interp.interventions.apply.Intervener` runs inside the step as

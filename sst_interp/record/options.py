@@ -121,7 +121,8 @@ class RecordOptions:
         return self.protocol == "codeact"
 
     def compile_options(self) -> Any:
-        """``--compile`` as a :class:`~sst_interp.model.compile_options.CompileOptions` (a bad value is a UsageError)."""
+        """``--compile`` as a :class:`~sst_interp.model.compile_options.CompileOptions` (a bad value is a
+        UsageError)."""
         from sst_interp.model.compile_options import CompileOptions
 
         return CompileOptions(self.compile)
