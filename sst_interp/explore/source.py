@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import pandas as pd
+import pyarrow as pa
 
 from sst_interp.explore.config import ExploreConfig
 from sst_interp.explore.tokens import TokenText
@@ -135,6 +136,9 @@ class RunSource:
                 self._blocks.move_to_end(key)
                 return self._blocks[key]
         value = read(run)
+        # Arrow's allocator keeps the pages a row group was decoded in (70 MB at the paper's shape) for its next
+        # allocation; handed back, the server's memory is what it holds, not the largest read it ever made
+        pa.default_memory_pool().release_unused()
         with self._lock:
             self._blocks[key] = value
             while len(self._blocks) > 16:
