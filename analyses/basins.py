@@ -24,7 +24,6 @@ from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
 import pandas as pd
-from scipy import optimize, stats
 
 from sst_interp.analyses import tidy
 from sst_interp.analyses.measurement import QUANTITY_DOC, Measurement, pe_part, quantities
@@ -32,7 +31,9 @@ from sst_interp.kernels.results import AnalysisResult, NotApplicable
 from sst_interp.analyses.overlap import OverlapResult
 from sst_interp.kernels.errors import UsageError
 
-if TYPE_CHECKING:  # scikit-learn is imported by the fit, not by importing the module
+# scipy and scikit-learn are imported by the functions that use them, not by importing the module: the explorer's
+# server imports classify_positions, and its memory stays within twice the run's tables (issue 45 item 8)
+if TYPE_CHECKING:
     from sklearn.mixture import GaussianMixture
 
 Rule = Literal["any", "mean", "median"]
@@ -89,6 +90,8 @@ def _crossover(gmm: GaussianMixture, lo: float) -> float:
     j = int(below[-1])
     if j == grid.size - 1:
         return top
+    from scipy import optimize
+
     return float(optimize.brentq(lambda x: posterior(np.array([x]))[0] - 0.5, grid[j], grid[j + 1], xtol=1e-10))
 
 
@@ -257,7 +260,12 @@ def basin_summary(overlap: OverlapResult, threshold: float, rule: Rule = "any") 
         rates = np.where(valid.sum(axis=0) > 0, low.sum(axis=0) / np.maximum(valid.sum(axis=0), 1), 0.0)
     gaps = np.concatenate([np.diff(overlap.positions[row]) for row in low]).astype(np.int64) \
         if len(low) else np.zeros(0, np.int64)
-    gap_cv = float(stats.variation(gaps)) if gaps.size >= 2 and gaps.mean() > 0 else None
+    if gaps.size >= 2 and gaps.mean() > 0:
+        from scipy import stats
+
+        gap_cv = float(stats.variation(gaps))
+    else:
+        gap_cv = None
     at0 = np.flatnonzero(overlap.positions == 0)
     pos0 = float(low[valid[:, at0[0]], at0[0]].mean()) if at0.size and valid[:, at0[0]].any() else None
     return BasinSummary(overlap.question_ids, overlap.positions, float(threshold), rule, low, valid, counts, rates,

@@ -32,7 +32,8 @@ from sst_interp.codeact.prompts import codeact_question
 from sst_interp.data import load_questions
 from sst_interp.model import GenerationConfig, SSTConfig, SSTModel
 from sst_interp.model.backbone import load_backbone
-from sst_interp.model.generation import FixedDepth, GenerationSession
+from sst_interp.model.depth_policy import FixedDepth
+from sst_interp.model.generation import GenerationSession
 from sst_interp.sandbox import PythonSession, SandboxConfig, check_backend
 
 BLOCK = "step1 = 48 / 2\nstep2 = 48 + step1\nstep3 = step2 * 3\nprint(step3)"

@@ -1,7 +1,7 @@
 """Coverage of the experiments' 95% intervals at the sample sizes they run at (issue 44).
 
 Run: ``OMP_NUM_THREADS=1 PYTHONPATH=. python bench/bench_interval_coverage.py [--draws 20000] [--bca-draws 1000]``
-(log: ``bench/interval_coverage.log``).
+(log: ``bench/results/interval_coverage.log``).
 
 Per statistic, its interval (:mod:`sst_interp.experiments.intervals`) on the data it meets, beside the BCa
 bootstrap the tables printed before:

@@ -98,7 +98,9 @@ class GpuCheckArgs:
     layers: int | None = arg(None, help="with --paper-shape: keep only the first N of the 62 layers (a smaller "
                                         "device; default: all)")
     json: str | None = arg(None, help="with --paper-shape: also write the table as JSON to this file, rewritten after "
-                                      "every phase (a run cut off by a time limit keeps the phases it finished)")
+                                      "every phase (a run cut off by a time limit keeps the phases it finished); a "
+                                      "result the docs cite goes to bench/results/ (tracked), e.g. "
+                                      "bench/results/paper_shape_h100_<date>.json")
     phases: list[str] | None = arg(None, help="with --paper-shape: run only these phases (some of plain, compiled, sst, "
                                               "record, qlora; default: all)")
     profile: bool = arg(False, help="with --paper-shape: print a torch.profiler summary of plain and SST decoding")

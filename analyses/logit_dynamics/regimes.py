@@ -35,9 +35,9 @@ import numpy as np
 import pandas as pd
 
 from sst_interp.kernels.errors import UsageError
+from sst_interp.kernels.paper import PAPER_THRESHOLD
 
 LABEL_COLUMNS = ("depth", "question_id", "turn", "position", "iter_a", "iter_b", "low_overlap")
-PAPER_THRESHOLD = 0.976
 KEY = ["depth", "question_id", "turn", "position", "iter_a", "iter_b"]
 
 

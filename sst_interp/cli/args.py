@@ -12,7 +12,8 @@ Every field of a config dataclass becomes one documented flag, the same way in a
   as a list and handed over as a tuple) takes a comma-separated list, or with ``arg(..., repeat=True)`` one value
   per repetition of the flag; ``dict[str, int]`` takes
   ``KEY=ID,KEY=ID``;
-- a field without a default is a required flag; ``arg(..., choices=...)`` restricts the values;
+- a field without a default is a required flag; a field typed by a ``Literal`` (``compile: Literal["on", "off",
+  "auto"]``, optionally ``| None``) takes one of its values, as does one declared with ``arg(..., choices=...)``;
 - a field declared with ``arg(..., flags=Flags(form, convert))`` is typed as the flags of ``form`` instead, in its
   place; the parsed form is turned into the field's value by ``convert``; ``arg(..., positional=True)`` is a
   positional argument; a field declared with :func:`~sst_interp.kernels.fields.setting` is not on the command line;
@@ -140,6 +141,14 @@ def _type_options(field: dataclasses.Field, hint: Any) -> dict[str, Any]:
     kind = _strip_optional(hint)
     metadata = field.metadata
     options: dict[str, Any] = {}
+    if typing.get_origin(kind) is typing.Literal:  # typed by its choices: the values are the type
+        if "choices" in metadata:
+            raise TypeError(f"{field.name} is typed by a Literal; its choices are the Literal's values")
+        values = typing.get_args(kind)
+        options.update(choices=values, type=type(values[0]))
+        if "metavar" in metadata:
+            options["metavar"] = metadata["metavar"]
+        return options
     if "choices" in metadata:
         options["choices"] = metadata["choices"]
     if "metavar" in metadata:

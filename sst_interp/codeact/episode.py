@@ -33,13 +33,9 @@ from sst_interp.codeact.format import (
     extract_code,
 )
 from sst_interp.kernels.errors import UsageError
-from sst_interp.model.generation import (
-    DepthPolicy,
-    GenerationConfig,
-    GenerationObserver,
-    GenerationSession,
-    as_depth_policy,
-)
+from sst_interp.model.depth_policy import DepthPolicy, as_depth_policy
+from sst_interp.model.generation import GenerationConfig, GenerationSession
+from sst_interp.model.observers import GenerationObserver
 from sst_interp.sandbox import PythonSession, SandboxConfig
 
 STOP_REASONS = ("finish_session", "no_code", "max_turns", "token_budget")

@@ -58,7 +58,8 @@ from sst_interp.experiments.configs import AttributionConfig
 from sst_interp.experiments.families import family_of, visited_iterations
 from sst_interp.experiments.trace import Target, find_targets, prompt_ids
 from sst_interp.interventions import Intervener, Intervention, InterventionSpec, Operation, Site, intervene
-from sst_interp.model.generation import FixedDepth, GenerationConfig, GenerationSession
+from sst_interp.model.depth_policy import FixedDepth
+from sst_interp.model.generation import GenerationConfig, GenerationSession
 from sst_interp.model.observers import ObserverGroup
 from sst_interp.experiments.families import FamilyGradientTap, forced_generation, gradients_everywhere, tap_last_column
 from sst_interp.experiments.setup import generation_config

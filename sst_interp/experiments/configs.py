@@ -18,6 +18,7 @@ from typing import Any
 
 from sst_interp.kernels.errors import UsageError
 from sst_interp.kernels.fields import Flags, arg, setting
+from sst_interp.model.device_flags import Dtype, device_arg, dtype_arg
 
 WINDOW_MODES: tuple[str, ...] = ("freeze", "zero", "mean", "resample")
 #: the modes that read the clean run's recorded states (and so only act at its full positions)
@@ -70,8 +71,8 @@ class ExperimentOptions:
     full_positions: int = arg(10, help="generated positions recorded in full")
     sketch_positions: int = arg(0, help="further positions recorded as sketches")
     top_k: int = arg(128, help="K of the recorded top-K logits (the answer log-probs are read there)")
-    dtype: str = arg("auto", help="auto | float32 | bfloat16")
-    device: str = arg("auto", help="cpu | cuda | auto")
+    dtype: Dtype = dtype_arg(stored=True)
+    device: str = device_arg()
     prompt_mode: str | None = arg(None, help="two_pass | sequential | none (default as record)")
     sandbox: str = arg("bwrap", choices=("bwrap", "subprocess"), help="how model code runs under codeact")
 

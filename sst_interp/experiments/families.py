@@ -1,5 +1,5 @@
 """The intervention experiments on a natively looping family (HRM-Text, Inkling-2 Loop, and any family a
-:class:`~sst_interp.model.loops.LoopDeclaration` with ``visit_sites`` declares): what differs from an SST, read from
+:class:`~sst_interp.model.loop_declaration.LoopDeclaration` with ``visit_sites`` declares): what differs from an SST, read from
 the family's declaration and nothing else.
 
 The experiments' controls, statistics, tables and manifests are the SST's own (:mod:`~sst_interp.experiments.window`,
@@ -38,7 +38,7 @@ from sst_interp.kernels.errors import UsageError
 
 
 def family_of(model: Any) -> Any:
-    """The :class:`~sst_interp.model.loops.LoopDeclaration` of a natively looping ``model`` (a
+    """The :class:`~sst_interp.model.loop_declaration.LoopDeclaration` of a natively looping ``model`` (a
     :class:`~sst_interp.model.loop_model.LoopModel`); None for an SST (whose iterations are reruns of its own
     layers)."""
     loop = getattr(model, "loop", None)

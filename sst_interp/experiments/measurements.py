@@ -194,7 +194,8 @@ MEASUREMENTS: tuple[Measurement, ...] = (
                 "windows of layers (experiment a).", ("window_experiment",),
                 _table("window", "window", "CIs over questions, 95%: accuracy change exact (Clopper-Pearson "
                        "flip rate x share of fixes), flip rate Clopper-Pearson, log-prob change Student t, none below "
-                       "n = 2 (coverage: bench/interval_coverage.log); McNemar: exact, window vs clean depth k"),
+                       "n = 2 (coverage: bench/results/interval_coverage.log); McNemar: exact, window vs clean depth "
+                       "k"),
                 _as_is,
                 {c: WINDOW_DOC[c] for c in WINDOW_COLUMNS}, notes=_notes, scope="experiment"),
     Measurement("intervention_trace", "", "Causal tracing across depths, aligned to each question's target: "

@@ -54,7 +54,7 @@ class Setup:
 
     @property
     def family(self) -> Any:
-        """The family's :class:`~sst_interp.model.loops.LoopDeclaration`, or None for an SST."""
+        """The family's :class:`~sst_interp.model.loop_declaration.LoopDeclaration`, or None for an SST."""
         from sst_interp.experiments.families import family_of
 
         return family_of(self.sst)

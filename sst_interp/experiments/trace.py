@@ -221,7 +221,8 @@ def forced_logprobs(setup: Setup, prompts: list[list[int]], targets: list[Target
     natural log-prob of each row's target token at its position (NaN for rows without a target)."""
     import dataclasses
 
-    from sst_interp.model.generation import FixedDepth, GenerationSession
+    from sst_interp.model.depth_policy import FixedDepth
+    from sst_interp.model.generation import GenerationSession
     from sst_interp.model.observers import ObserverGroup
 
     class Forced(GenerationSession):

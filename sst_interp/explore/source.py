@@ -17,9 +17,11 @@ from pathlib import Path
 from typing import Any
 
 import pandas as pd
+import pyarrow as pa
 
 from sst_interp.explore.config import ExploreConfig
 from sst_interp.explore.tokens import TokenText
+from sst_interp.kernels.paper import PAPER_THRESHOLD
 from sst_interp.store import Run
 from sst_interp.store.manifest import MANIFEST_NAME
 
@@ -134,6 +136,9 @@ class RunSource:
                 self._blocks.move_to_end(key)
                 return self._blocks[key]
         value = read(run)
+        # Arrow's allocator keeps the pages a row group was decoded in (70 MB at the paper's shape) for its next
+        # allocation; handed back, the server's memory is what it holds, not the largest read it ever made
+        pa.default_memory_pool().release_unused()
         with self._lock:
             self._blocks[key] = value
             while len(self._blocks) > 16:
@@ -151,7 +156,7 @@ class RunSource:
         try:
             child.start()
         except RuntimeError as err:  # e.g. a calling script without a __main__ guard: the page says why
-            self._threshold = Threshold(self._paper_threshold(), "the paper's GMM crossover (the fit's process "
+            self._threshold = Threshold(PAPER_THRESHOLD, "the paper's GMM crossover (the fit's process "
                                         f"could not start: {' '.join(str(err).split())[:160]})", True)
             return
         send.close()
@@ -162,21 +167,15 @@ class RunSource:
             value, source = None, f"its process ended with exit code {child.exitcode} before answering"
         child.join(timeout=5)
         if value is None:
-            self._threshold = Threshold(self._paper_threshold(), f"the paper's GMM crossover (this run's fit "
+            self._threshold = Threshold(PAPER_THRESHOLD, f"the paper's GMM crossover (this run's fit "
                                         f"failed: {source})", True)
         else:
             self._threshold = Threshold(float(value), source, True)
-
-    @staticmethod
-    def _paper_threshold() -> float:
-        from sst_interp.analyses.logit_dynamics import PAPER_THRESHOLD
-
-        return float(PAPER_THRESHOLD)
 
     @property
     def threshold(self) -> Threshold:
         """The run's GMM crossover once fitted; the paper's until then."""
         if self._threshold is not None:
             return self._threshold
-        return Threshold(self._paper_threshold(), "the paper's GMM crossover (this run's fit is still computing)",
+        return Threshold(PAPER_THRESHOLD, "the paper's GMM crossover (this run's fit is still computing)",
                          False)

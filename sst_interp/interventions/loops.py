@@ -2,13 +2,13 @@
 
 A family runs every iteration of a token inside one forward call, so the pass coordinates of the observer (turn,
 position) are completed per visit: each hook on a visit module learns its (iteration, layer) from the call, exactly
-as the recorder does (:attr:`~sst_interp.model.loops.LoopDeclaration.visit_sites`). The family's one stream is
+as the recorder does (:attr:`~sst_interp.model.loop_declaration.LoopDeclaration.visit_sites`). The family's one stream is
 ``layer_out``, the visit's output, which is what a family run records at (turn, position, iteration, layer):
 
 - ``zero``, ``add``, ``mean``, ``patch``, ``resample``: the visit's output becomes the new value (the same
   arithmetic as for an SST, :meth:`Intervener._operate`); the next block, the carried state and the recorder read it;
 - ``freeze``: the carried state is kept as the visit read it, and the visit's own output is unchanged
-  (:attr:`~sst_interp.model.loops.LoopDeclaration.freeze_meaning`): on HRM-Text z_L or z_H after the stack's
+  (:attr:`~sst_interp.model.loop_declaration.LoopDeclaration.freeze_meaning`): on HRM-Text z_L or z_H after the stack's
   visit is the one the visit read; on Inkling-2 Loop the next pass's layer reads the messages this pass's layer
   read.
 

@@ -31,6 +31,9 @@ THETA_INIT = -1.8
 PAPER_NUM_LAYERS = 62
 PAPER_HIDDEN_SIZE = 5376
 PAPER_TOP_K = 1024
+#: The paper's GMM crossover on top-k overlaps (app:gmm): a step whose overlap falls below it is low-overlap (a
+#: basin shift), where a run has no fit of its own.
+PAPER_THRESHOLD = 0.976
 
 Theta = TypeVar("Theta", bound=Union["torch.Tensor", np.ndarray, float])
 

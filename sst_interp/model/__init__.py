@@ -16,16 +16,10 @@ if TYPE_CHECKING:
     from sst_interp.model.adapters import ADAPTERS, ArchitectureAdapter, adapter_for, supported_model_types
     from sst_interp.model.backbone import load_backbone
     from sst_interp.model.config import SSTConfig
-    from sst_interp.model.generation import (
-        DepthPolicy,
-        FixedDepth,
-        GenerationConfig,
-        GenerationObserver,
-        GenerationResult,
-        PassInfo,
-        generate,
-    )
+    from sst_interp.model.depth_policy import DepthPolicy, FixedDepth
+    from sst_interp.model.generation import GenerationConfig, GenerationResult, generate
     from sst_interp.model.halting import PositionPolicy, parse_position_policy
+    from sst_interp.model.observers import GenerationObserver, PassInfo
     from sst_interp.model.scan import linear_scan, shift_states
     from sst_interp.model.sst import SSTModel
 

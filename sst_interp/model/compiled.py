@@ -5,8 +5,10 @@ states): :meth:`DecodeStep._step` runs the decoder on one column of a
 :class:`~sst_interp.model.column_cache.ColumnCache`, writes the new carried states into buffers at fixed addresses,
 and returns the final hidden state and, when recording, every layer's output; the LM head is a second small graph,
 run only by passes that need logits. ``torch.compile`` turns each into one graph (CUDA graphs on CUDA; on the CPU
-the inductor with the weights frozen into the graph and packed for its GEMMs, :data:`CPU_FREEZING`), compiled once
-per batch size: iterations of a position rerun the same graph at the same cache column, and every depth shares it.
+the inductor with the weights frozen into the graph and packed for its GEMMs,
+:data:`~sst_interp.model.compile_recipe.CPU_FREEZING`), compiled once per batch size: iterations of a position rerun
+the same graph at the same cache column, and every depth shares it. Whether a run compiles is
+:mod:`sst_interp.model.compile_options`.
 
 What stays eager: the prompt (its width differs per batch), the depth decision between passes, the token choice and
 the observer callbacks. An installed :class:`~sst_interp.interventions.apply.Intervener` runs inside the step as
@@ -24,170 +26,30 @@ the columns so far); ``tests/unit/model/test_compiled_step.py`` checks both.
 
 from __future__ import annotations
 
-import os
-import shutil
-import types
-from collections.abc import Callable
 from contextlib import contextmanager
-from dataclasses import dataclass
-from typing import Any, Iterator, Literal
+from typing import Any, Iterator
 
 import torch
 
 from sst_interp.hooks.capture import layer_output
 from sst_interp.kernels.errors import UsageError
 from sst_interp.kernels.owned import OwnedHooks
-from sst_interp.model.column_cache import MASK_FORMATS, ColumnCache, column_masks
-from sst_interp.model.generation import (
-    DepthPolicy,
-    GenerationConfig,
-    GenerationObserver,
-    GenerationSession,
-    PassInfo,
-    as_depth_policy,
-)
+from sst_interp.model.column_cache import ColumnCache, column_masks
+from sst_interp.model.compile_options import CompileOptions, compile_refusal
+from sst_interp.model.compile_recipe import compile_fn, cpu_options, freezes_weights, own_code, weights_fingerprint
+from sst_interp.model.depth_policy import DepthPolicy, as_depth_policy
+from sst_interp.model.generation import GenerationConfig, GenerationSession
+from sst_interp.model.observers import GenerationObserver, PassInfo
 from sst_interp.model.sst import SSTModel
 from sst_interp.model.static_address import mark_static
 from sst_interp.model.stream_edits import StreamEdits
-
-CompileChoice = Literal["on", "off", "auto"]
-COMPILE_CHOICES: tuple[str, ...] = ("on", "off", "auto")
-
-
-@dataclass(frozen=True)
-class CompileOptions:
-    """How decode passes run.
-
-    Args:
-        enabled: ``on``, ``off``, or ``auto`` (on where a CUDA device runs the model, off on the CPU: there the
-            first question pays a compilation that costs more than the questions of a short run save).
-        mode: the ``torch.compile`` mode; ``None`` picks ``reduce-overhead`` (CUDA graphs) on CUDA, the default
-            mode elsewhere.
-    """
-
-    enabled: CompileChoice = "auto"
-    mode: str | None = None
-
-    def __post_init__(self) -> None:
-        if self.enabled not in COMPILE_CHOICES:
-            raise UsageError(f"--compile takes one of {', '.join(COMPILE_CHOICES)}, got {self.enabled!r}")
-
-    def active_for(self, device: torch.device) -> bool:
-        """Whether decode passes compile on ``device``."""
-        return self.enabled == "on" or (self.enabled == "auto" and device.type == "cuda")
-
-    def mode_for(self, device: torch.device) -> str:
-        """The ``torch.compile`` mode on ``device``."""
-        return self.mode or ("reduce-overhead" if device.type == "cuda" else "default")
-
-
-# The CPU compilation. Decoding one row reads every weight once per pass, and ATen's matrix-vector products read a
-# [out, in] weight at about half the machine's memory bandwidth (the default backbone's tied LM head, 671 MB: 60-72 ms
-# through F.linear, 36 ms from a transposed copy, on the 2-core machine). Freezing folds the weights into the graph as
-# constants, so the inductor packs them once into its GEMMs' blocked layout; on a model large enough for it to pay,
-# max-autotune's C++ GEMM template is then timed beside ATen for each product. Measured on the default backbone at
-# batch 1: 145 ms per token compiled without these against 151 eager (bench/compile_intervene.log), 70 with them
-# against 144 (bench/compile_frozen.log). The cost: the packed copies sit beside the model's own weights (resident
-# memory 3.7 GB instead of 1.9 GB for the 270M backbone in float32), a step variant compiles in 2-3 minutes instead
-# of 15-43 s, and the graph reads the weights it froze, so DecodeStep refuses to run once they change. The config
-# patch around each call (_patched) costs about 0.1 ms, 0.3% of a 70 ms token.
-CPU_FREEZING: dict[str, Any] = {"freezing": True}
-CPU_GEMM_AUTOTUNE: dict[str, Any] = {"max_autotune": True, "max_autotune_gemm_backends": "CPP,ATEN",
-                                     # its timing tables, one per product, would otherwise go to the user's terminal
-                                     "autotune_num_choices_displayed": 0, "max_autotune_report_choices_stats": False}
-# Below this a step is dispatch-bound, not bandwidth-bound, and the autotuning (about 45 s more compilation of a
-# 3-layer test model) buys nothing: the test suite's tiny models compile without it, the 270M backbone with it.
-GEMM_AUTOTUNE_MIN_PARAMETERS = 50_000_000
-
-
-def freezes_weights(mode: str | None, device: torch.device) -> bool:
-    """Whether :func:`compile_fn` folds the weights into the graph (the CPU's default mode)."""
-    return mode == "default" and device.type == "cpu"
-
-
-def cpu_options(module: torch.nn.Module) -> dict[str, Any]:
-    """The inductor's settings for compiling ``module``'s decode step on the CPU: freezing, and the GEMM autotuning
-    from :data:`GEMM_AUTOTUNE_MIN_PARAMETERS` parameters on."""
-    large = sum(parameter.numel() for parameter in module.parameters()) >= GEMM_AUTOTUNE_MIN_PARAMETERS
-    return {**CPU_FREEZING, **(CPU_GEMM_AUTOTUNE if large else {})}
-
-
-def weights_fingerprint(module: torch.nn.Module) -> tuple[tuple[int, int], ...]:
-    """(address, version counter) of every parameter and buffer: changes when any is replaced or edited in place."""
-    return tuple((tensor.data_ptr(), tensor._version) for tensor in (*module.parameters(), *module.buffers()))
-
-
-def compile_fn(fn, mode: str, device: torch.device, cpu_settings: dict[str, Any] | None = None):
-    """``torch.compile(fn)`` for the decode step: the whole graph (``fullgraph``), static shapes.
-
-    ``reduce-overhead`` on CUDA also turns on the inductor's coordinate-descent tuning of its kernels' launch
-    parameters: on one H100 at the paper's shape it took the plain step from 27.3 to 24.2 ms (median of three), for
-    50 s more compilation (bench/results/compiled_step_cdt_h100_2026-11-27.txt). The CPU's default mode runs under
-    ``cpu_settings`` (:func:`cpu_options`; freezing alone when None).
-    """
-    if mode == "reduce-overhead" and device.type == "cuda":
-        # torch.compile takes a mode or options, not both: these are reduce-overhead's options plus the tuning
-        return torch.compile(fn, fullgraph=True, dynamic=False,
-                             options={"triton.cudagraphs": True, "coordinate_descent_tuning": True})
-    if freezes_weights(mode, device):
-        return _patched(torch.compile(fn, fullgraph=True, dynamic=False), cpu_settings or CPU_FREEZING)
-    return torch.compile(fn, mode=mode, fullgraph=True, dynamic=False)
-
-
-def own_code(method: Callable[..., Any]) -> Callable[..., Any]:
-    """``method`` (bound) rebound to a fresh copy of its code object: torch.compile's graphs cached for the copy are
-    its own, never another copy's."""
-    function = method.__func__
-    copy = types.FunctionType(function.__code__.replace(), function.__globals__, function.__name__,
-                              function.__defaults__, function.__closure__)
-    return types.MethodType(copy, method.__self__)
-
-
-def _patched(compiled, settings: dict[str, Any]):
-    """``compiled`` run with the inductor's config patched by ``settings``. Compilation happens at the first call (and
-    at any recompilation), so the patch is set around every call: passed as ``torch.compile(options=...)`` instead,
-    the freezing did not take effect (torch 2.13: a compiled 671 MB head took 60 ms so, 38-42 ms patched)."""
-    def run(*args: Any) -> Any:
-        with torch._inductor.config.patch(settings):
-            return compiled(*args)
-    return run
-
-
-def compile_refusal(sst: SSTModel, policy: DepthPolicy | None = None, intervention: Any = None) -> str | None:
-    """Why this model and setup cannot decode compiled (one line naming ``--compile off``), or None when it can.
-
-    ``intervention``: the active :class:`~sst_interp.interventions.apply.Intervener` (its ``compiled_refusal()``
-    names what of it the step's tensor form cannot carry), or None.
-    """
-    implementation = getattr(sst.backbone.config, "_attn_implementation", None)
-    if implementation not in MASK_FORMATS:
-        return (f"the compiled decode step supports attention implementations {', '.join(MASK_FORMATS)}, "
-                f"not {implementation!r}; use --compile off")
-    if intervention is not None:
-        refusal = intervention.compiled_refusal()
-        if refusal is not None:
-            return refusal
-    return setup_refusal(probe_policy=getattr(policy, "probe_layer", None) is not None, device=sst.device.type)
-
-
-def setup_refusal(*, probe_policy: bool = False, device: str = "cpu") -> str | None:
-    """The checks of :func:`compile_refusal` that need no model (``record`` runs them before loading one; it checks
-    an intervention spec with :func:`sst_interp.interventions.compiled.spec_refusal`)."""
-    if probe_policy:
-        return "depth policies that read a layer through a hook cannot run compiled; use --compile off"
-    if str(device).split(":")[0] in ("cpu", "auto") and not (str(device) == "auto" and torch.cuda.is_available()) \
-            and not _c_compiler():
-        return ("torch.compile on the CPU needs a C compiler (set CXX or install g++) for the inductor; "
-                "use --compile off")
-    return None
-
 
 def compiler_for(sst: SSTModel, options: CompileOptions, *, policy: DepthPolicy | None = None,
                  intervention: Any = None, capture_outputs: bool = False) -> StepCompiler | None:
     """The run's :class:`StepCompiler`, or None for eager decoding.
 
     ``--compile on`` on a setup the step cannot serve is a :class:`UsageError` (one line naming ``--compile off``);
-    ``auto`` decodes eager there, and on the CPU.
+    ``auto`` decodes eager there, and where :func:`~sst_interp.model.device_flags.compiles` says so.
     """
     if not options.active_for(sst.device):
         return None
@@ -197,13 +59,6 @@ def compiler_for(sst: SSTModel, options: CompileOptions, *, policy: DepthPolicy 
             raise UsageError(refusal)
         return None
     return StepCompiler(sst, options.mode_for(sst.device), capture_outputs=capture_outputs)
-
-
-def _c_compiler() -> str | None:
-    # the inductor's C++ backend looks for these (CXX first); a compiler named but not installed does not count
-    named = os.environ.get("CXX", "").split()
-    candidates = ([named[0]] if named else []) + ["g++", "clang++", "c++"]
-    return next((path for path in map(shutil.which, candidates) if path), None)
 
 
 class DecodeStep:
@@ -364,7 +219,7 @@ class StepCompiler:
     def recipe(self) -> str:
         """How the steps compile, for a run's numerics fingerprint: the ``torch.compile`` mode, plus ``+frozen`` where
         the weights are frozen (the CPU) and ``+gemm-autotune`` where each product's kernel is then picked by timing
-        (:func:`cpu_options`)."""
+        (:func:`~sst_interp.model.compile_recipe.cpu_options`)."""
         if not freezes_weights(self.compile_mode, self.sst.device):
             return str(self.compile_mode)
         return f"{self.compile_mode}+frozen" + ("+gemm-autotune" if "max_autotune" in cpu_options(self.sst) else "")

@@ -16,6 +16,8 @@ from sst_interp.checkpoints import resolve_checkpoint
 from sst_interp.kernels.errors import UsageError
 from sst_interp.kernels.fields import arg
 from sst_interp.model.config import PROMPT_MODES
+from sst_interp.model.device_flags import (CompileChoice, DeviceMapChoice, Dtype, compile_arg, device_arg,
+                                           device_map_arg, dtype_arg, max_memory_arg)
 
 
 @dataclass(frozen=True)
@@ -34,17 +36,11 @@ class GenerateConfig:
     prompt_mode: str | None = arg(None, choices=PROMPT_MODES,
                                   help="two_pass | sequential | none (default: none under the demo preset, else "
                                        "two_pass)")
-    dtype: str = arg("auto", choices=("auto", "float32", "bfloat16"),
-                     help="the model's compute dtype (auto: bfloat16 on CUDA, float32 on the CPU)")
-    compile: str = arg("auto", choices=("on", "off", "auto"),
-                       help="decode through the compiled step (CUDA graphs on CUDA, torch.compile on the CPU; the "
-                            "first depth pays the compilation, printed once) or eager; auto: on on CUDA")
-    device: str = arg("auto", help="torch device: auto (cuda when available) | cpu | cuda | cuda:N; not used with "
-                                   "--device-map auto")
-    device_map: str = arg("none", help="none (default: the whole model on --device) | auto (a model bigger than one "
-                                       "device: accelerate spreads the layers over the GPUs, then the CPU)")
-    max_memory: str | None = arg(None, metavar="DEVICE=SIZE,...",
-                                 help="with --device-map auto: memory budget per device, e.g. 0=20GiB,cpu=60GiB")
+    dtype: Dtype = dtype_arg()
+    compile: CompileChoice = compile_arg()
+    device: str = device_arg(mapped=True)
+    device_map: DeviceMapChoice = device_map_arg()
+    max_memory: str | None = max_memory_arg()
 
 
 @dataclass(frozen=True)
@@ -74,7 +70,8 @@ def complete_at_depths(config: GenerateConfig, say: Callable[[str], None] = prin
     model's context); ``say`` receives the notes (the demo preset, the compiled step) once the input is checked.
     """
     # The model stack (torch, transformers) is imported here, so the config's module stays light.
-    from sst_interp.model.compiled import CompileOptions, compiler_for, generate_compiled, setup_refusal
+    from sst_interp.model.compile_options import CompileOptions, setup_refusal
+    from sst_interp.model.compiled import compiler_for, generate_compiled
     from sst_interp.model.devices import resolve_placement
     from sst_interp.model.generation import GenerationConfig, generate
     from sst_interp.model.limits import ModelLimits, check_weights_placed

@@ -1,5 +1,5 @@
 """``--device``, ``--dtype`` and a process's rank: the one place where every command resolves them, checked before
-anything loads (one default each: ``--device auto``, ``--dtype auto``).
+anything loads (the flags, their values and defaults are declared in :mod:`sst_interp.model.device_flags`).
 
 torch accepts a device string lazily: ``torch.device("bogus")`` raises a RuntimeError listing every backend torch
 knows, and ``cuda`` on a machine without CUDA fails only when the first tensor moves (an AssertionError deep inside
@@ -12,9 +12,7 @@ from __future__ import annotations
 import torch
 
 from sst_interp.kernels.errors import UsageError
-
-#: What ``--device`` accepts, in words (for messages).
-DEVICE_HELP = "auto, cpu, cuda or cuda:N (the GPU index), or mps"
+from sst_interp.model.device_flags import DEVICE_HELP, DTYPES, auto_dtype
 
 
 def check_device(text: str, flag: str = "--device") -> str:
@@ -43,13 +41,9 @@ def check_device(text: str, flag: str = "--device") -> str:
     raise UsageError(f"{flag} {text!r}: sst-interp runs on {DEVICE_HELP}, not {device.type}")
 
 
-#: What ``--dtype`` accepts.
-DTYPES = ("auto", "float32", "bfloat16")
-
-
 def resolve_dtype(text: str, device: str, flag: str = "--dtype", allowed: tuple[str, ...] = DTYPES) -> str:
-    """``--dtype`` resolved for ``device`` (already resolved): ``auto`` is bfloat16 on a GPU and float32 on the CPU
-    (where bfloat16 matmuls are slow and the exactness tests run); the other ``allowed`` names stay as given."""
+    """``--dtype`` resolved for ``device`` (already resolved): ``auto`` is :func:`auto_dtype`; the other
+    ``allowed`` names stay as given."""
     if text not in allowed:
         raise UsageError(f"{flag} must be one of {', '.join(allowed)}, got {text!r}")
     return auto_dtype(device) if text == "auto" else text
@@ -76,8 +70,3 @@ def rank_device(device: str, local_rank: int | None) -> str:
         raise UsageError(f"LOCAL_RANK={local_rank} but this machine has {count} CUDA devices; start at most that "
                          "many processes per machine")
     return f"cuda:{local_rank}"
-
-
-def auto_dtype(device: str) -> str:
-    """What ``--dtype auto`` means on ``device``: bfloat16 on a GPU, float32 on the CPU (every command's rule)."""
-    return "bfloat16" if str(device).startswith("cuda") else "float32"

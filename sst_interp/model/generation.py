@@ -21,121 +21,17 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
-from typing import Protocol, runtime_checkable
 
 import torch
 from transformers import DynamicCache
 
 from sst_interp.kernels.errors import UsageError
 from sst_interp.model.config import PROMPT_MODES, PromptMode
+from sst_interp.model.depth_policy import DepthPolicy, as_depth_policy
+from sst_interp.model.observers import GenerationObserver, NullObserver, PassInfo
 from sst_interp.model.per_position import HaltedRows, signals_for
 from sst_interp.model.scan import shift_states
 from sst_interp.model.sst import SSTModel
-
-
-# ------------------------------------------------------------------------------------------------ depth policies
-@runtime_checkable
-class DepthPolicy(Protocol):
-    """Decides how many iterations each generated position gets.
-
-    Per-turn policies (:class:`FixedDepth`, the halting probe) implement this protocol. Per-position policies
-    (:class:`~sst_interp.model.halting.PositionPolicy`, ``per_position = True``) implement it too but are driven
-    through their ``halt`` method after every iteration of every position (:mod:`sst_interp.model.per_position`).
-
-    For a per-turn policy the decision is taken at generated position 0 of every model turn (a single-turn
-    generation call has one), after each iteration, and then holds for every later position of that turn.
-    app:halting_eval: "At each model turn, the probe inspects the position-0 hidden state ... and that depth is
-    used for the remainder of the question"; we read "remainder" as the rest of that model turn, since the probe
-    inspects again at the next turn's position 0 (were the first decision to hold for the whole episode, there
-    would be nothing to inspect). ``probe_layer`` names the decoder layer whose position-0 output
-    :meth:`should_halt` reads (``None`` if it reads nothing).
-    """
-
-    max_depth: int
-    probe_layer: int | None
-
-    def should_halt(self, iteration: int, hidden: torch.Tensor | None) -> torch.Tensor | bool:
-        """After ``iteration`` (1-based) at position 0: halt now? ``hidden`` is [B, d] at ``probe_layer``."""
-        ...
-
-    def describe(self) -> str:
-        """A short description for manifests (e.g. ``fixed(3)``)."""
-        ...
-
-
-@dataclass(frozen=True)
-class FixedDepth:
-    """Every position gets exactly ``depth`` iterations (a flat-depth run)."""
-
-    depth: int
-    probe_layer: int | None = None
-
-    def __post_init__(self) -> None:
-        if int(self.depth) < 1:
-            raise UsageError(f"depth must be at least 1, got {self.depth}")
-
-    @property
-    def max_depth(self) -> int:
-        return int(self.depth)
-
-    def should_halt(self, iteration: int, hidden: torch.Tensor | None) -> bool:
-        return iteration >= self.depth
-
-    def describe(self) -> str:
-        return f"fixed({self.depth})"
-
-
-def as_depth_policy(depth: int | DepthPolicy) -> DepthPolicy:
-    """Accept a plain integer depth or a policy object."""
-    if isinstance(depth, bool):
-        raise UsageError("depth must be an integer >= 1 or a depth policy")
-    if isinstance(depth, int):
-        return FixedDepth(depth)
-    if isinstance(depth, DepthPolicy):
-        return depth
-    raise UsageError(f"depth must be an integer >= 1 or a depth policy, got {type(depth).__name__}")
-
-
-# ------------------------------------------------------------------------------------------------ observer
-@dataclass(frozen=True)
-class PassInfo:
-    """Where one decoder pass sits in the generation.
-
-    Args:
-        position: generated position within the turn (0 = the last prompt position), or ``None`` for passes that
-            emit nothing (prompt passes, two-pass prefill pass 1).
-        iteration: 1-based iteration at this position.
-        depth: iterations planned for this position (the policy's maximum while position 0 is undecided).
-        active: [B] bool, rows still generating (finished rows are computed but not to be recorded).
-        turn: turn index (0 for single-turn generation).
-    """
-
-    position: int | None
-    iteration: int
-    depth: int
-    active: torch.Tensor
-    turn: int = 0
-
-
-class GenerationObserver(Protocol):
-    """Receives every pass of a generation call, from the pass that produced it (never a re-run)."""
-
-    def on_pass_start(self, info: PassInfo) -> None: ...
-
-    def on_pass_end(self, info: PassInfo, logits: torch.Tensor | None) -> None: ...
-
-    def on_token(self, position: int, token_ids: torch.Tensor, active: torch.Tensor) -> None: ...
-
-
-class _NullObserver:
-    def on_pass_start(self, info: PassInfo) -> None:
-        pass
-
-    def on_pass_end(self, info: PassInfo, logits: torch.Tensor | None) -> None:
-        pass
-
-    def on_token(self, position: int, token_ids: torch.Tensor, active: torch.Tensor) -> None:
-        pass
 
 
 # ------------------------------------------------------------------------------------------------ config/result
@@ -242,7 +138,7 @@ class GenerationSession:
                  gradients: bool = False) -> None:
         self.sst, self.policy, self.config = sst, policy, config
         self.gradients = bool(gradients)
-        self.observer = observer or _NullObserver()
+        self.observer = observer or NullObserver()
         self.decode_fn = decode_fn
         self.carry_across_turns = carry_across_turns
         self.input_ids, self.mask = left_pad(prompts, config.pad_token_id, sst.device)

@@ -177,7 +177,7 @@ class PositionPolicy:
         return fired
 
     def should_halt(self, iteration: int, hidden: torch.Tensor | None) -> bool:
-        """The per-turn :class:`~sst_interp.model.generation.DepthPolicy` call; a per-position policy is driven
+        """The per-turn :class:`~sst_interp.model.depth_policy.DepthPolicy` call; a per-position policy is driven
         through :meth:`halt` instead, so generation never asks this."""
         raise RuntimeError("a per-position policy decides through halt(), at every position")
 

@@ -2,9 +2,9 @@
 generation with the KV cache, announcing every forward call to an observer (the recorder).
 
 Unlike SST, whose iterations are reruns of the emitting pass, these families run all their loops inside one forward
-call per token: the depth is a config field (:attr:`~sst_interp.model.loops.LoopDeclaration.depth_key`) that
+call per token: the depth is a config field (:attr:`~sst_interp.model.loop_declaration.LoopDeclaration.depth_key`) that
 :meth:`LoopModel.at_depth` sets for the duration of a generation, and the recorder reads the visits from hooks on
-the family's own modules (:attr:`~sst_interp.model.loops.LoopDeclaration.visit_sites`).
+the family's own modules (:attr:`~sst_interp.model.loop_declaration.LoopDeclaration.visit_sites`).
 """
 
 from __future__ import annotations
@@ -18,8 +18,10 @@ from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
 from torch import nn
 
 from sst_interp.kernels.errors import UsageError
-from sst_interp.model.generation import GenerationConfig, GenerationResult, PassInfo, left_pad
-from sst_interp.model.loops import LoopDeclaration, loop_for_model_type, native_loop
+from sst_interp.model.generation import GenerationConfig, GenerationResult, left_pad
+from sst_interp.model.observers import PassInfo
+from sst_interp.model.loop_declaration import LoopDeclaration
+from sst_interp.model.loops import loop_for_model_type, native_loop
 
 
 class LoopObserver(Protocol):
@@ -89,7 +91,6 @@ class LoopModel:
     def at_depth(self, depth: int) -> Iterator[LoopModel]:
         """Run the enclosed calls at ``depth`` (checked by the declaration); the config is restored on exit."""
         self.loop.check_depth(depth)
-        assert self.loop.depth_fields is not None
         fields = self.loop.depth_fields(self.config, depth)
         before = {name: getattr(self.config, name) for name in fields}
         try:

@@ -1,10 +1,58 @@
-"""Several generation observers as one (a recorder and an intervener watch the same passes)."""
+"""What watches a generation: where each pass sits (:class:`PassInfo`), the observer protocol every generation
+calls (:class:`GenerationObserver`), and several observers as one (:class:`ObserverGroup`: a recorder and an
+intervener watch the same passes).
+"""
 
 from __future__ import annotations
 
-from typing import Any
+from dataclasses import dataclass
+from typing import Any, Protocol
 
 import torch
+
+
+@dataclass(frozen=True)
+class PassInfo:
+    """Where one decoder pass sits in the generation.
+
+    Args:
+        position: generated position within the turn (0 = the last prompt position), or ``None`` for passes that
+            emit nothing (prompt passes, two-pass prefill pass 1).
+        iteration: 1-based iteration at this position.
+        depth: iterations planned for this position (the policy's maximum while position 0 is undecided).
+        active: [B] bool, rows still generating (finished rows are computed but not to be recorded).
+        turn: turn index (0 for single-turn generation).
+    """
+
+    position: int | None
+    iteration: int
+    depth: int
+    active: torch.Tensor
+    turn: int = 0
+
+
+class GenerationObserver(Protocol):
+    """Receives every pass of a generation call, from the pass that produced it (never a re-run)."""
+
+    def on_pass_start(self, info: PassInfo) -> None: ...
+
+    def on_pass_end(self, info: PassInfo, logits: torch.Tensor | None) -> None: ...
+
+    def on_token(self, position: int, token_ids: torch.Tensor, active: torch.Tensor) -> None: ...
+
+
+class NullObserver:
+    """An observer that ignores every call (a generation without one)."""
+
+    def on_pass_start(self, info: PassInfo) -> None:
+        pass
+
+    def on_pass_end(self, info: PassInfo, logits: torch.Tensor | None) -> None:
+        pass
+
+    def on_token(self, position: int, token_ids: torch.Tensor, active: torch.Tensor) -> None:
+        pass
+
 
 
 class ObserverGroup:

@@ -19,9 +19,7 @@ import torch
 from torch import nn
 
 from sst_interp.kernels.errors import UsageError
-
-#: The values of ``--device-map``: ``none`` (the whole model on ``--device``) or ``auto`` (accelerate decides).
-DEVICE_MAP_CHOICES: tuple[str, ...] = ("none", "auto")
+from sst_interp.model.device_flags import DEVICE_MAP_CHOICES
 
 #: A device map as transformers takes it: ``"auto"`` or an explicit {module name: device} (int = GPU index,
 #: ``"cpu"``, ``"disk"``, ``"cuda:1"``, ...).

@@ -19,7 +19,8 @@ from transformers import PreTrainedModel
 from sst_interp.kernels.errors import UsageError
 from sst_interp.model.adapters import ArchitectureAdapter, adapter_for, decoder_layers
 from sst_interp.model.config import SSTConfig
-from sst_interp.model.loops import SST_LOOP, LoopDeclaration
+from sst_interp.model.loop_declaration import LoopDeclaration
+from sst_interp.model.loops import SST_LOOP
 from sst_interp.model.layer import STATE_MODES, StateMode, StateStreamContext, convert_layer
 from sst_interp.model.placement import execution_device
 from sst_interp.model.scan import shift_states

@@ -1,6 +1,6 @@
 """The halting probe as a generation-time depth policy (``app:halting_eval``).
 
-``ProbeDepth`` implements :class:`sst_interp.model.generation.DepthPolicy`: at generated
+``ProbeDepth`` implements :class:`sst_interp.model.depth_policy.DepthPolicy`: at generated
 position 0 of a generation call, after each iteration, generation hands it the probe layer's
 output ``[B, d]``; it answers "halt" where the probe's logit exceeds the threshold. The depth
 chosen there holds for every later position; a probe that never halts runs to ``max_depth``

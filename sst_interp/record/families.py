@@ -3,7 +3,7 @@ transformers classes.
 
 ``record --model FOLDER`` lands here when the folder's ``config.json`` names a family of
 :data:`~sst_interp.model.loops.LOOPS` other than SST (read before any weight loads). Each depth sets the family's
-loop count (:attr:`~sst_interp.model.loops.LoopDeclaration.depth_key`); the recorder
+loop count (:attr:`~sst_interp.model.loop_declaration.LoopDeclaration.depth_key`); the recorder
 (:class:`~sst_interp.hooks.visits.VisitRecorder`) files every visit under (turn, position, iteration, layer), and the
 manifest adds ``family`` and ``loop`` (docs/format.md, docs/families.md).
 """
@@ -34,12 +34,13 @@ SST_ONLY_FLAGS = {
 
 
 def native_family(model: str | None, loop: str | None = None, trust_remote_code: bool = False) -> Any:
-    """The :class:`~sst_interp.model.loops.LoopDeclaration` of a local model folder whose ``config.json`` names a
+    """The :class:`~sst_interp.model.loop_declaration.LoopDeclaration` of a local model folder whose ``config.json`` names a
     natively looping family, or the user's declaration ``loop`` (``FILE.py:NAME``, checked against a weightless copy
     of the folder's model); None for SST backbones, GGUF files and hub ids (loaded as before). Refused (a
     :class:`UsageError`, before any weight loads): a ``model_type`` no family serves, a bad ``--loop``, a folder
     with its own code without ``trust_remote_code``, and ``--trust-remote-code`` or ``--loop`` for an SST."""
-    from sst_interp.model.loops import load_loop_file, loop_for_model_type, native_loop
+    from sst_interp.model.loop_file import load_loop_file
+    from sst_interp.model.loops import loop_for_model_type, native_loop
 
     folder = Path(model) if model else None
     config = folder / "config.json" if folder is not None and folder.is_dir() else None
@@ -133,7 +134,7 @@ def family_identity(options: RecordOptions, loop: Any, data_sha256: str) -> dict
     if options.loop is not None:
         # the declaration is the user's file: its text is part of what was recorded (only set keys, so the
         # identities of runs recorded before --loop existed are unchanged)
-        from sst_interp.model.loops import loop_file_sha256
+        from sst_interp.model.loop_file import loop_file_sha256
 
         identity.update(loop=options.loop, loop_sha256=loop_file_sha256(options.loop),
                         trust_remote_code=options.trust_remote_code)

@@ -16,6 +16,8 @@ from sst_interp.checkpoints import DEFAULT_CODEACT_CHECKPOINT, resolve_checkpoin
 from sst_interp.kernels.errors import UsageError
 from sst_interp.kernels.fields import arg
 from sst_interp.model.config import PROMPT_MODES
+from sst_interp.model.device_flags import (DTYPES, CompileChoice, DeviceMapChoice, Dtype, compile_arg, device_arg,
+                                           device_map_arg, dtype_arg, max_memory_arg)
 from sst_interp.record.forms import ACTION_TOKEN_TEXTS, ACTION_TOKENS_FLAGS, SANDBOX_FLAGS, SOURCE_OPTION_FLAGS
 from sst_interp.sandbox.config import SandboxConfig
 
@@ -57,9 +59,7 @@ class RecordOptions:
     max_new_tokens: int | None = arg(None, help="most tokens per answer, or per model turn under codeact (default per "
                                                 "set: demo 16, gsm8k 256, gpqa 256, math500 512, humaneval 384)")
     batch_size: int = arg(8, help="questions (episodes) per generation batch and per written batch")
-    dtype: str = arg("auto", help="auto | float32 | bfloat16: the model's compute dtype and the stored dtype of "
-                                  "hidden states (auto: bfloat16 on CUDA, float32 on the CPU; the resolved one is "
-                                  "recorded)")
+    dtype: Dtype = dtype_arg(stored=True)
     out: str | None = arg(None, help="run directory (default runs/<questions>, runs/<questions>-codeact under "
                                      "codeact)")
     full_positions: int = arg(10, help="generated positions recorded in full (position 0 always), per model turn")
@@ -71,17 +71,10 @@ class RecordOptions:
     ids: list[str] | None = arg(None, metavar="ID,...", help="comma-separated question ids to record")
     prompt_mode: str | None = arg(None, help="two_pass | sequential | none: how the prompt and appended tool turns "
                                              "are processed (default: none under the demo preset, else two_pass)")
-    compile: str = arg("auto", help="on | off | auto: decode through the compiled step (CUDA graphs on CUDA, "
-                                    "torch.compile on the CPU; compiled once per batch size) or eager; auto is on "
-                                    "on CUDA for single-turn completions without interventions, off elsewhere")
-    device: str = arg("auto", help="torch device: cpu | cuda | auto (cuda when available); not used with "
-                                   "--device-map auto")
-    device_map: str = arg("none", help="none (default: the whole model on --device) | auto (a model bigger than one "
-                                       "device: accelerate spreads the layers over the GPUs, then the CPU; each "
-                                       "layer's state stream stays with its layer)")
-    max_memory: str | None = arg(None, metavar="DEVICE=SIZE,...",
-                                 help="with --device-map auto: memory budget per device, e.g. 0=20GiB,cpu=60GiB "
-                                      "(default: what accelerate finds free)")
+    compile: CompileChoice = compile_arg()
+    device: str = device_arg(mapped=True)
+    device_map: DeviceMapChoice = device_map_arg()
+    max_memory: str | None = max_memory_arg()
     source_options: dict[str, Any] = arg(default_factory=dict, flags=SOURCE_OPTION_FLAGS,
                                          help="keyword arguments of the question loader (--source-option)")
     depth_policy: str = arg("fixed", help="fixed (default: a flat run per depth of --depths) | probe:PATH (a saved "
@@ -132,15 +125,16 @@ class RecordOptions:
         return self.protocol == "codeact"
 
     def compile_options(self) -> Any:
-        """``--compile`` as a :class:`~sst_interp.model.compiled.CompileOptions` (a bad value is a UsageError)."""
-        from sst_interp.model.compiled import CompileOptions
+        """``--compile`` as a :class:`~sst_interp.model.compile_options.CompileOptions` (a bad value is a
+        UsageError)."""
+        from sst_interp.model.compile_options import CompileOptions
 
         return CompileOptions(self.compile)
 
     def _check_compile(self) -> None:
         """``--compile on`` where the compiled step cannot serve the run is refused here, before anything loads
         (``auto`` decodes eager there instead)."""
-        from sst_interp.model.compiled import setup_refusal
+        from sst_interp.model.compile_options import setup_refusal
 
         options = self.compile_options()
         if options.enabled != "on":
@@ -248,8 +242,8 @@ class RecordOptions:
             raise UsageError(f"--threads must be at least 1, got {self.threads}")
         if self.limit is not None and self.limit < 1:
             raise UsageError(f"--limit must be at least 1, got {self.limit}")
-        if self.dtype not in ("auto", "float32", "bfloat16"):
-            raise UsageError(f"--dtype must be auto, float32 or bfloat16, got {self.dtype!r}")
+        if self.dtype not in DTYPES:
+            raise UsageError(f"--dtype must be one of {', '.join(DTYPES)}, got {self.dtype!r}")
         self._check_compile()
         if self.prompt_mode is not None and self.prompt_mode not in PROMPT_MODES:
             raise UsageError(f"--prompt-mode must be one of {', '.join(PROMPT_MODES)}, got {self.prompt_mode!r}")

@@ -85,7 +85,7 @@ def _record_plan(plan: RecordPlan, sst: Any, tokenizer: Any, ranks: Ranks) -> di
 def _record_loaded(plan: RecordPlan, sst: Any, tokenizer: Any, ranks: Ranks) -> dict[int, float]:
     """Record the :class:`~sst_interp.record.plan.RecordPlan` ``plan`` with the loaded ``sst`` and ``tokenizer``:
     the checks that need the model first (before the run directory is created or resumed), then every batch."""
-    from sst_interp.model.generation import FixedDepth
+    from sst_interp.model.depth_policy import FixedDepth
     from sst_interp.record.completion import decode_kind, run_compiler
     from sst_interp.record.identity import manifest_extra
     from sst_interp.record.preflight import check_against_model

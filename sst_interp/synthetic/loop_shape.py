@@ -3,7 +3,7 @@
 Layers ``loop_start .. loop_end-1`` of ``num_layers`` run once per pass, ``depth`` passes per token; the layers
 before and after the block run once (iteration 1 only: ``Run.hidden`` is NaN for them at iterations >= 2), as in
 Inkling-2 Loop. The manifest names the shape as a family (``family: looped_block``, and a ``loop`` object with the
-keys of :meth:`~sst_interp.model.loops.LoopDeclaration.describe`), so every measurement reads it as it reads a
+keys of :meth:`~sst_interp.model.loop_declaration.LoopDeclaration.describe`), so every measurement reads it as it reads a
 recorded family run.
 
 What is planted, exactly, at every looped layer, question and full position (the same values everywhere, so a mean

@@ -7,13 +7,15 @@ flag of ``python -m sst_interp.train`` (``--lr-sst`` sets ``lr_sst``, and so on)
 from __future__ import annotations
 
 import json
+import typing
 from dataclasses import asdict, dataclass, fields
-from typing import Any
+from typing import Any, Literal
 
 from sst_interp.kernels.fields import arg
 from sst_interp.codeact.format import GEMMA3_ACTION_IDS
 from sst_interp.kernels.errors import UsageError
 from sst_interp.kernels.paper import A_MAX, A_MIN, THETA_INIT
+from sst_interp.model.device_flags import device_arg, dtype_arg
 
 #: The paper's LoRA targets: attention QKV+O, MLP {gate, up, down}, lm_head (tab:hyperparameters).
 PAPER_LORA_TARGETS: tuple[str, ...] = (
@@ -33,7 +35,11 @@ QUANTIZE_CHOICES: tuple[str, ...] = ("auto", "nf4", "none")
 
 
 #: What ``train --dtype`` accepts (training also runs float16 and float64, which recording does not store).
-TRAIN_DTYPES = ("auto", "float32", "bfloat16", "float16", "float64")
+TrainDtype = Literal["auto", "float32", "bfloat16", "float16", "float64"]
+TRAIN_DTYPES: tuple[str, ...] = typing.get_args(TrainDtype)
+#: What ``train --device`` accepts (a process of several takes its GPU from LOCAL_RANK: ``cuda`` only).
+TrainDevice = Literal["auto", "cpu", "cuda"]
+TRAIN_DEVICES: tuple[str, ...] = typing.get_args(TrainDevice)
 
 @dataclass
 class TrainConfig:
@@ -104,8 +110,8 @@ class TrainConfig:
                                  "it. Loads the backbone on the CPU first; not with --quantize nf4")
     ce_chunk_size: int = arg(1024, help="labelled positions per chunk of the chunked cross-entropy (the LM head's "
                                         "logits of one chunk are the only ones alive at a time)")
-    dtype: str = arg("auto", help="compute dtype of the backbone: auto is bfloat16 on CUDA and float32 on CPU")
-    device: str = arg("auto", help="auto (CUDA if present, else CPU), cpu or cuda")
+    dtype: TrainDtype = dtype_arg()
+    device: TrainDevice = device_arg(typed=True)
     seed: int = arg(0, help="seed of torch's generator (LoRA initialisation and dropout)")
     threads: int | None = arg(None, help="torch intra-op threads for the command line run (default: torch's; on a "
                                          "shared CPU, 1 avoids the stalls of oversubscribed threads)")
@@ -134,9 +140,9 @@ class TrainConfig:
             raise UsageError("--fsdp shards plain (bfloat16/float32) weights, not 4-bit NF4 ones; pass --quantize none "
                              "(or auto) with --fsdp, or drop --fsdp to train QLoRA")
         if self.dtype not in TRAIN_DTYPES:
-            raise UsageError(f"unknown dtype {self.dtype!r}; use auto, float32, bfloat16, float16 or float64")
-        if self.device not in ("auto", "cpu", "cuda"):
-            raise UsageError(f"unknown device {self.device!r}; use auto, cpu or cuda")
+            raise UsageError(f"unknown dtype {self.dtype!r}; use one of {', '.join(TRAIN_DTYPES)}")
+        if self.device not in TRAIN_DEVICES:
+            raise UsageError(f"unknown device {self.device!r}; use one of {', '.join(TRAIN_DEVICES)}")
         if not self.model_turn_start or not self.turn_end:
             raise UsageError("model_turn_start and turn_end must be non-empty strings")
         if not self.lora_targets:

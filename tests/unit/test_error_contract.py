@@ -298,7 +298,7 @@ CASES = [
     Case("record-out-a-file", "record", (*REC, "--out", "{data}/empty.jsonl"), "is a file"),
     # ---- the compiled decode step (issue 35): refused before anything loads, naming --compile off
     Case("record-compile-bad-value", "record", (*REC, "--compile", "maybe", "--out", "{out}"),
-         "--compile takes one of on, off, auto"),
+         "argument --compile: invalid choice: 'maybe'"),
     Case("record-compile-on-codeact", "record", (*REC, *CODEACT, "--compile", "on", "--out", "{out}"),
          "single-turn completions on one device; use --compile off"),
     Case("record-compile-on-live-intervention", "record",

@@ -15,7 +15,7 @@ from sst_interp.cli.record import main as record_main
 from sst_interp.hooks import RecordConfig, VisitRecorder
 from sst_interp.model.generation import GenerationConfig
 from sst_interp.model.loop_model import LoopModel, generate_looped, load_loop_backbone
-from sst_interp.model.loops import load_loop_file
+from sst_interp.model.loop_file import load_loop_file
 from sst_interp.store import Run
 from tests.unit.byo import LOOP_FILE, save_toy_huginn
 from tests.unit.conftest import FAST, fails_with_one_error_line, save_tiny_model

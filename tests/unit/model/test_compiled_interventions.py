@@ -17,7 +17,7 @@ from sst_interp.interventions.compiled import spec_refusal
 from sst_interp.kernels.errors import UsageError
 from sst_interp.model import GenerationConfig, generate, parse_position_policy
 from sst_interp.model.compiled import StepCompiler, generate_compiled
-from sst_interp.model.generation import PassInfo
+from sst_interp.model.observers import PassInfo
 from sst_interp.model.layer import _blend
 from sst_interp.model.observers import ObserverGroup
 from sst_interp.model.stream_edits import StreamEdits

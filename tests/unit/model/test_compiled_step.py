@@ -14,8 +14,8 @@ from sst_interp.hooks import RecordConfig, Recorder
 from sst_interp.kernels.errors import UsageError
 from sst_interp.model import GenerationConfig, generate, parse_position_policy
 from sst_interp.model.column_cache import ColumnCache, column_masks
-from sst_interp.model.compiled import (CompileOptions, StepCompiler, compile_refusal, generate_compiled,
-                                       setup_refusal)
+from sst_interp.model.compile_options import CompileOptions, compile_refusal, setup_refusal
+from sst_interp.model.compiled import StepCompiler, generate_compiled
 from tests.unit.model.conftest import make_sst
 from tests.unit.observers import KeptLogits
 

@@ -13,7 +13,8 @@ import torch
 
 from sst_interp.model import GenerationConfig, SSTConfig, SSTModel, generate
 from sst_interp.model import compiled as compiled_module
-from sst_interp.model.compiled import StepCompiler, cpu_options, generate_compiled
+from sst_interp.model.compile_recipe import cpu_options
+from sst_interp.model.compiled import StepCompiler, generate_compiled
 from sst_interp.model.static_address import mark_static
 from sst_interp.model.testing import tiny_gemma3
 from tests.unit.model.conftest import make_sst

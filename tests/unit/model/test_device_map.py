@@ -174,7 +174,7 @@ def test_the_spec_keeps_its_budget_as_given(folder):
 
 
 @pytest.mark.parametrize("flags, message", [
-    (["--device-map", "gpu"], "--device-map must be one of none, auto, got 'gpu'"),
+    (["--device-map", "gpu"], "argument --device-map: invalid choice: 'gpu'"),
     (["--device-map", "auto", "--max-memory", "cpu:60GiB"], "write DEVICE=SIZE pairs"),
     (["--device-map", "auto", "--max-memory", "cpu=lots"], "write DEVICE=SIZE pairs"),
     (["--device-map", "auto", "--max-memory", "tpu=1GiB"], "unknown device 'tpu'"),

@@ -10,7 +10,8 @@ import torch
 
 from sst_interp.kernels.errors import UsageError
 from sst_interp.model import SSTConfig, SSTModel
-from sst_interp.model.generation import DepthPolicy, GenerationConfig, generate
+from sst_interp.model.depth_policy import DepthPolicy
+from sst_interp.model.generation import GenerationConfig, generate
 from sst_interp.model.testing import tiny_llama
 from sst_interp.probe.io import ProbeMeta, load_probe, save_probe
 from sst_interp.probe.model import DEFAULT_THRESHOLD, HaltingProbe, ProbeConfig
