@@ -215,8 +215,8 @@ class SSTOrganismConfig(LoopedTrainConfig):
     max_depth: int = arg(4, help="the SST's deepest iteration count in the depth-by-hop tables (the backbone and the "
                                  "baseline run one pass; the baseline is tabled at the same depths)")
     family: str = setting("gemma3_text", help="the backbone's family: the one-pass Gemma 3 the SST wraps")
-    sst_steps: int = arg(1000, help="optimiser steps of the SST stage, and of its matched baseline")
-    sst_batch_size: int = arg(32, help="questions per SST-stage step (one micro-batch; every step reads new training "
+    sst_steps: int = arg(600, help="optimiser steps of the SST stage, and of its matched baseline")
+    sst_batch_size: int = arg(64, help="questions per SST-stage step (one micro-batch; every step reads new training "
                                        "questions, so the training file holds sst_steps x this many)")
     sst_validation: int = arg(480, help="validation questions of the SST stage (its early stopping, as the paper's)")
     eval_every: int = arg(50, help="SST-stage steps between validations")
