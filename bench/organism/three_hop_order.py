@@ -1,11 +1,11 @@
 """Split the 3-hop test questions of a ``train-sst`` folder by the order of their second and third bindings, and
 count each checkpoint's exact answers at depth 1 in each part.
 
-Why: a 2-layer model can chain two attention reads at the answer position, and a third only when the third binding
-(``a=7`` of ``c -> b -> a -> 7``) comes before the second (``b=a``), so that ``b=a``'s first layer can have read it;
-the split tests whether the organisms' 3-hop accuracy is that bound.
+Why: a 2-layer model can chain two dependent attention reads at the answer position (two hops), and reach a third
+hop only when the third binding (``a=7`` of ``c -> b -> a -> 7``) comes before the second (``b=a``), so that
+``b=a``'s first layer can have read it; the split tests whether the organisms' 3-hop accuracy is that bound.
 
-    python bench/organism/three_hop_order.py FOLDER          # a folder written by python -m sst_interp.organism train-sst
+    python bench/organism/three_hop_order.py FOLDER      # FOLDER: written by python -m sst_interp.organism train-sst
 """
 
 from __future__ import annotations

@@ -7,14 +7,19 @@ from __future__ import annotations
 import contextlib
 import io
 import json
+import shutil
 from pathlib import Path
 
 import pytest
 import torch
+from safetensors.torch import load_file, save_file
+from transformers import AutoTokenizer
 
 from sst_interp.cli.organism import main as organism_main
+from sst_interp.cli.record import main as record_main
 from sst_interp.organism.tables import read_table
-from sst_interp.organism.task import split_items
+from sst_interp.organism.task import HopsSpec, split_items
+from sst_interp.store import Run
 from sst_interp.train.organism import BASELINE_DIR, MARKER, SST_DIR, TABLES, checkpoint_answers
 from tests.unit.conftest import fails_with_one_error_line, save_tiny_model
 
@@ -78,26 +83,37 @@ def test_a_rerun_trains_nothing_and_a_lost_table_comes_back_the_same(organism):
     assert identities() == before and (out / TABLES["sst"]).read_text() == table
 
 
-def test_the_sst_checkpoint_records_hops_with_the_tables_answers(organism, tmp_path):
-    from sst_interp.cli.record import main as record_main
-    from sst_interp.store import Run
+def loud_copy(checkpoint: Path, folder: Path) -> Path:
+    """``checkpoint`` with every blend near 0.9 (a tiny SST's own, about 0.03, rarely moves an argmax): prompt mode
+    and depth then change its answers, so agreeing answers mean the same computation."""
+    shutil.copytree(checkpoint, folder)
+    meta = json.loads((folder / "sst_config.json").read_text())
+    meta["sst"].update(a_min=0.5, a_max=0.95)
+    (folder / "sst_config.json").write_text(json.dumps(meta))
+    state = load_file(folder / "sst_state.safetensors")
+    save_file({k: torch.full_like(v, 3.0) if k.endswith("theta") else v for k, v in state.items()},
+              folder / "sst_state.safetensors")
+    return folder
 
+
+@pytest.mark.parametrize("loud", [False, True], ids=["trained", "loud"])
+def test_the_sst_checkpoint_records_hops_with_the_tables_answers(organism, tmp_path, loud):
     out, _ = organism
-    flags = ["--questions", "hops", "--limit", "6", "--depths", "1,2", "--top-k", "6", "--full-positions", "1",
+    checkpoint = out / SST_DIR / "best"
+    if loud:
+        checkpoint = loud_copy(checkpoint, tmp_path / "loud")
+    flags = ["--questions", "hops", "--limit", "12", "--depths", "1,2", "--top-k", "6", "--full-positions", "1",
              "--sketch-positions", "0", "--device", "cpu"]
     run_dir = tmp_path / "run"
-    assert record_main(["--model", str(out / "backbone"), "--checkpoint", str(out / SST_DIR / "best"), *flags,
+    assert record_main(["--model", str(out / "backbone"), "--checkpoint", str(checkpoint), *flags,
                         "--out", str(run_dir)]) == 0
     run = Run.open(run_dir)
-    spec = json.loads((out / MARKER).read_text())["task"]
-    from sst_interp.organism.task import HopsSpec
-
-    questions = split_items(HopsSpec(**spec), "test", 6)
+    questions = split_items(HopsSpec(**json.loads((out / MARKER).read_text())["task"]), "test", 12)
     assert run.questions()["prompt"].tolist() == [q.prompt for q in questions]
-    expected = checkpoint_answers(out / "backbone", out / SST_DIR / "best", questions, [1, 2])
+    expected = checkpoint_answers(out / "backbone", checkpoint, questions, [1, 2])
+    if loud:
+        assert expected[1] != expected[2]  # the state stream matters here, so the comparison below can fail
     generations = run.generations()
-    from transformers import AutoTokenizer
-
     tokenizer = AutoTokenizer.from_pretrained(out / "backbone")
     for depth in (1, 2):
         rows = generations[generations["depth"] == depth].sort_values("question_id")
