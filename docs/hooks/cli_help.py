@@ -11,7 +11,7 @@ import re
 import subprocess
 import sys
 
-MARKER = re.compile(r"<!-- help: ([a-z_.]+(?: [a-z_]+)?) -->")
+MARKER = re.compile(r"<!-- help: ([a-z_.]+(?: [a-z_-]+)?) -->")
 
 
 def _help_text(command: str) -> str:

@@ -1,10 +1,13 @@
 """``python -m sst_interp.organism``: the model organisms of latent iteration, trained from scratch on the hops task.
 
     python -m sst_interp.organism train --out organisms/looped      # the looped (HRM-Text) organism, ~20 min on 2 cores
+    python -m sst_interp.organism train-sst --out organisms/sst     # the SST organism and its matched baseline
     python -m sst_interp.organism validate --run runs/hops --out reports/organism   # every measurement vs the task
 
-Prints the depth-by-hop accuracy table on the test split at the end (also written to ``depth_by_hop.csv``).
-Bad input is one ``error:`` line and exit code 2, with nothing written.
+``train`` prints the depth-by-hop accuracy table on the test split at the end (also written to ``depth_by_hop.csv``);
+``train-sst`` prints three: the one-pass backbone's, the SST's at each iteration count, and the matched baseline's
+(also written into its folder; see :mod:`sst_interp.train.organism`). Bad input is one ``error:`` line and exit code
+2, with nothing written.
 """
 
 from __future__ import annotations
@@ -13,7 +16,7 @@ from collections.abc import Sequence
 
 from sst_interp.cli.args import add_config_flags, config_from_namespace, config_parser
 from sst_interp.kernels.errors import cli_entry
-from sst_interp.organism.config import LoopedTrainConfig, ValidateConfig
+from sst_interp.organism.config import LoopedTrainConfig, SSTOrganismConfig, ValidateConfig
 
 
 @cli_entry
@@ -23,10 +26,22 @@ def main(argv: Sequence[str] | None = None) -> int:
     commands = parser.add_subparsers(dest="command", required=True)
     train = commands.add_parser("train", help="train the looped organism (HRM-Text) from scratch")
     add_config_flags(train, LoopedTrainConfig)
+    train_sst = commands.add_parser("train-sst", help="train a one-pass Gemma 3 backbone from scratch, then the SST "
+                                                      "(two-pass) and its matched baseline on it")
+    add_config_flags(train_sst, SSTOrganismConfig)
     validate = commands.add_parser("validate", help="check every measurement on a recorded organism run against the "
                                                     "task's known hops")
     add_config_flags(validate, ValidateConfig)
     args = parser.parse_args(argv)
+    if args.command == "train-sst":
+        from sst_interp.organism.tables import format_table
+        from sst_interp.train.organism import train_sst_organism
+
+        tables = train_sst_organism(config_from_namespace(SSTOrganismConfig, args))
+        titles = {"backbone": "the one-pass backbone", "sst": "the SST (depth = iterations at the answer position)",
+                  "baseline": "the matched baseline (no state stream)"}
+        print("\n\n".join(f"{titles[name]}:\n{format_table(table)}" for name, table in tables.items()))
+        return 0
     if args.command == "validate":
         from sst_interp.experiments.organism_validation import markdown, validate as run_validation
 

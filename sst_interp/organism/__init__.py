@@ -4,5 +4,7 @@
   are known per question);
 - :mod:`~sst_interp.organism.tokenizer`: its character tokenizer, saved as a Hugging Face tokenizer;
 - :mod:`~sst_interp.organism.looped`: the looped organism (transformers' HRM-Text) and its depth-by-hop evaluation;
-- :mod:`~sst_interp.organism.train`: training from scratch at a loop count sampled per batch.
+- :mod:`~sst_interp.organism.train`: training from scratch at a loop count sampled per batch (or one pass: the SST
+  organism's backbone, whose SST stage is :mod:`sst_interp.train.organism`, a floor up);
+- :mod:`~sst_interp.organism.tables`: the depth-by-hop tables every organism's evaluation fills.
 """

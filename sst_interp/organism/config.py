@@ -1,19 +1,19 @@
-"""The organisms' settings: the looped organism's shape and its training command's flags (no torch here, so that
-``--help`` stays light)."""
+"""The organisms' settings: the looped organism's shape, the one-pass backbone's shape, and the training commands'
+flags (no torch here, so that ``--help`` stays light)."""
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from sst_interp.kernels.errors import UsageError
-from sst_interp.kernels.fields import arg
+from sst_interp.kernels.fields import arg, setting
 from sst_interp.organism.task import HopsSpec, vocabulary
 from sst_interp.organism.tokenizer import BOS_ID, EOS_ID, PAD_ID, SPECIAL_TOKENS
 
 if TYPE_CHECKING:
-    from transformers import HrmTextConfig
+    from transformers import Gemma3ForCausalLM, Gemma3TextConfig, HrmTextConfig, HrmTextForCausalLM
 
 
 # HRM-Text scales token embeddings by 1 / initializer_range (50) by default, so the embedding dwarfs what the
@@ -66,6 +66,67 @@ class LoopedShape:
             rope_parameters={"rope_type": "default", "rope_theta": 10000.0},
         )
 
+    def build(self) -> HrmTextForCausalLM:
+        """A randomly initialised organism of this shape."""
+        from transformers import HrmTextForCausalLM
+
+        return HrmTextForCausalLM(self.config())
+
+
+@dataclass(frozen=True)
+class OnePassShape:
+    """The SST organism's backbone: transformers' own Gemma 3 text model (the family the SST wraps, as in the paper),
+    one pass per token, as many blocks as one H-cycle of the looped organism.
+
+    Args:
+        hidden_size: d.
+        intermediate_size: the MLP's width.
+        num_attention_heads: heads per attention (as many KV heads; ``head_dim = hidden_size / heads``).
+        num_layers: decoder layers.
+    """
+
+    hidden_size: int = LoopedShape.hidden_size
+    intermediate_size: int = LoopedShape.intermediate_size
+    num_attention_heads: int = LoopedShape.num_attention_heads
+    num_layers: int = 2
+    max_depth: int = 1  # one pass: what the training loop samples its loop count up to
+
+    def config(self) -> Gemma3TextConfig:
+        """The Gemma 3 text config of this shape, for the organism tokenizer's vocabulary: every layer full attention
+        (a prompt is far shorter than any window), untied head (as the looped organism's)."""
+        from transformers import Gemma3TextConfig
+
+        head_dim = self.hidden_size // self.num_attention_heads
+        rope = {"rope_type": "default", "rope_theta": 10000.0}
+        return Gemma3TextConfig(
+            vocab_size=len(SPECIAL_TOKENS) + len(vocabulary()),
+            hidden_size=self.hidden_size,
+            intermediate_size=self.intermediate_size,
+            num_hidden_layers=self.num_layers,
+            num_attention_heads=self.num_attention_heads,
+            num_key_value_heads=self.num_attention_heads,
+            head_dim=head_dim,
+            query_pre_attn_scalar=head_dim,
+            layer_types=["full_attention"] * self.num_layers,
+            sliding_window=256,
+            max_position_embeddings=256,
+            rope_parameters={"full_attention": dict(rope), "sliding_attention": dict(rope)},
+            tie_word_embeddings=False,
+            pad_token_id=PAD_ID,
+            bos_token_id=BOS_ID,
+            eos_token_id=EOS_ID,
+        )
+
+    def build(self) -> Gemma3ForCausalLM:
+        """A randomly initialised backbone of this shape."""
+        from transformers import Gemma3ForCausalLM
+
+        return Gemma3ForCausalLM(self.config())
+
+
+#: The model families an organism is trained as: the looped HRM-Text, or the one-pass Gemma 3 backbone of the SST
+#: organism (``organism train-sst``).
+FAMILIES: tuple[str, ...] = ("hrm_text", "gemma3_text")
 
 
 @dataclass(frozen=True)
@@ -95,22 +156,33 @@ class LoopedTrainConfig:
                                                "shared factors (folded into a plain embedding when saved)")
     checkpoint_every: int = arg(200, help="steps between resumable saves")
     threads: int | None = arg(None, help="torch threads (default: torch's own)")
+    family: str = setting("hrm_text", help="hrm_text (the looped organism) or gemma3_text (a one-pass Gemma 3 of "
+                                           "OnePassShape, max_depth 1: the SST organism's backbone)")
 
     def spec(self) -> HopsSpec:
         """The task spec (bad combinations are a UsageError)."""
         return HopsSpec(bindings=self.bindings, max_hops=self.max_hops, chains=self.chains, seed=self.seed)
 
-    def shape(self) -> LoopedShape:
+    def shape(self) -> LoopedShape | OnePassShape:
         """The architecture."""
         if self.hidden_size < 8 or self.hidden_size % LoopedShape.num_attention_heads:
             raise UsageError(f"--hidden-size {self.hidden_size}: give a multiple of "
                              f"{LoopedShape.num_attention_heads} of at least 8")
+        if self.family not in FAMILIES:
+            raise UsageError(f"unknown organism family {self.family!r}; known: {', '.join(FAMILIES)}")
+        if self.family == "gemma3_text":
+            if self.max_depth != 1:
+                raise UsageError(f"a one-pass organism runs at depth 1 only, got max_depth {self.max_depth}")
+            return OnePassShape(hidden_size=self.hidden_size, intermediate_size=2 * self.hidden_size)
         return LoopedShape(hidden_size=self.hidden_size, intermediate_size=2 * self.hidden_size,
                            max_depth=self.max_depth)
 
     def recorded(self) -> dict[str, object]:
-        """The settings that decide the weights (what ``organism.json`` keeps, and a resume must match)."""
-        return {key: value for key, value in asdict(self).items() if key not in ("out", "threads", "checkpoint_every")}
+        """The settings that decide the weights (what ``organism.json`` keeps, and a resume must match).
+
+        The looped family is left out, so that a folder written before ``family`` existed still resumes."""
+        return {key: value for key, value in asdict(self).items()
+                if key not in ("out", "threads", "checkpoint_every") and not (key == "family" and value == "hrm_text")}
 
     def check(self) -> None:
         """Refuse values that cannot train (UsageError), before anything is written."""
@@ -123,6 +195,57 @@ class LoopedTrainConfig:
         if not spec.min_hops <= self.start_hops <= spec.max_hops:
             raise UsageError(f"--start-hops {self.start_hops} is outside 1..--max-hops ({spec.max_hops})")
         self.shape()
+
+
+@dataclass(frozen=True)
+class SSTOrganismConfig(LoopedTrainConfig):
+    """``python -m sst_interp.organism train-sst``: the SST organism and its matched baseline, with ``train``'s flags
+    for the backbone.
+
+    The flags it shares with ``train`` train the backbone (:class:`OnePassShape`, one pass, from scratch, with the
+    looped organism's recipe: the task, follow-up queries, the hop curriculum, factored embeddings); ``--steps`` counts
+    its steps. The ``sst_*`` and LoRA flags set the two-pass stage, ``python -m sst_interp.train`` on that backbone
+    (paper sec:two_pass), and the matched baseline repeats it with ``--baseline`` (sec:baseline_ft): same data, order,
+    optimiser and steps. ``--max-depth`` is the deepest SST iteration count of the depth-by-hop tables.
+    """
+
+    out: Path = arg(help="folder of the SST organism: backbone/, data/, sst/, baseline/ and the depth-by-hop tables "
+                         "(created; an existing folder resumes its own run)")
+    steps: int = arg(3000, help="optimiser steps of the backbone (one pass, from scratch)")
+    max_depth: int = arg(4, help="the SST's deepest iteration count in the depth-by-hop tables (the backbone and the "
+                                 "baseline run one pass; the baseline is tabled at the same depths)")
+    family: str = setting("gemma3_text", help="the backbone's family: the one-pass Gemma 3 the SST wraps")
+    sst_steps: int = arg(600, help="optimiser steps of the SST stage, and of its matched baseline")
+    sst_batch_size: int = arg(64, help="questions per SST-stage step (one micro-batch; every step reads new training "
+                                       "questions, so the training file holds sst_steps x this many)")
+    sst_validation: int = arg(480, help="validation questions of the SST stage (its early stopping, as the paper's)")
+    eval_every: int = arg(50, help="SST-stage steps between validations")
+    patience: int = arg(4, help="validations without a new best before the SST stage stops (paper: 4)")
+    lora_r: int = arg(64, help="LoRA rank of the SST stage, on every projection and the head (alpha = rank; paper: "
+                               "64 and 64)")
+    lr_lora: float = arg(1e-3, help="peak LoRA learning rate of the SST stage (the paper's 1e-4 barely moves a "
+                                    "from-scratch backbone in a CPU-sized run)")
+    lr_sst: float = arg(1e-2, help="learning rate of the state-stream parameters (paper: 1e-2)")
+
+    def backbone(self, out: Path) -> LoopedTrainConfig:
+        """The backbone's training config (written into ``out``)."""
+        shared = {f.name: getattr(self, f.name) for f in fields(LoopedTrainConfig)}
+        return LoopedTrainConfig(**{**shared, "out": out, "max_depth": 1, "family": self.family})
+
+    def shape(self) -> LoopedShape | OnePassShape:
+        """The backbone's architecture."""
+        return self.backbone(self.out).shape()
+
+    def check(self) -> None:
+        """Refuse values that cannot train (UsageError), before anything is written."""
+        self.backbone(self.out).check()
+        for name in ("max_depth", "sst_steps", "sst_batch_size", "sst_validation", "eval_every", "patience",
+                     "lora_r"):
+            if getattr(self, name) < 1:
+                raise UsageError(f"--{name.replace('_', '-')} must be at least 1, got {getattr(self, name)}")
+        for name in ("lr_lora", "lr_sst"):
+            if not getattr(self, name) > 0:
+                raise UsageError(f"--{name.replace('_', '-')} must be positive, got {getattr(self, name)}")
 
 
 @dataclass(frozen=True)

@@ -16,14 +16,22 @@ from collections.abc import Sequence
 import torch
 from transformers import HrmTextForCausalLM, PreTrainedTokenizerBase
 
+from sst_interp.organism.tables import DepthByHop, tally_by_hop
 from sst_interp.organism.task import QUERY, SEPARATOR, HopsQuestion
 
 IGNORE_INDEX = -100
 
 
 def set_depth(model: HrmTextForCausalLM, depth: int) -> None:
-    """Run ``depth`` H-cycles per token from now on (the KV-slot count follows, as the recorder sets it)."""
+    """Run ``depth`` H-cycles per token from now on (the KV-slot count follows, as the recorder sets it).
+
+    A one-pass model (the SST organism's backbone) has no loop: depth 1 leaves it as it is, another is a ValueError.
+    """
     config = model.config
+    if config.model_type != "hrm_text":
+        if depth != 1:
+            raise ValueError(f"a one-pass {config.model_type} model runs at depth 1 only, not {depth}")
+        return
     config.H_cycles = depth
     config.num_hidden_layers = config.num_layers_per_stack * depth * (config.L_cycles + 1)
 
@@ -99,15 +107,7 @@ def answer_predictions(model: HrmTextForCausalLM, tokenizer: PreTrainedTokenizer
 
 
 def depth_by_hop(model: HrmTextForCausalLM, tokenizer: PreTrainedTokenizerBase,
-                 questions: Sequence[HopsQuestion], depths: Sequence[int]) -> dict[int, dict[int, tuple[int, int]]]:
+                 questions: Sequence[HopsQuestion], depths: Sequence[int]) -> DepthByHop:
     """``table[depth][hops] = (correct, total)``: exact-match counts of the first answer token."""
-    table: dict[int, dict[int, tuple[int, int]]] = {}
-    for depth in depths:
-        predicted = answer_predictions(model, tokenizer, questions, depth)
-        counts: dict[int, list[int]] = {}
-        for question, token in zip(questions, predicted):
-            cell = counts.setdefault(question.hops, [0, 0])
-            cell[0] += int(token == question.answer)
-            cell[1] += 1
-        table[depth] = {h: (c, n) for h, (c, n) in sorted(counts.items())}
-    return table
+    return {depth: tally_by_hop(questions, answer_predictions(model, tokenizer, questions, depth))
+            for depth in depths}

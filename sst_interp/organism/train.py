@@ -16,18 +16,19 @@ import json
 import random
 import time
 from dataclasses import asdict
-from pathlib import Path
 
 import torch
 from tqdm.auto import tqdm
-from transformers import HrmTextForCausalLM
 
 from sst_interp.kernels.errors import UsageError
 from sst_interp.organism.config import LoopedTrainConfig
 from sst_interp.organism.embedding import bake_factored_embeddings, factor_embeddings
 from sst_interp.organism.looped import answer_loss, depth_by_hop, encode_training, set_depth, training_text
+from sst_interp.organism.tables import DepthByHop, format_table, read_table, write_table
 from sst_interp.organism.task import follow_up_queries, split_items, training_item
 from sst_interp.organism.tokenizer import hops_tokenizer
+
+__all__ = ["check_out_folder", "format_table", "read_table", "train_looped", "write_table"]
 
 ORGANISM_FILE = "organism.json"
 STATE_FILE = "training_state.pt"
@@ -65,8 +66,9 @@ def _learning_rate(config: LoopedTrainConfig, step: int) -> float:
     return config.learning_rate * min(1.0, (step + 1) / config.warmup_steps)
 
 
-def train_looped(config: LoopedTrainConfig) -> dict[int, dict[int, tuple[int, int]]]:
-    """Train (or resume) the looped organism into ``config.out``; returns the test depth-by-hop table.
+def train_looped(config: LoopedTrainConfig) -> DepthByHop:
+    """Train (or resume) the looped organism (or, with ``family="gemma3_text"``, the one-pass backbone of the SST
+    organism) into ``config.out``; returns the test depth-by-hop table.
 
     ``table[depth][hops] = (correct, total)``; also written to ``depth_by_hop.csv``.
     """
@@ -78,7 +80,7 @@ def train_looped(config: LoopedTrainConfig) -> dict[int, dict[int, tuple[int, in
         torch.set_num_threads(config.threads)
     spec, shape, tokenizer = config.spec(), config.shape(), hops_tokenizer()
     torch.manual_seed(config.seed)
-    model = HrmTextForCausalLM(shape.config())
+    model = shape.build()
     if config.factored_embeddings:
         factor_embeddings(model.get_input_embeddings())
     optimiser = torch.optim.AdamW(model.parameters(), lr=config.learning_rate, weight_decay=config.weight_decay)
@@ -94,7 +96,7 @@ def train_looped(config: LoopedTrainConfig) -> dict[int, dict[int, tuple[int, in
         depth_rng.setstate(state["depth_rng"])
         start, ceiling, running = state["step"], state["ceiling"], state["running"]
     if not resuming:
-        (out / ORGANISM_FILE).write_text(json.dumps({"family": "hrm_text", "task": asdict(spec),
+        (out / ORGANISM_FILE).write_text(json.dumps({"family": config.family, "task": asdict(spec),
                                                      "shape": asdict(shape), "train": config.recorded()}, indent=2))
         with open(out / LOG_FILE, "w", newline="") as handle:
             csv.writer(handle).writerow(LOG_COLUMNS)
@@ -139,32 +141,3 @@ def train_looped(config: LoopedTrainConfig) -> dict[int, dict[int, tuple[int, in
     write_table(table, out / TABLE_FILE)
     state_path.unlink(missing_ok=True)
     return table
-
-
-def write_table(table: dict[int, dict[int, tuple[int, int]]], path: Path) -> None:
-    """``depth,hops,correct,total`` rows of a depth-by-hop table."""
-    with open(path, "w", newline="") as handle:
-        writer = csv.writer(handle)
-        writer.writerow(("depth", "hops", "correct", "total"))
-        for depth, row in table.items():
-            for hops, (correct, total) in row.items():
-                writer.writerow((depth, hops, correct, total))
-
-
-def read_table(path: Path) -> dict[int, dict[int, tuple[int, int]]]:
-    """The table :func:`write_table` wrote."""
-    table: dict[int, dict[int, tuple[int, int]]] = {}
-    with open(path, newline="") as handle:
-        for row in csv.DictReader(handle):
-            table.setdefault(int(row["depth"]), {})[int(row["hops"])] = (int(row["correct"]), int(row["total"]))
-    return table
-
-
-def format_table(table: dict[int, dict[int, tuple[int, int]]]) -> str:
-    """The table as Markdown: one row per depth, one column per hop count, accuracy and counts."""
-    hops = sorted({h for row in table.values() for h in row})
-    lines = ["| depth | " + " | ".join(f"h={h}" for h in hops) + " |", "|---|" + "---|" * len(hops)]
-    for depth, row in table.items():
-        cells = [f"{row[h][0] / row[h][1]:.3f} ({row[h][0]}/{row[h][1]})" for h in hops]
-        lines.append(f"| {depth} | " + " | ".join(cells) + " |")
-    return "\n".join(lines)

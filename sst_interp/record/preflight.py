@@ -43,7 +43,7 @@ def check_task_tokenizer(tokenizer: Any, questions: Sequence[Any]) -> None:
 
     if not is_hops_tokenizer(tokenizer):
         raise UsageError("--questions hops needs a model trained on the hops task, with its tokenizer: give --model "
-                         "a folder written by python -m sst_interp.organism train")
+                         "a folder written by python -m sst_interp.organism train (or train-sst's backbone/)")
 
 
 def _longest_prompt(options: RecordOptions, tokenizer: Any, questions: Sequence[Any],
