@@ -14,6 +14,7 @@ made on the recorded states can be scored against what the task says each iterat
 from __future__ import annotations
 
 import json
+import warnings
 
 import numpy as np
 import pandas as pd
@@ -138,7 +139,10 @@ def hop_probe(run: Run, depth: int, folds: int = 5, seed: int = 0) -> pd.DataFra
                     train, test = fold_of[keep] != fold, fold_of[keep] == fold
                     scaler = StandardScaler().fit(x[train])
                     model = LogisticRegression(max_iter=500, random_state=seed)
-                    model.fit(scaler.transform(x[train]), labels[train])
+                    with warnings.catch_warnings():
+                        # the labels are token classes by construction, however many there are per question
+                        warnings.filterwarnings("ignore", "The number of unique classes", UserWarning)
+                        model.fit(scaler.transform(x[train]), labels[train])
                     hit += int((model.predict(scaler.transform(x[test])) == labels[test]).sum())
                     values, counts = np.unique(labels[train], return_counts=True)
                     majority_hit += int((labels[test] == values[counts.argmax()]).sum())

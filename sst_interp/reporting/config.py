@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from sst_interp.checkpoints import resolve_checkpoint
+from sst_interp.checkpoints import resolve_checkpoint, resolve_model
 from sst_interp.kernels.errors import UsageError
 from sst_interp.kernels.fields import Flags, arg
 
@@ -353,8 +353,9 @@ def resolve_inputs(config: ReportConfig) -> ReportInputs:
 
 
 def _named(path: Path | str | None) -> Path | None:
-    """A named checkpoint (demo-codeact, ...) as its installed folder; other paths unchanged."""
-    return None if path is None else Path(resolve_checkpoint(path))
+    """A named checkpoint (demo-codeact, ...) or named model (hops-organism) as its installed folder; other paths
+    unchanged."""
+    return None if path is None else Path(resolve_model(resolve_checkpoint(path)))
 
 
 def resolve_experiments(paths: tuple[Path, ...]) -> tuple[Path, ...]:
