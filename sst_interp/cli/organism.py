@@ -43,9 +43,20 @@ def main(argv: Sequence[str] | None = None) -> int:
         print("\n\n".join(f"{titles[name]}:\n{format_table(table)}" for name, table in tables.items()))
         return 0
     if args.command == "validate":
-        from sst_interp.experiments.organism_validation import markdown, validate as run_validation
+        import json
 
-        print(markdown(run_validation(config_from_namespace(ValidateConfig, args))))
+        import pandas as pd
+
+        from sst_interp.experiments.organism_validation import RESOLUTION_FILE, markdown, validate as run_validation
+        from sst_interp.reporting.fig_organism import write_organism_figure
+        from sst_interp.store import Run
+
+        config = config_from_namespace(ValidateConfig, args)
+        rows = run_validation(config)
+        chains = json.loads(Run.open(config.run).questions()["metadata"].iloc[0])["chains"]
+        write_organism_figure(pd.read_csv(config.out / RESOLUTION_FILE), rows[-1].detail, config.out,
+                              chance=1 / chains)
+        print(markdown(rows))
         return 0
     from sst_interp.organism.train import format_table, train_looped
 

@@ -30,7 +30,7 @@ from scipy.stats import spearmanr
 from sklearn.metrics import roc_auc_score
 
 from sst_interp.analyses.basins import fit_gmm
-from sst_interp.analyses.hops import hop_probe, lens_by_hop, overlap_by_hops, question_truth
+from sst_interp.analyses.hops import answer_resolution, hop_probe, lens_by_hop, overlap_by_hops, question_truth
 from sst_interp.kernels.errors import UsageError
 from sst_interp.kernels.results import NotApplicable
 
@@ -214,6 +214,8 @@ def markdown(rows: list[ValidationRow]) -> str:
 
 
 ROW_FILES = ("staged_capacity", "lens", "probe", "overlap", "depth_policies", "patching")
+#: the lens' answer-on-top fraction per hop count and iteration (the figure's left panel)
+RESOLUTION_FILE = "answer_resolution.csv"
 
 
 def validate(config) -> list[ValidationRow]:
@@ -250,6 +252,7 @@ def validate(config) -> list[ValidationRow]:
     rows.append(patching_row(flip_table(patch_by_iteration(LoopModel(backbone, loop), tokenizer, questions, depth,
                                                            config.seed))))
     config.out.mkdir(parents=True, exist_ok=True)
+    answer_resolution(run, depth).to_csv(config.out / RESOLUTION_FILE, index=False)
     for name, row in zip(ROW_FILES, rows):
         row.detail.to_csv(config.out / f"{name}.csv", index=False)
     (config.out / "validation.md").write_text(markdown(rows) + "\n")

@@ -1,0 +1,58 @@
+"""The organism's figure: when each hop count's answer appears (the lens) and when each hop is carried
+(counterfactual patching), side by side, from ``python -m sst_interp.organism validate``'s rows."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+from matplotlib.figure import Figure
+
+from sst_interp.reporting.fig_common import BASE_FONT, new_figure, save_figure, style
+
+#: The figure's file name (``.png`` and ``.pdf``) in the validation folder.
+ORGANISM_FIGURE = "organism_hops"
+
+
+def organism_figure(resolution: pd.DataFrame, flips: pd.DataFrame, chance: float | None = None) -> Figure:
+    """Two panels.
+
+    Args:
+        resolution: :func:`~sst_interp.analyses.hops.answer_resolution` of the run (``hops``, ``questions``,
+            ``iteration_1`` ..): the fraction of questions whose answer is on top at each iteration.
+        flips: :func:`~sst_interp.experiments.hops_patching.flip_table` (``changed_hop``, ``iteration``,
+            ``became_b``).
+        chance: the task's chance accuracy, drawn as a dashed line (None: not drawn).
+    """
+    fig = new_figure(9.0, 3.4)
+    lens, patch = fig.subplots(1, 2)
+    iterations = [c for c in resolution.columns if c.startswith("iteration_")]
+    x = np.arange(1, len(iterations) + 1)
+    colours = [f"C{i}" for i in range(len(resolution))]
+    for colour, row in zip(colours, resolution.itertuples(index=False)):
+        values = [getattr(row, c) for c in iterations]
+        lens.plot(x, values, marker="o", color=colour, label=f"{row.hops} hops (n={row.questions})")
+    if chance is not None:
+        lens.axhline(chance, color="grey", linestyle="--", linewidth=1, label=f"chance ({chance:.2f})")
+    lens.set_xticks(x)
+    lens.set_ylim(0, 1.05)
+    lens.legend(fontsize=BASE_FONT - 2, loc="lower right")
+    style(lens, "answer on top of the lens, by hop count", "iteration (H-cycle)", "fraction of questions")
+    grid = flips.pivot_table(index="changed_hop", columns="iteration", values="became_b")
+    image = patch.imshow(grid.to_numpy(), vmin=0, vmax=1, cmap="viridis", aspect="auto")
+    patch.set_xticks(range(grid.shape[1]), [str(c) for c in grid.columns])
+    patch.set_yticks(range(grid.shape[0]), [str(r) for r in grid.index])
+    for (i, j), value in np.ndenumerate(grid.to_numpy()):
+        patch.text(j, i, f"{value:.2f}", ha="center", va="center", fontsize=BASE_FONT - 2,
+                   color="black" if value > 0.5 else "white")
+    fig.colorbar(image, ax=patch, label="answer became the counterfactual's")
+    style(patch, "patching iteration i from a prompt whose hop j differs", "iteration i patched", "changed hop j")
+    patch.grid(False)
+    return fig
+
+
+def write_organism_figure(resolution: pd.DataFrame, flips: pd.DataFrame, out: Path,
+                          chance: float | None = None) -> list[Path]:
+    """Draw :func:`organism_figure` into ``out`` (PNG and PDF); returns the paths."""
+    return save_figure(organism_figure(resolution, flips, chance), out, ORGANISM_FIGURE)
