@@ -170,3 +170,43 @@ def test_a_recorded_run_shows_its_tokenizer_pieces(tiny_recorded):
         for i, row in enumerate(rows):
             tops = row.find_elements(By.CSS_SELECTOR, "span.top")
             assert [int(t.get_attribute("data-id")) for t in tops] == block.top_ids[0, i, :6].tolist()
+
+
+@pytest.fixture(scope="module")
+def organism_run(tmp_path_factory):
+    from sst_interp.cli.record import main as record_main
+
+    out = tmp_path_factory.mktemp("organism") / "run"
+    assert record_main(["--model", "hops-organism", "--questions", "hops", "--source-option", "n=24", "--depths",
+                        "1,2,3,4", "--device", "cpu", "--out", str(out)]) == 0
+    return out
+
+
+def test_the_organism_resolves_a_hop_per_iteration_in_the_browser(organism_run, tmp_path):
+    """A 6-hop question whose answer the organism only reaches after several H-cycles: hovering the answer shows
+    the lens' top token per iteration, wrong first and the answer from the iteration the question resolves at.
+    ``SST_INTERP_ORGANISM_SCREENSHOT=docs/img/explore-organism.png`` writes the screenshot docs/organism.md shows."""
+    from sst_interp.analyses.hops import lens_by_hop
+
+    run = Run.open(organism_run)
+    lens = lens_by_hop(run, 4)
+    late = lens[(lens["hops"] == 6)].pivot_table(index="question_id", columns="iteration", values="top_is_answer")
+    resolving = late[(late[1] == 0) & (late[4] == 1)]
+    assert len(resolving), "no 6-hop question resolves after the first H-cycle"
+    qid = resolving.index[0]
+    expected = lens[lens["question_id"] == qid].sort_values("iteration")["top_token"].tolist()
+    with served(ExploreConfig(run=organism_run)) as url, browser() as driver:
+        driver.get(f"{url}?q={qid}")
+        _wait(driver, lambda d: d.find_element(By.ID, "qtitle").text.startswith(qid))
+        _hover(driver, '.tok[data-depth="4"][data-pos="0"]')
+        _wait(driver, lambda d: d.find_element(By.ID, "tip").is_displayed()
+              and d.find_elements(By.CSS_SELECTOR, '#tip-table[data-pos="0"] tr[data-iteration]'))
+        cells = driver.find_elements(By.CSS_SELECTOR, "#tip-table tr[data-iteration] td.argmax")
+        shown = [cell.get_attribute("textContent").strip() for cell in cells]
+        assert shown == expected  # the page's per-iteration top token is the lens' (wrong first, then the answer)
+        banner = driver.find_element(By.ID, "model-banner")
+        assert banner.get_attribute("data-kind") == "family" and "untrained" not in banner.text
+        driver.save_screenshot(str(tmp_path / "organism.png"))
+        target = os.environ.get("SST_INTERP_ORGANISM_SCREENSHOT")
+        if target:
+            shutil.copyfile(tmp_path / "organism.png", target)
