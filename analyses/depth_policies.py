@@ -40,7 +40,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from sst_interp.analyses import tidy
+from sst_interp.analyses import sections, tidy
 from sst_interp.analyses.figure_data import FigureData
 from sst_interp.analyses.measurement import Measurement, figure_main
 from sst_interp.kernels.results import AnalysisResult, NotApplicable
@@ -778,23 +778,23 @@ def _agreement_notes(a: Any, r: Any) -> list[str]:
 
 
 MEASUREMENTS: tuple[Measurement, ...] = (
-    Measurement("depth_pareto", "", "Accuracy against mean iterations per generated token: flat depths, staged "
-                "capacity, per-position policies (live, or simulated on a fixed-depth run).", ("comparison",),
-                pareto_of,
-                lambda r: tidy.renamed(r.table(), {}), PARETO_DOC, notes=lambda a, r: list(r.notes)),
-    Measurement("depth_pareto_front", "", "Accuracy against iterations per token (the Pareto table drawn).",
-                ("comparison",),
-                _pareto_figure, figure_main, PARETO_DOC, kind="figure"),
-    Measurement("depth_policy_histogram", "", "Iterations per position where each rule stops, low-overlap "
-                "positions against the rest.", ("iterations", "replayable"),
-                histogram_figure, figure_main, HISTOGRAM_DOC, kind="figure",
-                family="Per-position depth", figure="policy_histogram", caption="Where each rule, at the "
-                "median of its recorded values, stops on the full-depth trajectory: low-overlap (basin-shift) "
-                "positions against the rest."),
-    Measurement("depth_policy_convergence", "", "Where each rule stops against where L2 convergence monitoring "
-                "says the state converged.", ("iterations", "replayable"), agreement,
-                lambda r: tidy.renamed(r.table(), {}), AGREEMENT_DOC, notes=_agreement_notes,
-                family="Per-position depth", caption="Each rule's stopping iteration against the L2 "
-                "convergence point of the state (the first iteration whose change is below the run's median change): "
-                "agreement, Cohen's kappa, Spearman."),
+    Measurement(name="depth_pareto", label="", title="Accuracy against mean iterations per generated token: flat "
+                "depths, staged capacity, per-position policies (live, or simulated on a fixed-depth run).",
+                requires=("comparison",), compute=pareto_of, tidy=lambda r: tidy.renamed(r.table(), {}),
+                columns=PARETO_DOC, notes=lambda a, r: list(r.notes)),
+    Measurement(name="depth_pareto_front", label="", title="Accuracy against iterations per token (the Pareto table "
+                "drawn).", requires=("comparison",), compute=_pareto_figure, tidy=figure_main, columns=PARETO_DOC,
+                kind="figure"),
+    Measurement(name="depth_policy_histogram", label="", title="Iterations per position where each rule stops, "
+                "low-overlap positions against the rest.", requires=("iterations", "replayable"),
+                compute=histogram_figure, tidy=figure_main, columns=HISTOGRAM_DOC, kind="figure",
+                family=sections.PER_POSITION_DEPTH, figure="policy_histogram", caption="Where each rule, at the median "
+                "of its recorded values, stops on the full-depth trajectory: low-overlap (basin-shift) positions "
+                "against the rest."),
+    Measurement(name="depth_policy_convergence", label="", title="Where each rule stops against where L2 convergence "
+                "monitoring says the state converged.", requires=("iterations", "replayable"), compute=agreement,
+                tidy=lambda r: tidy.renamed(r.table(), {}), columns=AGREEMENT_DOC, notes=_agreement_notes,
+                family=sections.PER_POSITION_DEPTH, caption="Each rule's stopping iteration against the L2 convergence "
+                "point of the state (the first iteration whose change is below the run's median change): agreement, "
+                "Cohen's kappa, Spearman."),
 )

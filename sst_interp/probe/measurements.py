@@ -23,7 +23,7 @@ from typing import Any
 
 import pandas as pd
 
-from sst_interp.analyses import tidy
+from sst_interp.analyses import sections, tidy
 from sst_interp.analyses.figure_data import FigureData
 from sst_interp.analyses.measurement import Measurement
 from sst_interp.kernels.errors import UsageError
@@ -432,95 +432,99 @@ def _outcome_doc(kind: str) -> dict[str, str]:
             "timesteps", "safe_left_alone": "SAFE timesteps the probe continues at", "safe_total": "SAFE timesteps"}
 
 MEASUREMENTS: tuple[Measurement, ...] = (
-    Measurement("halting_probe", "tab:halting_probe", "Halting by the probe (in sample): accuracy against iter=1 and "
-                "the staged capacity, overthinks and misses.", ("probe",), _with_bundle(halting_probe),
-                _halting_tidy,
-                {"method_key": "snake_case key of the row", "method": "the row's text (iter=1, the probe, staged "
-                 "capacity)", "correct": "questions answered right", "accuracy_fraction": "fraction right",
-                 "delta_pp_vs_iter1": "accuracy minus iter=1's, percentage points",
-                 "overthinks": "questions continued past a passing depth", "missed": "questions halted too early"},
-                notes=_notes, extra_tables=_extra, found=_labels_found(True),
-                family="Halting probe", inputs=("run", "probe"), caption="Halting by the probe, in sample "
-                "(the probe is scored on the questions it was trained on): accuracy against iter=1 and the staged "
-                "capacity, overthinks (continued past a passing depth) and misses (halted too early). Not evidence of "
+    Measurement(name="halting_probe", label="tab:halting_probe", title="Halting by the probe (in sample): accuracy "
+                "against iter=1 and the staged capacity, overthinks and misses.", requires=("probe",),
+                compute=_with_bundle(halting_probe), tidy=_halting_tidy,
+                columns={"method_key": "snake_case key of the row", "method": "the row's text (iter=1, the probe, "
+                         "staged capacity)", "correct": "questions answered right", "accuracy_fraction": "fraction "
+                         "right", "delta_pp_vs_iter1": "accuracy minus iter=1's, percentage points",
+                         "overthinks": "questions continued past a passing depth", "missed": "questions halted too "
+                         "early"}, notes=_notes, extra_tables=_extra, found=_labels_found(True),
+                family=sections.HALTING_PROBE, inputs=("run", "probe"), caption="Halting by the probe, in sample (the "
+                "probe is scored on the questions it was trained on): accuracy against iter=1 and the staged capacity, "
+                "overthinks (continued past a passing depth) and misses (halted too early). Not evidence of "
                 "generalisation: see the LOOCV permutation test."),
-    Measurement("halting_probe_per_iter", "tab:halting_probe_per_iter", "MUST HALT detection and SAFE timesteps left "
-                "alone per iteration depth (in sample).", ("probe",), _with_bundle(per_iter), _per_iter_tidy,
-                {"depth": "the iteration depth of the timestep", "must_halt_total": "MUST HALT timesteps",
-                 "must_halt_detected": "of them the probe halts at", "safe_total": "SAFE timesteps",
-                 "safe_left_alone": "of them the probe continues at", "must_halt_rate": "detected fraction",
-                 "safe_rate": "left-alone fraction"}, notes=_notes, extra_tables=_extra, found=_labels_found(True),
-                family="Halting probe", inputs=("run", "probe"), caption="MUST HALT detection and SAFE "
-                "timesteps left alone, per iteration depth, in sample (not evidence of generalisation)."),
-    Measurement("halt_signal", "fig:halt_signal", "The probe's logit at every labelled timestep (in sample).",
-                ("probe",), _with_bundle(halt_signal), lambda r: tidy.renamed(r.table(), {}),
-                {"question_id": "question", "turn": "model turn", "depth": "iteration depth of the timestep",
-                 "must_halt": "the timestep's label is MUST HALT (else SAFE)", "correct_depth": "the question's "
-                 "first correct depth", "logit": "the probe's output logit", "above_threshold": "logit above the "
-                 "halting threshold", "question_kind": "the question's label pattern", "marker": "how the figure "
-                 "draws the timestep"}, kind="figure", found=_labels_found(True),
-                family="Halting probe", figure="halt_signal", inputs=("run", "probe"), caption="In-sample "
-                "probe logit at every labelled timestep (the probe was trained on these timesteps, so the separation "
-                "shown is not evidence of a feature; see the LOOCV permutation test): histogram by class, "
-                "per-question strip, and each timestep at its depth with detected halts, harmless false halts and "
-                "missed continues."),
-    Measurement("halting_probe_loocv", "", "Leave-one-MUST-HALT-question-out cross-validation with the calibrated "
-                "permutation p and the paper's binomial p (app:halting_loocv).", ("probe",),
-                _with_bundle(loocv_table), _renamed({"accuracy": "accuracy_fraction"}),
-                {"loocv_correct": "held-out MUST HALT questions halted right", "folds": "folds (MUST HALT questions)",
-                 "accuracy_fraction": "loocv_correct / folds", "base_rate": "the in-sample halt rate (binomial null)",
-                 "p_value": "the paper's binomial p", "p_binomial": "the same", "p_permutation": "label-permutation "
-                 "p (calibrated; read this)", "permutations": "permutations run", "null_accuracy": "held-out "
-                 "accuracy under the null", "ci_low": "95% CI of the accuracy, low", "ci_high": "its high bound",
-                 "criterion": "what counts as a correct fold", "p_value_depth_matched": "binomial p against the "
-                 "depth-matched base rate"}, notes=_notes, extra_tables=_extra, found=_labels_found(False),
-                family="Halting probe", inputs=("run", "probe"), caption="Leave-one-MUST-HALT-question-out "
-                "cross-validation: held-out questions correctly halted, with the calibrated label-permutation p "
-                "(every fold retrained per permutation; read significance here) and the paper's binomial p against "
-                "the in-sample base rate (reproduces the paper, not calibrated)."),
-    Measurement("halting_probe_layer_sweep", "tab:halting_probe_layer_sweep", "A 64-neuron probe per layer, ranked "
-                "by held-out (question-fold cross-fitted) scores.", ("probe",), _with_bundle(layer_sweep),
-                _renamed({"accuracy": "accuracy_fraction"}),
-                {"layer": "decoder layer", **_outcome_doc("in-sample "),
-                 "heldout_correct": "held-out (question-fold cross-fitted) questions right",
-                 "heldout_overthinks": "held-out overthinks", "heldout_missed": "held-out misses",
-                 "heldout_auc": "held-out ROC AUC of MUST HALT vs SAFE", "heldout_halt_rate_must_halt": "held-out "
-                 "halt rate at MUST HALT timesteps", "heldout_halt_rate_safe": "held-out halt rate at SAFE timesteps",
-                 "loocv_correct": "LOOCV folds right (where run)", "loocv_folds": "LOOCV folds", "loocv_accuracy":
-                 "loocv_correct / loocv_folds", "loocv_base_rate": "binomial null rate", "loocv_p": "binomial p",
-                 "loocv_p_permutation": "permutation p", "loocv_permutations": "permutations run",
-                 "loocv_p_depth_matched": "binomial p against the depth-matched base rate"},
-                notes=_notes, extra_tables=_extra, found=_labels_found(False),
-                family="Halting probe", inputs=("run", "probe"), caption="A 64-neuron probe trained at every "
-                "layer (an even grid of 16 above 32 layers): in-sample evaluation and held-out (question-fold "
-                "cross-fitted) scores; the layer is chosen by the held-out result, named in the notes."),
-    Measurement("halting_probe_ablation_sweep", "tab:halting_probe_ablation_sweep", "Halting with only the top "
-                "neurons of the 64-neuron probe kept.", ("probe",), _with_bundle(ablation_sweep),
-                _renamed({"accuracy": "accuracy_fraction"}),
-                {"configuration": "which neurons are kept", "kept": "neurons kept", **_outcome_doc("")},
-                notes=_notes, extra_tables=_extra, found=_labels_found(False),
-                family="Halting probe", inputs=("run", "probe"), caption="Neuron ablations of the 64-neuron "
-                "probe: keep the top-N neurons by logit contribution, remove the top neuron, or keep only it."),
-    Measurement("halting_probe_topk_sweep", "tab:halting_probe_topk_sweep", "Halting with only the top-K input "
-                "dimensions by weight importance.", ("probe",), _with_bundle(topk),
-                _renamed({"accuracy": "accuracy_fraction"}),
-                {"K": "input dimensions kept", "grid": "K on the sweep's grid", "baseline_match": "reproduces the "
-                 "unablated probe", **_outcome_doc(""), "minimal": "the smallest K that reproduces it"},
-                notes=_notes, extra_tables=_extra, found=_labels_found(False),
-                family="Halting probe", inputs=("run", "probe"), caption="Inference-only input ablation: keep "
-                "the top-K hidden dimensions by weight importance, zero the rest."),
-    Measurement("halting_probe_greedy_prune", "tab:halting_probe_greedy_prune", "Greedy pruning of the minimal top-K "
-                "set to the essential dimensions.", ("probe",), _with_bundle(greedy),
-                lambda r: tidy.categories(r.table(), "item", {"count": "count"}),
-                {"category": "snake_case key of the row", "category_text": "the row's text", "count": "dimensions"},
-                notes=_notes, extra_tables=_extra, found=_prune_found,
-                family="Halting probe", inputs=("run", "probe"), caption="Greedy pruning of the top-K set to "
+    Measurement(name="halting_probe_per_iter", label="tab:halting_probe_per_iter", title="MUST HALT detection and SAFE "
+                "timesteps left alone per iteration depth (in sample).", requires=("probe",),
+                compute=_with_bundle(per_iter), tidy=_per_iter_tidy,
+                columns={"depth": "the iteration depth of the timestep", "must_halt_total": "MUST HALT timesteps",
+                         "must_halt_detected": "of them the probe halts at", "safe_total": "SAFE timesteps",
+                         "safe_left_alone": "of them the probe continues at", "must_halt_rate": "detected fraction",
+                         "safe_rate": "left-alone fraction"}, notes=_notes, extra_tables=_extra,
+                found=_labels_found(True), family=sections.HALTING_PROBE, inputs=("run", "probe"), caption="MUST HALT "
+                "detection and SAFE timesteps left alone, per iteration depth, in sample (not evidence of "
+                "generalisation)."),
+    Measurement(name="halt_signal", label="fig:halt_signal", title="The probe's logit at every labelled timestep (in "
+                "sample).", requires=("probe",), compute=_with_bundle(halt_signal),
+                tidy=lambda r: tidy.renamed(r.table(), {}),
+                columns={"question_id": "question", "turn": "model turn", "depth": "iteration depth of the timestep",
+                         "must_halt": "the timestep's label is MUST HALT (else SAFE)", "correct_depth": "the "
+                         "question's first correct depth", "logit": "the probe's output logit",
+                         "above_threshold": "logit above the halting threshold", "question_kind": "the question's "
+                         "label pattern", "marker": "how the figure draws the timestep"}, kind="figure",
+                found=_labels_found(True), family=sections.HALTING_PROBE, figure="halt_signal", inputs=("run", "probe"),
+                caption="In-sample probe logit at every labelled timestep (the probe was trained on these timesteps, "
+                "so the separation shown is not evidence of a feature; see the LOOCV permutation test): histogram by "
+                "class, per-question strip, and each timestep at its depth with detected halts, harmless false halts "
+                "and missed continues."),
+    Measurement(name="halting_probe_loocv", label="", title="Leave-one-MUST-HALT-question-out cross-validation with "
+                "the calibrated permutation p and the paper's binomial p (app:halting_loocv).", requires=("probe",),
+                compute=_with_bundle(loocv_table), tidy=_renamed({"accuracy": "accuracy_fraction"}),
+                columns={"loocv_correct": "held-out MUST HALT questions halted right", "folds": "folds (MUST HALT "
+                         "questions)", "accuracy_fraction": "loocv_correct / folds", "base_rate": "the in-sample halt "
+                         "rate (binomial null)", "p_value": "the paper's binomial p", "p_binomial": "the same",
+                         "p_permutation": "label-permutation p (calibrated; read this)", "permutations": "permutations "
+                         "run", "null_accuracy": "held-out accuracy under the null", "ci_low": "95% CI of the "
+                         "accuracy, low", "ci_high": "its high bound", "criterion": "what counts as a correct fold",
+                         "p_value_depth_matched": "binomial p against the depth-matched base rate"}, notes=_notes,
+                extra_tables=_extra, found=_labels_found(False), family=sections.HALTING_PROBE, inputs=("run", "probe"),
+                caption="Leave-one-MUST-HALT-question-out cross-validation: held-out questions correctly halted, with "
+                "the calibrated label-permutation p (every fold retrained per permutation; read significance here) and "
+                "the paper's binomial p against the in-sample base rate (reproduces the paper, not calibrated)."),
+    Measurement(name="halting_probe_layer_sweep", label="tab:halting_probe_layer_sweep", title="A 64-neuron probe per "
+                "layer, ranked by held-out (question-fold cross-fitted) scores.", requires=("probe",),
+                compute=_with_bundle(layer_sweep), tidy=_renamed({"accuracy": "accuracy_fraction"}),
+                columns={"layer": "decoder layer", **_outcome_doc("in-sample "), "heldout_correct": "held-out "
+                         "(question-fold cross-fitted) questions right", "heldout_overthinks": "held-out overthinks",
+                         "heldout_missed": "held-out misses", "heldout_auc": "held-out ROC AUC of MUST HALT vs SAFE",
+                         "heldout_halt_rate_must_halt": "held-out halt rate at MUST HALT timesteps",
+                         "heldout_halt_rate_safe": "held-out halt rate at SAFE timesteps", "loocv_correct": "LOOCV "
+                         "folds right (where run)", "loocv_folds": "LOOCV folds", "loocv_accuracy": "loocv_correct / "
+                         "loocv_folds", "loocv_base_rate": "binomial null rate", "loocv_p": "binomial p",
+                         "loocv_p_permutation": "permutation p", "loocv_permutations": "permutations run",
+                         "loocv_p_depth_matched": "binomial p against the depth-matched base rate"}, notes=_notes,
+                extra_tables=_extra, found=_labels_found(False), family=sections.HALTING_PROBE, inputs=("run", "probe"),
+                caption="A 64-neuron probe trained at every layer (an even grid of 16 above 32 layers): in-sample "
+                "evaluation and held-out (question-fold cross-fitted) scores; the layer is chosen by the held-out "
+                "result, named in the notes."),
+    Measurement(name="halting_probe_ablation_sweep", label="tab:halting_probe_ablation_sweep", title="Halting with "
+                "only the top neurons of the 64-neuron probe kept.", requires=("probe",),
+                compute=_with_bundle(ablation_sweep), tidy=_renamed({"accuracy": "accuracy_fraction"}),
+                columns={"configuration": "which neurons are kept", "kept": "neurons kept", **_outcome_doc("")},
+                notes=_notes, extra_tables=_extra, found=_labels_found(False), family=sections.HALTING_PROBE,
+                inputs=("run", "probe"), caption="Neuron ablations of the 64-neuron probe: keep the top-N neurons by "
+                "logit contribution, remove the top neuron, or keep only it."),
+    Measurement(name="halting_probe_topk_sweep", label="tab:halting_probe_topk_sweep", title="Halting with only the "
+                "top-K input dimensions by weight importance.", requires=("probe",), compute=_with_bundle(topk),
+                tidy=_renamed({"accuracy": "accuracy_fraction"}),
+                columns={"K": "input dimensions kept", "grid": "K on the sweep's grid", "baseline_match": "reproduces "
+                         "the unablated probe", **_outcome_doc(""), "minimal": "the smallest K that reproduces it"},
+                notes=_notes, extra_tables=_extra, found=_labels_found(False), family=sections.HALTING_PROBE,
+                inputs=("run", "probe"), caption="Inference-only input ablation: keep the top-K hidden dimensions by "
+                "weight importance, zero the rest."),
+    Measurement(name="halting_probe_greedy_prune", label="tab:halting_probe_greedy_prune", title="Greedy pruning of "
+                "the minimal top-K set to the essential dimensions.", requires=("probe",), compute=_with_bundle(greedy),
+                tidy=lambda r: tidy.categories(r.table(), "item", {"count": "count"}),
+                columns={"category": "snake_case key of the row", "category_text": "the row's text",
+                         "count": "dimensions"}, notes=_notes, extra_tables=_extra, found=_prune_found,
+                family=sections.HALTING_PROBE, inputs=("run", "probe"), caption="Greedy pruning of the top-K set to "
                 "the essential dimensions the probe cannot lose."),
-    Measurement("feature_position_grid", "fig:feature_position_grid", "The essential dimensions on a grid of the "
-                "hidden state.", ("probe",), _with_bundle(feature_grid), lambda r: tidy.renamed(r.table(), {}),
-                {"dim": "hidden-state dimension", "row": "grid row", "col": "grid column",
-                 "importance": "the dimension's weight importance"}, kind="figure", found=_prune_found,
-                family="Halting probe", figure="feature_grid", inputs=("run", "probe"), caption="The "
-                "essential hidden-state dimensions on a grid of the position-0 state (dim 0 at the bottom left), "
-                "coloured by weight importance."),
+    Measurement(name="feature_position_grid", label="fig:feature_position_grid", title="The essential dimensions on a "
+                "grid of the hidden state.", requires=("probe",), compute=_with_bundle(feature_grid),
+                tidy=lambda r: tidy.renamed(r.table(), {}),
+                columns={"dim": "hidden-state dimension", "row": "grid row", "col": "grid column", "importance": "the "
+                         "dimension's weight importance"}, kind="figure", found=_prune_found,
+                family=sections.HALTING_PROBE, figure="feature_grid", inputs=("run", "probe"), caption="The essential "
+                "hidden-state dimensions on a grid of the position-0 state (dim 0 at the bottom left), coloured by "
+                "weight importance."),
 )

@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 import pandas as pd
 
+from sst_interp.analyses.sections import SECTIONS
 from sst_interp.kernels.results import NotApplicable
 
 if TYPE_CHECKING:
@@ -31,19 +32,9 @@ if TYPE_CHECKING:
 Kind = Literal["table", "figure"]
 Scope = Literal["report", "run", "checkpoint", "training", "comparison"]
 
-#: Page sections, in display order.
-FAMILIES: tuple[str, ...] = (
-    "Evaluation",
-    "Basin shifts (punctuated equilibrium)",
-    "Logit dynamics",
-    "Precision and convergence monitoring",
-    "Per-position depth",
-    "Halting probe",
-    "Learned blend coefficients and training",
-    "Interventions",
-    "Across latent-iteration families",
-    "Ablations and external comparison",
-)
+#: Page sections, in display order: the named sections of :mod:`sst_interp.analyses.sections`, which every entry and
+#: spec names by constant.
+FAMILIES: tuple[str, ...] = SECTIONS
 
 
 @dataclass

@@ -5,13 +5,12 @@ from __future__ import annotations
 
 import pandas as pd
 
+from sst_interp.analyses import sections
 from sst_interp.kernels.errors import UsageError
 from sst_interp.kernels.results import NotApplicable
 from sst_interp.reporting import fig_depth
 from sst_interp.reporting.artefacts import ArtefactData, ArtefactSpec
 from sst_interp.reporting.context import ReportContext
-
-FAMILY = "Per-position depth"
 
 
 def _stacked(ctx: ReportContext) -> ArtefactData | NotApplicable:
@@ -57,12 +56,12 @@ def pareto_figure(ctx: ReportContext, target: str | None) -> ArtefactData | NotA
 
 
 SPECS: list[ArtefactSpec] = [
-    ArtefactSpec("tab_depth_pareto", "table", "", FAMILY,
+    ArtefactSpec("tab_depth_pareto", "table", "", sections.PER_POSITION_DEPTH,
                  "Accuracy against mean iterations per generated token, every run of the report: flat depths, "
                  "staged capacity (an oracle), per-position policies run live, and threshold sweeps simulated on a "
                  "fixed-depth run (accuracy bounds and an iteration estimate, never a point guess).",
                  "report", ("runs",), pareto_table),
-    ArtefactSpec("fig_depth_pareto_front", "figure", "", FAMILY,
+    ArtefactSpec("fig_depth_pareto_front", "figure", "", sections.PER_POSITION_DEPTH,
                  "Accuracy against iterations per token: measured rows as points with their front, simulated rows "
                  "as accuracy bounds; right: the questions each simulated policy reproduces exactly.",
                  "report", ("runs",), pareto_figure, fig_depth.draw_pareto),
