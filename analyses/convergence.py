@@ -193,7 +193,7 @@ def convergence_monitoring(run: Run, layer: int | None = None, positions: Sequen
     if depth not in depths:
         raise UsageError(f"depth {depth} is not in the run (depths {depths})")
     if layer is None:  # a family's carried state (its last layer may not loop), else the last layer
-        from sst_interp.analyses.depth_policies import declared_state_layer
+        from sst_interp.analyses.loop_manifest import declared_state_layer
 
         declared = declared_state_layer(run.manifest)
         layer = run.num_layers - 1 if declared is None else declared

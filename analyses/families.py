@@ -23,7 +23,7 @@ import pandas as pd
 from sst_interp.analyses import sections, tidy
 from sst_interp.analyses.figure_data import FigureData
 from sst_interp.analyses.measurement import Frame, Measurement, by_computing, figure_main
-from sst_interp.analyses.depth_policies import state_layer
+from sst_interp.analyses.loop_manifest import state_layer
 from sst_interp.kernels.results import NotApplicable
 
 STATE_COLUMNS = ("run", "family", "iteration", "overlap", "relative_change", "n_positions")

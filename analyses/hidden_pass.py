@@ -46,7 +46,7 @@ def note_block(run: Run, depth: int, block: RawHiddenBlock) -> None:
     """Note the summaries of ``block``: a question's block at ``depth`` read with no positions or layers filter."""
     if not block.complete:
         return
-    from sst_interp.analyses.depth_policies import declared_state_layer
+    from sst_interp.analyses.loop_manifest import declared_state_layer
 
     declared = declared_state_layer(run.manifest)  # a family's carried state; the last layer may not loop
     layer = run.num_layers - 1 if declared is None else declared

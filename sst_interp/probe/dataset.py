@@ -107,7 +107,7 @@ def load_probe_data(run: Any, layer: int | None = None) -> ProbeData:
         :class:`ProbeData` (``x: [n_timesteps, d]``, ``eval_x: [Q, i_max, d]``).
     """
     if layer is None:
-        from sst_interp.analyses.depth_policies import declared_state_layer
+        from sst_interp.analyses.loop_manifest import declared_state_layer
 
         # a latent-iteration family's layers need not loop: its probe reads the carried state by default
         declared = declared_state_layer(run.manifest)

@@ -140,7 +140,7 @@ def probe_sweep(a: Any) -> ProbeSweep:
     from sst_interp.probe.train import TrainConfig
 
     def build() -> ProbeSweep:
-        from sst_interp.analyses.depth_policies import layers_at_every_iteration
+        from sst_interp.analyses.loop_manifest import layers_at_every_iteration
 
         run = a.run
         # a family's layers outside its loop hold iteration 1 only: the labels need a state at every depth
