@@ -22,7 +22,7 @@ import numpy as np
 
 if TYPE_CHECKING:
     from sst_interp.store import Run
-    from sst_interp.store.reader import RawHiddenBlock
+    from sst_interp.store.blocks import RawHiddenBlock
 
 _NOTES: weakref.WeakKeyDictionary[Any, dict[tuple, dict[str, tuple[np.ndarray, np.ndarray]]]] = \
     weakref.WeakKeyDictionary()

@@ -14,8 +14,9 @@ from typing import TYPE_CHECKING
 from sst_interp.kernels.lazy import lazy_exports, typed_exports
 
 if TYPE_CHECKING:
+    from sst_interp.store.blocks import GateBlock, HiddenBlock, LogitBlock, SketchBlock
     from sst_interp.store.errors import CorruptRunError
-    from sst_interp.store.reader import GateBlock, HiddenBlock, LogitBlock, Run, SketchBlock
+    from sst_interp.store.reader import Run
     from sst_interp.store.resume import ResumeReport
     from sst_interp.store.schema import (
         DTYPE_KEY,
