@@ -42,9 +42,6 @@ from sst_interp.model.generation import (
 )
 from sst_interp.sandbox import PythonSession, SandboxConfig
 
-STOP_REASONS = ("finish_session", "no_code", "max_turns", "token_budget")
-TOOL_STATUSES = ("ok", "error", "timeout", "none")
-
 
 @dataclass(frozen=True)
 class EpisodeConfig:

@@ -179,9 +179,6 @@ TRACE_ALIGNED_DOC = {"patched": f"whose depth-k state is patched in: {PATCHED_OW
                      "sign_n": "questions the sign test counted",
                      "sign_p_holm": "the sign test's p Holm-adjusted over the map's cells",
                      "correction": "the multiple-comparison correction and how many cells it spans"}
-TRACE_ITERATION_DOC = {"layer": "decoder layer patched", "iteration": "depth k's iteration patched (position 0)",
-                       "indirect_effect_mean": TRACE_DOC["indirect_effect_mean"], "n_questions": "questions",
-                       "indirect_effect_sem": TRACE_DOC["indirect_effect_sem"]}
 ATTRIBUTION_DOC = {"layer": "decoder layer patched", "position": "generated position patched",
                    "source_iteration": "depth k's iteration whose state is patched into depth 1's iteration 1",
                    "n_questions": "questions whose target is at or after the position",

@@ -34,8 +34,6 @@ from sst_interp.probe.labels import HaltLabels, check_depths, labels_from_genera
 
 #: The paper's probe layer (of 62), ``sec:halting_probe_method``.
 PAPER_PROBE_LAYER = 15
-#: The paper's layer sweep (of 62), ``tab:halting_probe_layer_sweep``.
-PAPER_SWEEP_LAYERS = (3, 5, 7, 10, 15, 20, 25, 29)
 
 
 @dataclass(frozen=True)

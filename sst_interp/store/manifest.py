@@ -120,18 +120,6 @@ def completed_pairs(manifest: dict[str, Any]) -> set[tuple[str, int]]:
     return {(qid, int(depth)) for depth, ids in manifest.get("status", {}).items() for qid in ids}
 
 
-def shard_index(manifest: dict[str, Any], kind: str, depth: int) -> dict[str, tuple[str, int]]:
-    """Map question id -> (relative shard path, row group index) for one kind at one depth."""
-    index: dict[str, tuple[str, int]] = {}
-    for batch in manifest.get("batches", {}).get(str(depth), []):
-        shard = batch["shards"].get(kind)
-        if shard is None:
-            continue
-        for group, qid in enumerate(shard["question_ids"]):
-            index[qid] = (shard["file"], group)
-    return index
-
-
 def record_table(manifest: dict[str, Any], name: str, written: Written | None) -> None:
     """Record (or, with None, forget) a table's size and sha256 in the writer's part of the manifest."""
     recorded = manifest.setdefault("tables", {})
