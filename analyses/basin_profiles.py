@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import pandas as pd
 
-from sst_interp.analyses import tidy
+from sst_interp.analyses import sections, tidy
 from sst_interp.analyses.figure_data import FigureData
 from sst_interp.analyses.measurement import Measurement, pe_part
 from sst_interp.kernels.results import AnalysisResult, NotApplicable, single_depth
@@ -413,21 +413,20 @@ PROFILE_DOC = {"panel": "position0, late, p<k> or long", "trace": "trace index w
                "overlap": "top-k overlap"}
 
 MEASUREMENTS: tuple[Measurement, ...] = (
-    Measurement("layer_profile", "fig:layer_profile", "Layer profile of top-k overlap at low-overlap positions: "
-                "position 0 and late positions.", ("iterations",), layer_profile_figure,
-                _profile_traces, PROFILE_DOC, kind="figure",
-                family="Basin shifts (punctuated equilibrium)", figure="layer_profiles", caption="Layer "
-                "profile of top-k overlap at low-overlap positions: (a) position 0, (b) the last window positions "
-                "(pre-divergence); median with IQR, p10-p90 and p5-p95 bands."),
-    Measurement("layer_profile_per_position", "fig:layer_profile_per_position", "Layer profile at low-overlap "
-                "positions, per window position.", ("iterations",), per_position_figure,
-                _profile_traces, PROFILE_DOC, kind="figure",
-                family="Basin shifts (punctuated equilibrium)", figure="layer_profiles", caption="Layer "
-                "profile at low-overlap positions, one panel per window position (bands for N >= 5, individual traces "
-                "below)."),
-    Measurement("layer_profile_512pos", "fig:layer_profile_512pos", "Layer profile over every low-overlap "
-                "position of the long range.", ("iterations",), long_range_figure,
-                _profile_traces, PROFILE_DOC, kind="figure",
-                family="Basin shifts (punctuated equilibrium)", figure="layer_profiles", caption="Layer "
-                "profile over every low-overlap position of the long range (full window plus top-k sketches)."),
+    Measurement(name="layer_profile", label="fig:layer_profile", title="Layer profile of top-k overlap at low-overlap "
+                "positions: position 0 and late positions.", requires=("iterations",), compute=layer_profile_figure,
+                tidy=_profile_traces, columns=PROFILE_DOC, kind="figure", family=sections.BASIN_SHIFTS,
+                figure="layer_profiles", caption="Layer profile of top-k overlap at low-overlap positions: (a) "
+                "position 0, (b) the last window positions (pre-divergence); median with IQR, p10-p90 and p5-p95 "
+                "bands."),
+    Measurement(name="layer_profile_per_position", label="fig:layer_profile_per_position", title="Layer profile at "
+                "low-overlap positions, per window position.", requires=("iterations",), compute=per_position_figure,
+                tidy=_profile_traces, columns=PROFILE_DOC, kind="figure", family=sections.BASIN_SHIFTS,
+                figure="layer_profiles", caption="Layer profile at low-overlap positions, one panel per window "
+                "position (bands for N >= 5, individual traces below)."),
+    Measurement(name="layer_profile_512pos", label="fig:layer_profile_512pos", title="Layer profile over every "
+                "low-overlap position of the long range.", requires=("iterations",), compute=long_range_figure,
+                tidy=_profile_traces, columns=PROFILE_DOC, kind="figure", family=sections.BASIN_SHIFTS,
+                figure="layer_profiles", caption="Layer profile over every low-overlap position of the long range "
+                "(full window plus top-k sketches)."),
 )

@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any, Literal
 import numpy as np
 import pandas as pd
 
-from sst_interp.analyses import tidy
+from sst_interp.analyses import sections, tidy
 from sst_interp.analyses.measurement import QUANTITY_DOC, Measurement, pe_part, quantities
 from sst_interp.kernels.results import AnalysisResult, NotApplicable
 from sst_interp.analyses.overlap import OverlapResult
@@ -331,39 +331,37 @@ def _gmm_notes(a: Any, result: Any) -> list[str]:
 
 
 MEASUREMENTS: tuple[Measurement, ...] = (
-    Measurement("gmm", "", "Two-component Gaussian mixture on the overlaps and its crossover threshold (app:gmm).",
-                ("iterations",), pe_part("gmm"), lambda r: tidy.renamed(_gmm_table(r), {}),
-                {"component": "Stable or Low-overlap", "mean": "mean overlap", "std": "standard deviation",
-                 "weight": "mixture weight"}, notes=_gmm_notes, presentation=_gmm_table,
-                family="Basin shifts (punctuated equilibrium)", caption="Two-component Gaussian mixture on "
-                "the iter-1 vs iter-N overlaps: stable and low-overlap components and their crossover threshold "
-                "(app:gmm)."),
-    Measurement("gmm_robustness", "", "Crossover thresholds of 2- to 5-component mixtures (app:gmm).",
-                ("iterations",), pe_part("robustness"), lambda r: tidy.renamed(r.table(), {}),
-                {"components": "mixture components", "threshold": "crossover", "shift": "from the 2-component "
-                 "threshold", "stable_mean": "stable component mean", "stable_std": "its std",
-                 "stable_weight": "its weight"},
+    Measurement(name="gmm", label="", title="Two-component Gaussian mixture on the overlaps and its crossover "
+                "threshold (app:gmm).", requires=("iterations",), compute=pe_part("gmm"),
+                tidy=lambda r: tidy.renamed(_gmm_table(r), {}),
+                columns={"component": "Stable or Low-overlap", "mean": "mean overlap", "std": "standard deviation",
+                         "weight": "mixture weight"}, notes=_gmm_notes, presentation=_gmm_table,
+                family=sections.BASIN_SHIFTS, caption="Two-component Gaussian mixture on the iter-1 vs iter-N "
+                "overlaps: stable and low-overlap components and their crossover threshold (app:gmm)."),
+    Measurement(name="gmm_robustness", label="", title="Crossover thresholds of 2- to 5-component mixtures (app:gmm).",
+                requires=("iterations",), compute=pe_part("robustness"), tidy=lambda r: tidy.renamed(r.table(), {}),
+                columns={"components": "mixture components", "threshold": "crossover", "shift": "from the 2-component "
+                         "threshold", "stable_mean": "stable component mean", "stable_std": "its std",
+                         "stable_weight": "its weight"},
                 notes=lambda a, r: [f"largest threshold shift from the 2-component fit: {r.max_shift:.4f}"],
-                family="Basin shifts (punctuated equilibrium)", caption="Crossover threshold of 2- to "
-                "5-component mixtures (app:gmm robustness)."),
-    Measurement("basin_summary", "", "Low-overlap positions per question, per-position rates, gaps "
-                "(sec:punctuated_equilibrium).", ("iterations",), pe_part("summary"), quantities("metric"),
-                QUANTITY_DOC,
-                family="Basin shifts (punctuated equilibrium)", caption="Low-overlap positions per question, "
-                "per-position rates, gaps between consecutive low-overlap positions and their coefficient of "
-                "variation (sec:punctuated_equilibrium)."),
-    Measurement("basin_position_rates", "", "Fraction of questions low-overlap at each window position.",
-                ("iterations",), pe_part("summary"), lambda r: tidy.renamed(r.position_table(), {}),
-                {"position": "generated position", "n_questions": "questions", "n_low": "low-overlap there",
-                 "rate": "fraction"},
-                notes=lambda a, r: [f"threshold {r.threshold:.4f}, rule '{r.rule}'"],
-                presentation=lambda r: r.position_table(),
-                family="Basin shifts (punctuated equilibrium)", caption="Fraction of questions with a "
-                "low-overlap (basin-shift) position at each window position."),
-    Measurement("pos0_universality", "", "Position 0, iteration 1 vs 2: the universal basin shift.",
-                ("iterations",), pe_part("pos0"), lambda r: tidy.renamed(r.table(), {}),
-                {"comparison": "what is compared", "n_questions": "questions", "n_low": "low-overlap",
-                 "mean_overlap": "mean layer-mean overlap", "std_overlap": "its std"},
-                family="Basin shifts (punctuated equilibrium)", caption="Position 0, iteration 1 vs 2: mean "
-                "and std over questions of the layer-mean overlap and how many questions are low-overlap there."),
+                family=sections.BASIN_SHIFTS, caption="Crossover threshold of 2- to 5-component mixtures (app:gmm "
+                "robustness)."),
+    Measurement(name="basin_summary", label="", title="Low-overlap positions per question, per-position rates, gaps "
+                "(sec:punctuated_equilibrium).", requires=("iterations",), compute=pe_part("summary"),
+                tidy=quantities("metric"), columns=QUANTITY_DOC, family=sections.BASIN_SHIFTS, caption="Low-overlap "
+                "positions per question, per-position rates, gaps between consecutive low-overlap positions and their "
+                "coefficient of variation (sec:punctuated_equilibrium)."),
+    Measurement(name="basin_position_rates", label="", title="Fraction of questions low-overlap at each window "
+                "position.", requires=("iterations",), compute=pe_part("summary"),
+                tidy=lambda r: tidy.renamed(r.position_table(), {}),
+                columns={"position": "generated position", "n_questions": "questions", "n_low": "low-overlap there",
+                         "rate": "fraction"}, notes=lambda a, r: [f"threshold {r.threshold:.4f}, rule '{r.rule}'"],
+                presentation=lambda r: r.position_table(), family=sections.BASIN_SHIFTS, caption="Fraction of "
+                "questions with a low-overlap (basin-shift) position at each window position."),
+    Measurement(name="pos0_universality", label="", title="Position 0, iteration 1 vs 2: the universal basin shift.",
+                requires=("iterations",), compute=pe_part("pos0"), tidy=lambda r: tidy.renamed(r.table(), {}),
+                columns={"comparison": "what is compared", "n_questions": "questions", "n_low": "low-overlap",
+                         "mean_overlap": "mean layer-mean overlap", "std_overlap": "its std"},
+                family=sections.BASIN_SHIFTS, caption="Position 0, iteration 1 vs 2: mean and std over questions of "
+                "the layer-mean overlap and how many questions are low-overlap there."),
 )

@@ -21,6 +21,7 @@ from typing import Any
 import pandas as pd
 
 from sst_interp.analyses.basin_profiles import comparison_of, overlap_heatmap
+from sst_interp.analyses import sections
 from sst_interp.analyses.measurement import Measurement, figure_main, pe_part
 from sst_interp.analyses.overlap import cross_run_overlap
 from sst_interp.analyses.figure_data import FigureData
@@ -121,16 +122,15 @@ HEATMAP_DOC = {"question_id": "the question shown", "depth": "the depth compared
                "overlap": "top-k overlap"}
 
 MEASUREMENTS: tuple[Measurement, ...] = (
-    Measurement("overlap_heatmap", "fig:overlap_heatmap", "Top-k overlap across layers and positions for a "
-                "representative question.", ("iterations",), heatmap_figure, figure_main,
-                HEATMAP_DOC, kind="figure", per_question=_question_heatmap(False),
-                family="Basin shifts (punctuated equilibrium)", figure="overlap_heatmap", caption="Top-k "
-                "overlap between the shallowest and deepest runs across layers and generated positions for a "
-                "representative question (sketch positions included); dark streaks are basin shifts."),
-    Measurement("overlap_heatmap_zoom", "fig:overlap_heatmap_zoom", "The overlap of a second question over the "
-                "full-state window.", ("iterations",), lambda a: heatmap_figure(a, zoom=True),
-                figure_main, HEATMAP_DOC, kind="figure", per_question=_question_heatmap(True),
-                family="Basin shifts (punctuated equilibrium)", figure="overlap_heatmap", caption="The same "
-                "overlap for a second question over the full-state window only (the question with the most "
-                "low-overlap positions)."),
+    Measurement(name="overlap_heatmap", label="fig:overlap_heatmap", title="Top-k overlap across layers and positions "
+                "for a representative question.", requires=("iterations",), compute=heatmap_figure, tidy=figure_main,
+                columns=HEATMAP_DOC, kind="figure", per_question=_question_heatmap(False), family=sections.BASIN_SHIFTS,
+                figure="overlap_heatmap", caption="Top-k overlap between the shallowest and deepest runs across layers "
+                "and generated positions for a representative question (sketch positions included); dark streaks are "
+                "basin shifts."),
+    Measurement(name="overlap_heatmap_zoom", label="fig:overlap_heatmap_zoom", title="The overlap of a second question "
+                "over the full-state window.", requires=("iterations",), compute=lambda a: heatmap_figure(a, zoom=True),
+                tidy=figure_main, columns=HEATMAP_DOC, kind="figure", per_question=_question_heatmap(True),
+                family=sections.BASIN_SHIFTS, figure="overlap_heatmap", caption="The same overlap for a second "
+                "question over the full-state window only (the question with the most low-overlap positions)."),
 )

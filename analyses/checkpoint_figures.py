@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from sst_interp.analyses import tidy
+from sst_interp.analyses import sections, tidy
 from sst_interp.analyses.measurement import Measurement, figure_main
 from sst_interp.analyses import alpha as alpha_analysis
 from sst_interp.analyses.figure_data import FigureData
@@ -189,63 +189,58 @@ def _losses_tidy(result: Any) -> pd.DataFrame:
 
 
 MEASUREMENTS: tuple[Measurement, ...] = (
-    Measurement("alpha_quantile_ribbon", "fig:alpha_quantile_ribbon", "Within-layer percentile bands of the learned "
-                "blend coefficients.", ("checkpoint",), ribbon, figure_main,
-                RIBBON_DOC, kind="figure", scope="checkpoint",
-                family="Learned blend coefficients and training", figure="alpha_ribbon", caption="Within-layer "
-                "percentile bands (p5-p95, p25-p75, median) of the learned blend coefficients, with alpha_init."),
-    Measurement("alpha_pca_trajectory", "fig:alpha_pca_trajectory", "Each layer's deviation from alpha_init on the "
-                "top principal components.", ("checkpoint",), pca, figure_main,
-                PCA_DOC, kind="figure", scope="checkpoint",
-                family="Learned blend coefficients and training", figure="alpha_pca", caption="Each layer's "
-                "deviation from alpha_init on the top principal components, coloured by layer and joined in depth "
-                "order."),
-    Measurement("alpha_panels_raw_selected", "fig:alpha_panels_raw_selected", "Raw alpha of four representative "
-                "layers on a grid.", ("checkpoint",), lambda c: panels(c, False),
-                figure_main, PANELS_DOC, kind="figure", scope="checkpoint",
-                family="Learned blend coefficients and training", figure="alpha_panels_raw", caption="Raw "
-                "alpha of four representative layers reshaped to a grid, on a shared p1-p99 colour scale."),
-    Measurement("alpha_panels_deviation_selected", "fig:alpha_panels_deviation_selected", "Deviation from "
-                "alpha_init of the same four layers.", ("checkpoint",),
-                lambda c: panels(c, False), figure_main, PANELS_DOC, kind="figure",
-                scope="checkpoint",
-                family="Learned blend coefficients and training", figure="alpha_panels_deviation", caption="Deviation "
-                "alpha - alpha_init of the same four layers on a shared diverging scale (red above, blue below)."),
-    Measurement("alpha_specialisation_profile", "fig:alpha_specialisation_profile", "Within-layer percentiles of "
-                "|alpha - alpha_init| across depth.", ("checkpoint",), specialisation,
-                figure_main, SPECIALISATION_DOC, kind="figure", scope="checkpoint",
-                family="Learned blend coefficients and training", figure="alpha_specialisation", caption="Within-layer "
-                "percentiles of |alpha - alpha_init| across depth; the selected layers are marked."),
-    Measurement("alpha_panels_raw_full", "fig:alpha_panels_raw_full", "Raw alpha of every layer.", ("checkpoint",),
-                lambda c: panels(c, True), figure_main, PANELS_DOC, kind="figure",
-                scope="checkpoint",
-                family="Learned blend coefficients and training", figure="alpha_panels_raw", caption="Raw "
-                "alpha of every layer on a shared colour scale."),
-    Measurement("alpha_panels_deviation_full", "fig:alpha_panels_deviation_full", "Deviation from alpha_init of "
-                "every layer.", ("checkpoint",), lambda c: panels(c, True),
-                figure_main, PANELS_DOC, kind="figure", scope="checkpoint",
-                family="Learned blend coefficients and training", figure="alpha_panels_deviation", caption="Deviation "
-                "from alpha_init of every layer on a shared scale."),
-    Measurement("sst_vs_baseline_loss", "fig:sst_vs_baseline_loss", "Training and validation loss of the SST and "
-                "the matched baseline.", ("sst_log", "baseline_log"),
-                lambda t: losses(t, "both"), _losses_tidy, LOSS_DOC, kind="figure",
-                scope="training",
-                family="Learned blend coefficients and training", figure="losses", caption="Training loss "
-                "(raw, light; moving average, solid) and validation loss of the SST and the matched baseline."),
-    Measurement("sst_loss_standalone", "fig:sst_loss_standalone", "SST training and validation loss.", ("sst_log",),
-                lambda t: losses(t, "sst"), _losses_tidy, LOSS_DOC, kind="figure",
-                scope="training",
-                family="Learned blend coefficients and training", figure="losses", caption="SST training and "
-                "validation loss."),
-    Measurement("baseline_loss_standalone", "fig:baseline_loss_standalone", "Matched baseline training and "
-                "validation loss.", ("baseline_log",), lambda t: losses(t, "baseline"),
-                _losses_tidy, LOSS_DOC, kind="figure", scope="training",
-                family="Learned blend coefficients and training", figure="losses", caption="Matched baseline "
+    Measurement(name="alpha_quantile_ribbon", label="fig:alpha_quantile_ribbon", title="Within-layer percentile bands "
+                "of the learned blend coefficients.", requires=("checkpoint",), compute=ribbon, tidy=figure_main,
+                columns=RIBBON_DOC, kind="figure", scope="checkpoint", family=sections.ALPHA_AND_TRAINING,
+                figure="alpha_ribbon", caption="Within-layer percentile bands (p5-p95, p25-p75, median) of the learned "
+                "blend coefficients, with alpha_init."),
+    Measurement(name="alpha_pca_trajectory", label="fig:alpha_pca_trajectory", title="Each layer's deviation from "
+                "alpha_init on the top principal components.", requires=("checkpoint",), compute=pca, tidy=figure_main,
+                columns=PCA_DOC, kind="figure", scope="checkpoint", family=sections.ALPHA_AND_TRAINING,
+                figure="alpha_pca", caption="Each layer's deviation from alpha_init on the top principal components, "
+                "coloured by layer and joined in depth order."),
+    Measurement(name="alpha_panels_raw_selected", label="fig:alpha_panels_raw_selected", title="Raw alpha of four "
+                "representative layers on a grid.", requires=("checkpoint",), compute=lambda c: panels(c, False),
+                tidy=figure_main, columns=PANELS_DOC, kind="figure", scope="checkpoint",
+                family=sections.ALPHA_AND_TRAINING, figure="alpha_panels_raw", caption="Raw alpha of four "
+                "representative layers reshaped to a grid, on a shared p1-p99 colour scale."),
+    Measurement(name="alpha_panels_deviation_selected", label="fig:alpha_panels_deviation_selected", title="Deviation "
+                "from alpha_init of the same four layers.", requires=("checkpoint",),
+                compute=lambda c: panels(c, False), tidy=figure_main, columns=PANELS_DOC, kind="figure",
+                scope="checkpoint", family=sections.ALPHA_AND_TRAINING, figure="alpha_panels_deviation",
+                caption="Deviation alpha - alpha_init of the same four layers on a shared diverging scale (red above, "
+                "blue below)."),
+    Measurement(name="alpha_specialisation_profile", label="fig:alpha_specialisation_profile", title="Within-layer "
+                "percentiles of |alpha - alpha_init| across depth.", requires=("checkpoint",), compute=specialisation,
+                tidy=figure_main, columns=SPECIALISATION_DOC, kind="figure", scope="checkpoint",
+                family=sections.ALPHA_AND_TRAINING, figure="alpha_specialisation", caption="Within-layer percentiles "
+                "of |alpha - alpha_init| across depth; the selected layers are marked."),
+    Measurement(name="alpha_panels_raw_full", label="fig:alpha_panels_raw_full", title="Raw alpha of every layer.",
+                requires=("checkpoint",), compute=lambda c: panels(c, True), tidy=figure_main, columns=PANELS_DOC,
+                kind="figure", scope="checkpoint", family=sections.ALPHA_AND_TRAINING, figure="alpha_panels_raw",
+                caption="Raw alpha of every layer on a shared colour scale."),
+    Measurement(name="alpha_panels_deviation_full", label="fig:alpha_panels_deviation_full", title="Deviation from "
+                "alpha_init of every layer.", requires=("checkpoint",), compute=lambda c: panels(c, True),
+                tidy=figure_main, columns=PANELS_DOC, kind="figure", scope="checkpoint",
+                family=sections.ALPHA_AND_TRAINING, figure="alpha_panels_deviation", caption="Deviation from "
+                "alpha_init of every layer on a shared scale."),
+    Measurement(name="sst_vs_baseline_loss", label="fig:sst_vs_baseline_loss", title="Training and validation loss of "
+                "the SST and the matched baseline.", requires=("sst_log", "baseline_log"),
+                compute=lambda t: losses(t, "both"), tidy=_losses_tidy, columns=LOSS_DOC, kind="figure",
+                scope="training", family=sections.ALPHA_AND_TRAINING, figure="losses", caption="Training loss (raw, "
+                "light; moving average, solid) and validation loss of the SST and the matched baseline."),
+    Measurement(name="sst_loss_standalone", label="fig:sst_loss_standalone", title="SST training and validation loss.",
+                requires=("sst_log",), compute=lambda t: losses(t, "sst"), tidy=_losses_tidy, columns=LOSS_DOC,
+                kind="figure", scope="training", family=sections.ALPHA_AND_TRAINING, figure="losses", caption="SST "
                 "training and validation loss."),
-    Measurement("alpha_global_stats_over_training", "fig:alpha_global_stats_over_training", "Whole-model blend "
-                "coefficient statistics per training step.", ("sst_log",),
-                alpha_over_training, figure_main, ALPHA_TRAINING_DOC, kind="figure",
-                scope="training",
-                family="Learned blend coefficients and training", figure="alpha_training", caption="Whole-model "
+    Measurement(name="baseline_loss_standalone", label="fig:baseline_loss_standalone", title="Matched baseline "
+                "training and validation loss.", requires=("baseline_log",), compute=lambda t: losses(t, "baseline"),
+                tidy=_losses_tidy, columns=LOSS_DOC, kind="figure", scope="training",
+                family=sections.ALPHA_AND_TRAINING, figure="losses", caption="Matched baseline training and validation "
+                "loss."),
+    Measurement(name="alpha_global_stats_over_training", label="fig:alpha_global_stats_over_training",
+                title="Whole-model blend coefficient statistics per training step.", requires=("sst_log",),
+                compute=alpha_over_training, tidy=figure_main, columns=ALPHA_TRAINING_DOC, kind="figure",
+                scope="training", family=sections.ALPHA_AND_TRAINING, figure="alpha_training", caption="Whole-model "
                 "blend coefficient statistics (mean +- std, min, max) per training step."),
 )

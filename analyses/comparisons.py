@@ -27,7 +27,7 @@ from sst_interp.analyses import ablation, external, hyperparameters as hp
 from sst_interp.analyses.api import Measured, as_run
 from sst_interp.analyses.figure_data import FigureData
 from sst_interp.analyses.measurement import Measurement
-from sst_interp.analyses import tidy
+from sst_interp.analyses import sections, tidy
 from sst_interp.kernels.errors import UsageError
 from sst_interp.kernels.outcomes import correctness_matrix
 from sst_interp.kernels.results import NotApplicable
@@ -314,10 +314,10 @@ def _ablation_entry(role: str, caption: str) -> Measurement:
                                   "McNemar.",
              ablation.EMA_VARIANT: "Main SST against the linked-blend EMA variant: staged accuracy, deltas, "
                                    "McNemar."}[role]
-    return Measurement(label.split(":")[1], label, title, (f"ablation_{role}",), _ablation(role),
-                       lambda r: tidy.renamed(r.stages(), {}), ABLATION_DOC, notes=_ablation_notes,
-                       scope="comparison", family="Ablations and external comparison", inputs=("runs", "baseline"),
-                       caption=caption)
+    return Measurement(name=label.split(":")[1], label=label, title=title, requires=(f"ablation_{role}",),
+                       compute=_ablation(role), tidy=lambda r: tidy.renamed(r.stages(), {}), columns=ABLATION_DOC,
+                       notes=_ablation_notes, scope="comparison", family=sections.ABLATIONS_AND_EXTERNAL,
+                       inputs=("runs", "baseline"), caption=caption)
 
 
 MEASUREMENTS: tuple[Measurement, ...] = (
@@ -327,43 +327,43 @@ MEASUREMENTS: tuple[Measurement, ...] = (
     _ablation_entry(ablation.EMA_VARIANT, "Linked blend EMA variant (staged compute): the SST with the direct update "
                     "against the EMA variant, with the matched baseline, the deltas and exact McNemar tests on the "
                     "paired flips."),
-    Measurement("hyperparameters", "tab:hyperparameters", "The training configurations of the SST and the baseline "
-                "side by side, from their saved configs.", ("training_configs",), _hyperparameters,
-                lambda r: tidy.renamed(r.table(), {}), HYPER_DOC, notes=lambda c, r: r.notes(), scope="comparison",
-                family="Learned blend coefficients and training", inputs=("training",), caption="Training "
-                "hyperparameters of the SST and the matched baseline side by side, from their saved configs."),
-    Measurement("sst_vs_nobias_loss", "fig:sst_vs_nobias_loss", "Training and validation loss of the SST and the "
-                "no-bias variant.", ("nobias_logs",), _losses((ablation.MAIN, ablation.ALPHA_INIT), "both"),
-                _losses_tidy, LOSS_DOC, kind="figure", scope="comparison",
-                family="Learned blend coefficients and training", figure="loss_pair", inputs=("training",),
-                caption="SST vs the no-bias variant: training loss (raw, light; moving average, solid) and "
-                "validation loss, each curve labelled by its config."),
-    Measurement("sst_vs_baseline_training_loss", "fig:sst_vs_baseline_training_loss", "Training loss of the SST and "
-                "the matched baseline.", ("sst_baseline_logs",),
-                _losses((ablation.MAIN, BASELINE), "train"), _losses_tidy,
-                LOSS_DOC, kind="figure", scope="comparison",
-                family="Learned blend coefficients and training", figure="training_loss", inputs=("training",),
+    Measurement(name="hyperparameters", label="tab:hyperparameters", title="The training configurations of the SST and "
+                "the baseline side by side, from their saved configs.", requires=("training_configs",),
+                compute=_hyperparameters, tidy=lambda r: tidy.renamed(r.table(), {}), columns=HYPER_DOC,
+                notes=lambda c, r: r.notes(), scope="comparison", family=sections.ALPHA_AND_TRAINING,
+                inputs=("training",), caption="Training hyperparameters of the SST and the matched baseline side by "
+                "side, from their saved configs."),
+    Measurement(name="sst_vs_nobias_loss", label="fig:sst_vs_nobias_loss", title="Training and validation loss of the "
+                "SST and the no-bias variant.", requires=("nobias_logs",),
+                compute=_losses((ablation.MAIN, ablation.ALPHA_INIT), "both"), tidy=_losses_tidy, columns=LOSS_DOC,
+                kind="figure", scope="comparison", family=sections.ALPHA_AND_TRAINING, figure="loss_pair",
+                inputs=("training",), caption="SST vs the no-bias variant: training loss (raw, light; moving average, "
+                "solid) and validation loss, each curve labelled by its config."),
+    Measurement(name="sst_vs_baseline_training_loss", label="fig:sst_vs_baseline_training_loss", title="Training loss "
+                "of the SST and the matched baseline.", requires=("sst_baseline_logs",),
+                compute=_losses((ablation.MAIN, BASELINE), "train"), tidy=_losses_tidy, columns=LOSS_DOC, kind="figure",
+                scope="comparison", family=sections.ALPHA_AND_TRAINING, figure="training_loss", inputs=("training",),
                 caption="SST vs matched baseline: training loss, raw (light) and moving average (solid)."),
-    Measurement("sst_vs_baseline_validation_loss", "fig:sst_vs_baseline_validation_loss", "Validation loss of the "
-                "SST and the matched baseline.", ("sst_baseline_logs",),
-                _losses((ablation.MAIN, BASELINE), "val"), _losses_tidy,
-                LOSS_DOC, kind="figure", scope="comparison",
-                family="Learned blend coefficients and training", figure="validation_loss", inputs=("training",),
+    Measurement(name="sst_vs_baseline_validation_loss", label="fig:sst_vs_baseline_validation_loss", title="Validation "
+                "loss of the SST and the matched baseline.", requires=("sst_baseline_logs",),
+                compute=_losses((ablation.MAIN, BASELINE), "val"), tidy=_losses_tidy, columns=LOSS_DOC, kind="figure",
+                scope="comparison", family=sections.ALPHA_AND_TRAINING, figure="validation_loss", inputs=("training",),
                 caption="SST vs matched baseline: validation loss as evaluated."),
-    Measurement("external_gsm8k", "tab:external_gsm8k", "The SST's staged accuracy among published GSM8K results.",
-                ("external",), _external_table("tab:external_gsm8k"), lambda r: tidy.renamed(r.table(), {}),
-                EXTERNAL_DOC, notes=_external_notes, scope="comparison",
-                family="Ablations and external comparison", inputs=("runs", "external"), caption="External "
-                "comparison on GSM8K: the SST's staged accuracy among published results (published, not recorded)."),
-    Measurement("external_gpqa", "tab:external_gpqa", "The SST's staged accuracy among published GPQA-Diamond "
-                "results.", ("external",), _external_table("tab:external_gpqa"),
-                lambda r: tidy.renamed(r.table(), {}), EXTERNAL_DOC, notes=_external_notes, scope="comparison",
-                family="Ablations and external comparison", inputs=("runs", "external"), caption="External "
-                "comparison on GPQA-Diamond: the SST's staged accuracy among published results (published, not "
-                "recorded)."),
-    Measurement("external_comparison", "", "A run of another benchmark placed among the --external rows.",
-                ("external",), _external_table(""), lambda r: tidy.renamed(r.table(), {}), EXTERNAL_DOC,
-                notes=_external_notes, scope="comparison",
-                family="Ablations and external comparison", inputs=("runs", "external"), caption="A run of a "
-                "benchmark without a paper table placed among the --external rows (published, not recorded)."),
+    Measurement(name="external_gsm8k", label="tab:external_gsm8k", title="The SST's staged accuracy among published "
+                "GSM8K results.", requires=("external",), compute=_external_table("tab:external_gsm8k"),
+                tidy=lambda r: tidy.renamed(r.table(), {}), columns=EXTERNAL_DOC, notes=_external_notes,
+                scope="comparison", family=sections.ABLATIONS_AND_EXTERNAL, inputs=("runs", "external"),
+                caption="External comparison on GSM8K: the SST's staged accuracy among published results (published, "
+                "not recorded)."),
+    Measurement(name="external_gpqa", label="tab:external_gpqa", title="The SST's staged accuracy among published "
+                "GPQA-Diamond results.", requires=("external",), compute=_external_table("tab:external_gpqa"),
+                tidy=lambda r: tidy.renamed(r.table(), {}), columns=EXTERNAL_DOC, notes=_external_notes,
+                scope="comparison", family=sections.ABLATIONS_AND_EXTERNAL, inputs=("runs", "external"),
+                caption="External comparison on GPQA-Diamond: the SST's staged accuracy among published results "
+                "(published, not recorded)."),
+    Measurement(name="external_comparison", label="", title="A run of another benchmark placed among the --external "
+                "rows.", requires=("external",), compute=_external_table(""),
+                tidy=lambda r: tidy.renamed(r.table(), {}), columns=EXTERNAL_DOC, notes=_external_notes,
+                scope="comparison", family=sections.ABLATIONS_AND_EXTERNAL, inputs=("runs", "external"), caption="A "
+                "run of a benchmark without a paper table placed among the --external rows (published, not recorded)."),
 )

@@ -28,6 +28,7 @@ import pandas as pd
 from scipy import stats
 
 from sst_interp.analyses.figure_data import FigureData
+from sst_interp.analyses import sections
 from sst_interp.analyses.measurement import QUANTITY_DOC, Measurement, figure_main, quantities
 from sst_interp.analyses import hidden_pass
 from sst_interp.analyses.hidden_pass import l2_deltas
@@ -192,7 +193,7 @@ def convergence_monitoring(run: Run, layer: int | None = None, positions: Sequen
     if depth not in depths:
         raise UsageError(f"depth {depth} is not in the run (depths {depths})")
     if layer is None:  # a family's carried state (its last layer may not loop), else the last layer
-        from sst_interp.analyses.depth_policies import declared_state_layer
+        from sst_interp.analyses.loop_manifest import declared_state_layer
 
         declared = declared_state_layer(run.manifest)
         layer = run.num_layers - 1 if declared is None else declared
@@ -254,20 +255,18 @@ def monitoring_figure(analysis: Any) -> FigureData | NotApplicable:
 
 
 MEASUREMENTS: tuple[Measurement, ...] = (
-    Measurement("convergence_monitoring", "", "Tests behind fig:convergence_monitoring: L2 of the state does not "
-                "tell when to stop.", ("iterations",), lambda a: a.convergence(), quantities("metric"),
-                QUANTITY_DOC,
+    Measurement(name="convergence_monitoring", label="", title="Tests behind fig:convergence_monitoring: L2 of the "
+                "state does not tell when to stop.", requires=("iterations",), compute=lambda a: a.convergence(),
+                tidy=quantities("metric"), columns=QUANTITY_DOC,
                 notes=lambda a, r: [f"L2 deltas at layer {r.layer}; one value per (question, decision) in the "
-                                    "tests"],
-                family="Precision and convergence monitoring", caption="Tests behind the convergence figure: "
-                "Kruskal-Wallis across correct depths per transition, and Mann-Whitney / AUROC of the current delta "
-                "for improving vs degrading steps."),
-    Measurement("convergence_figure", "fig:convergence_monitoring", "L2 delta between successive iterations "
-                "by correct depth.", ("iterations",), monitoring_figure, figure_main,
-                {"question_id": "question", "position": "generated position", "transition": "iteration i -> i+1",
-                 "delta": "L2 change of the state", "correct_depth": "the depth the question is first right at"},
-                kind="figure",
-                family="Precision and convergence monitoring", figure="convergence", caption="L2 delta "
-                "between successive iterations by correct depth (a), and the current delta against the next step's "
-                "outcome (b): L2 does not tell when to stop."),
+                                    "tests"], family=sections.PRECISION_AND_CONVERGENCE, caption="Tests behind the "
+                "convergence figure: Kruskal-Wallis across correct depths per transition, and Mann-Whitney / AUROC of "
+                "the current delta for improving vs degrading steps."),
+    Measurement(name="convergence_figure", label="fig:convergence_monitoring", title="L2 delta between successive "
+                "iterations by correct depth.", requires=("iterations",), compute=monitoring_figure, tidy=figure_main,
+                columns={"question_id": "question", "position": "generated position", "transition": "iteration i -> "
+                         "i+1", "delta": "L2 change of the state", "correct_depth": "the depth the question is first "
+                         "right at"}, kind="figure", family=sections.PRECISION_AND_CONVERGENCE, figure="convergence",
+                caption="L2 delta between successive iterations by correct depth (a), and the current delta against "
+                "the next step's outcome (b): L2 does not tell when to stop."),
 )

@@ -23,6 +23,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from sst_interp.analyses import sections
 from sst_interp.analyses.measurement import QUANTITY_DOC, Measurement, quantities
 from sst_interp.kernels import stats
 from sst_interp.analyses.evaluation import load_generations
@@ -202,10 +203,9 @@ def _notes(analysis: Any, result: ConvergentReasoning) -> list[str]:
 
 
 MEASUREMENTS: tuple[Measurement, ...] = (
-    Measurement("convergent_reasoning", "tab:convergent_reasoning", "Questions correct at every depth with "
-                "distinct text traces, against chance.", ("depths",),
-                lambda a: convergent_reasoning(a.run), quantities("quantity"),
-                QUANTITY_DOC, notes=_notes,
-                family="Logit dynamics", caption="Convergent reasoning: questions correct at every depth with "
-                "pairwise distinct text traces, against the chance of independent random answers."),
+    Measurement(name="convergent_reasoning", label="tab:convergent_reasoning", title="Questions correct at every depth "
+                "with distinct text traces, against chance.", requires=("depths",),
+                compute=lambda a: convergent_reasoning(a.run), tidy=quantities("quantity"), columns=QUANTITY_DOC,
+                notes=_notes, family=sections.LOGIT_DYNAMICS, caption="Convergent reasoning: questions correct at "
+                "every depth with pairwise distinct text traces, against the chance of independent random answers."),
 )

@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 import pandas as pd
 
-from sst_interp.analyses import tidy
+from sst_interp.analyses import sections, tidy
 from sst_interp.analyses.measurement import Measurement, pe_part
 from sst_interp.kernels.results import AnalysisResult, NotApplicable, single_depth
 from sst_interp.kernels.outcomes import NEVER, first_divergence
@@ -264,18 +264,17 @@ def pos0_divergence(low_at_0: np.ndarray, first_div: np.ndarray, window: int) ->
 # ------------------------------------------------------------------------------------------------ entries
 # Parts of the run's basin step (a.punctuated).
 MEASUREMENTS: tuple[Measurement, ...] = (
-    Measurement("causal_ordering", "tab:causal_ordering", "First low-overlap position vs first argmax "
-                "divergence.", ("iterations",), pe_part("causal"),
-                lambda r: tidy.categories(r.table(), "group", {"n": "n_questions", "percent": "percent"}),
-                {"category": "ordering key", "category_text": "the paper's row", "n_questions": "questions",
-                 "percent": "percent of questions"},
-                family="Logit dynamics", caption="Order of the first low-overlap position and the first "
-                "argmax divergence between depths, per question."),
-    Measurement("pos0_divergence", "tab:pos0_divergence", "Outcome of the questions with a basin shift at "
-                "position 0.", ("iterations",), pe_part("pos0_divergence"),
-                lambda r: tidy.categories(r.table(), "outcome", {"n": "n_questions", "percent": "percent"}),
-                {"category": "outcome key", "category_text": "the paper's row", "n_questions": "questions",
-                 "percent": "percent of questions"},
-                family="Logit dynamics", caption="Downstream outcome of the questions with a basin shift at "
-                "position 0: diverge at 0, inside the window, or beyond it."),
+    Measurement(name="causal_ordering", label="tab:causal_ordering", title="First low-overlap position vs first argmax "
+                "divergence.", requires=("iterations",), compute=pe_part("causal"),
+                tidy=lambda r: tidy.categories(r.table(), "group", {"n": "n_questions", "percent": "percent"}),
+                columns={"category": "ordering key", "category_text": "the paper's row", "n_questions": "questions",
+                         "percent": "percent of questions"}, family=sections.LOGIT_DYNAMICS, caption="Order of the "
+                "first low-overlap position and the first argmax divergence between depths, per question."),
+    Measurement(name="pos0_divergence", label="tab:pos0_divergence", title="Outcome of the questions with a basin "
+                "shift at position 0.", requires=("iterations",), compute=pe_part("pos0_divergence"),
+                tidy=lambda r: tidy.categories(r.table(), "outcome", {"n": "n_questions", "percent": "percent"}),
+                columns={"category": "outcome key", "category_text": "the paper's row", "n_questions": "questions",
+                         "percent": "percent of questions"}, family=sections.LOGIT_DYNAMICS, caption="Downstream "
+                "outcome of the questions with a basin shift at position 0: diverge at 0, inside the window, or beyond "
+                "it."),
 )

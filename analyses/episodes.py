@@ -16,7 +16,7 @@ from typing import Any
 
 import pandas as pd
 
-from sst_interp.analyses import tidy
+from sst_interp.analyses import sections, tidy
 from sst_interp.analyses.measurement import Frame, Measurement
 from sst_interp.kernels.results import NotApplicable
 from sst_interp.store import Run
@@ -87,13 +87,14 @@ def _episode_conduct(a: Any) -> Any:
 
 
 MEASUREMENTS: tuple[Measurement, ...] = (
-    Measurement("episode_conduct", "", "CodeACT episode conduct per depth, of the SST and of its matched baseline "
-                "when one is given.", ("codeact",), _episode_conduct,
-                lambda r: tidy.renamed(r.table(), {}),
-                {"model": "SST or baseline", "depth": "depth", "episodes": "episodes", "first_turn_action": "fraction whose first turn is a "
-                 "well-formed <execute> block", "finished": "fraction ending with finish_session", "accuracy":
-                 "fraction correct", "mean_model_turns": "model turns per episode"},
-                family="Evaluation", inputs=("run", "baseline"), caption="CodeACT episode conduct per depth: "
-                "fractions of episodes whose first model turn is a well-formed <execute> block, that end with "
-                "finish_session, and that are correct (app:dataset_format)."),
+    Measurement(name="episode_conduct", label="", title="CodeACT episode conduct per depth, of the SST and of its "
+                "matched baseline when one is given.", requires=("codeact",), compute=_episode_conduct,
+                tidy=lambda r: tidy.renamed(r.table(), {}),
+                columns={"model": "SST or baseline", "depth": "depth", "episodes": "episodes",
+                         "first_turn_action": "fraction whose first turn is a well-formed <execute> block",
+                         "finished": "fraction ending with finish_session", "accuracy": "fraction correct",
+                         "mean_model_turns": "model turns per episode"}, family=sections.EVALUATION,
+                inputs=("run", "baseline"), caption="CodeACT episode conduct per depth: fractions of episodes whose "
+                "first model turn is a well-formed <execute> block, that end with finish_session, and that are correct "
+                "(app:dataset_format)."),
 )

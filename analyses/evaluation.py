@@ -29,7 +29,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from sst_interp.analyses import tidy
+from sst_interp.analyses import sections, tidy
 from sst_interp.analyses.figure_data import FigureData
 from sst_interp.analyses.measurement import Measurement, by_computing
 from sst_interp.kernels import stats
@@ -387,42 +387,42 @@ def _overthinking_notes(a: Any, result: Any) -> list[str]:
 
 #: The evaluation's measurements (sec:evaluation), in the report's order.
 MEASUREMENTS: tuple[Measurement, ...] = (
-    Measurement("staged_breakdown", "tab:staged_breakdown", "Staged compute capacity: questions solved at some "
-                "depth up to each stage.", ("depths",),
-                lambda a: staged_breakdown({a.name: a.run}),
-                lambda r: tidy.stages(r.table()),
-                {"benchmark": "the run's benchmark", "n_questions": "questions", "stage": "the deepest depth "
-                 "allowed", "cumulative_accuracy_pct": "questions solved at some depth <= stage, percent"}),
-    Measurement("main_results", "tab:main_results", "Matched baseline vs SST at staged compute.", ("baseline",),
-                lambda a: main_results({a.name: (a.run, a.baseline)}, baseline_depth=a.baseline_depth),
-                lambda r: tidy.renamed(r.table(), {"N": "n_questions", "baseline": "baseline_accuracy_pct",
-                                                   "sst": "sst_accuracy_pct", "error_correction":
-                                                   "error_correction_pct"}),
-                {"benchmark": "benchmark", "n_questions": "questions", "baseline_accuracy_pct": "baseline accuracy",
-                 "sst_accuracy_pct": "SST accuracy", "sst_condition": "which SST condition", "delta_pp":
-                 "difference in percentage points", "error_correction_pct": "(SST - baseline) / (100 - baseline)",
-                 "sst_only": "questions only the SST solves", "baseline_only": "questions only the baseline solves",
-                 "mcnemar_exact_p": "exact McNemar p"}),
-    Measurement("overthinking", "tab:overthinking", "Staged compute and each flat depth against the shallowest "
-                "depth: regressions, recoveries, McNemar tests.", ("depths",), _overthinking,
-                lambda r: tidy.renamed(r.table(), {"accuracy": "accuracy_pct"}),
-                {"condition": "staged compute, flat depth d or the baseline", "compared_with": "the reference",
-                 "accuracy_pct": "accuracy", "delta_pp": "accuracy minus the reference's, points",
-                 "regressions": "questions right in the reference, wrong here", "recoveries": "the reverse",
-                 "mcnemar_chi2_cc": "McNemar chi2, continuity corrected", "mcnemar_p_cc": "its p",
-                 "mcnemar_chi2": "McNemar chi2", "mcnemar_p": "its p", "mcnemar_exact_p": "exact McNemar p"},
+    Measurement(name="staged_breakdown", label="tab:staged_breakdown", title="Staged compute capacity: questions "
+                "solved at some depth up to each stage.", requires=("depths",),
+                compute=lambda a: staged_breakdown({a.name: a.run}), tidy=lambda r: tidy.stages(r.table()),
+                columns={"benchmark": "the run's benchmark", "n_questions": "questions", "stage": "the deepest depth "
+                         "allowed", "cumulative_accuracy_pct": "questions solved at some depth <= stage, percent"}),
+    Measurement(name="main_results", label="tab:main_results", title="Matched baseline vs SST at staged compute.",
+                requires=("baseline",),
+                compute=lambda a: main_results({a.name: (a.run, a.baseline)}, baseline_depth=a.baseline_depth),
+                tidy=lambda r: tidy.renamed(r.table(), {"N": "n_questions", "baseline": "baseline_accuracy_pct",
+                                                        "sst": "sst_accuracy_pct", "error_correction":
+                                                        "error_correction_pct"}),
+                columns={"benchmark": "benchmark", "n_questions": "questions", "baseline_accuracy_pct": "baseline "
+                         "accuracy", "sst_accuracy_pct": "SST accuracy", "sst_condition": "which SST condition",
+                         "delta_pp": "difference in percentage points", "error_correction_pct": "(SST - baseline) / "
+                         "(100 - baseline)", "sst_only": "questions only the SST solves", "baseline_only": "questions "
+                         "only the baseline solves", "mcnemar_exact_p": "exact McNemar p"}),
+    Measurement(name="overthinking", label="tab:overthinking", title="Staged compute and each flat depth against "
+                "the shallowest depth: regressions, recoveries, McNemar tests.", requires=("depths",),
+                compute=_overthinking, tidy=lambda r: tidy.renamed(r.table(), {"accuracy": "accuracy_pct"}),
+                columns={"condition": "staged compute, flat depth d or the baseline", "compared_with": "the reference",
+                         "accuracy_pct": "accuracy", "delta_pp": "accuracy minus the reference's, points",
+                         "regressions": "questions right in the reference, wrong here", "recoveries": "the reverse",
+                         "mcnemar_chi2_cc": "McNemar chi2, continuity corrected", "mcnemar_p_cc": "its p",
+                         "mcnemar_chi2": "McNemar chi2", "mcnemar_p": "its p", "mcnemar_exact_p": "exact McNemar p"},
                 notes=_overthinking_notes,
                 # what the manifest cannot tell (a question whose pass/fail changes between depths) is found by
                 # computing it (cheap: the correctness matrix), so available() never lists it where data() refuses
                 found=by_computing("overthinking"),
-                family="Evaluation", inputs=("run", "baseline"), caption="Overthinking regression: accuracy "
+                family=sections.EVALUATION, inputs=("run", "baseline"), caption="Overthinking regression: accuracy "
                 "of staged compute and of each flat depth, each paired with the shallowest depth (regressions, "
                 "recoveries, McNemar tests)."),
-    Measurement("overthinking_sankey", "fig:overthinking_sankey", "Pass/fail flows between consecutive flat "
-                "depths.", ("depths",), sankey_figure, lambda r: tidy.renamed(r.table(), {}),
-                {"from_depth": "depth", "to_depth": "next depth", "from_state": "pass or fail",
-                 "to_state": "pass or fail", "count": "questions"}, kind="figure",
-                family="Evaluation", figure="sankey", caption="Per-question pass/fail flows between "
-                "consecutive flat depths: ribbons pass->pass, pass->fail (regression), fail->pass (recovery), "
-                "fail->fail; accuracy above each column."),
+    Measurement(name="overthinking_sankey", label="fig:overthinking_sankey", title="Pass/fail flows between "
+                "consecutive flat depths.", requires=("depths",), compute=sankey_figure,
+                tidy=lambda r: tidy.renamed(r.table(), {}),
+                columns={"from_depth": "depth", "to_depth": "next depth", "from_state": "pass or fail",
+                         "to_state": "pass or fail", "count": "questions"}, kind="figure", family=sections.EVALUATION,
+                figure="sankey", caption="Per-question pass/fail flows between consecutive flat depths: ribbons "
+                "pass->pass, pass->fail (regression), fail->pass (recovery), fail->fail; accuracy above each column."),
 )

@@ -20,10 +20,10 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from sst_interp.analyses import tidy
+from sst_interp.analyses import sections, tidy
 from sst_interp.analyses.figure_data import FigureData
 from sst_interp.analyses.measurement import Frame, Measurement, by_computing, figure_main
-from sst_interp.analyses.depth_policies import state_layer
+from sst_interp.analyses.loop_manifest import state_layer
 from sst_interp.kernels.results import NotApplicable
 
 STATE_COLUMNS = ("run", "family", "iteration", "overlap", "relative_change", "n_positions")
@@ -182,16 +182,17 @@ def _family_convergence(c: Any) -> Any:
 
 
 MEASUREMENTS: tuple[Measurement, ...] = (
-    Measurement("family_state", "", "The carried loop state across iterations (overlap and relative change), "
-                "comparable across families.", ("iterations",), _family_figure(state_profile), figure_main,
-                FAMILY_STATE_DOC, kind="figure"),
-    Measurement("family_capacity", "", "Accuracy and staged capacity per loop count, comparable across families.",
-                ("depths",), _family_figure(capacity_profile), figure_main, FAMILY_CAPACITY_DOC, kind="figure"),
-    Measurement("family_convergence", "", "How fast the carried loop state settles (first and last transitions' "
-                "relative change), every run side by side.", (), _family_convergence,
-                lambda r: tidy.renamed(r.table(), {}), FAMILY_CONVERGENCE_DOC, scope="comparison",
-                found=by_computing("family_convergence"), family="Across latent-iteration families",
-                inputs=("runs",), caption="How fast the carried loop state settles, every run of the report side by "
-                "side: the relative L2 change of its first (1 -> 2) and last iteration transitions, their ratio, the "
-                "first iteration whose change is at most half the first one, and the top-k overlap at both ends."),
+    Measurement(name="family_state", label="", title="The carried loop state across iterations (overlap and relative "
+                "change), comparable across families.", requires=("iterations",), compute=_family_figure(state_profile),
+                tidy=figure_main, columns=FAMILY_STATE_DOC, kind="figure"),
+    Measurement(name="family_capacity", label="", title="Accuracy and staged capacity per loop count, comparable "
+                "across families.", requires=("depths",), compute=_family_figure(capacity_profile), tidy=figure_main,
+                columns=FAMILY_CAPACITY_DOC, kind="figure"),
+    Measurement(name="family_convergence", label="", title="How fast the carried loop state settles (first and last "
+                "transitions' relative change), every run side by side.", requires=(), compute=_family_convergence,
+                tidy=lambda r: tidy.renamed(r.table(), {}), columns=FAMILY_CONVERGENCE_DOC, scope="comparison",
+                found=by_computing("family_convergence"), family=sections.ACROSS_FAMILIES, inputs=("runs",),
+                caption="How fast the carried loop state settles, every run of the report side by side: the relative "
+                "L2 change of its first (1 -> 2) and last iteration transitions, their ratio, the first iteration "
+                "whose change is at most half the first one, and the top-k overlap at both ends."),
 )

@@ -22,7 +22,7 @@ import numpy as np
 
 if TYPE_CHECKING:
     from sst_interp.store import Run
-    from sst_interp.store.reader import RawHiddenBlock
+    from sst_interp.store.blocks import RawHiddenBlock
 
 _NOTES: weakref.WeakKeyDictionary[Any, dict[tuple, dict[str, tuple[np.ndarray, np.ndarray]]]] = \
     weakref.WeakKeyDictionary()
@@ -46,7 +46,7 @@ def note_block(run: Run, depth: int, block: RawHiddenBlock) -> None:
     """Note the summaries of ``block``: a question's block at ``depth`` read with no positions or layers filter."""
     if not block.complete:
         return
-    from sst_interp.analyses.depth_policies import declared_state_layer
+    from sst_interp.analyses.loop_manifest import declared_state_layer
 
     declared = declared_state_layer(run.manifest)  # a family's carried state; the last layer may not loop
     layer = run.num_layers - 1 if declared is None else declared

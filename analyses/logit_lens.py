@@ -19,7 +19,6 @@ from sst_interp.kernels.errors import UsageError
 from sst_interp.kernels.results import NotApplicable
 
 LABEL = "logit_lens"
-LENS_COLUMNS = ("iteration", "layer", "rank", "token_id", "logprob")
 
 
 @dataclass(frozen=True)
@@ -91,10 +90,10 @@ def layer_lens(run: Any, head: LensHead, question: str, depth: int, position: in
     """The top-``top_n`` tokens of every layer's state at every iteration of one position.
 
     Returns:
-        One row per (iteration, layer, rank): :data:`LENS_COLUMNS` (``logprob`` in nats), or a NotApplicable (the
-        position has no full states: past the full-state window the run kept sketches only). A layer the run did
-        not visit at an iteration (a latent-iteration family's layer outside its loop) has token_id -1 and a NaN
-        logprob there.
+        One row per (iteration, layer, rank): ``iteration``, ``layer``, ``rank``, ``token_id``, ``logprob`` (nats),
+        or a NotApplicable (the position has no full states: past the full-state window the run kept sketches
+        only). A layer the run did not visit at an iteration (a latent-iteration family's layer outside its loop)
+        has token_id -1 and a NaN logprob there.
     """
     if depth not in run.depths:
         return NotApplicable(f"depth {depth} is not in the run (depths {run.depths})", LABEL)

@@ -134,7 +134,7 @@ def paper_table(result: Any) -> pd.DataFrame:
     return result.table()
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Measurement:
     """One measurement of one run.
 
@@ -163,7 +163,7 @@ class Measurement:
             (:class:`~sst_interp.analyses.api.CheckpointAnalysis`), ``training`` logs
             (:class:`~sst_interp.analyses.api.TrainingAnalysis`) or an intervention ``experiment`` folder
             (:class:`~sst_interp.analyses.api.ExperimentAnalysis`); ``compute`` receives that object.
-        family: the report's section it is written under (one of ``sst_interp.reporting.artefacts.FAMILIES``);
+        family: the report's section it is written under (a constant of :mod:`sst_interp.analyses.sections`);
             with ``caption``, what puts it on the report's page (an entry without a caption is either not on the
             page or written by a hand-written, cross-run spec of the report).
         caption: the report's one-line caption of the artefact.

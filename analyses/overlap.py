@@ -224,7 +224,7 @@ def _raw_blocks(run: Run, depth: int, qid: str, turn: int, positions: Sequence[i
     """The question's hidden blocks as stored (:meth:`Run.hidden_raw`; a stand-in with only ``hidden`` is wrapped)."""
     if hasattr(run, "hidden_raw"):
         return list(run.hidden_raw(depth, question_ids=[qid], turn=turn, positions=positions))
-    from sst_interp.store.reader import RawHiddenBlock
+    from sst_interp.store.blocks import RawHiddenBlock
 
     return [RawHiddenBlock(b.question_id, b.turn, b.positions, b.iterations, b.layers,
                            np.asarray(b.values, dtype=np.float32), "float32", not np.isnan(b.values).any())

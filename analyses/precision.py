@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import pandas as pd
 
-from sst_interp.analyses import tidy
+from sst_interp.analyses import sections, tidy
 from sst_interp.analyses.measurement import Measurement
 from sst_interp.kernels import stats
 from sst_interp.analyses.layers import paper_layer
@@ -336,14 +336,14 @@ def _precision_notes(a: Any, result: Any) -> list[str]:
 
 
 MEASUREMENTS: tuple[Measurement, ...] = (
-    Measurement("precision_proof", "tab:precision_proof", "Iteration 1 -> 2 change against the dtype's rounding "
-                "error, per layer.", ("iterations",), _precision,
-                lambda r: tidy.renamed(r.table(), {"n": "n_values", "frac_above_1": "fraction_above_1"}),
-                {"layer": "decoder layer (or all)", "n_values": "ratios", "median": "median ratio", "p25": "25th "
-                 "percentile", "p75": "75th", "p95": "95th", "fraction_above_1": "fraction above 1x", "p":
-                 "one-sided exact binomial p", "ci_low": "one-sided 95% bound"},
+    Measurement(name="precision_proof", label="tab:precision_proof", title="Iteration 1 -> 2 change against the "
+                "dtype's rounding error, per layer.", requires=("iterations",), compute=_precision,
+                tidy=lambda r: tidy.renamed(r.table(), {"n": "n_values", "frac_above_1": "fraction_above_1"}),
+                columns={"layer": "decoder layer (or all)", "n_values": "ratios", "median": "median ratio",
+                         "p25": "25th percentile", "p75": "75th", "p95": "95th", "fraction_above_1": "fraction above "
+                         "1x", "p": "one-sided exact binomial p", "ci_low": "one-sided 95% bound"},
                 notes=_precision_notes, extra_tables=lambda r: {"layers": r.full_table()},
-                family="Precision and convergence monitoring", inputs=("run", "checkpoint"), caption="Per-layer "
-                "ratio of the iteration 1 -> 2 hidden-state change to the dtype's rounding error at basin-shift "
-                "positions; under the rounding null the ratio is <= 1."),
+                family=sections.PRECISION_AND_CONVERGENCE, inputs=("run", "checkpoint"), caption="Per-layer ratio of "
+                "the iteration 1 -> 2 hidden-state change to the dtype's rounding error at basin-shift positions; "
+                "under the rounding null the ratio is <= 1."),
 )

@@ -180,11 +180,11 @@ def _repetition(a: Any) -> Any:
 
 
 MEASUREMENTS: tuple[Measurement, ...] = (
-    Measurement("repetition", "tab:repetition", "Sentence-level repetition and loops per configuration.", (),
-                _repetition,
-                lambda r: tidy.renamed(r.table(), {"N": "n_turns", "sentence_repetition":
-                                                   "sentence_repetition_pct"}),
-                {"configuration": "baseline, SST flat or staged", "n_turns": "model turns",
-                 "sentence_repetition_pct": "turns with a repeated sentence", "loops": "turns in a loop",
-                 "mann_whitney_p": "against the first configuration"}),
+    Measurement(name="repetition", label="tab:repetition", title="Sentence-level repetition and loops per "
+                "configuration.", requires=(), compute=_repetition,
+                tidy=lambda r: tidy.renamed(r.table(), {"N": "n_turns", "sentence_repetition":
+                                                        "sentence_repetition_pct"}),
+                columns={"configuration": "baseline, SST flat or staged", "n_turns": "model turns",
+                         "sentence_repetition_pct": "turns with a repeated sentence", "loops": "turns in a loop",
+                         "mann_whitney_p": "against the first configuration"}),
 )

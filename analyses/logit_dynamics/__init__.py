@@ -19,7 +19,7 @@ compared pair of iterations; the basins module produces it.
 from collections.abc import Callable
 from typing import Any
 
-from sst_interp.analyses import tidy
+from sst_interp.analyses import sections, tidy
 from sst_interp.analyses.measurement import QUANTITY_DOC, Measurement, grouped, quantities
 from sst_interp.analyses.logit_dynamics.later import (
     BasinShiftActivity,
@@ -104,60 +104,60 @@ def _reorg(kind: str, regime: str) -> Callable[[Any], Any]:
 
 
 MEASUREMENTS: tuple[Measurement, ...] = (
-    Measurement("argmax_concentration", "tab:argmax_concentration", "Argmax change rates at low-overlap vs "
-                "stable positions.", ("iterations",), _records(argmax_concentration),
-                quantities("quantity", (*REGIME, "total"), "regime"), grouped("regime", "low_overlap, stable "
-                                                                                 "or total"),
-                notes=_records_note,
-                family="Logit dynamics", caption="Argmax change rates at low-overlap vs stable positions "
+    Measurement(name="argmax_concentration", label="tab:argmax_concentration", title="Argmax change rates at "
+                "low-overlap vs stable positions.", requires=("iterations",), compute=_records(argmax_concentration),
+                tidy=quantities("quantity", (*REGIME, "total"), "regime"),
+                columns=grouped("regime", "low_overlap, stable or total"), notes=_records_note,
+                family=sections.LOGIT_DYNAMICS, caption="Argmax change rates at low-overlap vs stable positions "
                 "(cross-run, all depth pairs, pre-divergence), with the odds ratio."),
-    Measurement("decision_boundary", "tab:decision_boundary", "Exact ties vs strict overrides among argmax "
-                "changes.", ("iterations",), _records(decision_boundary),
-                quantities("quantity"), QUANTITY_DOC, notes=_records_note,
-                family="Logit dynamics", caption="Exact ties vs strict overrides among argmax changes, and "
-                "the top-1 log-prob shift at changes vs non-changes (cross-run)."),
-    Measurement("gap_distributions", "tab:gap_distributions", "Top-1 minus top-2 gap at argmax changes by "
-                "regime.", ("iterations",), _records(gap_distributions),
-                quantities("quantity", REGIME, "regime"), grouped("regime", "low_overlap or stable"),
-                notes=_records_note,
-                family="Logit dynamics", caption="Top-1 minus top-2 gap at argmax-changing positions by "
-                "regime (within-run, iter 1 vs later iterations)."),
-    Measurement("reorg_lo_argmax", "tab:reorg_lo_argmax", "Posterior reorganisation at low-overlap argmax "
-                "changes.", ("iterations",), _reorg("argmax", "low"),
-                quantities("quantity", WITHIN_CROSS, "comparison"), grouped("comparison", "within or cross run"),
-                notes=_records_note,
-                family="Logit dynamics", caption="Posterior reorganisation at low-overlap argmax changes: "
-                "top-n replacement, top-5 rank shifts, argmax suppression, rank of the new winner (within- and "
-                "cross-run)."),
-    Measurement("reorg_st_argmax", "tab:reorg_st_argmax", "Posterior reorganisation at stable argmax changes.",
-                ("iterations",), _reorg("argmax", "stable"), quantities("quantity", WITHIN_CROSS, "comparison"),
-                grouped("comparison", "within or cross run"), notes=_records_note,
-                family="Logit dynamics", caption="Posterior reorganisation at stable argmax changes (within- "
+    Measurement(name="decision_boundary", label="tab:decision_boundary", title="Exact ties vs strict overrides among "
+                "argmax changes.", requires=("iterations",), compute=_records(decision_boundary),
+                tidy=quantities("quantity"), columns=QUANTITY_DOC, notes=_records_note, family=sections.LOGIT_DYNAMICS,
+                caption="Exact ties vs strict overrides among argmax changes, and the top-1 log-prob shift at changes "
+                "vs non-changes (cross-run)."),
+    Measurement(name="gap_distributions", label="tab:gap_distributions", title="Top-1 minus top-2 gap at argmax "
+                "changes by regime.", requires=("iterations",), compute=_records(gap_distributions),
+                tidy=quantities("quantity", REGIME, "regime"), columns=grouped("regime", "low_overlap or stable"),
+                notes=_records_note, family=sections.LOGIT_DYNAMICS, caption="Top-1 minus top-2 gap at argmax-changing "
+                "positions by regime (within-run, iter 1 vs later iterations)."),
+    Measurement(name="reorg_lo_argmax", label="tab:reorg_lo_argmax", title="Posterior reorganisation at low-overlap "
+                "argmax changes.", requires=("iterations",), compute=_reorg("argmax", "low"),
+                tidy=quantities("quantity", WITHIN_CROSS, "comparison"),
+                columns=grouped("comparison", "within or cross run"), notes=_records_note,
+                family=sections.LOGIT_DYNAMICS, caption="Posterior reorganisation at low-overlap argmax changes: top-n "
+                "replacement, top-5 rank shifts, argmax suppression, rank of the new winner (within- and cross-run)."),
+    Measurement(name="reorg_st_argmax", label="tab:reorg_st_argmax", title="Posterior reorganisation at stable argmax "
+                "changes.", requires=("iterations",), compute=_reorg("argmax", "stable"),
+                tidy=quantities("quantity", WITHIN_CROSS, "comparison"),
+                columns=grouped("comparison", "within or cross run"), notes=_records_note,
+                family=sections.LOGIT_DYNAMICS, caption="Posterior reorganisation at stable argmax changes (within- "
                 "and cross-run)."),
-    Measurement("reorg_lo_all", "tab:reorg_lo_all", "Top-n replacement at every low-overlap position.",
-                ("iterations",), _reorg("all", "low"), quantities("quantity", WITHIN_CROSS, "comparison"),
-                grouped("comparison", "within or cross run"), notes=_records_note,
-                family="Logit dynamics", caption="Top-n replacement and argmax change rate at every "
-                "low-overlap position (within- and cross-run)."),
-    Measurement("reorg_st_all", "tab:reorg_st_all", "Top-n replacement at every stable position.",
-                ("iterations",), _reorg("all", "stable"), quantities("quantity", WITHIN_CROSS, "comparison"),
-                grouped("comparison", "within or cross run"), notes=_records_note,
-                family="Logit dynamics", caption="Top-n replacement and argmax change rate at every stable "
+    Measurement(name="reorg_lo_all", label="tab:reorg_lo_all", title="Top-n replacement at every low-overlap position.",
+                requires=("iterations",), compute=_reorg("all", "low"),
+                tidy=quantities("quantity", WITHIN_CROSS, "comparison"),
+                columns=grouped("comparison", "within or cross run"), notes=_records_note,
+                family=sections.LOGIT_DYNAMICS, caption="Top-n replacement and argmax change rate at every low-overlap "
                 "position (within- and cross-run)."),
-    Measurement("basin_shift_activity", "tab:basin_shift_activity", "Basin shifts across consecutive iteration "
-                "transitions of the deepest run.", ("iterations",),
-                lambda a: basin_shift_activity(a.regime_labels()),
-                lambda r: tidy.categories(r.table(), "activity", {"count": "n_positions", "percent": "percent",
-                                                                  "ci_low": "ci_low_pct", "ci_high": "ci_high_pct"}),
-                {"category": "activity key", "category_text": "the paper's row", "n_positions": "positions",
-                 "percent": "percent", "ci_low_pct": "95% bound", "ci_high_pct": "95% bound"},
-                notes=_threshold_note,
-                family="Logit dynamics", caption="Basin shifts of the deepest run across consecutive "
-                "iteration transitions: sustained, first transition only, or new at a later transition."),
-    Measurement("later_iter_computation", "tab:later_iter_computation", "Later-iteration computation by "
-                "regime.", ("iterations",), _records(later_iter_computation),
-                quantities("quantity", ("basin_shift", "stable"), "regime"),
-                grouped("regime", "basin_shift or stable"), notes=_records_note,
-                family="Logit dynamics", caption="Later-iteration computation by regime: cumulative log-prob "
-                "shift ratios, reversal rates, argmax re-changes and question-level stabilisation."),
+    Measurement(name="reorg_st_all", label="tab:reorg_st_all", title="Top-n replacement at every stable position.",
+                requires=("iterations",), compute=_reorg("all", "stable"),
+                tidy=quantities("quantity", WITHIN_CROSS, "comparison"),
+                columns=grouped("comparison", "within or cross run"), notes=_records_note,
+                family=sections.LOGIT_DYNAMICS, caption="Top-n replacement and argmax change rate at every stable "
+                "position (within- and cross-run)."),
+    Measurement(name="basin_shift_activity", label="tab:basin_shift_activity", title="Basin shifts across consecutive "
+                "iteration transitions of the deepest run.", requires=("iterations",),
+                compute=lambda a: basin_shift_activity(a.regime_labels()),
+                tidy=lambda r: tidy.categories(r.table(), "activity", {"count": "n_positions", "percent": "percent",
+                                                                       "ci_low": "ci_low_pct",
+                                                                       "ci_high": "ci_high_pct"}),
+                columns={"category": "activity key", "category_text": "the paper's row", "n_positions": "positions",
+                         "percent": "percent", "ci_low_pct": "95% bound", "ci_high_pct": "95% bound"},
+                notes=_threshold_note, family=sections.LOGIT_DYNAMICS, caption="Basin shifts of the deepest run across "
+                "consecutive iteration transitions: sustained, first transition only, or new at a later transition."),
+    Measurement(name="later_iter_computation", label="tab:later_iter_computation", title="Later-iteration computation "
+                "by regime.", requires=("iterations",), compute=_records(later_iter_computation),
+                tidy=quantities("quantity", ("basin_shift", "stable"), "regime"),
+                columns=grouped("regime", "basin_shift or stable"), notes=_records_note, family=sections.LOGIT_DYNAMICS,
+                caption="Later-iteration computation by regime: cumulative log-prob shift ratios, reversal rates, "
+                "argmax re-changes and question-level stabilisation."),
 )

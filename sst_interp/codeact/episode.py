@@ -38,9 +38,6 @@ from sst_interp.model.generation import GenerationConfig, GenerationSession
 from sst_interp.model.observers import GenerationObserver
 from sst_interp.sandbox import PythonSession, SandboxConfig
 
-STOP_REASONS = ("finish_session", "no_code", "max_turns", "token_budget")
-TOOL_STATUSES = ("ok", "error", "timeout", "none")
-
 
 @dataclass(frozen=True)
 class EpisodeConfig:

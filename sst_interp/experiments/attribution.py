@@ -16,8 +16,8 @@ state. One pass with autograd on (:class:`~sst_interp.model.generation.Generatio
 leaf to each site's output (the forward is unchanged bit for bit) and one ``torch.autograd.grad`` call returns the
 gradient at every site at once; the model's own parameters are taken out of the graph for the pass. The
 reference states come from a recorded run through the operations ``patch``, ``mean`` and ``resample``
-(:class:`~sst_interp.interventions.apply.ReferenceStates`), the same ones real patching uses, so each estimate has a
-real counterpart: the same operation at that one site (:func:`patch_effects`), one forced generation per site.
+(:class:`~sst_interp.interventions.references.ReferenceStates`), the same ones real patching uses, so each estimate
+has a real counterpart: the same operation at that one site (:func:`patch_effects`), one forced generation per site.
 
 The estimate is exact to first order: scaling the patch to o + eps (r - o) (the operation's ``scale``) makes the
 real effect eps * estimate + O(eps^2) (tests/unit/experiments/test_attribution.py checks the error falls by 4 per
@@ -45,7 +45,7 @@ import torch
 
 from sst_interp.experiments import manifest as files
 from sst_interp.experiments.setup import record_condition
-from sst_interp.interventions.apply import ReferenceStates
+from sst_interp.interventions.references import ReferenceStates
 from sst_interp.kernels.errors import UsageError
 from sst_interp.experiments.tables import (
     ATTRIBUTION_CELLS,

@@ -179,9 +179,6 @@ TRACE_ALIGNED_DOC = {"patched": f"whose depth-k state is patched in: {PATCHED_OW
                      "sign_n": "questions the sign test counted",
                      "sign_p_holm": "the sign test's p Holm-adjusted over the map's cells",
                      "correction": "the multiple-comparison correction and how many cells it spans"}
-TRACE_ITERATION_DOC = {"layer": "decoder layer patched", "iteration": "depth k's iteration patched (position 0)",
-                       "indirect_effect_mean": TRACE_DOC["indirect_effect_mean"], "n_questions": "questions",
-                       "indirect_effect_sem": TRACE_DOC["indirect_effect_sem"]}
 ATTRIBUTION_DOC = {"layer": "decoder layer patched", "position": "generated position patched",
                    "source_iteration": "depth k's iteration whose state is patched into depth 1's iteration 1",
                    "n_questions": "questions whose target is at or after the position",
@@ -190,32 +187,34 @@ ATTRIBUTION_DOC = {"layer": "decoder layer patched", "position": "generated posi
                    "real_patching_s": "seconds of the real patching generations of the cell"}
 
 MEASUREMENTS: tuple[Measurement, ...] = (
-    Measurement("intervention_window", "", "Where the depth gain lives: iterations 2..k denied the state stream in "
-                "windows of layers (experiment a).", ("window_experiment",),
-                _table("window", "window", "CIs over questions, 95%: accuracy change exact (Clopper-Pearson "
-                       "flip rate x share of fixes), flip rate Clopper-Pearson, log-prob change Student t, none below "
-                       "n = 2 (coverage: bench/results/interval_coverage.log); McNemar: exact, window vs clean depth "
-                       "k"),
-                _as_is,
-                {c: WINDOW_DOC[c] for c in WINDOW_COLUMNS}, notes=_notes, scope="experiment"),
-    Measurement("intervention_trace", "", "Causal tracing across depths, aligned to each question's target: "
-                "indirect effect per (layer, offset) with n, SE and the total effect, beside the resampled control "
-                "(experiment b).", ("trace_experiment",), _trace_aligned, _as_is, TRACE_ALIGNED_DOC,
+    Measurement(name="intervention_window", label="", title="Where the depth gain lives: iterations 2..k denied the "
+                "state stream in windows of layers (experiment a).", requires=("window_experiment",),
+                compute=_table("window", "window", "CIs over questions, 95%: accuracy change exact (Clopper-Pearson "
+                               "flip rate x share of fixes), flip rate Clopper-Pearson, log-prob change Student t, "
+                               "none below n = 2 (coverage: bench/results/interval_coverage.log); McNemar: exact, window vs "
+                               "clean depth k"), tidy=_as_is, columns={c: WINDOW_DOC[c] for c in WINDOW_COLUMNS},
                 notes=_notes, scope="experiment"),
-    Measurement("intervention_trace_heatmap", "", "Causal tracing heatmaps: layer x offset from the target (own "
-                "states, and the resampled control) and layer x iteration (experiment b).", ("trace_experiment",),
-                _trace_figure, _as_is, TRACE_ALIGNED_DOC, kind="figure", scope="experiment"),
-    Measurement("intervention_steer", "", "Steering the halt along the probe's direction (experiment c).",
-                ("steer_experiment",),
-                _table("steer", "steer", "scale in units of the state's mean norm at the probe's layer (position 0, "
-                       "clean depth k); CIs over questions, 95%: log-prob change Student t, flip rate Clopper-Pearson, none below n = 2; "
-                       "sign test (none below 6) p Holm-adjusted over the scales"), _as_is,
-                {c: STEER_DOC[c] for c in STEER_COLUMNS}, notes=_notes, scope="experiment"),
-    Measurement("intervention_attribution", "", "Attribution patching: the cells with the largest first-order "
-                "estimate, each beside its real patching effect (trace's patch, one gradient per batch).",
-                ("attribute_experiment",),
-                _table("attribute", ATTRIBUTION_VERIFIED, "estimate = gradient of the target's log-prob at depth "
-                       "1's layer output . (depth k's state - depth 1's), tokens before the target forced; real = "
-                       "the same patch run"), _as_is,
-                {c: ATTRIBUTION_DOC[c] for c in ATTRIBUTION_VERIFIED_COLUMNS}, notes=_notes, scope="experiment"),
+    Measurement(name="intervention_trace", label="", title="Causal tracing across depths, aligned to each question's "
+                "target: indirect effect per (layer, offset) with n, SE and the total effect, beside the resampled "
+                "control (experiment b).", requires=("trace_experiment",), compute=_trace_aligned, tidy=_as_is,
+                columns=TRACE_ALIGNED_DOC, notes=_notes, scope="experiment"),
+    Measurement(name="intervention_trace_heatmap", label="", title="Causal tracing heatmaps: layer x offset from the "
+                "target (own states, and the resampled control) and layer x iteration (experiment b).",
+                requires=("trace_experiment",), compute=_trace_figure, tidy=_as_is, columns=TRACE_ALIGNED_DOC,
+                kind="figure", scope="experiment"),
+    Measurement(name="intervention_steer", label="", title="Steering the halt along the probe's direction (experiment "
+                "c).", requires=("steer_experiment",),
+                compute=_table("steer", "steer", "scale in units of the state's mean norm at the probe's layer "
+                               "(position 0, clean depth k); CIs over questions, 95%: log-prob change Student t, flip "
+                               "rate Clopper-Pearson, none below n = 2; sign test (none below 6) p Holm-adjusted over "
+                               "the scales"), tidy=_as_is, columns={c: STEER_DOC[c] for c in STEER_COLUMNS},
+                notes=_notes, scope="experiment"),
+    Measurement(name="intervention_attribution", label="", title="Attribution patching: the cells with the largest "
+                "first-order estimate, each beside its real patching effect (trace's patch, one gradient per batch).",
+                requires=("attribute_experiment",),
+                compute=_table("attribute", ATTRIBUTION_VERIFIED, "estimate = gradient of the target's log-prob at "
+                               "depth 1's layer output . (depth k's state - depth 1's), tokens before the target "
+                               "forced; real = the same patch run"), tidy=_as_is,
+                columns={c: ATTRIBUTION_DOC[c] for c in ATTRIBUTION_VERIFIED_COLUMNS}, notes=_notes,
+                scope="experiment"),
 )

@@ -21,23 +21,27 @@ a row mask; ``set_alpha`` then hands the layer a per-row alpha), and :meth:`Inte
 (row, rule). A live ``patch`` (``source`` set, see :mod:`~sst_interp.interventions.spec`) reads another row's
 ``layer_out`` at the same site of the same forward pass, as that row's forward computed it (before this site's
 rules); with ``alongside`` n the rows n..2n-1 are clean twins, never changed, that ``source="clean"`` reads.
+
+The spec is checked first (:mod:`~sst_interp.interventions.checks`); ``patch``, ``mean`` and ``resample`` read
+their reference states from a recorded run (:mod:`~sst_interp.interventions.references`).
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
-from pathlib import Path
 from dataclasses import dataclass, replace
 from typing import Any
 
-import numpy as np
 import torch
 
 from sst_interp.kernels.errors import UsageError
+from sst_interp.interventions.checks import check_spec, load_direction
 from sst_interp.interventions.compiled import fill_edits, intervener_refusal
+from sst_interp.interventions.references import MeanSource, PatchSource, reference_values
 from sst_interp.interventions.spec import (CLEAN_SOURCE, READS_RUN, Intervention, InterventionSpec, Operation,
                                             Site)
+
 
 #: what an Intervener can capture: the per-row streams of a layer, and the logits of a pass
 CAPTURABLE: tuple[str, ...] = ("state_in", "blended", "layer_out", "logits")
@@ -110,8 +114,8 @@ class Intervener:
         self._kept: dict[str, dict[tuple[int, int, int, int], torch.Tensor]] = {name: {} for name in self._capture}
         self._validate()
         recorded = [i.operation for i in self.spec.interventions if not i.operation.live]
-        self._patches = {op: _PatchSource(op) for op in recorded if op.kind in ("patch", "resample")}
-        self._means = {op: _MeanSource(op) for op in recorded if op.kind == "mean"}
+        self._patches = {op: PatchSource(op) for op in recorded if op.kind in ("patch", "resample")}
+        self._means = {op: MeanSource(op) for op in recorded if op.kind == "mean"}
 
     # ------------------------------------------------------------------------------------------ set-up
     def _validate(self) -> None:
@@ -119,7 +123,7 @@ class Intervener:
         for rule in self._rules:
             item, where = rule.item, self._where(rule)
             if item.operation.kind == "add":
-                self._directions[item.operation] = _direction(item.operation)
+                self._directions[item.operation] = load_direction(item.operation)
             if item.operation.kind in ("patch", "resample") and not item.operation.live and self.question_ids is None:
                 raise UsageError(f"{where}: {item.operation.kind!r} reads states per question: pass question_ids")
             if item.operation.source == CLEAN_SOURCE and self.alongside is None:
@@ -389,77 +393,6 @@ class Intervener:
         return out
 
 
-def check_spec(spec: InterventionSpec, num_layers: int, hidden_size: int) -> None:
-    """Refuse (UsageError, one line) a spec this model cannot take: layers it lacks, a direction of another size, a
-    patch run that is missing, of another hidden size, or without the depth asked for. Reads no weights."""
-    for number, item in enumerate(spec.interventions, 1):
-        bad = [layer for layer in (item.site.layers or ()) if layer >= num_layers]
-        if bad:
-            raise UsageError(f"intervention {number}: layers {bad} do not exist in a model with {num_layers} layers "
-                             f"(0-{num_layers - 1})")
-        if item.operation.kind == "add":
-            direction = _direction(item.operation)
-            if tuple(direction.shape) != (hidden_size,):
-                raise UsageError(f"intervention {number}: the direction has shape {tuple(direction.shape)}; this "
-                                 f"model's states have d = {hidden_size}")
-        if item.operation.kind in READS_RUN and not item.operation.live:
-            _check_reference(number, item, hidden_size)
-
-
-def _check_reference(number: int, item: Intervention, hidden_size: int) -> None:
-    """The reference run of a patch, mean or resample holds hidden states of this model's size at the site."""
-    from sst_interp.store import Run
-
-    kind, operation, site = item.operation.kind, item.operation, item.site
-    run = Run.open(str(operation.run))
-    where = f"intervention {number}: {kind}: {run.path}"
-    if run.hidden_size != hidden_size:
-        raise UsageError(f"{where} holds states of d = {run.hidden_size}; this model's are d = {hidden_size}")
-    if operation.depth is not None and operation.depth not in run.depths:
-        raise UsageError(f"{where} has no depth {operation.depth} (it holds {run.depths})")
-    full = int(run.manifest.get("full_positions", 0))
-    if full < 1:
-        raise UsageError(f"{where} recorded no hidden states (full_positions 0); record it with --full-positions")
-    if site.positions is not None and max(site.positions) >= full:
-        raise UsageError(f"{where} holds hidden states only at positions 0-{full - 1}, not at positions "
-                         f"{[p for p in site.positions if p >= full]}")
-    if run.num_layers and site.layers is not None and max(site.layers) >= run.num_layers:
-        raise UsageError(f"{where} has {run.num_layers} layers; the site asks for {list(site.layers)}")
-    deepest = operation.depth or max(run.depths, default=0)
-    wanted = [operation.source_iteration] if operation.source_iteration else list(site.iterations or ())
-    if wanted and max(wanted) > deepest:
-        raise UsageError(f"{where} holds iterations 1-{deepest} at depth {deepest}; the site asks for iteration "
-                         f"{max(wanted)}")
-    if kind == "resample" and len(recorded_questions(run)) < 2:
-        raise UsageError(f"{where} holds fewer than 2 questions; resample needs another question to draw from")
-
-
-def recorded_questions(run: Any) -> list[str]:
-    """The question ids a run has recorded at any depth (its manifest's ``status``), sorted."""
-    return sorted({str(q) for ids in run.manifest.get("status", {}).values() for q in ids})
-
-
-def patch_runs(spec: InterventionSpec) -> dict[str, str]:
-    """{run directory: sha256 of its manifest} of every run a spec reads states from (patch, mean, resample; part of
-    a run's identity). A recording calls it for its identity, so it also refuses live sources there (UsageError, one
-    line): record lays its batches out itself, and a row number would name whichever question landed in it."""
-    import hashlib
-
-    out = {}
-    for item in spec.interventions:
-        if item.operation.live:
-            raise UsageError(f"a live patch (source={item.operation.source!r}) reads a row of one Python batch, but a "
-                             f"recording lays its batches out itself; record the source prompts and patch from that "
-                             f"run (run=...), or use sst.intervene in Python")
-        if item.operation.kind in READS_RUN and not item.operation.live:
-            folder = Path(str(item.operation.run)).resolve()
-            manifest = folder / "manifest.json"
-            if not manifest.is_file():
-                raise UsageError(f"patch run {folder} has no manifest.json; pass a run directory written by record")
-            out[str(folder)] = hashlib.sha256(manifest.read_bytes()).hexdigest()
-    return out
-
-
 @contextmanager
 def intervene(sst: Any, spec: InterventionSpec | Sequence[InterventionSpec],
               question_ids: Sequence[str | None] | None = None, **options: Any) -> Iterator[Intervener]:
@@ -477,184 +410,8 @@ def intervene(sst: Any, spec: InterventionSpec | Sequence[InterventionSpec],
         context.intervention = None
 
 
-def reference_values(operation: Operation, source: Any, question_ids: Sequence[str | None] | None,
-                     generated_depth: int, turn: int, position: int, iteration: int, layer: int,
-                     active: torch.Tensor | None) -> torch.Tensor:
-    """[B, d] float32: the state a ``patch``, ``mean`` or ``resample`` ``operation`` reads from ``source`` (its
-    :class:`_PatchSource` or :class:`_MeanSource`) for each row at (turn, position, iteration, layer) of a
-    generation at ``generated_depth``; ``iteration`` is the generated one (``source_iteration`` overrides it). Rows
-    that are inactive or whose question id is None get zeros under patch and resample."""
-    if operation.kind == "mean":
-        rows = len(question_ids) if question_ids is not None else int(active.shape[0]) if active is not None else 1
-        return source.value(generated_depth, turn, position, iteration, layer)[None, :].expand(rows, -1)
-    assert question_ids is not None
-    questions = (list(question_ids) if operation.kind == "patch"
-                 else [None if q is None else source.other(q, operation.seed or 0, operation.depth or generated_depth,
-                                                           turn, position) for q in question_ids])
-    return source.values(questions, generated_depth, turn, position, operation.source_iteration or iteration, layer,
-                         active)
-
-
-class ReferenceStates:
-    """The states a ``patch``, ``mean`` or ``resample`` operation would put at ``layer_out`` sites, read outside a
-    generation (attribution patching's estimates take the difference to the clean states). The spec's checks
-    (:func:`check_spec`) apply as for an :class:`Intervener`."""
-
-    def __init__(self, operation: Operation, num_layers: int, hidden_size: int, site: Site | None = None) -> None:
-        if operation.kind not in READS_RUN or operation.live:
-            raise UsageError(f"a reference state comes from a recorded run: use {', '.join(READS_RUN)} with run, not "
-                             f"{operation.kind!r}" + (f" with source {operation.source!r}" if operation.live else ""))
-        check_spec(InterventionSpec((Intervention(site or Site("layer_out"), operation),)), num_layers, hidden_size)
-        self.operation = operation
-        self.source = _MeanSource(operation) if operation.kind == "mean" else _PatchSource(operation)
-
-    def values(self, question_ids: Sequence[str | None], generated_depth: int, turn: int, position: int,
-               iteration: int, layer: int) -> torch.Tensor:
-        """[B, d] float32 (:func:`reference_values`; rows whose id is None are zeros)."""
-        return reference_values(self.operation, self.source, question_ids, generated_depth, turn, position,
-                                iteration, layer, None)
-
-
 def _toward(value: torch.Tensor, reference: torch.Tensor, scale: float) -> torch.Tensor:
     """value + scale * (reference - value): the reference itself (exactly) at scale 1, ``value`` at 0."""
     if scale == 1.0:
         return reference
     return value + float(scale) * (reference - value)
-
-
-def _direction(operation: Operation) -> torch.Tensor:
-    if operation.direction is not None:
-        return torch.tensor(operation.direction, dtype=torch.float32)
-    path = Path(str(operation.direction_file))
-    if not path.is_file():
-        raise UsageError(f"direction file not found: {path}; pass a .npy file holding a [d] vector")
-    try:
-        array = np.load(path, allow_pickle=False)
-    except ValueError as err:
-        raise UsageError(f"{path}: not a .npy array ({err})") from err
-    return torch.from_numpy(np.asarray(array, dtype=np.float32))
-
-
-class _PatchSource:
-    """States recorded in a run directory, read one question (and turn) at a time, kept while in use."""
-
-    def __init__(self, operation: Operation) -> None:
-        from sst_interp.store import Run
-
-        self.run = Run.open(str(operation.run))
-        self.depth = operation.depth
-        self._cache: dict[tuple[str, int, int], Any] = {}
-        self._questions: list[str] | None = None
-
-    def _block(self, question_id: str, depth: int, turn: int) -> Any:
-        key = (question_id, depth, turn)
-        if key not in self._cache:
-            if depth not in self.run.depths:
-                raise UsageError(f"patch: {self.run.path} has no depth {depth} (it holds {self.run.depths})")
-            blocks = list(self.run.hidden(depth, question_ids=[question_id], turn=turn))
-            if not blocks:
-                raise UsageError(f"patch: {self.run.path} has no hidden states of question {question_id!r}, turn "
-                                 f"{turn}, at depth {depth}")
-            if len(self._cache) > 64:  # one batch's questions at a time; older ones are done
-                self._cache.clear()
-            self._cache[key] = blocks[0]
-        return self._cache[key]
-
-    def other(self, question_id: str, seed: int, depth: int | None = None, turn: int = 0,
-              position: int | None = None) -> str:
-        """Another question of the run for ``question_id``, the same for the same (question, seed). Given a
-        ``depth`` and ``position``: the first question of that fixed draw order that recorded the position there
-        (answers that ended early recorded fewer positions), so a resample never lands on a missing state."""
-        import zlib
-
-        if self._questions is None:
-            self._questions = recorded_questions(self.run)
-        others = [q for q in self._questions if q != question_id]
-        rng = np.random.default_rng([int(seed), zlib.crc32(question_id.encode())])
-        first = int(rng.integers(len(others)))
-        if position is None or depth is None:
-            return others[first]
-        rest = [others[i] for i in rng.permutation([i for i in range(len(others)) if i != first])]
-        for candidate in [others[first], *rest]:
-            if position in self._block(candidate, depth, turn).positions:
-                return candidate
-        raise UsageError(f"resample: no other question of {self.run.path} recorded position {position} (turn {turn}, "
-                         f"depth {depth}); record the reference run with more --full-positions")
-
-    def values(self, question_ids: Sequence[str | None], generated_depth: int, turn: int, position: int, iteration: int,
-               layer: int, active: torch.Tensor | None) -> torch.Tensor:
-        """[B, d] float32: each active row's recorded state at (turn, position, iteration, layer)."""
-        depth = self.depth or generated_depth
-        rows = []
-        for row, question_id in enumerate(question_ids):
-            if question_id is None or (active is not None and not bool(active[row])):
-                rows.append(None)
-                continue
-            block = self._block(question_id, depth, turn)
-            where = (np.flatnonzero(block.positions == position), np.flatnonzero(block.iterations == iteration),
-                     np.flatnonzero(block.layers == layer))
-            if any(len(w) == 0 for w in where):
-                raise UsageError(f"patch: {self.run.path} recorded no hidden state of question {question_id!r} at "
-                                 f"turn {turn}, position {position}, iteration {iteration}, layer {layer} (depth "
-                                 f"{depth}; full positions are 0-{int(block.positions.max())})")
-            value = block.values[where[0][0], where[1][0], where[2][0]]
-            if np.isnan(value).any():
-                raise UsageError(f"patch: the state of question {question_id!r} at position {position}, iteration "
-                                 f"{iteration}, layer {layer} was not recorded in {self.run.path}")
-            rows.append(torch.from_numpy(np.ascontiguousarray(value)))
-        d = next(r.shape[0] for r in rows if r is not None) if any(r is not None for r in rows) else 0
-        return torch.stack([r if r is not None else torch.zeros(d) for r in rows])
-
-
-class _MeanSource:
-    """The mean over a run's questions of its recorded states, per (depth, turn): summed one question at a time, so
-    memory is one [positions, iterations, layers, d] sum whatever the question count. Questions whose answers
-    ended early (an end-of-sequence token) recorded fewer positions: each position's mean is over the questions that
-    reached it."""
-
-    def __init__(self, operation: Operation) -> None:
-        from sst_interp.store import Run
-
-        self.run = Run.open(str(operation.run))
-        self.depth = operation.depth
-        self._means: dict[tuple[int, int], Any] = {}
-
-    def _mean(self, depth: int, turn: int) -> Any:
-        """((iterations, layers), {position: sum [iterations, layers, d]}, {position: count [iterations, layers]})
-        of one (depth, turn), computed once."""
-        key = (depth, turn)
-        if key not in self._means:
-            if depth not in self.run.depths:
-                raise UsageError(f"mean: {self.run.path} has no depth {depth} (it holds {self.run.depths})")
-            axes = None
-            totals: dict[int, np.ndarray] = {}
-            counts: dict[int, np.ndarray] = {}
-            for block in self.run.hidden(depth, turn=turn):
-                values = block.values.astype(np.float64)
-                if axes is None:
-                    axes = (np.asarray(block.iterations), np.asarray(block.layers))
-                if not (np.array_equal(block.iterations, axes[0]) and np.array_equal(block.layers, axes[1])):
-                    raise UsageError(f"mean: {self.run.path} holds blocks of different iterations or layers at "
-                                     f"depth {depth}, turn {turn}; record it with one setting")
-                for row, position in enumerate(np.asarray(block.positions).tolist()):
-                    seen = ~np.isnan(values[row]).any(axis=-1)
-                    if position not in totals:
-                        totals[position], counts[position] = np.zeros(values.shape[1:]), np.zeros(seen.shape)
-                    totals[position] += np.where(seen[..., None], values[row], 0.0)
-                    counts[position] += seen
-            if axes is None:
-                raise UsageError(f"mean: {self.run.path} has no hidden states at depth {depth}, turn {turn}")
-            self._means[key] = (axes, totals, counts)
-        return self._means[key]
-
-    def value(self, generated_depth: int, turn: int, position: int, iteration: int, layer: int) -> torch.Tensor:
-        """[d] float64: the mean state at (turn, position, iteration, layer), rounded once, to the model's dtype, by
-        the operation that puts it (a float64 family run receives the mean itself)."""
-        depth = self.depth or generated_depth
-        (iterations, layers), totals, counts = self._mean(depth, turn)
-        where = (np.flatnonzero(iterations == iteration), np.flatnonzero(layers == layer))
-        n = counts[position][where[0][0], where[1][0]] if position in totals and all(len(w) for w in where) else 0
-        if n == 0:
-            raise UsageError(f"mean: {self.run.path} recorded no hidden state at turn {turn}, position {position}, "
-                             f"iteration {iteration}, layer {layer} (depth {depth})")
-        return torch.from_numpy(totals[position][where[0][0], where[1][0]] / n)

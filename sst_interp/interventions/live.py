@@ -28,15 +28,15 @@ from typing import Any
 
 import torch
 
-from sst_interp.interventions.apply import CAPTURABLE, Intervener, check_spec, intervene
+from sst_interp.interventions.apply import CAPTURABLE, Intervener, intervene
+from sst_interp.interventions.checks import check_spec
 from sst_interp.interventions.spec import CLEAN_SOURCE, InterventionSpec
 from sst_interp.kernels.errors import UsageError
-from sst_interp.model.sst import SSTModel
 
 
 class LiveIntervention:
     """Specs (one for every row, or one per row) and the streams to capture, applied to every generation run
-    through :meth:`generate` inside the ``with`` block. Made by :meth:`SSTModel.intervene`.
+    through :meth:`generate` inside the ``with`` block. Made by :meth:`~sst_interp.model.sst.SSTModel.intervene`.
 
     Args:
         sst: the SST.
@@ -141,5 +141,3 @@ def _split(result: Any, rows: int) -> tuple[Any, Any]:
 
     return part(slice(0, rows)), part(slice(rows, None))
 
-
-SSTModel.intervention_context = LiveIntervention  # sst.intervene(...) (the model may not import this floor)

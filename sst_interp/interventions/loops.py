@@ -33,7 +33,8 @@ from typing import Any
 import torch
 from torch import nn
 
-from sst_interp.interventions.apply import Intervener, check_spec
+from sst_interp.interventions.apply import Intervener
+from sst_interp.interventions.checks import check_spec
 from sst_interp.interventions.spec import Intervention, InterventionSpec
 from sst_interp.kernels.errors import UsageError
 from sst_interp.kernels.owned import OwnedHooks
@@ -44,7 +45,7 @@ FAMILY_STREAM = "layer_out"
 
 def check_loop_spec(spec: InterventionSpec, loop: Any, config: Any, hidden_size: int) -> None:
     """Refuse (UsageError, one line) a spec the family cannot take, before anything loads or is written: what
-    :func:`~sst_interp.interventions.apply.check_spec` refuses, a stream other than ``layer_out``, a layer the
+    :func:`~sst_interp.interventions.checks.check_spec` refuses, a stream other than ``layer_out``, a layer the
     family never visits at a listed iteration (a layer outside the loop runs at iteration 1 only), and a freeze
     where no carried state leaves the visit (a layer outside ``loop.freeze_layers``, or an iteration before
     ``loop.freeze_from``)."""

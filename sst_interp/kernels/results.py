@@ -10,7 +10,7 @@ correct, ...). Analyses never crash on such runs and never return tables of NaNs
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 from typing import ClassVar
 
 import pandas as pd
@@ -51,16 +51,6 @@ class NotApplicable(AnalysisResult):
 
     def __bool__(self) -> bool:
         return False
-
-
-def is_applicable(result: AnalysisResult) -> bool:
-    """True when ``result`` is a real result, False for :class:`NotApplicable`."""
-    return bool(result.applicable)
-
-
-def result_fields(result: AnalysisResult) -> dict[str, object]:
-    """The dataclass fields of a result as a dict (for JSON-able summaries; arrays are left as they are)."""
-    return {f.name: getattr(result, f.name) for f in fields(result)}
 
 
 def single_depth(depths: Sequence[object], label: str, needs: str, prefix: str = "") -> NotApplicable | None:

@@ -94,12 +94,6 @@ def execution_device(module: nn.Module) -> torch.device:
                      "where it runs")
 
 
-def is_dispatched(model: nn.Module) -> bool:
-    """True when accelerate placed ``model`` over several devices (or offloaded part of it): it must not be moved
-    with ``.to(device)`` afterwards."""
-    return getattr(model, "hf_device_map", None) is not None
-
-
 def offloaded_modules(model: nn.Module) -> list[str]:
     """Names of the modules accelerate offloaded (weights on the disk, or on the CPU while GPUs compute), in the
     order of ``model.hf_device_map``; empty when nothing is offloaded or the model was not dispatched."""

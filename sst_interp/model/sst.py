@@ -8,15 +8,16 @@ a ``sst_state`` submodule holding ``theta`` and ``state_norm_weight`` (L x d eac
 from __future__ import annotations
 
 import inspect
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import Any, ClassVar
+from typing import Any
 
 import torch
 from torch import nn
 from transformers import PreTrainedModel
 
 from sst_interp.kernels.errors import UsageError
+from sst_interp.model import intervention_hook
 from sst_interp.model.adapters import ArchitectureAdapter, adapter_for, decoder_layers
 from sst_interp.model.config import SSTConfig
 from sst_interp.model.loop_declaration import LoopDeclaration
@@ -37,10 +38,6 @@ class SSTModel(nn.Module):
         layers: the decoder layers (``backbone.get_decoder().layers``), in order.
         context: the shared :class:`StateStreamContext` the layers read.
     """
-
-    #: What :meth:`intervene` returns (``LiveIntervention``): :mod:`sst_interp.interventions`, a floor above the
-    #: model, sets it when imported, so the model never imports it.
-    intervention_context: ClassVar[Callable[..., Any] | None] = None
 
     def __init__(self, backbone: PreTrainedModel, config: SSTConfig) -> None:
         super().__init__()
@@ -177,10 +174,11 @@ class SSTModel(nn.Module):
         layers, d]. ``spec`` is an InterventionSpec for every row or a list of them, one per row; live sources
         (``Operation("patch", source=j)`` or ``source="clean"``) read the same generation. See
         :class:`~sst_interp.interventions.live.LiveIntervention`."""
-        if SSTModel.intervention_context is None:
+        # what sst_interp.interventions registered on import (intervention_hook), so the model never imports it
+        if intervention_hook.factory is None:
             raise UsageError("sst.intervene needs sst_interp.interventions (where InterventionSpec lives): import it "
                              "first")
-        return SSTModel.intervention_context(self, spec, capture=capture, question_ids=question_ids)
+        return intervention_hook.factory(self, spec, capture=capture, question_ids=question_ids)
 
     def zero_states(self, batch_size: int) -> dict[int, torch.Tensor]:
         """A zero carried state for every stateful layer: {l: [B, d]} in the backbone's dtype, on layer l's device."""

@@ -34,8 +34,6 @@ from sst_interp.probe.labels import HaltLabels, check_depths, labels_from_genera
 
 #: The paper's probe layer (of 62), ``sec:halting_probe_method``.
 PAPER_PROBE_LAYER = 15
-#: The paper's layer sweep (of 62), ``tab:halting_probe_layer_sweep``.
-PAPER_SWEEP_LAYERS = (3, 5, 7, 10, 15, 20, 25, 29)
 
 
 @dataclass(frozen=True)
@@ -107,7 +105,7 @@ def load_probe_data(run: Any, layer: int | None = None) -> ProbeData:
         :class:`ProbeData` (``x: [n_timesteps, d]``, ``eval_x: [Q, i_max, d]``).
     """
     if layer is None:
-        from sst_interp.analyses.depth_policies import declared_state_layer
+        from sst_interp.analyses.loop_manifest import declared_state_layer
 
         # a latent-iteration family's layers need not loop: its probe reads the carried state by default
         declared = declared_state_layer(run.manifest)

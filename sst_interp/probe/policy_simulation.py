@@ -75,7 +75,7 @@ class SimulatedTurn:
 def check_simulable(manifest: dict[str, Any], policy: PositionPolicy) -> None:
     """Refuse (UsageError) a run or a rule the simulation cannot reproduce exactly (see the module docstring), and
     a family run whose per-iteration logits are not the emitted distribution (:func:`lens_reason`)."""
-    from sst_interp.analyses.depth_policies import lens_reason
+    from sst_interp.analyses.loop_manifest import lens_reason
 
     lens = lens_reason(manifest)
     if lens is not None:
@@ -166,7 +166,7 @@ def simulate_policy(run: Any, policy: PositionPolicy) -> list[SimulatedTurn]:
         probe = ProbeDepth.from_path(policy.probe_path)
     last_layer = None
     if needs_state:
-        from sst_interp.analyses.depth_policies import state_layer
+        from sst_interp.analyses.loop_manifest import state_layer
 
         last_layer = state_layer(run.manifest, run.num_layers)
     out: list[SimulatedTurn] = []

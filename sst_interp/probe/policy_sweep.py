@@ -3,7 +3,7 @@ library behind ``python -m sst_interp.probe policies``).
 
 For every rule asked for, thresholds are put at quantiles of the rule's recorded values (between two recorded
 values, never on one), each threshold is replayed on the fixed-depth run
-(:mod:`sst_interp.analyses.depth_policies`: accuracy bounds from the questions the replay reproduces exactly, mean
+(:mod:`sst_interp.analyses.depth_pareto`: accuracy bounds from the questions the replay reproduces exactly, mean
 iterations on the full-depth trajectory), and the runs recorded under policies add their measured rows. Everything
 is validated before anything is computed. What to sweep is a :class:`~sst_interp.probe.sweep_config.SweepConfig`
 (also the ``policies`` command's flags).
@@ -17,7 +17,18 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from sst_interp.analyses import depth_policies as dp
+from sst_interp.analyses.depth_pareto import (
+    PARETO_COLUMNS,
+    ParetoResult,
+    combine,
+    live_rows,
+    mark_pareto,
+    row_of,
+    simulated_rows,
+)
+from sst_interp.analyses.depth_replay import default_policies
+from sst_interp.analyses.depth_trajectories import collect_trajectories
+from sst_interp.analyses.loop_manifest import SWEEPABLE, fixed_run_reason, sweepable_rules
 from sst_interp.kernels.errors import UsageError
 from sst_interp.model.halting import PositionPolicy, parse_position_policy
 from sst_interp.probe.sweep_config import SweepConfig
@@ -47,7 +58,7 @@ def probe_row(run: Run, name: str, path: Path) -> dict:
     multi_turn = run.manifest.get("protocol", "completion") == "codeact"
     basis = ("first turn's position-0 choice held for the episode" if multi_turn else
              "position-0 choice replayed on the flat runs (exact)")
-    return dp.row_of(run=name, condition="probe (per turn, replayed)", policy=f"probe:{path}", source="replayed",
+    return row_of(run=name, condition="probe (per turn, replayed)", policy=f"probe:{path}", source="replayed",
                    n_questions=n_q, accuracy_pct=acc, accuracy_low_pct=acc, accuracy_high_pct=acc,
                    exact_questions=n_q, mean_iterations=spent / total if total else float("nan"), basis=basis)
 
@@ -60,8 +71,8 @@ def _check_flags(config: SweepConfig) -> None:
         if rule == "probe-pos":
             raise UsageError("probe-pos cannot be swept over thresholds; replay a probe with "
                              "python -m sst_interp.probe.position_sim --policy probe-pos:PATH")
-        if rule not in dp.SWEEPABLE:
-            raise UsageError(f"--rules: unknown rule {rule!r}; use {', '.join(dp.SWEEPABLE)}")
+        if rule not in SWEEPABLE:
+            raise UsageError(f"--rules: unknown rule {rule!r}; use {', '.join(SWEEPABLE)}")
     for q in config.quantiles:
         if not 0.0 < q < 1.0:
             raise UsageError(f"--quantiles must lie strictly between 0 and 1, got {q}")
@@ -72,12 +83,12 @@ def _check_flags(config: SweepConfig) -> None:
 
 
 def _check(config: SweepConfig, run: Run) -> tuple[list[str], list[PositionPolicy]]:
-    reason = dp.fixed_run_reason(run.manifest)
+    reason = fixed_run_reason(run.manifest)
     if reason is not None:
         raise UsageError(f"{config.run}: {reason}")
     depth = max(run.depths)
-    can = dp.sweepable_rules(run.manifest)
-    rules = list(config.rules) or [r for r in dp.SWEEPABLE if can[r] is None]
+    can = sweepable_rules(run.manifest)
+    rules = list(config.rules) or [r for r in SWEEPABLE if can[r] is None]
     for rule in rules:
         if can[rule] is not None:
             raise UsageError(f"--rules {rule}: cannot replay it on {config.run}: {can[rule]}")
@@ -93,27 +104,27 @@ def _check(config: SweepConfig, run: Run) -> tuple[list[str], list[PositionPolic
     return rules, policies
 
 
-def sweep(config: SweepConfig) -> dp.ParetoResult:
+def sweep(config: SweepConfig) -> ParetoResult:
     """The Pareto rows: the fixed-depth run's flat depths, staged oracle and swept rules, the explicit policies,
-    and every live run's rows (:mod:`sst_interp.analyses.depth_policies`)."""
+    and every live run's rows (:mod:`sst_interp.analyses.depth_pareto`)."""
     _check_flags(config)
     run = Run.open(config.run)
     rules, policies = _check(config, run)
     live = [(item, Run.open(item.path)) for item in config.live]  # every run opens before anything is computed
     extra = [name for policy in policies for name, _ in policy.rules if name not in rules]
-    traj = dp.collect_trajectories(run, [*rules, *dict.fromkeys(extra)])
-    swept = dp.default_policies(traj, rules, config.quantiles)
-    rows = dp.live_rows(run, run.path.name, config.run_wall_s)
-    rows += dp.simulated_rows(run, run.path.name, traj, [*swept, *policies])
+    traj = collect_trajectories(run, [*rules, *dict.fromkeys(extra)])
+    swept = default_policies(traj, rules, config.quantiles)
+    rows = live_rows(run, run.path.name, config.run_wall_s)
+    rows += simulated_rows(run, run.path.name, traj, [*swept, *policies])
     if config.probe is not None:
         rows.append(probe_row(run, run.path.name, config.probe))
-    results = [dp.ParetoResult(dp.mark_pareto(_frame(rows)), (
+    results = [ParetoResult(mark_pareto(_frame(rows)), (
         "simulated rows: accuracy bounds from the questions the replay reproduces exactly; mean iterations on "
         "the full-depth trajectory (an estimate)",))]
     for item, other in live:
-        results.append(dp.ParetoResult(_frame(dp.live_rows(other, other.path.name, item.wall_s))))
-    return dp.combine(results)
+        results.append(ParetoResult(_frame(live_rows(other, other.path.name, item.wall_s))))
+    return combine(results)
 
 
 def _frame(rows: Sequence[dict]) -> pd.DataFrame:
-    return pd.DataFrame(list(rows), columns=list(dp.PARETO_COLUMNS))
+    return pd.DataFrame(list(rows), columns=list(PARETO_COLUMNS))

@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 import pandas as pd
 
+from sst_interp.analyses.sections import SECTIONS
 from sst_interp.kernels.results import NotApplicable
 
 if TYPE_CHECKING:
@@ -31,19 +32,9 @@ if TYPE_CHECKING:
 Kind = Literal["table", "figure"]
 Scope = Literal["report", "run", "checkpoint", "training", "comparison"]
 
-#: Page sections, in display order.
-FAMILIES: tuple[str, ...] = (
-    "Evaluation",
-    "Basin shifts (punctuated equilibrium)",
-    "Logit dynamics",
-    "Precision and convergence monitoring",
-    "Per-position depth",
-    "Halting probe",
-    "Learned blend coefficients and training",
-    "Interventions",
-    "Across latent-iteration families",
-    "Ablations and external comparison",
-)
+#: Page sections, in display order: the named sections of :mod:`sst_interp.analyses.sections`, which every entry and
+#: spec names by constant.
+FAMILIES: tuple[str, ...] = SECTIONS
 
 
 @dataclass
@@ -120,19 +111,3 @@ class Artefact:
         """The LaTeX label (paper label plus the target suffix)."""
         base = self.spec.label or self.spec.name.replace("_", ":", 1)
         return base + self.name[len(self.spec.name):]
-
-
-def attr_notes(frame: pd.DataFrame) -> list[str]:
-    """``frame.attrs`` as notes (``key: value``), for tables whose analyses put summary counts there."""
-    return [f"{str(k).replace('_', ' ')}: {v}" for k, v in frame.attrs.items()]
-
-
-def table_data(result: Any, notes: list[str] | None = None, **extra: pd.DataFrame) -> ArtefactData | NotApplicable:
-    """An analysis result's ``.table()`` as the ``main`` table, its attrs and ``notes`` as notes, plus ``extra``
-    frames; a NotApplicable passes through."""
-    if isinstance(result, NotApplicable):
-        return result
-    frame = result.table().copy()
-    found = attr_notes(frame)
-    frame.attrs = {}
-    return ArtefactData({"main": frame, **extra}, {"notes": [*(notes or []), *found]})

@@ -29,6 +29,7 @@ from typing import Any
 import pandas as pd
 import pyarrow as pa
 
+import sst_interp.analyses as analyses
 import sst_interp.kernels as kernels
 from sst_interp.kernels.results import NotApplicable
 from sst_interp.outputs import write_output
@@ -76,7 +77,6 @@ def source_fingerprint(paths: Iterable[Path]) -> str:
 
 def code_fingerprint() -> str:
     """Fingerprint of the code that computes artefact data (module docstring)."""
-    import sst_interp.analyses as analyses
     import sst_interp.probe as probe
     here = Path(__file__).parent
     # the kernels hold definitions the analyses compute with (correctness, eq:alpha, the statistics, the result

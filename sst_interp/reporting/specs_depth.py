@@ -5,20 +5,17 @@ from __future__ import annotations
 
 import pandas as pd
 
+from sst_interp.analyses import sections
 from sst_interp.kernels.errors import UsageError
 from sst_interp.kernels.results import NotApplicable
 from sst_interp.reporting import fig_depth
 from sst_interp.reporting.artefacts import ArtefactData, ArtefactSpec
 from sst_interp.reporting.context import ReportContext
 
-FAMILY = "Per-position depth"
-
 
 def _stacked(ctx: ReportContext) -> ArtefactData | NotApplicable:
     """The catalogue's ``tab_depth_pareto`` of every run, in one table with the front recomputed over all rows."""
-    from sst_interp.analyses.depth_policies import combine
-
-    from sst_interp.analyses.depth_policies import pareto
+    from sst_interp.analyses.depth_pareto import combine, pareto
 
     results = [ctx.analysis(item.name).attempt("tab_depth_pareto") for item in ctx.inputs.runs]
     usable = [r for r in results if not isinstance(r, NotApplicable)]
@@ -29,7 +26,7 @@ def _stacked(ctx: ReportContext) -> ArtefactData | NotApplicable:
                if isinstance(r, NotApplicable)]
     notes: list[str] = []
     if ctx.inputs.probe is not None:
-        from sst_interp.analyses.depth_policies import ParetoResult, mark_pareto
+        from sst_interp.analyses.depth_pareto import ParetoResult, mark_pareto
         from sst_interp.probe.policy_sweep import probe_row
 
         for item in ctx.inputs.runs:
@@ -57,12 +54,12 @@ def pareto_figure(ctx: ReportContext, target: str | None) -> ArtefactData | NotA
 
 
 SPECS: list[ArtefactSpec] = [
-    ArtefactSpec("tab_depth_pareto", "table", "", FAMILY,
+    ArtefactSpec("tab_depth_pareto", "table", "", sections.PER_POSITION_DEPTH,
                  "Accuracy against mean iterations per generated token, every run of the report: flat depths, "
                  "staged capacity (an oracle), per-position policies run live, and threshold sweeps simulated on a "
                  "fixed-depth run (accuracy bounds and an iteration estimate, never a point guess).",
                  "report", ("runs",), pareto_table),
-    ArtefactSpec("fig_depth_pareto_front", "figure", "", FAMILY,
+    ArtefactSpec("fig_depth_pareto_front", "figure", "", sections.PER_POSITION_DEPTH,
                  "Accuracy against iterations per token: measured rows as points with their front, simulated rows "
                  "as accuracy bounds; right: the questions each simulated policy reproduces exactly.",
                  "report", ("runs",), pareto_figure, fig_depth.draw_pareto),

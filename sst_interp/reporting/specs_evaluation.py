@@ -6,12 +6,11 @@ from __future__ import annotations
 
 import pandas as pd
 
+from sst_interp.analyses import sections
 from sst_interp.analyses.api import NotAvailable
 from sst_interp.kernels.results import NotApplicable
 from sst_interp.reporting.artefacts import ArtefactData, ArtefactSpec
 from sst_interp.reporting.context import ReportContext
-
-FAMILY = "Evaluation"
 
 
 def _baseline_depth(base: object) -> int:
@@ -74,14 +73,14 @@ def repetition(ctx: ReportContext, target: str | None) -> ArtefactData | NotAppl
 
 
 SPECS: list[ArtefactSpec] = [
-    ArtefactSpec("tab_main_results", "table", "tab:main_results", FAMILY,
+    ArtefactSpec("tab_main_results", "table", "tab:main_results", sections.EVALUATION,
                  "Headline comparison: matched baseline vs SST at staged compute, the difference in points and the "
                  "error correction (SST - baseline) / (1 - baseline), per benchmark.",
                  "report", ("runs", "baseline"), main_results),
-    ArtefactSpec("tab_staged_breakdown", "table", "tab:staged_breakdown", FAMILY,
+    ArtefactSpec("tab_staged_breakdown", "table", "tab:staged_breakdown", sections.EVALUATION,
                  "Staged compute capacity: fraction of questions solved at some depth up to each stage, per "
                  "benchmark.", "report", ("runs",), staged_breakdown),
-    ArtefactSpec("tab_repetition", "table", "tab:repetition", FAMILY,
+    ArtefactSpec("tab_repetition", "table", "tab:repetition", sections.EVALUATION,
                  "Sentence-level repetition (sentences of >= 20 characters occurring more than once per turn) and "
                  "loops, per benchmark and configuration.", "report", ("runs", "baseline"), repetition),
 ]

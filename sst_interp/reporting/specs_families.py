@@ -8,12 +8,11 @@ from typing import Any
 
 import pandas as pd
 
+from sst_interp.analyses import sections
 from sst_interp.kernels.results import NotApplicable
 from sst_interp.reporting import fig_families
 from sst_interp.reporting.artefacts import ArtefactData, ArtefactSpec
 from sst_interp.reporting.context import ReportContext
-
-FAMILY = "Across latent-iteration families"
 
 
 def _stacked(measure: Callable[[Any, str], pd.DataFrame | NotApplicable], label: str) -> Callable[
@@ -49,12 +48,12 @@ def _capacity(run: Any, name: str) -> pd.DataFrame | NotApplicable:
 
 
 SPECS: list[ArtefactSpec] = [
-    ArtefactSpec("fig_family_state", "figure", "", FAMILY,
+    ArtefactSpec("fig_family_state", "figure", "", sections.ACROSS_FAMILIES,
                  "The carried loop state across iterations, every run of the report side by side: its top-k |value| "
                  "overlap and relative L2 change between consecutive iterations (SST: the last stateful layer; "
                  "HRM-Text: z_H; Inkling-2 Loop: the looped block's output), deepest depth, full positions.",
                  "report", ("runs",), _stacked(_state, "fig_family_state"), fig_families.draw_state),
-    ArtefactSpec("fig_family_capacity", "figure", "", FAMILY,
+    ArtefactSpec("fig_family_capacity", "figure", "", sections.ACROSS_FAMILIES,
                  "Accuracy and staged capacity per depth (the family's loop count), every run of the report side by "
                  "side.",
                  "report", ("runs",), _stacked(_capacity, "fig_family_capacity"), fig_families.draw_capacity),

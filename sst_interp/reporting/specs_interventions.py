@@ -12,13 +12,13 @@ from pathlib import Path
 
 import pandas as pd
 
+from sst_interp.analyses import sections
 from sst_interp.catalogue import lookup
 from sst_interp.kernels.results import NotApplicable
 from sst_interp.reporting import fig_interventions
 from sst_interp.reporting.artefacts import ArtefactData, ArtefactSpec
 from sst_interp.reporting.context import ReportContext
 
-FAMILY = "Interventions"
 NEEDS = ("experiments",)
 
 
@@ -56,28 +56,28 @@ def _with_experiment(frames: list[tuple[str, pd.DataFrame]]) -> pd.DataFrame:
 
 
 SPECS = [
-    ArtefactSpec("tab_intervention_window", "table", "", FAMILY,
+    ArtefactSpec("tab_intervention_window", "table", "", sections.INTERVENTIONS,
                  "Where the depth gain lives: iterations 2..k denied the state stream in windows of layers (mode "
                  "freeze or zero), beside the mean and resample baselines (the clean run's mean state, another "
                  "question's state); accuracy and first-token log-prob change against clean depth k, with 95% CIs "
                  "over questions (exact for the accuracy change and flip rate, Student t for the log-prob change).",
                  "report", NEEDS, _stacked("tab_intervention_window")),
-    ArtefactSpec("tab_intervention_trace", "table", "", FAMILY,
+    ArtefactSpec("tab_intervention_trace", "table", "", sections.INTERVENTIONS,
                  "Causal tracing across depths: mean indirect effect of patching depth k's last-iteration layer "
                  "output into depth 1 on the log-prob of depth k's first differing token, per (layer, offset from "
                  "that token), with n, SE, the total effect and the Holm-adjusted sign test; the resampled rows patch "
                  "another question's states (the control).",
                  "report", NEEDS, _stacked("tab_intervention_trace")),
-    ArtefactSpec("fig_intervention_trace_heatmap", "figure", "", FAMILY,
+    ArtefactSpec("fig_intervention_trace_heatmap", "figure", "", sections.INTERVENTIONS,
                  "Causal tracing heatmaps: layer x offset from the target (own states; another question's, the "
                  "control), and layer x depth-k iteration at position 0.",
                  "report", NEEDS, _stacked("fig_intervention_trace_heatmap"), fig_interventions.draw_trace),
-    ArtefactSpec("tab_intervention_steer", "table", "", FAMILY,
+    ArtefactSpec("tab_intervention_steer", "table", "", sections.INTERVENTIONS,
                  "Steering the halt: the halting probe's direction added at its layer (iterations 2..k) with a "
                  "scale sweep; overthinking (regressions) and recoveries against clean depth 1, flips against clean "
                  "depth k.", "report", NEEDS,
                  _stacked("tab_intervention_steer")),
-    ArtefactSpec("tab_intervention_attribution", "table", "", FAMILY,
+    ArtefactSpec("tab_intervention_attribution", "table", "", sections.INTERVENTIONS,
                  "Attribution patching: trace's patch (depth k's layer output into depth 1) estimated to first "
                  "order at every layer x position x iteration from one gradient; the top cells beside their real "
                  "patching effect.", "report", NEEDS, _stacked("tab_intervention_attribution")),

@@ -14,8 +14,10 @@ from typing import TYPE_CHECKING
 from sst_interp.kernels.lazy import lazy_exports, typed_exports
 
 if TYPE_CHECKING:
+    from sst_interp.store.blocks import GateBlock, HiddenBlock, LogitBlock, SketchBlock
     from sst_interp.store.errors import CorruptRunError
-    from sst_interp.store.reader import GateBlock, HiddenBlock, LogitBlock, Run, SketchBlock
+    from sst_interp.store.reader import Run
+    from sst_interp.store.resume import ResumeReport
     from sst_interp.store.schema import (
         DTYPE_KEY,
         GENERATIONS_SCHEMA,
@@ -30,7 +32,7 @@ if TYPE_CHECKING:
     )
     from sst_interp.store.space import SpaceEstimate, bytes_per_question, estimate, estimate_remaining
     from sst_interp.store.verify import VerifyReport, verify_run
-    from sst_interp.store.writer import ResumeReport, RunWriter, check_out
+    from sst_interp.store.writer import RunWriter, check_out
 
 #: The public names are the `if TYPE_CHECKING:` imports above, each imported from its module on first use
 #: (sst_interp.kernels.lazy), so importing the package stays light.

@@ -138,21 +138,3 @@ def scan_pages(target: Path) -> None:
     handle = open_parquet(target)
     for group in range(handle.metadata.num_row_groups):
         read_row_group(handle, target, group)
-
-
-def readable_row_groups(target: Path) -> tuple[pa.Table | None, list[int]]:
-    """The rows of every row group of ``target`` whose pages pass their checks, and the indices of those that
-    fail (resume salvages a damaged generations/episodes table this way). None when the footer is unreadable."""
-    try:
-        handle = open_parquet(target)
-    except CorruptRunError:
-        return None, []
-    good, bad = [], []
-    for group in range(handle.metadata.num_row_groups):
-        try:
-            good.append(read_row_group(handle, target, group))
-        except CorruptRunError:
-            bad.append(group)
-    if not good:
-        return handle.schema_arrow.empty_table(), bad
-    return pa.concat_tables(good, promote_options="permissive"), bad

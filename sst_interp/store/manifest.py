@@ -23,14 +23,25 @@ from __future__ import annotations
 import json
 import os
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from sst_interp.store.atomic import atomic_open
+
+if TYPE_CHECKING:
+    from sst_interp.store.integrity import Written
 
 #: The command that rebuilds a run's manifest (named in every error that suggests it).
 REPAIR_COMMAND = "python -m sst_interp.store repair"
 
 MANIFEST_NAME = "manifest.json"
+#: The run's tables, at the root of the run directory (the keys of ``tables``).
+QUESTIONS_NAME = "questions.parquet"
+GENERATIONS_NAME = "generations.parquet"
+EPISODES_NAME = "episodes.parquet"
+#: The keys that fix the shards' layout: a resume must be asked for the same values.
+LAYOUT_KEYS = ("hidden_size", "num_layers", "dtype", "top_k", "sketch_k")
+#: The keys the writer keeps itself, which a caller's extra keys may not set.
+RESERVED_KEYS = ("schema_version", "identity", "status", "batches", "next_batch", "tables")
 
 
 def write_json_atomic(path: Path, payload: dict[str, Any]) -> None:
@@ -109,13 +120,10 @@ def completed_pairs(manifest: dict[str, Any]) -> set[tuple[str, int]]:
     return {(qid, int(depth)) for depth, ids in manifest.get("status", {}).items() for qid in ids}
 
 
-def shard_index(manifest: dict[str, Any], kind: str, depth: int) -> dict[str, tuple[str, int]]:
-    """Map question id -> (relative shard path, row group index) for one kind at one depth."""
-    index: dict[str, tuple[str, int]] = {}
-    for batch in manifest.get("batches", {}).get(str(depth), []):
-        shard = batch["shards"].get(kind)
-        if shard is None:
-            continue
-        for group, qid in enumerate(shard["question_ids"]):
-            index[qid] = (shard["file"], group)
-    return index
+def record_table(manifest: dict[str, Any], name: str, written: Written | None) -> None:
+    """Record (or, with None, forget) a table's size and sha256 in the writer's part of the manifest."""
+    recorded = manifest.setdefault("tables", {})
+    if written is None:
+        recorded.pop(name, None)
+    else:
+        recorded[name] = {"bytes": written.bytes, "sha256": written.sha256}

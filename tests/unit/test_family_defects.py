@@ -20,7 +20,7 @@ import torch
 
 from sst_interp import analyses
 from sst_interp.analyses.availability import NotAvailable
-from sst_interp.analyses.depth_policies import fixed_run_reason, lens_reason
+from sst_interp.analyses.loop_manifest import fixed_run_reason, lens_reason
 from sst_interp.cli.position_sim import main as position_sim_main
 from sst_interp.cli.record import main as record_main
 from tests.unit.conftest import FAST, fails_with_one_error_line, save_tiny_model

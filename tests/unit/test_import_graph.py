@@ -82,7 +82,8 @@ KNOWN_CYCLES: dict[str, frozenset[str]] = {
         "sst_interp.experiments.measurements", "sst_interp.probe", "sst_interp.probe.ablation",
         "sst_interp.probe.crossfit", "sst_interp.probe.dataset", "sst_interp.probe.evaluate",
         "sst_interp.probe.features", "sst_interp.probe.figures", "sst_interp.probe.loocv",
-        "sst_interp.probe.measurements", "sst_interp.probe.permutation", "sst_interp.probe.sweeps"}),
+        "sst_interp.probe.measurements", "sst_interp.probe.permutation", "sst_interp.probe.steps",
+        "sst_interp.probe.sweeps", "sst_interp.probe.tables"}),
 }
 #: The packages that exist only to be run (``python -m sst_interp.report``): each holds an ``__init__`` with a
 #: docstring and the ``__main__`` entry file, nothing else (:func:`test_entry_packages_hold_only_their_entry`).

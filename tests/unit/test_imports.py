@@ -53,6 +53,14 @@ def test_the_analyses_import_neither_torch_nor_scikit_learn(code):
     assert not loaded["torch"] and not loaded["sklearn"], f"{code!r} loaded {loaded}"
 
 
+def test_a_submodule_of_interventions_loads_only_itself():
+    """The package exports lazily: parsing a spec (a flag's value) loads neither torch nor the Intervener."""
+    code = ("import sst_interp.interventions.spec, sys; "
+            "print(sorted(m for m in sys.modules if m.startswith('sst_interp.interventions')), 'torch' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, check=True)
+    assert out.stdout.split() == ["['sst_interp.interventions',", "'sst_interp.interventions.spec']", "False"]
+
+
 def test_a_measurement_that_needs_torch_still_gets_it():
     out = subprocess.run([sys.executable, "-c", "from sst_interp.analyses.precision import machine_epsilon; "
                           "print(machine_epsilon('bfloat16'))"], capture_output=True, text=True, cwd=ROOT, check=True)
@@ -80,7 +88,7 @@ def test_help_answers_in_under_half_a_second_of_cpu(command):
 
 @pytest.mark.parametrize("package", ["sst_interp.model", "sst_interp.train", "sst_interp.probe", "sst_interp.record",
                                      "sst_interp.reporting", "sst_interp.store", "sst_interp.analyses",
-                                     "sst_interp.data"])
+                                     "sst_interp.data", "sst_interp.interventions"])
 def test_every_lazily_exported_name_resolves(package):
     module = importlib.import_module(package)
     for name in module.__all__:

@@ -81,7 +81,7 @@ def test_family_loop_shape_manifest_loop_has_the_declarations_keys(planted) -> N
 
 def test_family_loop_shape_halting_probe_sweeps_the_layers_visited_at_every_pass(planted) -> None:
     from sst_interp import analyses
-    from sst_interp.probe.measurements import probe_sweep
+    from sst_interp.probe.steps import probe_sweep
 
     path, truth = planted
     sweep = probe_sweep(analyses.open(path))

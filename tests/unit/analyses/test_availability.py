@@ -69,8 +69,8 @@ def test_a_usage_error_inside_a_computation_becomes_not_applicable():
     def compute(analysis):
         raise UsageError("cross-fitting needs at least 2 MUST HALT questions,\n the run has 1")
 
-    entry = Measurement("planted_failure", "", "a computation that refuses its input", (), compute,
-                        lambda r: r.table(), {})
+    entry = Measurement(name="planted_failure", label="", title="a computation that refuses its input", requires=(),
+                        compute=compute, tidy=lambda r: r.table(), columns={})
     result = _computed(entry, object())
     assert isinstance(result, NotApplicable)
     assert result.reason == "cross-fitting needs at least 2 MUST HALT questions, the run has 1"

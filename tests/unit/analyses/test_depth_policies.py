@@ -9,7 +9,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from sst_interp.analyses import depth_policies as dp
+from sst_interp.analyses import depth_agreement, depth_pareto, depth_positions, depth_replay, depth_trajectories
 from sst_interp.kernels.errors import UsageError
 from sst_interp.model.halting import parse_position_policy
 
@@ -17,7 +17,7 @@ NAN = math.nan
 DEPTH = 4
 
 
-def _traj(entropy, state=None, l2=None, tokens=None, argmax=None, index=None) -> dp.Trajectories:
+def _traj(entropy, state=None, l2=None, tokens=None, argmax=None, index=None) -> depth_trajectories.Trajectories:
     """Trajectories with planted per-iteration values ([N, 4] each)."""
     entropy = np.asarray(entropy, dtype=float)
     n = len(entropy)
@@ -27,7 +27,8 @@ def _traj(entropy, state=None, l2=None, tokens=None, argmax=None, index=None) ->
     state = np.full((n, DEPTH), NAN) if state is None else np.asarray(state, dtype=float)
     l2 = np.full((n, DEPTH), NAN) if l2 is None else np.asarray(l2, dtype=float)
     argmax = np.full((n, DEPTH), 7, dtype=np.int64) if argmax is None else np.asarray(argmax, dtype=np.int64)
-    return dp.Trajectories(DEPTH, index, {"entropy": entropy, "state": state, "kl": state.copy()}, argmax, l2, 3)
+    values = {"entropy": entropy, "state": state, "kl": state.copy()}
+    return depth_trajectories.Trajectories(DEPTH, index, values, argmax, l2, 3)
 
 
 def _policy(text: str):
@@ -37,27 +38,29 @@ def _policy(text: str):
 def test_each_rule_stops_at_the_first_iteration_it_fires_within_min_and_max():
     traj = _traj(entropy=[[3.0, 2.0, 1.0, 0.5], [0.1, 0.1, 0.1, 0.1], [9.0, 9.0, 9.0, 9.0]],
                  state=[[NAN, 0.5, 0.01, 0.001], [NAN, 0.001, 0.5, 0.5], [NAN, 0.3, 0.2, 0.1]])
-    assert dp.halting_iterations(traj, _policy("entropy:1.5")).tolist() == [3, 1, 4]
-    assert dp.halting_iterations(traj, _policy("entropy:1.0")).tolist() == [4, 1, 4]  # strict: 1.0 is not < 1.0
-    assert dp.halting_iterations(traj, _policy("entropy:1.5,min=2")).tolist() == [3, 2, 4]
-    assert dp.halting_iterations(traj, _policy("entropy:1.5,max=2")).tolist() == [2, 1, 2]
-    assert dp.halting_iterations(traj, _policy("state:0.05")).tolist() == [3, 2, 4]
-    assert dp.halting_iterations(traj, _policy("state:0.05,entropy:1.5")).tolist() == [3, 1, 4]  # any rule fires
+    assert depth_replay.halting_iterations(traj, _policy("entropy:1.5")).tolist() == [3, 1, 4]
+    # strict: 1.0 is not < 1.0
+    assert depth_replay.halting_iterations(traj, _policy("entropy:1.0")).tolist() == [4, 1, 4]
+    assert depth_replay.halting_iterations(traj, _policy("entropy:1.5,min=2")).tolist() == [3, 2, 4]
+    assert depth_replay.halting_iterations(traj, _policy("entropy:1.5,max=2")).tolist() == [2, 1, 2]
+    assert depth_replay.halting_iterations(traj, _policy("state:0.05")).tolist() == [3, 2, 4]
+    # any rule fires
+    assert depth_replay.halting_iterations(traj, _policy("state:0.05,entropy:1.5")).tolist() == [3, 1, 4]
     # kl:0 never fires (fixed depth max); kl:inf fires as soon as it can (iteration 2: it compares two)
-    assert dp.halting_iterations(traj, _policy("kl:0")).tolist() == [4, 4, 4]
-    assert dp.halting_iterations(traj, _policy("kl:inf")).tolist() == [2, 2, 2]
+    assert depth_replay.halting_iterations(traj, _policy("kl:0")).tolist() == [4, 4, 4]
+    assert depth_replay.halting_iterations(traj, _policy("kl:inf")).tolist() == [2, 2, 2]
     for text in ("entropy:0.2", "state:0.4,min=3", "kl:inf,max=3", "entropy:inf,min=4"):
-        got = dp.halting_iterations(traj, _policy(text))
+        got = depth_replay.halting_iterations(traj, _policy(text))
         assert (got >= _policy(text).min_depth).all() and (got <= _policy(text).max_depth).all(), text
 
 
 def test_a_position_without_the_rules_values_is_unknown_not_guessed():
     traj = _traj(entropy=[[3.0, 2.0, 1.0, 0.5], [3.0, 2.0, 1.0, 0.5]],
                  state=[[NAN, 0.5, 0.01, 0.001], [NAN, NAN, NAN, NAN]])
-    assert dp.halting_iterations(traj, _policy("state:0.05")).tolist() == [3, -1]
-    assert dp.halting_iterations(traj, _policy("entropy:1.5")).tolist() == [3, 3]
+    assert depth_replay.halting_iterations(traj, _policy("state:0.05")).tolist() == [3, -1]
+    assert depth_replay.halting_iterations(traj, _policy("entropy:1.5")).tolist() == [3, 3]
     with pytest.raises(UsageError, match="exceeds the run's depth"):
-        dp.halting_iterations(traj, parse_position_policy("entropy:1,max=5", 5))
+        depth_replay.halting_iterations(traj, parse_position_policy("entropy:1,max=5", 5))
 
 
 def _episode_traj(halts_entropy, tokens_at_exit=None, budget=False):
@@ -85,17 +88,17 @@ def _episode_traj(halts_entropy, tokens_at_exit=None, budget=False):
 ])
 def test_exact_questions_follow_the_simulations_rule(halts, token, budget, exact):
     traj = _episode_traj(halts, token, budget)
-    halt = dp.halting_iterations(traj, _policy("entropy:1.5"))
+    halt = depth_replay.halting_iterations(traj, _policy("entropy:1.5"))
     assert halt.tolist() == halts
-    assert bool(dp.exact_questions(traj, halt)["q"]) is exact
+    assert bool(depth_replay.exact_questions(traj, halt)["q"]) is exact
 
 
 def test_convergence_point_is_the_first_l2_change_below_the_threshold():
     traj = _traj(entropy=[[1, 1, 1, 1]] * 3,
                  l2=[[NAN, 5.0, 0.5, 0.1], [NAN, 0.2, 3.0, 3.0], [NAN, 4.0, 4.0, 4.0]])
-    got, threshold = dp.convergence_iterations(traj, threshold=1.0)
+    got, threshold = depth_replay.convergence_iterations(traj, threshold=1.0)
     assert got.tolist() == [3, 2, 4] and threshold == 1.0
-    got, threshold = dp.convergence_iterations(traj)  # default: the median change
+    got, threshold = depth_replay.convergence_iterations(traj)  # default: the median change
     assert threshold == float(np.median([5.0, 0.5, 0.1, 0.2, 3.0, 3.0, 4.0, 4.0, 4.0])) == 3.0
     assert got.tolist() == [3, 2, 4]
 
@@ -106,15 +109,15 @@ def test_histogram_splits_by_regime_and_agreement_counts_against_convergence():
                                                       [NAN, 9.0, 9.0, 9.0], [NAN, 9.0, 0.1, 0.1]])
     labels = pd.DataFrame({"depth": DEPTH, "question_id": ["q0", "q1", "q2"], "turn": 0, "position": 0,
                            "iter_a": 1, "iter_b": DEPTH, "low_overlap": [True, False, False]})
-    pp = dp.policy_positions(traj, [_policy("entropy:1.0")], labels)
+    pp = depth_positions.policy_positions(traj, [_policy("entropy:1.0")], labels)
     assert pp.positions["regime"].tolist() == ["low_overlap", "stable", "stable", "unlabelled"]
     assert pp.positions["iterations"].tolist() == [1, 2, 4, 4]
-    converged, _ = dp.convergence_iterations(traj, threshold=1.0)
+    converged, _ = depth_replay.convergence_iterations(traj, threshold=1.0)
     assert converged.tolist() == [2, 2, 4, 3]
-    hist = dp.iteration_histogram(pp).set_index(["regime", "iterations"])
+    hist = depth_positions.iteration_histogram(pp).set_index(["regime", "iterations"])
     assert hist.loc[("low_overlap", 1), "positions"] == 1 and hist.loc[("low_overlap", 1), "fraction"] == 1.0
     assert hist.loc[("stable", 2), "fraction"] == 0.5 and hist.loc[("stable", 4), "fraction"] == 0.5
-    agree = dp.convergence_agreement(pp).iloc[0]
+    agree = depth_agreement.convergence_agreement(pp).iloc[0]
     # The default threshold is the median change (0.1 here), so convergence is where the change drops below 0.1:
     # never for any of them (strict), so every convergence point is max.
     assert pp.l2_threshold == 0.1 and agree["positions"] == 4
@@ -125,51 +128,52 @@ def test_histogram_splits_by_regime_and_agreement_counts_against_convergence():
 def test_sweep_thresholds_never_sit_on_a_recorded_value():
     values = [[NAN, 0.1, 0.2, 0.9], [NAN, 0.3, 0.4, 0.9], [NAN, 0.5, 0.6, 0.9]]
     traj = _traj(entropy=[[1, 1, 1, 1]] * 3, state=values)
-    taus = dp.sweep_thresholds(traj, "state", (0.1, 0.5, 0.9))
+    taus = depth_replay.sweep_thresholds(traj, "state", (0.1, 0.5, 0.9))
     recorded = {0.1, 0.2, 0.3, 0.4, 0.5, 0.6}  # iteration 4 (max) is no choice and is left out
     assert taus and not recorded & set(taus)
     assert taus == sorted(taus) and all(0.1 < t < 0.65 for t in taus)
     with pytest.raises(UsageError, match="strictly between 0 and 1"):
-        dp.sweep_thresholds(traj, "state", (0.0,))
+        depth_replay.sweep_thresholds(traj, "state", (0.0,))
 
 
 def test_pareto_front_holds_only_measured_rows_no_other_beats():
     rows = pd.DataFrame([
-        dp.row_of(condition="fixed 1", source="live", accuracy_pct=5.0, mean_iterations=1.0),
-        dp.row_of(condition="fixed 4", source="live", accuracy_pct=5.0, mean_iterations=4.0),
-        dp.row_of(condition="state", source="live", accuracy_pct=6.0, mean_iterations=2.5),
-        dp.row_of(condition="staged", source="oracle", accuracy_pct=6.0, mean_iterations=3.0),
-        dp.row_of(condition="sim", source="simulated", accuracy_low_pct=0.0, accuracy_high_pct=100.0,
+        depth_pareto.row_of(condition="fixed 1", source="live", accuracy_pct=5.0, mean_iterations=1.0),
+        depth_pareto.row_of(condition="fixed 4", source="live", accuracy_pct=5.0, mean_iterations=4.0),
+        depth_pareto.row_of(condition="state", source="live", accuracy_pct=6.0, mean_iterations=2.5),
+        depth_pareto.row_of(condition="staged", source="oracle", accuracy_pct=6.0, mean_iterations=3.0),
+        depth_pareto.row_of(condition="sim", source="simulated", accuracy_low_pct=0.0, accuracy_high_pct=100.0,
                 mean_iterations=1.5),
-    ], columns=list(dp.PARETO_COLUMNS))
-    front = dp.mark_pareto(rows).set_index("condition")["pareto"]
+    ], columns=list(depth_pareto.PARETO_COLUMNS))
+    front = depth_pareto.mark_pareto(rows).set_index("condition")["pareto"]
     assert front.to_dict() == {"fixed 1": True, "fixed 4": False, "state": True, "staged": False, "sim": False}
 
 
 def test_the_hindsight_oracle_is_never_on_the_front_even_where_it_beats_every_live_row():
     rows = pd.DataFrame([
-        dp.row_of(run="r", condition="fixed 1", source="live", accuracy_pct=5.0, mean_iterations=1.0),
-        dp.row_of(run="r", condition="state", source="live", accuracy_pct=6.0, mean_iterations=2.5),
-        dp.row_of(run="r", condition="staged (oracle)", source="oracle", accuracy_pct=9.0, mean_iterations=1.2),
-    ], columns=list(dp.PARETO_COLUMNS))
-    front = dp.mark_pareto(rows).set_index("condition")["pareto"]
+        depth_pareto.row_of(run="r", condition="fixed 1", source="live", accuracy_pct=5.0, mean_iterations=1.0),
+        depth_pareto.row_of(run="r", condition="state", source="live", accuracy_pct=6.0, mean_iterations=2.5),
+        depth_pareto.row_of(run="r", condition="staged (oracle)", source="oracle", accuracy_pct=9.0,
+                            mean_iterations=1.2),
+    ], columns=list(depth_pareto.PARETO_COLUMNS))
+    front = depth_pareto.mark_pareto(rows).set_index("condition")["pareto"]
     assert front.to_dict() == {"fixed 1": True, "state": True, "staged (oracle)": False}
 
 
 def test_combined_runs_get_distinct_labels_and_a_warning_when_question_sets_differ():
-    fixed = dp.ParetoResult(pd.DataFrame([
-        dp.row_of(run="fixed-run", condition="fixed 1", source="live", n_questions=24, accuracy_pct=5.0,
-                  mean_iterations=1.0)], columns=list(dp.PARETO_COLUMNS)))
-    again = dp.ParetoResult(pd.DataFrame([
-        dp.row_of(run="other-run", condition="fixed 1", source="live", n_questions=24, accuracy_pct=4.0,
-                  mean_iterations=1.0)], columns=list(dp.PARETO_COLUMNS)))
-    live = dp.ParetoResult(pd.DataFrame([
-        dp.row_of(run="kl-run", condition="kl<=0.1", source="live", n_questions=8, accuracy_pct=7.0,
-                  mean_iterations=1.5)], columns=list(dp.PARETO_COLUMNS)))
-    same = dp.combine([fixed, again])
+    fixed = depth_pareto.ParetoResult(pd.DataFrame([
+        depth_pareto.row_of(run="fixed-run", condition="fixed 1", source="live", n_questions=24, accuracy_pct=5.0,
+                  mean_iterations=1.0)], columns=list(depth_pareto.PARETO_COLUMNS)))
+    again = depth_pareto.ParetoResult(pd.DataFrame([
+        depth_pareto.row_of(run="other-run", condition="fixed 1", source="live", n_questions=24, accuracy_pct=4.0,
+                  mean_iterations=1.0)], columns=list(depth_pareto.PARETO_COLUMNS)))
+    live = depth_pareto.ParetoResult(pd.DataFrame([
+        depth_pareto.row_of(run="kl-run", condition="kl<=0.1", source="live", n_questions=8, accuracy_pct=7.0,
+                  mean_iterations=1.5)], columns=list(depth_pareto.PARETO_COLUMNS)))
+    same = depth_pareto.combine([fixed, again])
     assert list(same.rows["condition"]) == ["fixed-run: fixed 1", "other-run: fixed 1"]
     assert not any(n.startswith("warning") for n in same.notes)
-    mixed = dp.combine([fixed, live])
+    mixed = depth_pareto.combine([fixed, live])
     assert list(mixed.rows["condition"]) == ["fixed 1", "kl<=0.1"]
     assert [n for n in mixed.notes if n.startswith("warning")] == [
         "warning: these rows are measured on different question sets (fixed-run: n = 24; kl-run: n = 8); "
@@ -194,7 +198,7 @@ class _PlantedRun:
 
 
 def test_a_policy_run_is_one_live_row_over_every_question_whatever_depth_it_is_filed_under():
-    (row,) = dp.live_rows(_PlantedRun(), "probe-run", wall_s=3.0)
+    (row,) = depth_pareto.live_rows(_PlantedRun(), "probe-run", wall_s=3.0)
     assert row["condition"] == "probe (per turn)" and row["source"] == "live" and row["n_questions"] == 3
     assert row["accuracy_pct"] == pytest.approx(200 / 3)
     assert row["mean_iterations"] == pytest.approx((1 * 2 + 3 * 4 + 2 * 2) / 8)

@@ -10,6 +10,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from sst_interp.analyses import sections
 from sst_interp.analyses.families import convergence_profile
 from sst_interp.catalogue import lookup
 from sst_interp.kernels.results import NotApplicable
@@ -74,7 +75,7 @@ def test_the_entry_stacks_every_run_of_a_comparison_and_names_the_runs_it_leaves
 
 def test_the_catalogue_entry_puts_it_on_the_report_page():
     entry = lookup("tab_family_convergence")
-    assert (entry.scope, entry.kind, entry.family) == ("comparison", "table", "Across latent-iteration families")
+    assert (entry.scope, entry.kind, entry.family) == ("comparison", "table", sections.ACROSS_FAMILIES)
     spec = next(s for s in all_specs() if s.name == "tab_family_convergence")
     assert (spec.caption, spec.family, spec.scope, spec.needs) == (entry.caption, entry.family, "comparison",
                                                                     ("runs",))

@@ -112,9 +112,9 @@ class _RaggedRun:
 
 
 def test_mean_over_a_ragged_run_averages_the_questions_that_reached_each_position():
-    from sst_interp.interventions.apply import _MeanSource
+    from sst_interp.interventions.references import MeanSource
 
-    source = _MeanSource.__new__(_MeanSource)
+    source = MeanSource.__new__(MeanSource)
     source.run, source.depth, source._means = _RaggedRun(), None, {}
     np.testing.assert_array_equal(source.value(2, 0, 0, 2, 1).numpy(), [5.0, 8.0 / 3])  # a, b and c
     np.testing.assert_array_equal(source.value(2, 0, 1, 2, 1).numpy(), [4.0, 5.0])  # a and b
@@ -124,9 +124,9 @@ def test_mean_over_a_ragged_run_averages_the_questions_that_reached_each_positio
 
 
 def test_resample_draws_a_question_that_recorded_the_position():
-    from sst_interp.interventions.apply import _PatchSource
+    from sst_interp.interventions.references import PatchSource
 
-    source = _PatchSource.__new__(_PatchSource)
+    source = PatchSource.__new__(PatchSource)
     source.run, source.depth, source._cache, source._questions = _RaggedRun(), None, {}, ["a", "b", "c"]
     for seed in range(20):
         assert source.other("c", seed, 2, 0, 2) == "a"  # only a reached position 2

@@ -8,7 +8,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from sst_interp.analyses import depth_policies as dp
+from sst_interp.analyses import depth_pareto, depth_replay, depth_trajectories
 from sst_interp.model.halting import parse_position_policy
 from sst_interp.cli.probe import main as probe_main
 from sst_interp.probe.policy_simulation import simulate_policy
@@ -31,8 +31,8 @@ def recorded(tmp_path_factory):
     record_main([*common, "--depths", f"1,{MAX}", "--out", str(root / "flat")])
     record_main([*common, "--depths", ",".join(map(str, range(1, MAX + 1))), "--out", str(root / "flat123")])
     flat = Run.open(root / "flat")
-    traj = dp.collect_trajectories(flat)
-    tau = dp.sweep_thresholds(traj, "entropy", (0.5,))[0]
+    traj = depth_trajectories.collect_trajectories(flat)
+    tau = depth_replay.sweep_thresholds(traj, "entropy", (0.5,))[0]
     text = f"entropy:{tau!r},max={MAX}"
     record_main([*common, "--depths", str(MAX), "--depth-policy", text, "--out", str(root / "live")])
     return root, flat, traj, text
@@ -41,12 +41,12 @@ def recorded(tmp_path_factory):
 @pytest.mark.parametrize("rule", ["kl", "entropy", "margin", "state"])
 def test_replay_claims_exactly_what_the_offline_simulation_claims(recorded, rule):
     _, flat, traj, _ = recorded
-    taus = dp.sweep_thresholds(traj, rule)
+    taus = depth_replay.sweep_thresholds(traj, rule)
     assert len(taus) >= 3
     for tau in taus:
         policy = parse_position_policy(f"{rule}:{tau!r},max={MAX}", MAX)
-        halt = dp.halting_iterations(traj, policy)
-        exact = dp.exact_questions(traj, halt)
+        halt = depth_replay.halting_iterations(traj, policy)
+        exact = depth_replay.exact_questions(traj, halt)
         sims = simulate_policy(flat, policy)
         by_question: dict[str, bool] = {}
         for sim in sims:
@@ -59,9 +59,9 @@ def test_replay_claims_exactly_what_the_offline_simulation_claims(recorded, rule
 
 def test_kl_zero_replays_the_full_depth_run_and_kl_inf_stops_at_two(recorded):
     _, flat, traj, _ = recorded
-    rows = pd.DataFrame(dp.simulated_rows(flat, "flat", traj, [parse_position_policy(f"kl:0,max={MAX}", MAX),
+    rows = pd.DataFrame(depth_pareto.simulated_rows(flat, "flat", traj, [parse_position_policy(f"kl:0,max={MAX}", MAX),
                                                                   parse_position_policy(f"kl:inf,max={MAX}", MAX)]))
-    fixed = dp.live_rows(flat, "flat")
+    fixed = depth_pareto.live_rows(flat, "flat")
     full = next(r for r in fixed if r["condition"] == f"fixed {MAX}")
     never, always = rows.iloc[0], rows.iloc[1]
     assert never["exact_questions"] == never["n_questions"] == 6 and never["mean_iterations"] == MAX
@@ -72,7 +72,7 @@ def test_kl_zero_replays_the_full_depth_run_and_kl_inf_stops_at_two(recorded):
 def test_live_rows_read_what_the_live_run_recorded(recorded):
     root, flat, traj, text = recorded
     live = Run.open(root / "live")
-    (row,) = dp.live_rows(live, "live", wall_s=12.5)
+    (row,) = depth_pareto.live_rows(live, "live", wall_s=12.5)
     gens = live.generations()
     counts = np.concatenate([np.asarray(c) for c in gens["iterations"]])
     assert row["source"] == "live" and row["policy"] == live.manifest["depth_policy"]
@@ -80,9 +80,9 @@ def test_live_rows_read_what_the_live_run_recorded(recorded):
     assert row["wall_s"] == 12.5 and row["n_questions"] == 6
     # the replay's bounds hold the live accuracy, and its exact questions end as the live run does
     policy = parse_position_policy(text, MAX)
-    (sim,) = dp.simulated_rows(flat, "flat", traj, [policy])
+    (sim,) = depth_pareto.simulated_rows(flat, "flat", traj, [policy])
     assert sim["accuracy_low_pct"] <= row["accuracy_pct"] <= sim["accuracy_high_pct"]
-    exact = dp.exact_questions(traj, dp.halting_iterations(traj, policy))
+    exact = depth_replay.exact_questions(traj, depth_replay.halting_iterations(traj, policy))
     full_gens = flat.generations()
     for qid in exact[exact].index:
         mine = gens[gens["question_id"] == qid].sort_values("turn")["token_ids"].map(list).tolist()
@@ -98,7 +98,7 @@ def test_policies_command_writes_the_table_and_figure(recorded, capsys, tmp_path
                        "--out", str(out)])
     assert code == 0
     table = pd.read_csv(out / "tab_depth_pareto.csv")
-    assert list(table.columns) == list(dp.PARETO_COLUMNS)
+    assert list(table.columns) == list(depth_pareto.PARETO_COLUMNS)
     assert table["source"].value_counts().to_dict() == {"live": 3, "oracle": 1, "simulated": 5}
     live = table[table["run"] == "live"].iloc[0]
     assert live["wall_s"] == 7.5 and live["policy"] == parse_position_policy(text, MAX).describe()
@@ -125,7 +125,7 @@ def test_bad_input_is_one_error_line_and_exit_2_with_nothing_written(recorded, c
 def test_the_command_defaults_are_the_librarys():
     from sst_interp.cli.policies import QUANTILES
 
-    assert QUANTILES == dp.QUANTILES
+    assert QUANTILES == depth_replay.QUANTILES
 
 
 def test_a_policy_run_cannot_be_swept_and_says_why(recorded, capsys, tmp_path):
@@ -167,7 +167,7 @@ def test_a_per_turn_probe_replayed_on_flat_runs_is_the_flat_depth_it_picks(recor
 
     root, _, _, _ = recorded
     run = Run.open(root / "flat123")
-    fixed = {r["condition"]: r for r in dp.live_rows(run, "flat123")}
+    fixed = {r["condition"]: r for r in depth_pareto.live_rows(run, "flat123")}
     always = probe_row(run, "flat123", _probe_at(tmp_path / "always", run.hidden_size, -1e9))
     never = probe_row(run, "flat123", _probe_at(tmp_path / "never", run.hidden_size, 1e9))
     for row, depth in ((always, 1), (never, MAX)):

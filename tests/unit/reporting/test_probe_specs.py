@@ -6,7 +6,7 @@ import numpy as np
 
 from sst_interp.kernels.results import NotApplicable
 from sst_interp.probe.features import GreedyPrune
-from sst_interp.probe.measurements import greedy_table
+from sst_interp.probe.tables import greedy_table
 
 
 def test_greedy_prune_with_no_essential_dimension_says_why():

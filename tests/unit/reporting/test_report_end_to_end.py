@@ -10,7 +10,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from sst_interp.analyses import convergent, evaluation
+from sst_interp.analyses import convergent, evaluation, sections
 from sst_interp.analyses import logit_dynamics as ld
 from sst_interp.analyses.basin_profiles import punctuated_equilibrium
 from sst_interp.reporting import ReportConfig, build_report
@@ -51,7 +51,7 @@ def test_every_planned_artefact_is_produced_and_non_empty(report):
     result, out = report["result"], report["config"].out
     # the synthetic run is a completion run: the CodeACT episode table is the one run artefact it cannot have; the
     # intervention experiments' artefacts need report --experiment folders, which this report is not given
-    experiments = [s.name for s in all_specs() if s.family == "Interventions"]
+    experiments = [s.name for s in all_specs() if s.family == sections.INTERVENTIONS]
     assert experiments == ["tab_intervention_window", "tab_intervention_trace", "fig_intervention_trace_heatmap",
                            "tab_intervention_steer", "tab_intervention_attribution"]
     # one SST run and bare training logs: no ablation pair, no --external, no saved training configs

@@ -13,7 +13,7 @@ import pandas as pd
 import pytest
 
 from sst_interp.store import CorruptRunError, Run, RunWriter
-from sst_interp.store import writer as writer_module
+from sst_interp.store import resume as resume_module
 from sst_interp.cli.store import main as store_main
 from tests.unit.store.conftest import IDENTITY
 from tests.unit.store.test_store_integrity import _batch, _settings, write_run
@@ -128,7 +128,7 @@ def _duplicated_run(pristine: Path, tmp_path: Path, monkeypatch) -> Path:
     path = _copy(pristine, tmp_path)
     _edit(path, lambda m: (_drop("1", "a")(m), _drop("1", "b")(m)))
     with monkeypatch.context() as patch:
-        patch.setattr(writer_module, "reconcile", lambda *args: [])
+        patch.setattr(resume_module, "reconcile", lambda *args: [])
         with RunWriter.create_or_resume(path, IDENTITY, _settings()) as writer:
             writer.submit(1, ["a", "b"], **_batch(["a", "b"], 1))
     return path

@@ -65,7 +65,7 @@ def test_raw_blocks_give_the_hidden_values_bit_for_bit(tmp_path, run_settings, b
 def test_grid_arrange_matches_scatter_in_every_layout():
     import pyarrow as pa
 
-    from sst_interp.store.reader import _Grid
+    from sst_interp.store.rows import Grid
 
     rng = np.random.default_rng(0)
     cells = [(p, i, layer) for p in range(2) for i in (1, 2) for layer in range(3)]
@@ -75,6 +75,6 @@ def test_grid_arrange_matches_scatter_in_every_layout():
         coords = np.array([cells[j] for j in rows])
         table = pa.table({"position": coords[:, 0], "iteration": coords[:, 1], "layer": coords[:, 2]})
         values = rng.integers(0, 2 ** 16, size=(len(rows), 5)).astype(np.uint16)
-        grid = _Grid(table, ("position", "iteration", "layer"), "test")
+        grid = Grid(table, ("position", "iteration", "layer"), "test")
         assert grid.complete == (drop == 0) and grid.in_order == (order == "sorted")
         assert np.array_equal(grid.arrange(values, 7, np.uint16), grid.scatter(values, 7, np.uint16))
