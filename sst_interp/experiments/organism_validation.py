@@ -20,6 +20,7 @@ Rows (each a function returning a :class:`ValidationRow`):
 
 from __future__ import annotations
 
+import json
 import math
 from dataclasses import dataclass
 from pathlib import Path
@@ -30,9 +31,19 @@ from scipy.stats import spearmanr
 from sklearn.metrics import roc_auc_score
 
 from sst_interp.analyses.basins import fit_gmm
+from sst_interp.analyses.depth_replay import halting_iterations, sweep_thresholds
+from sst_interp.analyses.depth_trajectories import collect_trajectories
 from sst_interp.analyses.hops import answer_resolution, hop_probe, lens_by_hop, overlap_by_hops, question_truth
+from sst_interp.checkpoints import resolve_model
+from sst_interp.experiments.hops_patching import flip_table, patch_by_iteration
 from sst_interp.kernels.errors import UsageError
 from sst_interp.kernels.results import NotApplicable
+from sst_interp.model.halting import parse_position_policy
+from sst_interp.model.loop_model import LoopModel, load_loop_backbone
+from sst_interp.model.loops import native_loop
+from sst_interp.organism.task import HopsSpec, split_items
+from sst_interp.organism.train import ORGANISM_FILE, TABLE_FILE, read_table
+from sst_interp.store import Run
 
 #: The held-out accuracy a probe must reach for a hop value to count as decodable at a (iteration, layer) slot.
 DECODABLE = 0.9
@@ -160,9 +171,6 @@ def overlap_row(run, depth: int) -> ValidationRow:
 def depth_policy_row(run) -> ValidationRow:
     """Each per-position rule (``kl``, ``entropy``, ``margin``, ``state``) at its median threshold: mean halting
     iteration per hop count, and its Spearman correlation with the hop count."""
-    from sst_interp.analyses.depth_policies import collect_trajectories, halting_iterations, sweep_thresholds
-    from sst_interp.model.halting import parse_position_policy
-
     traj = collect_trajectories(run)
     hops = question_truth(run).loc[traj.index["question_id"], "hops"].to_numpy()
     rows = []
@@ -225,16 +233,6 @@ def validate(config) -> list[ValidationRow]:
     Args:
         config: a :class:`~sst_interp.organism.config.ValidateConfig`.
     """
-    import json
-
-    from sst_interp.checkpoints import resolve_model
-    from sst_interp.experiments.hops_patching import flip_table, patch_by_iteration
-    from sst_interp.model.loop_model import LoopModel, load_loop_backbone
-    from sst_interp.model.loops import native_loop
-    from sst_interp.organism.task import HopsSpec, split_items
-    from sst_interp.organism.train import ORGANISM_FILE, TABLE_FILE, read_table
-    from sst_interp.store import Run
-
     config.check()
     folder = Path(resolve_model(config.model))
     if not (folder / ORGANISM_FILE).is_file():

@@ -28,6 +28,8 @@ from collections.abc import Sequence
 from dataclasses import asdict
 from pathlib import Path
 
+import torch
+
 from sst_interp.kernels.errors import UsageError
 from sst_interp.organism.config import SSTOrganismConfig
 from sst_interp.organism.tables import DepthByHop, read_table, tally_by_hop, write_table
@@ -175,8 +177,6 @@ def train_sst_organism(config: SSTOrganismConfig, progress: bool = True) -> dict
 
 def _train_stage(train_config: TrainConfig, progress: bool) -> None:
     """One run of the suite's trainer (it resumes from its ``last/`` by itself)."""
-    import torch
-
     from sst_interp.train.loop import Trainer
 
     if train_config.threads is not None:
