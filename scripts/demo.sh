@@ -14,7 +14,7 @@ ensure_packages python3-venv
 setup_venv explore
 python -m sst_interp.record --model hops-organism --questions hops --depths 1,2,3,4 --limit 240 \
   --out runs/hops-organism
-python -m sst_interp.report --run runs/hops-organism --training-log hops-organism --out reports/hops-organism
+python -m sst_interp.report --run runs/hops-organism --out reports/hops-organism
 python -m sst_interp.organism validate --run runs/hops-organism --out reports/hops-organism/validation
 python -m sst_interp.record "$@"
 python -m sst_interp.report   # the most recent run: the one just recorded
