@@ -19,12 +19,17 @@ from sst_interp.kernels.errors import UsageError
 NAMED_CHECKPOINTS: dict[str, str] = {
     "demo-codeact": "demo_codeact",
     "demo-codeact-baseline": "demo_codeact_baseline",
+    "hops-sst": "hops_sst",
+    "hops-sst-baseline": "hops_sst_baseline",
 }
 
 #: name -> folder under ``sst_interp/checkpoints`` of a whole model (a Hugging Face folder ``--model`` accepts).
-#: ``hops-organism`` is the looped model organism trained on the hops task (docs/organism.md; its TRAINING.md).
+#: ``hops-organism`` is the looped model organism trained on the hops task (docs/organism.md; its TRAINING.md);
+#: ``hops-sst-backbone`` the one-pass backbone of the SST organism, whose checkpoints are ``hops-sst`` (the SST,
+#: two-pass) and ``hops-sst-baseline`` (its matched baseline).
 NAMED_MODELS: dict[str, str] = {
     "hops-organism": "hops_organism",
+    "hops-sst-backbone": "hops_sst_backbone",
 }
 
 #: The checkpoint ``record --protocol codeact`` uses when neither --checkpoint nor --model is given.

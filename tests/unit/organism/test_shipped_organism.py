@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from sst_interp.checkpoints import resolve_model
+from sst_interp.checkpoints import resolve_checkpoint, resolve_model
 from sst_interp.cli.record import main as record_main
 from sst_interp.experiments import organism_validation as validation
 from sst_interp.experiments.hops_patching import flip_table, patch_by_iteration
@@ -24,6 +24,7 @@ from sst_interp.organism.looped import depth_by_hop
 from sst_interp.organism.task import HopsSpec, split_items
 from sst_interp.organism.train import ORGANISM_FILE, TABLE_FILE, read_table
 from sst_interp.store import Run
+from sst_interp.train.organism import checkpoint_depth_by_hop
 
 pytestmark = [pytest.mark.usefixtures("one_thread"), pytest.mark.slow]
 
@@ -105,3 +106,20 @@ def test_the_probe_reads_hop_one_from_the_first_block_and_no_intermediate_hop_af
     assert cell[1, 1, 0] >= 0.75  # 0.85 on these 96 questions (0.99 on 240): the L block of iteration 1 holds hop 1
     assert cell.loc[1].drop((1, 0)).max() < 0.4  # and no later slot of the answer column does
     assert cell.loc[2:4].max() < 0.5  # intermediate hop values are never linearly decodable there (0.31 at most)
+
+
+#: exact-match counts of the SST organism's checkpoints on the first 48 test questions of its task (10 bindings), at
+#: iterations 1-4: measured on the shipped weights; identical at every depth (depth does not help the SST)
+SST_SUBSET_COUNTS = {"hops-sst": {1: 8, 2: 8, 3: 6, 4: 1, 5: 4, 6: 4},
+                     "hops-sst-baseline": {1: 8, 2: 8, 3: 6, 4: 3, 5: 3, 6: 4}}
+
+
+@pytest.mark.parametrize("name", sorted(SST_SUBSET_COUNTS))
+def test_the_shipped_sst_organism_reproduces_its_subset_counts(name):
+    backbone = Path(resolve_model("hops-sst-backbone"))
+    spec = HopsSpec(**json.loads((backbone / ORGANISM_FILE).read_text())["task"])
+    assert spec.bindings == 10
+    table = checkpoint_depth_by_hop(backbone, Path(resolve_checkpoint(name)), split_items(spec, "test", 48),
+                                    range(1, 5))
+    assert {d: {h: c for h, (c, _) in row.items()} for d, row in table.items()} == \
+        {d: SST_SUBSET_COUNTS[name] for d in range(1, 5)}
