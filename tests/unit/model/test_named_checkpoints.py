@@ -1,5 +1,6 @@
-"""The shipped CodeACT demo checkpoints: names resolve to installed folders, the files are what the loaders need,
-they stay small, the recipe that made them is the --codeact-demo preset, and a wheel carries them."""
+"""The shipped checkpoints (the CodeACT demo's and the SST organism's): names resolve to installed folders, the
+files are what the loaders need, they stay small, the CodeACT demo's recipe is the --codeact-demo preset, and a
+wheel carries them."""
 
 from __future__ import annotations
 
@@ -22,6 +23,10 @@ from sst_interp.train.config import codeact_demo_config
 ROOT = Path(__file__).resolve().parents[3]
 #: the issue's size limit for a shipped checkpoint
 MAX_BYTES = 10 * 1024 * 1024
+#: the CodeACT demo's checkpoints (Gemma 3 270M, made by the --codeact-demo preset)
+CODEACT_DEMO = ("demo-codeact", "demo-codeact-baseline")
+#: the SST organism's (docs/organism.md): a 2-layer, d 128 Gemma 3 trained from scratch on the hops task
+ORGANISM = ("hops-sst", "hops-sst-baseline")
 
 
 def folder_bytes(folder: Path) -> int:
@@ -36,16 +41,20 @@ def test_named_checkpoint_has_weights_logs_and_recipe(name):
     assert (folder / "adapter" / "adapter_config.json").is_file()
     assert (folder / "train_log.csv").is_file() and (folder / "TRAINING.md").is_file()
     assert folder_bytes(folder) <= MAX_BYTES, f"{name} is {folder_bytes(folder) / 2**20:.1f} MiB"
+    assert name in CODEACT_DEMO + ORGANISM  # a new named checkpoint gets its own checks here
     if name.endswith("baseline"):
         assert is_baseline_checkpoint(folder)
-    else:
-        meta = read_checkpoint_config(folder)
-        assert meta["sst"]["state_scale"] == "unit" and meta["num_layers"] == 18 and meta["hidden_size"] == 640
+        return
+    meta = read_checkpoint_config(folder)
+    assert (folder / "alpha_log.csv").is_file() and meta["sst"]["state_scale"] == "unit"
+    if name in CODEACT_DEMO:
+        assert meta["num_layers"] == 18 and meta["hidden_size"] == 640
         assert meta["extra"]["action_tokens"] == {"<execute>": 262140, "</execute>": 262141}
-        assert (folder / "alpha_log.csv").is_file()
+    else:
+        assert meta["num_layers"] == 2 and meta["hidden_size"] == 128
 
 
-@pytest.mark.parametrize("name", sorted(NAMED_CHECKPOINTS))
+@pytest.mark.parametrize("name", CODEACT_DEMO)
 def test_shipped_training_config_is_the_codeact_demo_preset(name):
     shipped = json.loads((named_checkpoint_folder(name) / "train_config.json").read_text())["config"]
     preset = asdict(codeact_demo_config(baseline=name.endswith("baseline")))
