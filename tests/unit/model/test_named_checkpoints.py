@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from sst_interp.checkpoints import NAMED_CHECKPOINTS, named_checkpoint_folder, resolve_checkpoint
+from sst_interp.checkpoints import NAMED_CHECKPOINTS, NAMED_MODELS, named_checkpoint_folder, resolve_checkpoint
 from sst_interp.kernels.errors import UsageError
 from sst_interp.model.baseline_checkpoint import is_baseline_checkpoint
 from sst_interp.model.checkpoint import read_checkpoint_config
@@ -100,7 +100,7 @@ def test_a_built_wheel_carries_the_checkpoints(tmp_path):
                     str(tmp_path), str(ROOT)], check=True, cwd=tmp_path)
     wheel = next(tmp_path.glob("sst_interp-*.whl"))
     names = set(zipfile.ZipFile(wheel).namelist())
-    for name in NAMED_CHECKPOINTS:
+    for name in (*NAMED_CHECKPOINTS, *NAMED_MODELS):
         folder = named_checkpoint_folder(name)
         for file in folder.rglob("*"):
             if file.is_file():
