@@ -12,7 +12,7 @@ import pytest
 import torch
 
 from sst_interp.model import GenerationConfig, SSTConfig, SSTModel, generate
-from sst_interp.model import compiled as compiled_module
+from sst_interp.model import compile_recipe
 from sst_interp.model.compile_recipe import cpu_options
 from sst_interp.model.compiled import StepCompiler, generate_compiled
 from sst_interp.model.static_address import mark_static
@@ -50,9 +50,9 @@ def test_small_models_freeze_without_autotuning_and_large_ones_autotune(monkeypa
     assert cpu_options(sst) == {"freezing": True}
     assert StepCompiler(sst, "default").recipe == "default+frozen"
     assert StepCompiler(sst, None).recipe == "None"
-    monkeypatch.setattr(compiled_module, "GEMM_AUTOTUNE_MIN_PARAMETERS", 1)
-    assert cpu_options(sst) == {"freezing": True, **compiled_module.CPU_GEMM_AUTOTUNE}
-    assert compiled_module.CPU_GEMM_AUTOTUNE["max_autotune"]
+    monkeypatch.setattr(compile_recipe, "GEMM_AUTOTUNE_MIN_PARAMETERS", 1)
+    assert cpu_options(sst) == {"freezing": True, **compile_recipe.CPU_GEMM_AUTOTUNE}
+    assert compile_recipe.CPU_GEMM_AUTOTUNE["max_autotune"]
     assert StepCompiler(sst, "default").recipe == "default+frozen+gemm-autotune"
 
 
@@ -77,7 +77,7 @@ def test_a_frozen_step_refuses_weights_changed_after_compilation():
 
 def test_the_autotuned_recipe_decodes_the_eager_tokens(monkeypatch):
     """What the 270M backbone gets (C++ GEMM templates timed beside ATen), on a one-layer model."""
-    monkeypatch.setattr(compiled_module, "GEMM_AUTOTUNE_MIN_PARAMETERS", 1)
+    monkeypatch.setattr(compile_recipe, "GEMM_AUTOTUNE_MIN_PARAMETERS", 1)
     sst = tiny_sst(1)
     compiler = StepCompiler(sst, "default")
     assert compiler.recipe.endswith("+gemm-autotune")
