@@ -1,6 +1,7 @@
-"""The explorer on recorded HRM-Text and Inkling-2 Loop runs (tiny random models): every view answers, the cells a
-family never visits are empty (not a top-k of NaNs), and the per-layer logit lens reads the family's layers
-through its own norm and head (its top token at the carried state's layer is the recorded lens argmax)."""
+"""The explorer on recorded HRM-Text, Inkling-2 Loop, Dory and bring-your-own (the toy Huginn-style model of
+``tests/unit/byo``) runs (tiny random models): every view answers, the cells a family never visits are empty (not a
+top-k of NaNs), and the per-layer logit lens reads the family's layers through its own norm and head (its top token
+at the carried state's layer is the recorded lens argmax)."""
 
 from __future__ import annotations
 
@@ -12,19 +13,23 @@ import torch
 
 from sst_interp.cli.record import main as record_main
 from sst_interp.store import Run
+from tests.unit.byo import LOOP_FILE, save_toy_huginn
 from tests.unit.conftest import FAST, save_tiny_model
 from tests.unit.explore.conftest import client_for
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
 
-@pytest.fixture(scope="module", params=["hrm_text", "inkling2_loop"])
+@pytest.fixture(scope="module", params=["hrm_text", "inkling2_loop", "dory", "byo"])
 def family_run(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Path:
     root = tmp_path_factory.mktemp(request.param)
-    folder = save_tiny_model(root / "model", request.param)
     torch.set_num_threads(1)
+    if request.param == "byo":
+        folder, extra = save_toy_huginn(root / "model"), ["--loop", f"{LOOP_FILE}:TOY_HUGINN", "--trust-remote-code"]
+    else:
+        folder, extra = save_tiny_model(root / "model", request.param), []
     assert record_main([*FAST, "--model", str(folder), "--depths", "1,2", "--limit", "2", "--out",
-                        str(root / "run")]) == 0
+                        str(root / "run"), *extra]) == 0
     return root / "run"
 
 
