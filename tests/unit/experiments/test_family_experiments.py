@@ -1,14 +1,14 @@
-"""The four intervention experiments on the natively looping families (HRM-Text, Inkling-2 Loop), on tiny random
+"""The four intervention experiments on the natively looping families (HRM-Text, Inkling-2 Loop, Dory), on tiny random
 configs.
 
 - window: each condition is exactly the run ``record --intervention`` records with the condition's spec (tokens,
   hidden states and logits bit for bit), the family's window is a freeze of its carrying layers at iterations
   ``freeze_from .. k-1`` and its controls read the same visits, and the table has the SST's controls and statistics;
-- trace: depth k's state is read at each layer's own last visit (Inkling-2 Loop's layers outside the loop: iteration
-  1); layers whose depth-k states are depth 1's give exactly 0; on HRM-Text patching the last H block at the target
-  gives exactly the total effect (the head reads z_H = the H stack's norm of it);
-- attribute: the gradient through the family's loop (every HRM-Text L visit included) predicts a real patch scaled
-  by eps to first order; a visit the forward runs without autograd is refused with the reason;
+- trace: depth k's state is read at each layer's own last visit (Inkling-2 Loop's and Dory's layers outside the loop:
+  iteration 1); layers whose depth-k states are depth 1's give exactly 0; on HRM-Text and Dory patching the last
+  layer at the target gives exactly the total effect (the head reads the final norm of it);
+- attribute: the gradient through the family's loop (every HRM-Text L visit included, every Dory loop) predicts a
+  real patch scaled by eps to first order; a visit the forward runs without autograd is refused with the reason;
 - steer: the probe's direction moves exactly the probe layer's state at iterations 2..k;
 - what a family cannot take is one ``error:`` line, exit 2, nothing written.
 """
@@ -43,10 +43,10 @@ DEPTH = 3
 COMMON = ["--questions", "demo", "--limit", "4", "--batch-size", "2", "--max-new-tokens", "4", "--full-positions",
           "3", "--sketch-positions", "0", "--top-k", "6", "--device", "cpu", "--dtype", "float32"]
 #: per family: its carrying layers (freeze_layers) and the iterations a window denies them at depth 3
-CARRYING = {"hrm_text": ([1, 3, 5], [1, 2]), "inkling2_loop": ([2, 3], [2])}
+CARRYING = {"hrm_text": ([1, 3, 5], [1, 2]), "inkling2_loop": ([2, 3], [2]), "dory": ([3], [1, 2])}
 
 
-@pytest.fixture(scope="module", params=["hrm_text", "inkling2_loop"])
+@pytest.fixture(scope="module", params=sorted(CARRYING))
 def family(request: pytest.FixtureRequest) -> str:
     return request.param
 
@@ -101,6 +101,13 @@ def test_window_conditions_are_the_runs_record_intervention_records(family: str,
         # and the condition did change the run: the comparison above can fail
         before, after = _by_question(clean, DEPTH), _by_question(mine, DEPTH)
         assert any(not np.array_equal(before[q], after[q], equal_nan=True) for q in before)
+    if family == "dory":
+        # Dory's window denies loops 2..k the state: each repeats loop 1, and the model answers exactly as at depth 1
+        frozen = Run.open(out / "runs" / name).generations().set_index(["question_id", "depth"])["token_ids"]
+        gens = clean.generations().set_index(["question_id", "depth"])["token_ids"]
+        questions = sorted({q for q, _ in gens.index})
+        assert [list(frozen[(q, DEPTH)]) for q in questions] == [list(gens[(q, 1)]) for q in questions]
+        assert [list(gens[(q, DEPTH)]) for q in questions] != [list(gens[(q, 1)]) for q in questions]
 
 
 # ------------------------------------------------------------------------------------------------ trace
@@ -121,13 +128,15 @@ def test_trace_reads_each_layers_last_visit_and_finds_the_exact_cells(family: st
     assert {(int(r.layer), int(r.iteration)) for r in by_iteration.itertuples()} == {
         (layer, i) for layer, its in visited.items() for i in its[:-1]}
     assert (grid["indirect_effect"] != 0).any()
-    if family == "inkling2_loop":
-        # the layers before the loop compute the same at every depth: their patch changes nothing, exactly
-        before = effects[effects["layer"] < int(model.config.loop_layer_index_start)]
+    if family != "hrm_text":
+        # the layers before the loop (Inkling-2 Loop's, Dory's input section) compute the same at every depth: their
+        # patch changes nothing, exactly
+        before = effects[effects["layer"] < model.loop.looped_layers(model.config)[0]]
         assert len(before) and (before["indirect_effect"][before["map"] != "layer_position_resampled"] == 0).all()
-    else:
-        # depth k's cycle 1 at position 0 is depth 1's own; and the head reads z_H = norm(last H block's output),
-        # so patching that block at the target gives depth k's logits there: the total effect
+    if family != "inkling2_loop":
+        # depth k's iteration 1 is depth 1's own (HRM-Text's cycle 1, Dory's first loop in its own KV slots); and the
+        # head reads the last layer's output through the final norm (HRM-Text: z_H = norm(last H block); Dory: the
+        # last output layer), so patching that layer at the target gives depth k's logits there: the total effect
         assert (by_iteration[by_iteration["iteration"] == 1]["indirect_effect"] == 0).all()
         last = grid[(grid["layer"] == model.num_layers - 1) & (grid["position"] == 2)].set_index("question_id")
         np.testing.assert_allclose(last.loc[measured.index, "indirect_effect"], measured["total_effect"],
@@ -140,8 +149,8 @@ PROMPTS = [[2, 17, 40, 9, 33, 5], [7, 7, 21, 60, 3, 11]]  # one length: no paddi
 IDS = ["demo-000", "demo-001"]
 #: HRM-Text in float64 (its eager softmax still rounds in float32); Inkling-2 Loop in float32 (transformers' model
 #: fails in float64), so its patches are larger for the first-order term to stand out of the rounding
-EPS = {"hrm_text": (0.02, 0.01, 0.005), "inkling2_loop": (0.04, 0.02, 0.01)}
-DTYPE = {"hrm_text": torch.float64, "inkling2_loop": torch.float32}
+EPS = {"hrm_text": (0.02, 0.01, 0.005), "inkling2_loop": (0.04, 0.02, 0.01), "dory": (0.02, 0.01, 0.005)}
+DTYPE = {"hrm_text": torch.float64, "inkling2_loop": torch.float32, "dory": torch.float64}
 
 
 @pytest.fixture(scope="module")
@@ -279,3 +288,19 @@ def test_what_inkling_cannot_take_is_one_error_line(tmp_path: Path, capsys: pyte
                               "never loops layer 0")
     assert not out.exists()
     assert json.loads((folder / "config.json").read_text())["model_type"] == "inkling2_loop_text"
+
+
+@pytest.mark.parametrize("kind, extra, pattern", [
+    ("window", ["--mode", "zero"], "zeroes state_in, the SST blend's input; dory has no blend"),
+    ("window", ["--size", "2"], "--size 2 exceeds the 1 layers of dory that carry a state ([3]"),
+    ("steer", ["--probe", "PROBE0"], "never loops layer 0"),  # a probe at an input layer: no iteration 2 to steer
+    ("steer", ["--probe", "PROBE5"], "never loops layer 5"),  # ... or at an output layer
+])
+def test_what_dory_cannot_take_is_one_error_line(tmp_path: Path, capsys: pytest.CaptureFixture, kind: str,
+                                                 extra: list[str], pattern: str) -> None:
+    folder = save_tiny_model(tmp_path / "model", "dory")
+    extra = [str(_probe(tmp_path / "probe", folder, int(x[5:]))) if x.startswith("PROBE") else x for x in extra]
+    out = tmp_path / "exp"
+    fails_with_one_error_line(capsys, main, [kind, "--out", str(out), "--model", str(folder), *COMMON,
+                                             "--depth", str(DEPTH), *extra], pattern)
+    assert not out.exists()
