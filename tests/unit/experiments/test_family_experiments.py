@@ -101,6 +101,12 @@ def test_window_conditions_are_the_runs_record_intervention_records(family: str,
         # and the condition did change the run: the comparison above can fail
         before, after = _by_question(clean, DEPTH), _by_question(mine, DEPTH)
         assert any(not np.array_equal(before[q], after[q], equal_nan=True) for q in before)
+    # the report reads the family's experiment folder as an SST's
+    from sst_interp.cli.report import main as report_main
+
+    assert report_main(["--run", str(out / "runs" / "clean"), "--out", str(tmp_path / "report"), "--experiment",
+                        str(out), "--only", "tab_intervention_window"]) == 0
+    assert (tmp_path / "report" / "tab_intervention_window.csv").is_file()
     if family == "dory":
         # Dory's window denies loops 2..k the state: each repeats loop 1, and the model answers exactly as at depth 1
         frozen = Run.open(out / "runs" / name).generations().set_index(["question_id", "depth"])["token_ids"]
