@@ -64,10 +64,17 @@ def model_of(manifest: dict[str, Any]) -> str | NotApplicable:
 
 def load_lens_head(manifest: dict[str, Any]) -> LensHead | NotApplicable:
     """Load the final norm and unembedding of the model ``manifest`` names (CPU, float32), or say in one line why
-    it cannot be loaded (no model named, a folder that is gone, a hub id without network)."""
+    it cannot be loaded (no model named, a folder that is gone, a hub id without network, a bring-your-own run,
+    whose ``--loop`` file and model code the lens does not run)."""
     model = model_of(manifest)
     if isinstance(model, NotApplicable):
         return model
+    loop_file = (manifest.get("identity") or {}).get("loop")
+    if loop_file:
+        # the norm and head are the declaration's, and the model may be the folder's own code: neither runs here
+        return NotApplicable(f"a bring-your-own run (--loop {loop_file}): its lens norm and head are declared in that "
+                             f"file and its model may run the folder's own code, which the per-layer lens does not "
+                             f"run; the run's recorded per-iteration logits are the declared lens", LABEL)
     from sst_interp.model.backbone import load_backbone
 
     try:

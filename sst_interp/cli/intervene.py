@@ -94,9 +94,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         config.check(setup.num_layers, setup.base.full_positions)
         tables = run_attribution(setup, common.out, config)
         timing = tables[TIMING]
-        print(f"attribution pass / clean pass: {timing['attribution_pass_s'].sum() / timing['clean_pass_s'].sum():.2f}"
-              f" ({timing['sites'].sum()} sites; real patching takes one forced generation per site)",
-              file=sys.stderr)
+        if timing["clean_pass_s"].sum() > 0:  # no pass was timed when no question has a target
+            print(f"attribution pass / clean pass: "
+                  f"{timing['attribution_pass_s'].sum() / timing['clean_pass_s'].sum():.2f} "
+                  f"({timing['sites'].sum()} sites; real patching takes one forced generation per site)",
+                  file=sys.stderr)
         table = tables[VERIFIED]
     elif name == "trace":
         from sst_interp.experiments.trace import LAYER_POSITION, run_trace

@@ -62,6 +62,11 @@ class ExperimentOptions:
     limit: int | None = arg(None, help="only the first N questions")
     ids: list[str] | None = arg(None, help="comma-separated question ids")
     model: str | None = arg(None, help="backbone (as record --model)")
+    loop: str | None = arg(None, metavar="FILE.py:NAME",
+                           help="a looped model transformers does not ship: the loop declaration NAME in your file "
+                                "(as record --loop; docs/bring-your-own.md)")
+    trust_remote_code: bool = arg(False, help="run the modelling code in the --model folder (as record "
+                                              "--trust-remote-code)")
     checkpoint: str | None = arg(None, help="SST checkpoint folder or name (demo-codeact)")
     demo_preset: bool | None = arg(None, help="untrained SST with state_scale='hidden' (as record)")
     protocol: str = arg("completion", choices=("completion", "codeact"), help="completion | codeact")
@@ -83,8 +88,9 @@ class ExperimentOptions:
         from sst_interp.sandbox import SandboxConfig
 
         fields = {name: getattr(self, name) for name in (
-            "questions", "data", "limit", "ids", "model", "checkpoint", "demo_preset", "protocol", "max_new_tokens",
-            "batch_size", "full_positions", "sketch_positions", "top_k", "dtype", "device", "prompt_mode")}
+            "questions", "data", "limit", "ids", "model", "loop", "trust_remote_code", "checkpoint", "demo_preset",
+            "protocol", "max_new_tokens", "batch_size", "full_positions", "sketch_positions", "top_k", "dtype",
+            "device", "prompt_mode")}
         if self.protocol == "codeact":
             fields["max_turns"] = self.max_turns
         return RecordOptions(depths=[self.depth], sandbox=SandboxConfig(backend=self.sandbox), **fields)

@@ -97,12 +97,12 @@ def prepare(base: RecordOptions) -> tuple[RecordOptions, list[Any], Any, bool, s
 
 
 def _family(base: RecordOptions) -> Any:
-    """The LoopDeclaration of a ``--model`` folder of a natively looping family, its options checked against it
-    (an SST-only flag, CodeACT, a depth it cannot run: one UsageError line, before the model loads); None for an
-    SST."""
+    """The LoopDeclaration of a ``--model`` folder of a natively looping family (or the ``--loop`` file's), its
+    options checked against it (an SST-only flag, CodeACT, a depth it cannot run, a folder with its own code without
+    ``--trust-remote-code``: one UsageError line, before the model loads); None for an SST."""
     from sst_interp.record.families import check_family_options, native_family
 
-    loop = native_family(base.model)
+    loop = native_family(base.model, base.loop, base.trust_remote_code)
     if loop is not None:
         check_family_options(base, loop, list(base.depths))
     return loop
@@ -123,12 +123,12 @@ def load(base: RecordOptions) -> Setup:
 
 def _load_family(base: RecordOptions, questions: list[Any], loop: Any, data_sha: str) -> Setup:
     """Load a natively looping family as ``record`` does (:func:`~sst_interp.record.families.record_family`)."""
-    from sst_interp.model.backbone import load_backbone
     from sst_interp.model.devices import check_device
-    from sst_interp.model.loop_model import LoopModel
+    from sst_interp.model.loop_model import LoopModel, load_loop_backbone
     from sst_interp.record.preflight import check_against_model
 
-    backbone, tokenizer = load_backbone(base.model, dtype=base.dtype, device=check_device(base.device))
+    backbone, tokenizer = load_loop_backbone(base.model, loop, dtype=base.dtype, device=check_device(base.device),
+                                             trust_remote_code=base.trust_remote_code)
     model = LoopModel(backbone, loop)
     check_against_model(base, model, tokenizer, questions)
     return Setup(model, tokenizer, questions, base, {"model": str(Path(base.model).resolve()),

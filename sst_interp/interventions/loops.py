@@ -1,4 +1,5 @@
-"""Interventions on a natively looping family (HRM-Text, Inkling-2 Loop), through the same spec as an SST.
+"""Interventions on a natively looping family (HRM-Text, Inkling-2 Loop, Dory, a bring-your-own looped block), through
+the same spec as an SST.
 
 A family runs every iteration of a token inside one forward call, so the pass coordinates of the observer (turn,
 position) are completed per visit: each hook on a visit module learns its (iteration, layer) from the call, exactly
@@ -10,13 +11,15 @@ as the recorder does (:attr:`~sst_interp.model.loop_declaration.LoopDeclaration.
 - ``freeze``: the carried state is kept as the visit read it, and the visit's own output is unchanged
   (:attr:`~sst_interp.model.loop_declaration.LoopDeclaration.freeze_meaning`): on HRM-Text z_L or z_H after the stack's
   visit is the one the visit read; on Inkling-2 Loop the next pass's layer reads the messages this pass's layer
-  read.
+  read; on a looped block (Dory, bring your own: ``loop.pass_input``) the next pass's first layer reads the input
+  this pass's first layer read.
 
 Only the last column of a call is changed (at position 0, the prefill, the prompt's last token): the columns before
-it are the prompt, which no site addresses. The exception is an Inkling-2 Loop ``freeze``, which keeps the messages
-of every column of the call (the prompt's at the prefill): a later pass attends over the earlier columns' caches of
-the same pass, so only a freeze of every column repeats the frozen pass exactly. The intervener's hooks run before any other hook on the same module, so
-a recorder attached alongside records the changed values.
+it are the prompt, which no site addresses. The exception is a ``freeze`` on Inkling-2 Loop or a looped block, which
+keeps the carried state of every column of the call (the prompt's at the prefill): a later pass attends over the
+earlier columns' caches of the same pass, so only a freeze of every column repeats the frozen pass exactly. The
+intervener's hooks run before any other hook on the same module, so a recorder attached alongside records the
+changed values.
 
 Usage::
 
@@ -94,7 +97,7 @@ class LoopIntervener(Intervener):
         self.model = model
         self._pass: tuple[int, int] | None = None  # (turn, position) of the forward call in progress
         self._carried: dict[Any, torch.Tensor] = {}  # per carried state, its latest value's last column
-        self._message_calls = 0
+        self._carry_calls = 0
         super().__init__(model, spec, question_ids)
         loop = model.loop
         self._freeze_layers = set(loop.freeze_layers(model.config)) if loop.freeze_layers is not None else set()
@@ -111,7 +114,7 @@ class LoopIntervener(Intervener):
         self._active = info.active
         self._depth = int(info.depth)
         self._carried.clear()
-        self._message_calls = 0
+        self._carry_calls = 0
 
     def on_pass_end(self, info: Any, logits: torch.Tensor | None) -> None:
         """Observer: the call is over."""
@@ -126,7 +129,8 @@ class LoopIntervener(Intervener):
             for module, address in self.model.loop.visit_sites(backbone):
                 self.hooks.forward_with_kwargs(module, self._visit_hook(address), prepend=True)
             if any(item.operation.kind == "freeze" for item in self.spec.interventions):
-                install = _FREEZE_HOOKS.get(self.model.loop.family)
+                loop = self.model.loop
+                install = _FREEZE_HOOKS.get(loop.family) or (_pass_input_freeze_hooks if loop.pass_input else None)
                 if install is None:
                     raise UsageError(f"{self.model.loop.family} declares no carried state a freeze can keep")
                 install(self, backbone)
@@ -245,8 +249,8 @@ def _inkling_freeze_hooks(intervener: LoopIntervener, backbone: nn.Module) -> No
     looped = int(config.loop_layer_index_end) - start
 
     def hook(module: nn.Module, args: Any, kwargs: dict[str, Any], output: torch.Tensor) -> Any:
-        call = intervener._message_calls
-        intervener._message_calls += 1
+        call = intervener._carry_calls
+        intervener._carry_calls += 1
         index = args[2] if len(args) > 2 else kwargs["loop_layer_idx"]
         reading, offset = call // looped + 2, call % looped  # this call feeds pass `reading`, looped layer `offset`
         if int(index) != offset:
@@ -260,7 +264,32 @@ def _inkling_freeze_hooks(intervener: LoopIntervener, backbone: nn.Module) -> No
     intervener.hooks.forward_with_kwargs(backbone.model.message_input, hook, prepend=True)
 
 
-#: family -> installs the hooks that keep a carried state where a freeze rule matches
+def _pass_input_freeze_hooks(intervener: LoopIntervener, backbone: nn.Module) -> None:
+    """A looped block (Dory, a bring-your-own model: ``loop.pass_input``): every pass reads the state the previous one
+    handed on through the input of the block's first layer, called once per pass. A freeze at (pass p, the block's
+    last layer) gives pass p + 1's call the input pass p's call got, at every column of the call (a later pass
+    attends over the earlier columns' caches of its own pass, which must repeat pass p too). The call's pass is
+    counted in the forward call (the model runs the block ``depth`` times per call, the ``looped_block`` contract)."""
+    loop, config = intervener.model.loop, backbone.config
+    (layer,) = loop.freeze_layers(config)
+
+    def hook(module: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        call = intervener._carry_calls
+        intervener._carry_calls += 1
+        reading = call % int(getattr(config, loop.depth_key)) + 1  # the pass this call runs
+        hidden = args[0] if args else kwargs["hidden_states"]
+        # what pass `reading` reads was handed on by pass `reading - 1`; a freeze there keeps what that pass read
+        changed = intervener.keep("pass_input", intervener._carried.get("pass_input"), layer, reading - 1, hidden,
+                                  every_column=True)
+        if changed is None:
+            return None
+        return ((changed, *args[1:]), kwargs) if args else (args, {**kwargs, "hidden_states": changed})
+
+    intervener.hooks.forward_pre_with_kwargs(loop.pass_input(backbone), hook, prepend=True)
+
+
+#: family -> installs the hooks that keep a carried state where a freeze rule matches (a family not listed, with a
+#: ``pass_input``, gets :func:`_pass_input_freeze_hooks`)
 _FREEZE_HOOKS: dict[str, Callable[[LoopIntervener, nn.Module], None]] = {
     "hrm_text": _hrm_freeze_hooks,
     "inkling2_loop": _inkling_freeze_hooks,

@@ -45,6 +45,14 @@ class OwnedHooks:
         self._handles.append(handle)
         return handle
 
+    def forward_pre_with_kwargs(self, module: nn.Module, hook: Callable[[nn.Module, Any, dict[str, Any]], Any],
+                                prepend: bool = False) -> RemovableHandle:
+        """``module.register_forward_pre_hook(hook, with_kwargs=True)`` (the hook may return new ``(args,
+        kwargs)``), owned by this object; ``prepend``: run before the module's other pre-hooks."""
+        handle = module.register_forward_pre_hook(hook, with_kwargs=True, prepend=prepend)
+        self._handles.append(handle)
+        return handle
+
     def __len__(self) -> int:
         return len(self._handles)
 

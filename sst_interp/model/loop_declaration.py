@@ -57,6 +57,11 @@ class LoopDeclaration:
         freeze_from: the first iteration at which a freeze is defined (a visit that reads no carried state has
             none to keep).
         freeze_meaning: what a freeze at ``(iteration, layer)`` does in this family (prose, for docs and errors).
+        pass_input: ``model -> module`` whose input each pass reads the carried state through (a looped block's
+            first layer: :func:`~sst_interp.model.looped_block.looped_block` declares it), so that a freeze at
+            ``(p, freeze layer)`` gives its call in pass p + 1 the input of its call in pass p. ``None``: a family
+            whose freeze reaches its carried state in its own way (HRM-Text, Inkling-2 Loop:
+            :mod:`sst_interp.interventions.loops`).
         lens_norm: ``model -> norm module`` that the per-layer logit lens (``analyses.logit_lens``) applies to any
             recorded layer's output before the model's head (``None``: the decoder's final norm, as for SST).
         lens_is_output: whether the lens at a depth's last iteration is the distribution the token is chosen from
@@ -93,6 +98,7 @@ class LoopDeclaration:
     freeze_layers: Callable[[Any], list[int]] | None = None
     freeze_from: int = 1
     freeze_meaning: str = ""
+    pass_input: Callable[[Any], Any] | None = None
     lens_norm: Callable[[Any], Any] | None = None
     lens_is_output: bool = True
     settings: Callable[[Any], dict[str, Any]] | None = None

@@ -151,6 +151,16 @@ def looped_block(*, family: str, layers: Callable[[Any], list[str]], looped: Cal
         layer_names=lambda config: list(layers(config)), visits=visits, visit_sites=visit_sites,
         lens_sites=lens_sites, lens_head=lens_head,
         state_layer=lambda config: block(config)[1] - 1,
+        # the state a pass hands on is the block's last layer's output, and the next pass reads it through the
+        # block's first layer: a freeze gives that layer, in pass p + 1, what it got in pass p
+        freeze_layers=lambda config: [block(config)[1] - 1], freeze_from=1,
+        freeze_meaning="at the looped block's last layer and pass p, pass p + 1 reads the state pass p read: the "
+                       "block's first layer gets, at every column of the call, the input it got in pass p (pass 1's: "
+                       "made from what the layers before the block handed on); the layer's own output, recorded, is "
+                       "unchanged. The pass after a frozen one repeats it: frozen at passes p..D - 1 (or at one pass "
+                       "p < D), the model answers as at depth p (D - 1), where a pass reads nothing else that "
+                       "differs between passes (Dory: each loop's own KV cache, or the last loop's)",
+        pass_input=lambda model: resolve_module(model, layers(model.config)[block(model.config)[0]]),
         lens_norm=(lambda model: resolve_module(model, norm)) if norm else (lambda model: nn.Identity()),
         lens_is_output=lens_is_output, settings=settings, check_model=check_model, title=title or family,
         layer_meaning="the layers, in the order one pass runs them", exact_dtype=exact_dtype,

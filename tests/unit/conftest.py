@@ -20,6 +20,9 @@ from sst_interp.model.testing import (char_tokenizer, tiny_dory, tiny_gemma3, ti
 TINY_BUILDERS = {"gemma3": tiny_gemma3, "llama": tiny_llama, "hrm_text": tiny_hrm_text,
                  "inkling2_loop": tiny_inkling2_loop, "dory": tiny_dory}
 
+#: the report's artefacts of a looping family's run (``fig_family_*``, ``tab_family_*``)
+FAMILY_ARTEFACTS = ("fig_family_state", "fig_family_capacity", "tab_family_convergence")
+
 #: ``record`` flags for a run of a few seconds on a CPU: small windows and short answers.
 FAST = ["--questions", "demo", "--max-new-tokens", "5", "--full-positions", "2", "--sketch-positions", "2",
         "--top-k", "6", "--device", "cpu"]

@@ -18,7 +18,7 @@ from sst_interp.model.loop_model import LoopModel, generate_looped, load_loop_ba
 from sst_interp.model.loop_file import load_loop_file
 from sst_interp.store import Run
 from tests.unit.byo import LOOP_FILE, save_toy_huginn
-from tests.unit.conftest import FAST, fails_with_one_error_line, save_tiny_model
+from tests.unit.conftest import FAMILY_ARTEFACTS, FAST, fails_with_one_error_line, save_tiny_model
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -99,8 +99,10 @@ def test_byo_record_then_report(toy_folder: Path, tmp_path: Path) -> None:
     assert run.manifest["loop"]["iterations_per_layer"] == {"1": [1, 1, 1, 1], "2": [1, 2, 2, 1]}
     block = next(iter(run.hidden(2)))
     assert block.values.shape == (2, 2, 4, 32)
-    assert report_main(["--run", str(out), "--out", str(tmp_path / "report")]) == 0
+    assert report_main(["--run", str(out), "--out", str(tmp_path / "report")]) == 0  # 1 if any artefact failed
     assert (tmp_path / "report" / "index.html").is_file()
+    for name in (*FAMILY_ARTEFACTS, "tab_staged_breakdown", "fig_overlap_heatmap"):
+        assert any((tmp_path / "report").glob(f"{name}.*")), name
 
 
 BAD_LOOPS = {

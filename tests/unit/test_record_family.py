@@ -14,7 +14,7 @@ import torch
 
 from sst_interp.cli.record import main as record_main
 from sst_interp.store import Run
-from tests.unit.conftest import FAST, fails_with_one_error_line, save_tiny_model
+from tests.unit.conftest import FAMILY_ARTEFACTS, FAST, fails_with_one_error_line, save_tiny_model
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -78,6 +78,9 @@ def test_family_record_then_report_writes_artefacts(family_run: Path, tmp_path: 
     assert report_main(["--run", str(family_run), "--out", str(out)]) == 0
     assert (out / "index.html").is_file()
     assert (out / "tab_staged_breakdown.csv").is_file() or any(out.glob("tab_staged_breakdown*"))
+    # the family's own artefacts (state and capacity per iteration, convergence), read from its loop
+    for name in FAMILY_ARTEFACTS:
+        assert any(out.glob(f"{name}.*")), name
 
 
 def test_family_rerun_resumes_without_recording_again(family_folder: Path, family_run: Path, capsys) -> None:

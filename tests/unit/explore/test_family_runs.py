@@ -1,6 +1,8 @@
-"""The explorer on recorded HRM-Text and Inkling-2 Loop runs (tiny random models): every view answers, the cells a
-family never visits are empty (not a top-k of NaNs), and the per-layer logit lens reads the family's layers
-through its own norm and head (its top token at the carried state's layer is the recorded lens argmax)."""
+"""The explorer on recorded HRM-Text, Inkling-2 Loop, Dory and bring-your-own (the toy Huginn-style model of
+``tests/unit/byo``) runs (tiny random models): every view answers, the cells a family never visits are empty (not a
+top-k of NaNs), and the per-layer logit lens reads the family's layers through its own norm and head (its top token
+at the carried state's layer is the recorded lens argmax); on a bring-your-own run it says in one line why it does not
+run."""
 
 from __future__ import annotations
 
@@ -12,19 +14,23 @@ import torch
 
 from sst_interp.cli.record import main as record_main
 from sst_interp.store import Run
+from tests.unit.byo import LOOP_FILE, save_toy_huginn
 from tests.unit.conftest import FAST, save_tiny_model
 from tests.unit.explore.conftest import client_for
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
 
-@pytest.fixture(scope="module", params=["hrm_text", "inkling2_loop"])
+@pytest.fixture(scope="module", params=["hrm_text", "inkling2_loop", "dory", "byo"])
 def family_run(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Path:
     root = tmp_path_factory.mktemp(request.param)
-    folder = save_tiny_model(root / "model", request.param)
     torch.set_num_threads(1)
+    if request.param == "byo":
+        folder, extra = save_toy_huginn(root / "model"), ["--loop", f"{LOOP_FILE}:TOY_HUGINN", "--trust-remote-code"]
+    else:
+        folder, extra = save_tiny_model(root / "model", request.param), []
     assert record_main([*FAST, "--model", str(folder), "--depths", "1,2", "--limit", "2", "--out",
-                        str(root / "run")]) == 0
+                        str(root / "run"), *extra]) == 0
     return root / "run"
 
 
@@ -65,6 +71,14 @@ def test_family_explorer_serves_every_view_of_a_family_run(family_run: Path) -> 
 
 def test_family_explorer_layer_lens_reads_the_family_head(family_run: Path) -> None:
     run, client = Run.open(family_run), client_for(family_run)
+    if run.manifest["identity"].get("loop"):
+        # a bring-your-own run: the lens norm is declared in the --loop file and the model is the folder's own code,
+        # neither of which the explorer runs (it guessed the decoder's norm, or failed in transformers' words)
+        q = run.question_ids(2)[0]
+        lens = client.get(f"/api/lens?q={q}&depth=2&turn=0&pos=0").json()
+        assert not lens["available"] and lens["message"].startswith("a bring-your-own run (--loop ")
+        assert run.manifest["identity"]["loop"] in lens["message"]
+        return
     state = run.manifest["loop"]["state_layer"]
     visited = _visited(run, 2)
     for q in run.question_ids(2):

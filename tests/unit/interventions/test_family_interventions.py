@@ -1,6 +1,7 @@
-"""Interventions at (layer, iteration, position) on HRM-Text and Inkling-2 Loop, through the SST's spec.
+"""Interventions at (layer, iteration, position) on HRM-Text, Inkling-2 Loop, Dory and a bring-your-own looped block,
+through the SST's spec.
 
-Exactness: HRM-Text in float64, Inkling-2 Loop in float32 (its router stays float32); a spec that reads a recorded
+Exactness: HRM-Text, Dory and the toy Huginn in float64, Inkling-2 Loop in float32 (its router stays float32); a spec that reads a recorded
 run (patch, mean) runs at float32 for both, the dtype a run stores its states in.
 
 - a no-op (add at scale 0 everywhere; patch with the run's own states) equals the clean run bit for bit;
@@ -8,7 +9,9 @@ run (patch, mean) runs at float32 for both, the dtype a run stores its states in
   HRM-Text frozen z_H from cycle p on answers as at depth p - 1 (z_H of cycle p - 1 reaches the head; from cycle 1
   on, the scaled token embedding does), a frozen z_L makes the next L visit repeat the one it froze;
   Inkling-2 Loop frozen at passes p..P (or at one pass p < P) answers as at depth p (P - 1), and the pass after a
-  frozen one repeats it: every pass restarts from the pre-loop state, so equal messages make an equal pass;
+  frozen one repeats it: every pass restarts from the pre-loop state, so equal messages make an equal pass; a looped
+  block (Dory in both KV cache modes, the bring-your-own toy Huginn) frozen at passes p..D - 1 (or at one pass
+  p < D) answers as at depth p (D - 1): the next pass's first layer reads the input the frozen pass's did;
 - zero and mean put exactly the intended state at the site, and nothing before it changes;
 - a spec the family cannot take (a layer it never loops at that iteration, a freeze where no state is handed on,
   an SST-only stream) is one ``error:`` line, exit 2, nothing written.
@@ -30,10 +33,12 @@ from sst_interp.interventions import InterventionSpec
 from sst_interp.interventions.loops import intervene_loop
 from sst_interp.interventions.sites import run_site_counts
 from sst_interp.model.generation import GenerationConfig
-from sst_interp.model.loop_model import LoopModel, generate_looped
+from sst_interp.model.loop_file import load_loop_file
+from sst_interp.model.loop_model import LoopModel, generate_looped, load_loop_backbone
 from sst_interp.model.loops import loop_for_model_type
 from sst_interp.model.observers import ObserverGroup
-from sst_interp.model.testing import tiny_hrm_text, tiny_inkling2_loop
+from sst_interp.model.testing import tiny_dory, tiny_hrm_text, tiny_inkling2_loop
+from tests.unit.byo import LOOP_FILE, save_toy_huginn
 from sst_interp.store import Run
 from tests.unit.conftest import FAST, fails_with_one_error_line, save_tiny_model
 from tests.unit.observers import KeptLogits
@@ -184,6 +189,60 @@ def test_inkling_freeze_on_a_multi_token_prompt_answers_exactly_as_the_shorter_d
             np.testing.assert_array_equal(states[(position, p + 1, layer)], ref_states[(position, p, layer)])
     clean_tokens, clean_logits, _, _ = _generate(inkling, depth)
     assert not torch.equal(clean_logits, ref_logits)  # the clean depth D answers otherwise: the check can fail
+
+
+# ---------------------------------------------------------------------------------- freeze: a looped block (Dory, BYO)
+@pytest.fixture(scope="module", params=["dory-per_loop", "dory-last_loop", "byo"])
+def looped_block_model(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> LoopModel:
+    if request.param == "byo":
+        folder = save_toy_huginn(tmp_path_factory.mktemp("byo") / "toy", dtype=torch.float64)
+        loop = load_loop_file(f"{LOOP_FILE}:TOY_HUGINN")
+        return LoopModel(load_loop_backbone(str(folder), loop, dtype="float64", trust_remote_code=True)[0], loop)
+    return LoopModel(tiny_dory(cache_mode=request.param.split("-")[1]))
+
+
+@pytest.mark.parametrize("depth, iterations, answers_as", [(3, [1, 2], 1), (3, [2], 2), (3, [1], 2),
+                                                           (4, [2, 3], 2), (4, [2, 3, 4], 2)])
+def test_looped_block_freeze_repeats_the_frozen_pass_and_answers_as_the_shorter_depth(
+        looped_block_model: LoopModel, depth: int, iterations: list[int], answers_as: int) -> None:
+    # Frozen at pass p, pass p + 1's first looped layer gets the input pass p's got (Dory: the previous loop's normed
+    # output plus the input section's; the toy: the adapter of the previous core output and the prelude's), at every
+    # column of every call, so pass p + 1 is pass p again, its KV cache included. A multi-token prompt: the prefill's
+    # columns are frozen too. Frozen at the last pass, nothing is left to read it (the block hands its output on to
+    # the layers after it, not through a freeze).
+    model = looped_block_model
+    looped = model.loop.looped_layers(model.config)
+    (carrying,) = model.loop.freeze_layers(model.config)
+    assert carrying == looped[-1] and model.loop.freeze_from == 1
+    freeze = _spec(({"stream": "layer_out", "layers": [carrying], "iterations": iterations}, {"kind": "freeze"}))
+    tokens, logits, states, report = _generate(model, depth, freeze)
+    ref_tokens, ref_logits, ref_states, _ = _generate(model, answers_as)
+    assert tokens == ref_tokens and torch.equal(logits, ref_logits)
+    assert report[0]["sites"] == len(iterations) * NEW_TOKENS
+    clean_tokens, clean_logits, clean_states, _ = _generate(model, depth)
+    assert not torch.equal(clean_logits, ref_logits)  # the clean depth D answers otherwise: the check can fail
+    p = iterations[0]
+    for position in range(NEW_TOKENS):
+        for layer in looped:
+            np.testing.assert_array_equal(states[(position, p + 1, layer)], states[(position, p, layer)])
+            np.testing.assert_array_equal(states[(position, p, layer)], ref_states[(position, p, layer)])
+        # the layers after the block read depth `answers_as`'s last pass
+        for layer in range(looped[-1] + 1, model.num_layers):
+            np.testing.assert_array_equal(states[(position, 1, layer)], ref_states[(position, 1, layer)])
+    # the frozen visit's own output is recorded unchanged (at the prompt, where the clean run has the same history)
+    np.testing.assert_array_equal(states[(0, p, carrying)], clean_states[(0, p, carrying)])
+    assert not np.array_equal(clean_states[(0, p + 1, looped[0])], clean_states[(0, p, looped[0])])
+
+
+def test_looped_block_freeze_takes_only_the_blocks_last_layer(looped_block_model: LoopModel) -> None:
+    from sst_interp.kernels.errors import UsageError
+
+    model = looped_block_model
+    first = model.loop.looped_layers(model.config)[0]
+    with pytest.raises(UsageError, match=rf"layers \[{first}\] hand no carried state on in .*a freeze takes layers "
+                                         rf"\[{first + 1}\]"):
+        with intervene_loop(model, _spec(({"stream": "layer_out", "layers": [first]}, {"kind": "freeze"}))):
+            pass
 
 
 # ------------------------------------------------------------------------------------------------ recorded runs
