@@ -39,27 +39,31 @@ LOG_COLUMNS = ("step", "depth", "hop_ceiling", "loss", "accuracy", "seconds")
 _RUNNING_WEIGHT = 0.05
 
 
-def check_out_folder(config: LoopedTrainConfig) -> bool:
-    """Whether ``out`` holds this config's interrupted or finished run (True: resume or keep it).
+def resumable_folder(out: Path, marker: str, recorded: dict[str, object], what: str, model: str) -> bool:
+    """Whether ``out`` holds the interrupted or finished run whose ``marker`` file records the settings
+    ``recorded`` (True: resume or keep it; False: a new or empty folder).
 
-    Raises UsageError when ``out`` is a file, or a folder holding anything else: a pretrained model (the organism
-    trains from scratch), or an organism trained with another config.
+    Raises UsageError when ``out`` is a file, or a folder holding anything else: ``model`` (a folder with a
+    config.json: these organisms train from scratch), other files, or ``what`` trained with other settings.
     """
-    out = config.out
     if out.exists() and not out.is_dir():
         raise UsageError(f"--out {out} is a file; give a folder")
     if not out.is_dir() or not any(out.iterdir()):
         return False
-    marker = out / ORGANISM_FILE
-    if not marker.is_file():
-        what = "a pretrained model" if (out / "config.json").is_file() else "other files"
-        raise UsageError(f"--out {out} holds {what}; the organism trains from scratch into a new or empty folder")
-    recorded = json.loads(marker.read_text())["train"]
-    if recorded != config.recorded():
-        changed = sorted(key for key in recorded if recorded[key] != config.recorded().get(key))
-        raise UsageError(f"--out {out} holds an organism trained with other settings ({', '.join(changed)}); give "
-                         "a new folder or the same flags")
+    if not (out / marker).is_file():
+        found = model if (out / "config.json").is_file() else "other files"
+        raise UsageError(f"--out {out} holds {found}; the {what} trains from scratch into a new or empty folder")
+    kept = json.loads((out / marker).read_text())["train"]
+    if kept != recorded:
+        changed = sorted(key for key in set(kept) | set(recorded) if kept.get(key) != recorded.get(key))
+        raise UsageError(f"--out {out} holds an {what} trained with other settings ({', '.join(changed)}); give a "
+                         "new folder or the same flags")
     return True
+
+
+def check_out_folder(config: LoopedTrainConfig) -> bool:
+    """:func:`resumable_folder` for the looped organism (its marker: ``organism.json``)."""
+    return resumable_folder(config.out, ORGANISM_FILE, config.recorded(), "organism", "a pretrained model")
 
 
 def _learning_rate(config: LoopedTrainConfig, step: int) -> float:

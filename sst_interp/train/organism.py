@@ -35,7 +35,7 @@ from sst_interp.organism.config import SSTOrganismConfig
 from sst_interp.organism.tables import DepthByHop, read_table, tally_by_hop, write_table
 from sst_interp.organism.task import HopsQuestion, HopsSpec, item, split_items
 from sst_interp.organism.tokenizer import PAD_ID
-from sst_interp.organism.train import train_looped
+from sst_interp.organism.train import resumable_folder, train_looped
 from sst_interp.train.config import TrainConfig
 
 MARKER = "sst_organism.json"
@@ -44,27 +44,8 @@ TABLES = {"sst": "sst_depth_by_hop.csv", "baseline": "baseline_depth_by_hop.csv"
 
 
 def check_out_folder(config: SSTOrganismConfig) -> bool:
-    """Whether ``out`` holds this config's interrupted or finished run (True: resume or keep it).
-
-    Raises UsageError when ``out`` is a file, or a folder holding anything else (a model, another organism, an SST
-    organism trained with other settings).
-    """
-    out = config.out
-    if out.exists() and not out.is_dir():
-        raise UsageError(f"--out {out} is a file; give a folder")
-    if not out.is_dir() or not any(out.iterdir()):
-        return False
-    marker = out / MARKER
-    if not marker.is_file():
-        what = "a model" if (out / "config.json").is_file() else "other files"
-        raise UsageError(f"--out {out} holds {what}; the SST organism trains from scratch into a new or empty folder")
-    recorded = json.loads(marker.read_text())["train"]
-    if recorded != config.recorded():
-        changed = sorted(key for key in set(recorded) | set(config.recorded())
-                         if recorded.get(key) != config.recorded().get(key))
-        raise UsageError(f"--out {out} holds an SST organism trained with other settings ({', '.join(changed)}); "
-                         "give a new folder or the same flags")
-    return True
+    """:func:`~sst_interp.organism.train.resumable_folder` for the SST organism (its marker: ``MARKER``)."""
+    return resumable_folder(config.out, MARKER, config.recorded(), "SST organism", "a model")
 
 
 def hops_rows(questions: Sequence[HopsQuestion]) -> list[dict[str, object]]:
