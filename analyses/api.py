@@ -33,11 +33,15 @@ from sst_interp.analyses import logit_dynamics as ld
 from sst_interp.analyses.availability import NotAvailable, UnknownMeasurement
 from sst_interp.analyses.basin_profiles import punctuated_equilibrium
 from sst_interp.analyses.basins import GMMFit
+from sst_interp.analyses.by_question import selected
+from sst_interp.analyses.checkpoint_figures import read_alpha
 from sst_interp.analyses.convergence import convergence_monitoring
+from sst_interp.analyses.intervention_effect import intervention_effect
+from sst_interp.analyses.logit_lens import layer_lens, load_lens_head
 from sst_interp.analyses.measurement import Measurement
-from sst_interp.kernels.results import NotApplicable
 from sst_interp.kernels.errors import UsageError
 from sst_interp.kernels.outcomes import correctness_matrix
+from sst_interp.kernels.results import NotApplicable
 from sst_interp.store import CorruptRunError, Run
 
 
@@ -163,8 +167,6 @@ class Measured:
         if question is None and depth is None and turn is None:
             return measurement.tidy(self.result(key))
         if measurement.per_question is None:
-            from sst_interp.analyses.by_question import selected
-
             rows = selected(measurement.tidy(self.result(key)), measurement.key, question, depth, turn)
             if isinstance(rows, str):
                 raise NotAvailable(rows)
@@ -306,7 +308,6 @@ class RunAnalysis(Measured):
         """This run (intervened) against the ``clean`` run of the same questions, per depth: accuracies, staged
         capacities, flips with McNemar's exact p, the clean first token's log-prob change at position 0
         (:mod:`sst_interp.analyses.intervention_effect`)."""
-        from sst_interp.analyses.intervention_effect import intervention_effect
 
         result = intervention_effect(as_run(clean), self.run)
         if isinstance(result, NotApplicable):
@@ -324,7 +325,6 @@ class RunAnalysis(Measured):
         Raises:
             NotAvailable: the model cannot be loaded (one message naming it), or the position has no full states.
         """
-        from sst_interp.analyses.logit_lens import layer_lens, load_lens_head
 
         head = self._once("lens:head", lambda: load_lens_head(self.run.manifest))
         if isinstance(head, NotApplicable):
@@ -387,7 +387,6 @@ class CheckpointAnalysis(Measured):
 
     def alpha_matrix(self) -> Any:
         """:class:`~sst_interp.analyses.checkpoint_figures.AlphaMatrix`: eq:alpha of every layer, read once."""
-        from sst_interp.analyses.checkpoint_figures import read_alpha
 
         if self.checkpoint is None:
             raise UsageError(self.missing)

@@ -23,11 +23,12 @@ from typing import Any
 
 import pandas as pd
 
-from sst_interp.analyses import ablation, external, hyperparameters as hp
+from sst_interp.analyses import ablation, external, sections, tidy
+from sst_interp.analyses import hyperparameters as hp
 from sst_interp.analyses.api import Measured, as_run
+from sst_interp.analyses.checkpoint_figures import train_log
 from sst_interp.analyses.figure_data import FigureData
 from sst_interp.analyses.measurement import Measurement
-from sst_interp.analyses import sections, tidy
 from sst_interp.kernels.errors import UsageError
 from sst_interp.kernels.outcomes import correctness_matrix
 from sst_interp.kernels.results import NotApplicable
@@ -218,8 +219,6 @@ def _trainings_of(c: ComparisonAnalysis, roles: Sequence[str]) -> dict[str, Path
 
 def _losses(roles: Sequence[str], panel: str):
     def compute(c: ComparisonAnalysis) -> FigureData:
-        from sst_interp.analyses.checkpoint_figures import train_log
-
         chosen = _trainings_of(c, roles)
         tables = {label: train_log(folder) for label, folder in chosen.items()}
         return FigureData(tables, {"series": list(tables), "panel": panel,

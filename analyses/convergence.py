@@ -27,14 +27,14 @@ import numpy as np
 import pandas as pd
 from scipy import stats
 
+from sst_interp.analyses import hidden_pass, sections
 from sst_interp.analyses.figure_data import FigureData
-from sst_interp.analyses import sections
-from sst_interp.analyses.measurement import QUANTITY_DOC, Measurement, figure_main, quantities
-from sst_interp.analyses import hidden_pass
 from sst_interp.analyses.hidden_pass import l2_deltas
-from sst_interp.kernels.results import AnalysisResult, NotApplicable, single_depth
+from sst_interp.analyses.loop_manifest import declared_state_layer
+from sst_interp.analyses.measurement import QUANTITY_DOC, Measurement, figure_main, quantities
 from sst_interp.kernels.errors import UsageError
 from sst_interp.kernels.outcomes import NEVER, first_correct_depth
+from sst_interp.kernels.results import AnalysisResult, NotApplicable, single_depth
 
 if TYPE_CHECKING:
     from sst_interp.store import Run
@@ -193,8 +193,6 @@ def convergence_monitoring(run: Run, layer: int | None = None, positions: Sequen
     if depth not in depths:
         raise UsageError(f"depth {depth} is not in the run (depths {depths})")
     if layer is None:  # a family's carried state (its last layer may not loop), else the last layer
-        from sst_interp.analyses.loop_manifest import declared_state_layer
-
         declared = declared_state_layer(run.manifest)
         layer = run.num_layers - 1 if declared is None else declared
     layer = int(layer)

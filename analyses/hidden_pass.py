@@ -20,6 +20,8 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from sst_interp.analyses.loop_manifest import declared_state_layer
+
 if TYPE_CHECKING:
     from sst_interp.store import Run
     from sst_interp.store.blocks import RawHiddenBlock
@@ -46,7 +48,6 @@ def note_block(run: Run, depth: int, block: RawHiddenBlock) -> None:
     """Note the summaries of ``block``: a question's block at ``depth`` read with no positions or layers filter."""
     if not block.complete:
         return
-    from sst_interp.analyses.loop_manifest import declared_state_layer
 
     declared = declared_state_layer(run.manifest)  # a family's carried state; the last layer may not loop
     layer = run.num_layers - 1 if declared is None else declared

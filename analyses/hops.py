@@ -19,6 +19,7 @@ import warnings
 import numpy as np
 import pandas as pd
 
+from sst_interp.analyses.overlap import within_run_overlap
 from sst_interp.kernels.errors import UsageError
 from sst_interp.kernels.results import NotApplicable
 from sst_interp.organism.tokenizer import hops_tokenizer
@@ -160,7 +161,6 @@ def overlap_by_hops(run: Run, depth: int, iteration_a: int, iteration_b: int, k:
     A question whose answer is still being computed between the two iterations should move its state more (lower
     overlap) than one that was resolved before ``iteration_a``.
     """
-    from sst_interp.analyses.overlap import within_run_overlap
 
     result = within_run_overlap(run, depth, iteration_a, iteration_b, k=k, positions=[0])
     if isinstance(result, NotApplicable):

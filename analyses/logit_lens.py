@@ -17,6 +17,7 @@ import pandas as pd
 
 from sst_interp.kernels.errors import UsageError
 from sst_interp.kernels.results import NotApplicable
+from sst_interp.model.cache import DEFAULT_BACKBONE_ID, DEFAULT_MODEL
 
 LABEL = "logit_lens"
 
@@ -53,7 +54,6 @@ class LensHead:
 
 def model_of(manifest: dict[str, Any]) -> str | NotApplicable:
     """The ``load_backbone`` argument for the model a run was recorded with, or why there is none."""
-    from sst_interp.model.cache import DEFAULT_BACKBONE_ID, DEFAULT_MODEL
 
     model = (manifest.get("identity") or {}).get("model")
     if not model or model == "synthetic":

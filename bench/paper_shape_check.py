@@ -641,7 +641,8 @@ def run_paper_shape(settings: ShapeSettings,
     ]
     for name, phase in phases:
         if name in settings.phases:
-            rows.extend(_run_phase(name, phase, settings))
+            # the compiled phase prints each row as it is measured (its rows take minutes each on a GPU)
+            rows.extend(_run_phase(name, phase, settings, printed=name == "compiled"))
             on_rows(rows)
     if settings.profile:
         try:
@@ -657,16 +658,18 @@ def run_paper_shape(settings: ShapeSettings,
     return rows, profile_text
 
 
-def _run_phase(name: str, phase: Callable[[], list[ShapeRow]], settings: ShapeSettings) -> list[ShapeRow]:
+def _run_phase(name: str, phase: Callable[[], list[ShapeRow]], settings: ShapeSettings,
+               printed: bool = False) -> list[ShapeRow]:
+    """Run one phase, print its rows (unless the phase printed them itself) and its time; a failure is its row."""
     print(f"== paper-shape: {name}", flush=True)
     started = time.perf_counter()
     try:
         phase_rows = phase()
     except Exception as err:  # noqa: BLE001 - reported as this phase's FAILED row with its traceback
         traceback.print_exc()
-        phase_rows = [ShapeRow(name, f"FAILED: {type(err).__name__}: {' '.join(str(err).split())[:300]}",
-                               met=False)]
-    for row in phase_rows:
+        phase_rows, printed = [ShapeRow(name, f"FAILED: {type(err).__name__}: {' '.join(str(err).split())[:300]}",
+                                        met=False)], False
+    for row in [] if printed else phase_rows:
         ratio = f" [ratio {row.ratio:.3f}, {row.status}]" if row.ratio is not None else ""
         print(f"   {row.name}: {row.result}{ratio}", flush=True)
     print(f"   ({time.perf_counter() - started:.1f} s)", flush=True)

@@ -1,20 +1,24 @@
-"""The library's function-local imports, counted and classified with :mod:`ast` (nothing is imported; issue 33).
+"""The library's function-local imports, counted and classified with :mod:`ast` (nothing is imported; issues 33, 45).
 
-An import is *function-local* when it sits in a function body and so runs on call. Each one is put in one class:
+An import is *function-local* when it sits in a function body and so runs on call. One stays only where it keeps a
+third-party module (torch, transformers, scikit-learn, scipy, pandas, ...) off a path that does not otherwise load
+it: ``--help``, ``from sst_interp import analyses``, the explorer server. Each one is put in one class:
 
 - ``loaded``: the importing module already loads the target when it is imported itself, through the module-level
-  imports that run (transitively, ``if TYPE_CHECKING:`` blocks left out: the target is in the importer's closure,
-  or for a third-party module, some module of that closure imports that very module, or a submodule of it). Such an
-  import defers nothing and only hides a dependency from the reader and the import graph; it belongs at the top of
-  the file. Hoisting it cannot close a cycle: the module-level graph is acyclic and the target is already below
-  the importer.
-- ``deferred``: a third-party module the importer does not otherwise load (torch, transformers, scikit-learn,
-  matplotlib, ...): kept so that a light path (``--help``, reading a run) does not pay for it.
-- ``lazy``: a project module the importer does not otherwise load: kept where the path is genuinely optional.
+  imports that run (transitively, ``if TYPE_CHECKING:`` blocks left out; a package's lazy export counts as the
+  module behind it): the target is in the importer's closure, or for a third-party module, some module of that
+  closure imports that very module, or a submodule of it. Such an import defers nothing and only hides a dependency
+  from the reader and the import graph; it belongs at the top of the file.
+- ``needless``: a project module the importer does not otherwise load, but whose own imports load no third-party
+  module the importer lacks: deferring it saves nothing worth a hidden dependency, so it belongs at the top too.
+- ``deferred``: a third-party module the importer does not otherwise load: kept so that a light path does not pay
+  for it.
+- ``lazy``: a project module that loads third-party modules the importer does not (its reason names them).
 
-Usage: ``python -m tests.local_imports [--list loaded|deferred|lazy]`` prints the counts, the rate per 1,000
-library lines, and optionally each import of one class as ``path:line target``.
-``tests/unit/test_local_imports.py`` holds the library to no ``loaded`` import.
+Usage: ``python -m tests.local_imports [--list CLASS]`` prints the counts, the rate per 1,000 library lines, and
+optionally each import of one class as ``path:line target``; ``--write`` rewrites :data:`LISTING`, the kept imports
+with their reasons, which ``tests/unit/test_local_imports.py`` holds equal to the code, with no ``loaded`` or
+``needless`` import and at most :data:`BUDGET` in all.
 """
 
 from __future__ import annotations
@@ -28,7 +32,11 @@ from pathlib import Path
 
 from tests.unit.test_import_graph import ROOT, _walk, discover, edges_of, imports_of
 
-CLASSES: tuple[str, ...] = ("loaded", "deferred", "lazy")
+CLASSES: tuple[str, ...] = ("loaded", "needless", "deferred", "lazy")
+#: The most function-local imports the library may hold (issue 45, item 2).
+BUDGET = 120
+#: Every kept function-local import with what it keeps off its importer's path, one per line (``--write``).
+LISTING = Path(__file__).with_name("local_imports.txt")
 
 
 @dataclass(frozen=True)
@@ -40,6 +48,8 @@ class LocalImport:
     line: int
     target: str
     kind: str
+    function: str = ""  # the enclosing function (``Class.method``)
+    keeps_off: tuple[str, ...] = ()  # the third-party modules it keeps off the importer's path
 
 
 def _type_checking_lines(tree: ast.Module) -> set[int]:
@@ -109,15 +119,41 @@ def _lazy_export(imp, path: Path, modules: dict[str, Path]) -> bool:
     return any(a.name not in bound and f"{imp.target}.{a.name}" not in modules for a in node.names)
 
 
+def _lazy_exports(package: Path) -> dict[str, str]:
+    """A package ``__init__``'s lazy exports, name -> the module behind it (its ``if TYPE_CHECKING:`` imports, which
+    ``sst_interp.kernels.lazy.typed_exports`` reads the same way)."""
+    out: dict[str, str] = {}
+    for node in ast.parse(package.read_text(encoding="utf-8")).body:
+        if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
+            for inner in node.body:
+                if isinstance(inner, ast.ImportFrom) and inner.module:
+                    out.update({alias.asname or alias.name: inner.module for alias in inner.names})
+    return out
+
+
+def _export_edges(node: ast.ImportFrom, modules: dict[str, Path]) -> set[str]:
+    """The modules behind the lazy exports that ``from package import name`` names (empty for other imports)."""
+    package = modules.get(node.module or "")
+    if package is None or package.name != "__init__.py":
+        return set()
+    exports = _lazy_exports(package)
+    return {exports[a.name] for a in node.names if exports.get(a.name) in modules}
+
+
 def _running_graph(modules: dict[str, Path]) -> dict[str, set[str]]:
     """The module-level import graph of the import-graph test, less the imports that never run (``if
-    TYPE_CHECKING:`` blocks, which that test keeps so that a type-only cycle counts too)."""
+    TYPE_CHECKING:`` blocks, which that test keeps so that a type-only cycle counts too), plus the module behind each
+    lazy export a module-level import names (importing the name loads it)."""
     graph: dict[str, set[str]] = {m: set() for m in modules}
     for module, path in modules.items():
-        typing_only = _type_checking_lines(ast.parse(path.read_text(encoding="utf-8")))
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        typing_only = _type_checking_lines(tree)
         for imp in imports_of(module, path, modules):
             if not imp.local and imp.line not in typing_only:
                 graph[module] |= edges_of(imp, modules) - {module}
+        for node, on_call in _walk(tree.body, False):
+            if isinstance(node, ast.ImportFrom) and not on_call and node.lineno not in typing_only:
+                graph[module] |= _export_edges(node, modules) - {module}
     return graph
 
 
@@ -131,24 +167,63 @@ def _closure(graph: dict[str, set[str]], start: str) -> set[str]:
     return seen
 
 
-def local_imports() -> tuple[list[LocalImport], int]:
-    """Every function-local import statement of the library, classified, and the library's line count."""
-    modules = discover()
+def _functions(tree: ast.Module) -> dict[int, str]:
+    """Line -> the dotted name of the innermost function (or method) holding it."""
+    names: dict[int, str] = {}
+
+    def visit(node: ast.AST, prefix: str, in_function: bool) -> None:
+        for child in ast.iter_child_nodes(node):
+            if isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+                name = f"{prefix}{child.name}"
+                if isinstance(child, ast.ClassDef):
+                    visit(child, f"{name}.", in_function)
+                    continue
+                for line in range(child.lineno, (child.end_lineno or child.lineno) + 1):
+                    names[line] = name
+                visit(child, f"{name}.", True)
+            else:
+                visit(child, prefix, in_function)
+
+    visit(tree, "", False)
+    return names
+
+
+def local_imports(sources: dict[Path, str] | None = None) -> tuple[list[LocalImport], int]:
+    """Every function-local import statement of the library (or of ``sources``, folder -> package name, as
+    :func:`~tests.unit.test_import_graph.discover` takes them), classified, and its line count."""
+    modules = discover(sources)
     graph = _running_graph(modules)
     third = {module: _third_party(path) for module, path in modules.items()}
-    # one entry per statement (``from x import a, b`` names x once): loaded only if every name it loads is
+    closures = {module: _closure(graph, module) for module in modules}
+    loads = {module: set().union(*(third[m][0] for m in closure)) for module, closure in closures.items()}
     found: dict[tuple[str, int], LocalImport] = {}
     for module, path in modules.items():
-        closure = _closure(graph, module)
-        distributions = set().union(*(third[m][0] for m in closure))
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        functions = _functions(tree)
+        statements = {node.lineno: node for node, on_call in _walk(tree.body, False) if on_call}
+        closure, distributions = closures[module], loads[module]
+        by_line: dict[int, set[str]] = {}
         for imp in imports_of(module, path, modules):
             if imp.local:
-                loaded = edges_of(imp, modules) <= closure | {module} and not _lazy_export(imp, path, modules)
-                _keep(found, LocalImport(module, path, imp.line, imp.target, "loaded" if loaded else "lazy"))
+                node = statements[imp.line]
+                targets = edges_of(imp, modules) | (_export_edges(node, modules) if isinstance(node, ast.ImportFrom)
+                                                    else set())
+                by_line.setdefault(imp.line, set()).update(targets - {module})
+        for line, targets in by_line.items():
+            target = next(imp.target for imp in imports_of(module, path, modules) if imp.line == line)
+            if targets <= closure:
+                kind, keeps_off = "loaded", ()
+            else:
+                brought = set().union(*(loads[t] for t in targets)) - distributions
+                keeps_off = tuple(sorted({name.split(".")[0] for name in brought}))
+                kind = "lazy" if keeps_off else "needless"
+            _keep(found, LocalImport(module, path, line, target, kind, functions.get(line, ""), keeps_off))
         for line, name in third[module][1]:
-            _keep(found, LocalImport(module, path, line, name, "loaded" if name in distributions else "deferred"))
+            kind = "loaded" if name in distributions else "deferred"
+            _keep(found, LocalImport(module, path, line, name, kind, functions.get(line, ""),
+                                     () if kind == "loaded" else (name.split(".")[0],)))
     lines = sum(len(path.read_text(encoding="utf-8").splitlines()) for path in modules.values())
-    return list(found.values()), lines
+    return sorted(found.values(), key=lambda item: (str(item.path), item.line)), lines
 
 
 def _keep(found: dict[tuple[str, int], LocalImport], item: LocalImport) -> None:
@@ -158,9 +233,22 @@ def _keep(found: dict[tuple[str, int], LocalImport], item: LocalImport) -> None:
         found[key] = item
 
 
+def _shown(path: Path) -> Path:
+    return path.relative_to(ROOT) if path.is_relative_to(ROOT) else path
+
+
+def listing(found: list[LocalImport]) -> str:
+    """The kept imports (``deferred`` and ``lazy``) as :data:`LISTING` holds them: ``path function target: keeps
+    off ...``, sorted, without line numbers so that an edit elsewhere in a file does not change it."""
+    rows = sorted({f"{_shown(item.path)} {item.function or '<module>'} {item.target}: keeps "
+                   f"{', '.join(item.keeps_off)} off" for item in found if item.kind in ("deferred", "lazy")})
+    return "".join(row + "\n" for row in rows)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description="count the library's function-local imports")
     parser.add_argument("--list", choices=CLASSES, help="print each import of this class")
+    parser.add_argument("--write", action="store_true", help=f"rewrite {LISTING.name} from the code")
     args = parser.parse_args()
     found, lines = local_imports()
     counts = Counter(item.kind for item in found)
@@ -168,7 +256,10 @@ def main() -> None:
           f"1,000): " + ", ".join(f"{kind} {counts[kind]}" for kind in CLASSES))
     for item in found:
         if item.kind == args.list:
-            print(f"{item.path.relative_to(ROOT)}:{item.line} {item.target}")
+            print(f"{item.path.relative_to(ROOT)}:{item.line} {item.target} ({', '.join(item.keeps_off)})")
+    if args.write:
+        LISTING.write_text(listing(found), encoding="utf-8")
+        print(f"wrote {LISTING.relative_to(ROOT)}")
 
 
 if __name__ == "__main__":

@@ -34,6 +34,8 @@ from typing import Any, Literal
 import numpy as np
 import pandas as pd
 
+from sst_interp.analyses.layers import scaled_top_k
+from sst_interp.analyses.overlap import overlap_from_indices, topk_indices
 from sst_interp.kernels.errors import UsageError
 from sst_interp.kernels.paper import PAPER_THRESHOLD
 
@@ -131,8 +133,6 @@ def labels_from_run(
     of its overlaps is below ``threshold`` (default: the paper's GMM crossover 0.976; pass the crossover
     that :func:`sst_interp.analyses.basins.fit_gmm` finds for this run to match the basins module).
     """
-    from sst_interp.analyses.layers import scaled_top_k
-    from sst_interp.analyses.overlap import overlap_from_indices, topk_indices
 
     k = scaled_top_k(run.hidden_size) if k is None else int(k)
     keys = needed_pairs(run.depths)

@@ -17,6 +17,7 @@ from collections.abc import Sequence
 from sst_interp.cli.args import add_config_flags, config_from_namespace, config_parser
 from sst_interp.kernels.errors import cli_entry
 from sst_interp.organism.config import LoopedTrainConfig, SSTOrganismConfig, ValidateConfig
+from sst_interp.organism.tables import format_table
 
 
 @cli_entry
@@ -34,7 +35,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     add_config_flags(validate, ValidateConfig)
     args = parser.parse_args(argv)
     if args.command == "train-sst":
-        from sst_interp.organism.tables import format_table
         from sst_interp.train.organism import train_sst_organism
 
         tables = train_sst_organism(config_from_namespace(SSTOrganismConfig, args))
@@ -47,7 +47,8 @@ def main(argv: Sequence[str] | None = None) -> int:
 
         import pandas as pd
 
-        from sst_interp.experiments.organism_validation import RESOLUTION_FILE, markdown, validate as run_validation
+        from sst_interp.experiments.organism_validation import RESOLUTION_FILE, markdown
+        from sst_interp.experiments.organism_validation import validate as run_validation
         from sst_interp.reporting.fig_organism import write_organism_figure
         from sst_interp.store import Run
 

@@ -18,6 +18,7 @@ from sst_interp.cli.args import add_config_flags, config_from_namespace, config_
 from sst_interp.kernels.errors import cli_entry
 from sst_interp.kernels.fields import arg
 from sst_interp.kernels.paths import ensure_writable_folder
+from sst_interp.outputs import write_output
 from sst_interp.probe.sweep_config import QUANTILES, SweepConfig  # noqa: F401 (QUANTILES: the default, tested)
 
 PROG = "python -m sst_interp.probe policies"
@@ -45,7 +46,6 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     import pandas as pd
 
-    from sst_interp.outputs import write_output
     from sst_interp.probe.policy_sweep import sweep
     from sst_interp.reporting.artefacts import ArtefactData
     from sst_interp.reporting.fig_common import PNG_DPI

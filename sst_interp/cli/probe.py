@@ -25,9 +25,9 @@ from collections.abc import Sequence
 from dataclasses import replace
 
 from sst_interp.cli.args import add_config_flags, config_from_namespace, config_parser
+from sst_interp.cli.policies import main as policies_main
 from sst_interp.kernels.errors import UsageError, cli_entry
 from sst_interp.probe.options import AblateConfig, LayerSweepConfig, LoocvConfig, ProbeRunConfig
-
 
 #: Subcommand -> (its help, the dataclass of its own flags or None).
 SUBCOMMANDS: dict[str, tuple[str, type | None]] = {
@@ -57,8 +57,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of ``python -m sst_interp.probe`` and ``sst-probe``."""
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv[:1] == ["policies"]:  # a command module of its own (sst_interp/cli/policies.py)
-        from sst_interp.cli.policies import main as policies_main
-
         return policies_main(argv[1:])
     args = build_parser().parse_args(argv)
     default_hidden = 64 if args.command in ("sweep", "ablate") else 10

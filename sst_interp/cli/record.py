@@ -35,9 +35,10 @@ def parse_args(argv: Sequence[str] | None = None) -> RecordOptions:
 
 def run(argv: Sequence[str] | None = None) -> dict[int, float]:
     """Parse ``argv`` and record; returns the accuracy per depth (for callers in Python; errors raise)."""
+    options = parse_args(argv)  # first: --help and bad flags answer before the workflow (torch) loads
     from sst_interp.record.runner import record
 
-    return record(parse_args(argv))
+    return record(options)
 
 
 @cli_entry

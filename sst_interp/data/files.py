@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 import pyarrow.parquet as pq
+from huggingface_hub import constants, hf_hub_download
 
 from sst_interp.kernels.errors import UsageError
 from sst_interp.kernels.jsonlines import json_objects
@@ -105,7 +106,6 @@ def hub_unreachable_reason() -> str | None:
     """Why the hub cannot be reached, or None when it may be: offline mode is set, or its host name does not
     resolve within a few seconds. Checked before downloading because huggingface_hub retries for about a minute
     before it gives up on a machine without network."""
-    from huggingface_hub import constants
 
     if constants.HF_HUB_OFFLINE:
         return "HF_HUB_OFFLINE is set"
@@ -128,7 +128,6 @@ def hub_unreachable_reason() -> str | None:
 
 def _download(source: str, hub: HubFile, expected: str) -> Path:
     """Download ``hub`` with huggingface_hub (cached by it); a failure becomes a UsageError."""
-    from huggingface_hub import hf_hub_download
 
     offline = hub_unreachable_reason()
     if offline is not None:

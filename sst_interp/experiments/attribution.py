@@ -44,9 +44,16 @@ import pandas as pd
 import torch
 
 from sst_interp.experiments import manifest as files
-from sst_interp.experiments.setup import record_condition
-from sst_interp.interventions.references import ReferenceStates
-from sst_interp.kernels.errors import UsageError
+from sst_interp.experiments.configs import AttributionConfig
+from sst_interp.experiments.families import (
+    FamilyGradientTap,
+    family_of,
+    forced_generation,
+    gradients_everywhere,
+    tap_last_column,
+    visited_iterations,
+)
+from sst_interp.experiments.setup import generation_config, record_condition
 from sst_interp.experiments.tables import (
     ATTRIBUTION_CELLS,
     ATTRIBUTION_EFFECTS,
@@ -54,15 +61,14 @@ from sst_interp.experiments.tables import (
     ATTRIBUTION_VERIFIED,
     ATTRIBUTION_VERIFIED_COLUMNS,
 )
-from sst_interp.experiments.configs import AttributionConfig
-from sst_interp.experiments.families import family_of, visited_iterations
 from sst_interp.experiments.trace import Target, find_targets, prompt_ids
 from sst_interp.interventions import Intervener, Intervention, InterventionSpec, Operation, Site, intervene
+from sst_interp.interventions.references import ReferenceStates
+from sst_interp.kernels.errors import UsageError
 from sst_interp.model.depth_policy import FixedDepth
 from sst_interp.model.generation import GenerationConfig, GenerationSession
 from sst_interp.model.observers import ObserverGroup
-from sst_interp.experiments.families import FamilyGradientTap, forced_generation, gradients_everywhere, tap_last_column
-from sst_interp.experiments.setup import generation_config
+from sst_interp.store import Run
 
 #: a site's coordinates: (position, iteration, layer), turn 0
 SiteKey = tuple[int, int, int]
@@ -397,7 +403,6 @@ def run_attribution(setup: Any, out: Path, config: AttributionConfig) -> dict[st
         ``attribution_timing``: per batch, the seconds of a clean forced pass, of the attribution pass (forward and
         backward) and of one real patching generation per verified cell}.
     """
-    from sst_interp.store import Run
 
     check_gradients(setup.sst)
     config.check(setup.num_layers, setup.base.full_positions)

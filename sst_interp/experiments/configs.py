@@ -19,6 +19,7 @@ from typing import Any
 from sst_interp.kernels.errors import UsageError
 from sst_interp.kernels.fields import Flags, arg, setting
 from sst_interp.model.device_flags import Dtype, device_arg, dtype_arg
+from sst_interp.sandbox import SandboxConfig
 
 WINDOW_MODES: tuple[str, ...] = ("freeze", "zero", "mean", "resample")
 #: the modes that read the clean run's recorded states (and so only act at its full positions)
@@ -85,7 +86,6 @@ class ExperimentOptions:
         """The :class:`~sst_interp.record.options.RecordOptions` every condition shares (``depths``, ``out`` and
         ``intervention`` are set per condition)."""
         from sst_interp.record.options import RecordOptions
-        from sst_interp.sandbox import SandboxConfig
 
         fields = {name: getattr(self, name) for name in (
             "questions", "data", "limit", "ids", "model", "loop", "trust_remote_code", "checkpoint", "demo_preset",

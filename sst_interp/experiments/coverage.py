@@ -22,6 +22,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
+from scipy.stats import binom, bootstrap, multinomial
 
 from sst_interp.experiments.intervals import LEVEL, change_intervals, rate_intervals
 
@@ -96,7 +97,6 @@ def bca_rows(resamples: int, seed: int) -> Rows:
     """The interval these tables used before issue 44, row by row: a 95% BCa bootstrap of the mean
     (``scipy.stats.bootstrap``, ``resamples`` resamples, seeded), and the value itself when a row has no spread
     (as the old ``mean_interval`` did). The negative control: the coverage test must fail it."""
-    from scipy.stats import bootstrap
 
     def rows(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         low, high = np.empty(len(values)), np.empty(len(values))
@@ -118,7 +118,6 @@ def bca_rows(resamples: int, seed: int) -> Rows:
 def exact_change(probs: tuple[float, float, float], n: int) -> Coverage:
     """Exact coverage of the accuracy-change interval at ``n`` questions, each -1, 0, +1 with ``probs``: the
     multinomial probability of every (down, up) whose interval holds P(+1) - P(-1)."""
-    from scipy.stats import multinomial
 
     down, up = np.meshgrid(np.arange(n + 1), np.arange(n + 1), indexing="ij")
     ok = down + up <= n
@@ -132,7 +131,6 @@ def exact_change(probs: tuple[float, float, float], n: int) -> Coverage:
 
 def exact_rate(rate: float, n: int) -> Coverage:
     """Exact coverage of the flip-rate (Clopper-Pearson) interval at ``n`` questions and true ``rate``."""
-    from scipy.stats import binom
 
     k = np.arange(n + 1)
     p = binom.pmf(k, n, rate)

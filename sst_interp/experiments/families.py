@@ -35,6 +35,8 @@ import torch
 from sst_interp.interventions import Intervention, InterventionSpec, Operation, Site
 from sst_interp.interventions.loops import FAMILY_STREAM, LoopIntervener, check_loop_spec, intervene_loop
 from sst_interp.kernels.errors import UsageError
+from sst_interp.model.loop_model import generate_looped
+from sst_interp.model.observers import ObserverGroup
 
 
 def family_of(model: Any) -> Any:
@@ -124,8 +126,6 @@ def forced_generation(model: Any, prompts: list[list[int]], targets: Sequence[An
                       question_ids: Sequence[str | None] | None = None, gradients: bool = False) -> Any:
     """One generation of a family at ``depth`` whose tokens before each row's target are the target's prefix (the
     context the metric is read in), ``spec`` applied (its intervener hears every call before ``observer``)."""
-    from sst_interp.model.loop_model import generate_looped
-    from sst_interp.model.observers import ObserverGroup
 
     def force(position: int, chosen: torch.Tensor) -> torch.Tensor:
         token = chosen.clone()

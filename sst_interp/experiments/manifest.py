@@ -28,6 +28,7 @@ from typing import Any
 
 import pandas as pd
 
+from sst_interp import __version__
 from sst_interp.kernels.errors import UsageError
 from sst_interp.outputs import write_output
 
@@ -68,7 +69,6 @@ def write_table(out: Path, name: str, frame: pd.DataFrame) -> dict[str, str]:
 def write_manifest(out: Path, kind: str, config: Any, record: Any, conditions: dict[str, Any],
                    tables: dict[str, Any], sources: dict[str, Any] | None = None) -> Path:
     """Write ``experiment-<kind>.json`` (see the module docstring)."""
-    from sst_interp import __version__
 
     payload = {"format": FORMAT, "format_version": FORMAT_VERSION, "experiment": kind,
                "config": _plain(dataclasses.asdict(config)), "record": _plain(dataclasses.asdict(record)),

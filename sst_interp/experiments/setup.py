@@ -14,9 +14,23 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from sst_interp.codeact.prompts import codeact_question
+from sst_interp.data import load_questions, questions_to_frame
+from sst_interp.data.question import select_questions
 from sst_interp.experiments.configs import layer_set
+from sst_interp.experiments.families import family_of
 from sst_interp.kernels.errors import UsageError
+from sst_interp.model.devices import check_device
+from sst_interp.model.generation import GenerationConfig
+from sst_interp.model.loading import build_sst, eos_token_ids, resolve_prompt_mode
+from sst_interp.model.loop_model import LoopModel, load_loop_backbone
+from sst_interp.record.completion import batch_generation_config
+from sst_interp.record.families import check_family_options, family_identity, native_family, record_family_questions
+from sst_interp.record.identity import model_spec, questions_sha256, run_identity, sandbox_config
 from sst_interp.record.options import RecordOptions
+from sst_interp.record.plan import resolve_options
+from sst_interp.record.preflight import check_against_model
+from sst_interp.record.runner import record_questions
 from sst_interp.sandbox import check_backend
 
 RUNS = "runs"
@@ -55,7 +69,6 @@ class Setup:
     @property
     def family(self) -> Any:
         """The family's :class:`~sst_interp.model.loop_declaration.LoopDeclaration`, or None for an SST."""
-        from sst_interp.experiments.families import family_of
 
         return family_of(self.sst)
 
@@ -73,11 +86,6 @@ def prepare(base: RecordOptions) -> tuple[RecordOptions, list[Any], Any, bool, s
         (the options with what they left open filled in (``base`` itself is not changed), the selected questions,
         the model spec (for a natively looping family: its LoopDeclaration), demo preset on, questions sha256).
     """
-    from sst_interp.data import load_questions, questions_to_frame
-    from sst_interp.data.question import select_questions
-    from sst_interp.model.loading import resolve_prompt_mode
-    from sst_interp.record.identity import model_spec, questions_sha256, sandbox_config
-    from sst_interp.record.plan import resolve_options
 
     base, _, _ = resolve_options(base)  # a resolved copy: the caller's options stay as they are
     loop = _family(base)
@@ -85,8 +93,6 @@ def prepare(base: RecordOptions) -> tuple[RecordOptions, list[Any], Any, bool, s
         check_backend(sandbox_config(base))
     every = load_questions(base.questions, base.data, **base.source_options)
     if base.codeact:
-        from sst_interp.codeact.prompts import codeact_question
-
         every = [codeact_question(q) for q in every]
     selected = select_questions(every, limit=base.limit, ids=base.ids)
     if loop is not None:  # the family's folder is the model; it has no SST spec, demo preset or prompt mode
@@ -100,7 +106,6 @@ def _family(base: RecordOptions) -> Any:
     """The LoopDeclaration of a ``--model`` folder of a natively looping family (or the ``--loop`` file's), its
     options checked against it (an SST-only flag, CodeACT, a depth it cannot run, a folder with its own code without
     ``--trust-remote-code``: one UsageError line, before the model loads); None for an SST."""
-    from sst_interp.record.families import check_family_options, native_family
 
     loop = native_family(base.model, base.loop, base.trust_remote_code)
     if loop is not None:
@@ -110,8 +115,6 @@ def _family(base: RecordOptions) -> Any:
 
 def load(base: RecordOptions) -> Setup:
     """:func:`prepare`, then load the model and check the questions fit it (UsageError before anything is written)."""
-    from sst_interp.model.loading import build_sst
-    from sst_interp.record.preflight import check_against_model
 
     base, questions, spec, demo, data_sha = prepare(base)
     if _family(base) is not None:
@@ -123,9 +126,6 @@ def load(base: RecordOptions) -> Setup:
 
 def _load_family(base: RecordOptions, questions: list[Any], loop: Any, data_sha: str) -> Setup:
     """Load a natively looping family as ``record`` does (:func:`~sst_interp.record.families.record_family`)."""
-    from sst_interp.model.devices import check_device
-    from sst_interp.model.loop_model import LoopModel, load_loop_backbone
-    from sst_interp.record.preflight import check_against_model
 
     backbone, tokenizer = load_loop_backbone(base.model, loop, dtype=base.dtype, device=check_device(base.device),
                                              trust_remote_code=base.trust_remote_code)
@@ -140,9 +140,6 @@ def generation_config(setup: Setup) -> Any:
     experiments' forced passes start from it): an SST's
     (:func:`~sst_interp.record.completion.batch_generation_config`), or for a family the same greedy decoding
     without a prompt mode (its prompt runs through its own forward)."""
-    from sst_interp.model.generation import GenerationConfig
-    from sst_interp.model.loading import eos_token_ids
-    from sst_interp.record.completion import batch_generation_config
 
     if setup.family is None:
         return batch_generation_config(setup.sst, setup.tokenizer, setup.base)
@@ -161,8 +158,6 @@ def record_condition(setup: Setup, out: Path, name: str, depths: list[int], spec
 
     The spec is written to ``specs/<name>.json`` and passed to ``record`` as ``--intervention`` would be, so it is
     in the run's manifest and identity. Returns the run directory."""
-    from sst_interp.record.identity import run_identity
-    from sst_interp.record.runner import record_questions
 
     folder = condition_path(out, name)
     intervention = None
@@ -176,8 +171,6 @@ def record_condition(setup: Setup, out: Path, name: str, depths: list[int], spec
     print(f"[condition {name}: depths {','.join(map(str, depths))}]")
     if setup.family is not None:
         # record's own family path, with the identity `record --model FOLDER --intervention SPEC` gives the run
-        from sst_interp.record.families import family_identity, record_family_questions
-
         identity = family_identity(args, setup.family, setup.data_sha256)
         record_family_questions(setup.sst, setup.tokenizer, setup.questions, args, folder, identity)
         return folder
@@ -188,12 +181,9 @@ def record_condition(setup: Setup, out: Path, name: str, depths: list[int], spec
 
 def condition_identity(setup: Setup, depths: list[int]) -> dict[str, Any]:
     """The run identity a clean condition at ``depths`` gets (its model keys name the model being intervened on)."""
-    from sst_interp.record.identity import run_identity
 
     args = dataclasses.replace(setup.base, depths=list(depths), intervention=None)
     if setup.family is not None:
-        from sst_interp.record.families import family_identity
-
         return family_identity(args, setup.family, setup.data_sha256)
     return run_identity(args, setup.model_identity, setup.data_sha256)
 

@@ -24,13 +24,19 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from sst_interp.kernels.errors import UsageError
+from sst_interp.analyses.intervention_effect import first_token_logprob_bounds
 from sst_interp.experiments import manifest as files
-from sst_interp.experiments.effects import flip_and_logprob_columns, holm, planned_questions
-from sst_interp.experiments.tables import STEER_COLUMNS, STEER_TABLE
 from sst_interp.experiments.configs import SteerConfig
+from sst_interp.experiments.effects import flip_and_logprob_columns, holm, planned_questions
+from sst_interp.experiments.families import check_spec_for
 from sst_interp.experiments.setup import Setup, condition_identity, record_condition
+from sst_interp.experiments.tables import STEER_COLUMNS, STEER_TABLE
 from sst_interp.interventions import Intervention, InterventionSpec, Operation, Site
+from sst_interp.kernels.errors import UsageError
+from sst_interp.kernels.outcomes import correctness_matrix
+from sst_interp.probe.io import load_probe
+from sst_interp.record.identity import folder_sha256
+from sst_interp.store import Run
 
 TABLE, COLUMNS = STEER_TABLE, STEER_COLUMNS
 DIRECTION = "direction.npy"
@@ -42,7 +48,6 @@ MODEL_KEYS = ("model", "checkpoint_sha256")
 
 def probe_direction(path: Path, hidden_size: int, num_layers: int) -> tuple[np.ndarray, int]:
     """(unit direction [d] float32, the probe's layer) of a saved probe; UsageError when it does not fit."""
-    from sst_interp.probe.io import load_probe
 
     probe, meta = load_probe(path)
     if probe.config.input_size != hidden_size:
@@ -65,7 +70,6 @@ def check_probe_provenance(path: Path, identity: dict[str, Any]) -> None:
     """UsageError (one line) unless the probe at ``path`` was trained on a run of the model whose run identity is
     ``identity`` (same backbone and checkpoint weights: :data:`MODEL_KEYS`) and on at least
     :data:`MIN_PROBE_POSITIVES` must-halt examples."""
-    from sst_interp.probe.io import load_probe
 
     provenance = load_probe(path)[1].provenance
     trained = provenance.get("identity")
@@ -107,7 +111,6 @@ def steer_spec(direction_file: Path, layer: int, scale: float, depth: int,
 
 def run_steer(setup: Setup, out: Path, config: SteerConfig) -> pd.DataFrame:
     """Record the clean run and one run per non-zero scale; write the table and ``experiment-<kind>.json``."""
-    from sst_interp.store import Run
 
     config.check()
     direction, layer = probe_direction(config.probe, setup.sst.hidden_size, setup.num_layers)
@@ -115,8 +118,6 @@ def run_steer(setup: Setup, out: Path, config: SteerConfig) -> pd.DataFrame:
     check_probe_provenance(Path(config.probe), condition_identity(setup, [1, k]))
     if setup.family is not None:
         # the sites, checked before the clean run is recorded: a family layer outside its loop has no iteration 2
-        from sst_interp.experiments.families import check_spec_for
-
         site = Site("layer_out", layers=(layer,), positions=config.positions, iterations=tuple(range(2, k + 1)))
         check_spec_for(setup.sst, InterventionSpec((Intervention(site, Operation(
             "add", direction=[0.0] * setup.sst.hidden_size)),)))
@@ -175,15 +176,10 @@ def _with_random_spread(table: pd.DataFrame) -> pd.DataFrame:
 
 
 def _probe_sha(path: Path) -> str:
-    from sst_interp.record.identity import folder_sha256
-
     return folder_sha256(path) if path.is_dir() else files.file_sha256(path)
 
 
 def _row(clean: Any, run: Any, name: str, scale: float, k: int, config: SteerConfig) -> dict[str, object]:
-    from sst_interp.analyses.intervention_effect import first_token_logprob_bounds
-    from sst_interp.kernels.outcomes import correctness_matrix
-
     reference = correctness_matrix(clean)
     mine = correctness_matrix(run)[k]
     questions = [q for q in reference.index if q in set(mine.index)]

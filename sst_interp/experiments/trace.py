@@ -35,9 +35,13 @@ from typing import Any
 import numpy as np
 import pandas as pd
 import torch
+from tqdm import tqdm
 
-from sst_interp.kernels.errors import UsageError
+from sst_interp.codeact.format import encode_with_actions
 from sst_interp.experiments import manifest as files
+from sst_interp.experiments.configs import TraceConfig
+from sst_interp.experiments.families import forced_generation, visited_iterations
+from sst_interp.experiments.setup import Setup, generation_config, record_condition
 from sst_interp.experiments.tables import (
     TRACE_EFFECTS,
     TRACE_LAYER_ITERATION,
@@ -46,9 +50,15 @@ from sst_interp.experiments.tables import (
     TRACE_LAYER_POSITION,
     TRACE_TARGETS,
 )
-from sst_interp.experiments.configs import TraceConfig
-from sst_interp.experiments.setup import Setup, generation_config, record_condition
+from sst_interp.experiments.trace_cells import aligned_cells
 from sst_interp.interventions import Intervention, InterventionSpec, Operation, Site, intervene
+from sst_interp.kernels.errors import UsageError
+from sst_interp.kernels.outcomes import NEVER, first_divergence
+from sst_interp.model.depth_policy import FixedDepth
+from sst_interp.model.generation import GenerationSession
+from sst_interp.model.observers import ObserverGroup
+from sst_interp.record.identity import episode_config
+from sst_interp.store import Run
 
 EFFECTS, LAYER_POSITION, LAYER_ITERATION, TARGETS = (TRACE_EFFECTS, TRACE_LAYER_POSITION, TRACE_LAYER_ITERATION,
                                                      TRACE_TARGETS)
@@ -68,7 +78,6 @@ def find_targets(clean: Any, depth: int, positions: int,
                  fixed: int | None = None) -> tuple[dict[str, Target], dict[str, str]]:
     """({question: Target}, {question: why it has none}) from a clean run holding depths 1 and ``depth``; ``fixed``
     is the target position (None: the first difference)."""
-    from sst_interp.kernels.outcomes import NEVER, first_divergence
 
     rows = clean.generations()
     rows = rows[rows["turn"] == 0]
@@ -121,17 +130,13 @@ def run_trace(setup: Setup, out: Path, config: TraceConfig) -> dict[str, pd.Data
     k = config.depth
     layers = config.layers if config.layers is not None else tuple(range(setup.num_layers))
     clean_path = record_condition(setup, out, "clean", [1, k])
-    from sst_interp.store import Run
 
     targets, skipped = find_targets(Run.open(clean_path), k, config.positions, config.target_position)
-    from tqdm import tqdm
-
     measure = _Measure(setup, targets)
     base1, basek = measure(1, None, 0), measure(k, None, 0)
     effects = []
     # depth k's last iteration of each layer, and the earlier ones: k and 1..k-1 for an SST; a family's layer
     # outside its loop has iteration 1 only (families.visited_iterations)
-    from sst_interp.experiments.families import visited_iterations
 
     visited = visited_iterations(setup.sst, k)
     cells = [("layer_position", layer, position, visited[layer][-1]) for position in range(config.positions)
@@ -158,7 +163,6 @@ def run_trace(setup: Setup, out: Path, config: TraceConfig) -> dict[str, pd.Data
                     "skipped": ""} for q, t in targets.items()]
     target_rows += [{"question_id": q, "target_position": -1, "target_token": -1, "logprob_depth1": np.nan,
                      "logprob_depthk": np.nan, "total_effect": np.nan, "skipped": why} for q, why in skipped.items()]
-    from sst_interp.experiments.trace_cells import aligned_cells
 
     target_frame = pd.DataFrame(target_rows)
     tables = {EFFECTS: frame, LAYER_POSITION: by_position, LAYER_ITERATION: by_iteration, TARGETS: target_frame,
@@ -207,9 +211,6 @@ class _Measure:
 def prompt_ids(setup: Setup, question: Any) -> list[int]:
     """The prompt token ids ``record`` generates from (CodeACT first turns map action strings to their ids)."""
     if setup.base.codeact:
-        from sst_interp.codeact.format import encode_with_actions
-        from sst_interp.record.identity import episode_config
-
         return list(encode_with_actions(question.prompt, setup.tokenizer,
                                         episode_config(setup.base).fmt.action_tokens)[0])
     return list(setup.tokenizer(question.prompt).input_ids)
@@ -220,10 +221,6 @@ def forced_logprobs(setup: Setup, prompts: list[list[int]], targets: list[Target
     """One forced generation of a batch: tokens before each row's target are its shared prefix; returns the
     natural log-prob of each row's target token at its position (NaN for rows without a target)."""
     import dataclasses
-
-    from sst_interp.model.depth_policy import FixedDepth
-    from sst_interp.model.generation import GenerationSession
-    from sst_interp.model.observers import ObserverGroup
 
     class Forced(GenerationSession):
         def record_token(self, position: int, token: torch.Tensor, counts: list[int] | None = None) -> None:
@@ -239,8 +236,6 @@ def forced_logprobs(setup: Setup, prompts: list[list[int]], targets: list[Target
                                  max_new_tokens=longest, stop_strings=())
     ids = [t.question_id if t is not None else None for t in targets]
     if setup.family is not None:  # one forward call per token, the spec through the family's visit hooks
-        from sst_interp.experiments.families import forced_generation
-
         forced_generation(setup.sst, prompts, targets, depth, config, capture, spec, ids)
         return capture.values
     with torch.no_grad():

@@ -40,14 +40,19 @@ from typing import Literal
 
 import pandas as pd
 
-from sst_interp.experiments.intervals import change_interval
-from sst_interp.kernels.errors import UsageError
+from sst_interp.analyses.intervention_effect import first_token_logprob_bounds
+from sst_interp.experiments import families
 from sst_interp.experiments import manifest as files
-from sst_interp.experiments.effects import flip_and_logprob_columns, holm, planned_questions
-from sst_interp.experiments.tables import WINDOW_COLUMNS, WINDOW_TABLE
 from sst_interp.experiments.configs import READS_CLEAN, WINDOW_MODES, WindowConfig
+from sst_interp.experiments.effects import flip_and_logprob_columns, holm, planned_questions
+from sst_interp.experiments.families import window_spec as family_window_spec
+from sst_interp.experiments.intervals import change_interval
 from sst_interp.experiments.setup import Setup, record_condition
+from sst_interp.experiments.tables import WINDOW_COLUMNS, WINDOW_TABLE
 from sst_interp.interventions import Intervention, InterventionSpec, Operation, Site
+from sst_interp.kernels.errors import UsageError
+from sst_interp.kernels.outcomes import correctness_matrix
+from sst_interp.store import Run
 
 WindowMode = Literal["freeze", "zero", "mean", "resample"]
 TABLE, COLUMNS = WINDOW_TABLE, WINDOW_COLUMNS
@@ -96,8 +101,6 @@ def run_window(setup: Setup, out: Path, config: WindowConfig) -> pd.DataFrame:
     axis = window_axis(setup, config)
     # every condition's spec is checked before the clean run is recorded (the controls' sites are the freeze's)
     if setup.family is not None:
-        from sst_interp.experiments import families
-
         for layers in windows(len(axis), config.size, config.stride):
             families.check_spec_for(setup.sst, families.window_spec(setup.sst, tuple(axis[i] for i in layers), k,
                                                                     "freeze"))
@@ -128,7 +131,6 @@ def window_axis(setup: Setup, config: WindowConfig) -> list[int]:
     if setup.family is None:
         config.check(setup.num_layers, setup.base.full_positions, setup.update)
         return list(range(setup.num_layers))
-    from sst_interp.experiments import families
 
     families.check_window(setup.sst, config.modes, config.depth, config.size)
     axis = families.carrying_layers(setup.sst)
@@ -142,7 +144,6 @@ def _spec(setup: Setup, layers: tuple[int, ...], depth: int, mode: str, clean: P
     (:func:`~sst_interp.experiments.families.window_spec`)."""
     if setup.family is None:
         return window_spec(layers, depth, mode, clean, full_positions)  # type: ignore[arg-type]
-    from sst_interp.experiments.families import window_spec as family_window_spec
 
     return family_window_spec(setup.sst, layers, depth, mode, clean, full_positions)
 
@@ -150,9 +151,6 @@ def _spec(setup: Setup, layers: tuple[int, ...], depth: int, mode: str, clean: P
 def _row(clean_path: Path, path: Path, name: str, mode: str, layers: tuple[int, ...] | None, depth: int, k: int,
          config: WindowConfig) -> dict[str, object]:
     """One table row: the run at ``path`` (its ``depth``) against the clean run at depth k."""
-    from sst_interp.analyses.intervention_effect import first_token_logprob_bounds
-    from sst_interp.kernels.outcomes import correctness_matrix
-    from sst_interp.store import Run
 
     clean, run = Run.open(clean_path), Run.open(path)
     reference = correctness_matrix(clean)[k]

@@ -19,6 +19,7 @@ from typing import Any
 import pandas as pd
 import pyarrow as pa
 
+from sst_interp import analyses
 from sst_interp.explore.config import ExploreConfig
 from sst_interp.explore.tokens import TokenText
 from sst_interp.kernels.paper import PAPER_THRESHOLD
@@ -40,7 +41,6 @@ def completion_episodes(generations: pd.DataFrame) -> pd.DataFrame:
 
 def fit_threshold(run_path: str, send: Connection) -> None:
     """Child process: send ``(threshold, where it came from)`` of the run's GMM fit, or ``(None, the reason)``."""
-    from sst_interp import analyses
 
     try:
         value, source = analyses.open(run_path).threshold

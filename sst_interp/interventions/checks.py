@@ -16,6 +16,7 @@ import torch
 
 from sst_interp.interventions.spec import READS_RUN, Intervention, InterventionSpec, Operation
 from sst_interp.kernels.errors import UsageError
+from sst_interp.store import Run
 
 
 def check_spec(spec: InterventionSpec, num_layers: int, hidden_size: int) -> None:
@@ -37,7 +38,6 @@ def check_spec(spec: InterventionSpec, num_layers: int, hidden_size: int) -> Non
 
 def _check_reference(number: int, item: Intervention, hidden_size: int) -> None:
     """The reference run of a patch, mean or resample holds hidden states of this model's size at the site."""
-    from sst_interp.store import Run
 
     kind, operation, site = item.operation.kind, item.operation, item.site
     run = Run.open(str(operation.run))

@@ -32,6 +32,7 @@ from sst_interp.interventions.apply import CAPTURABLE, Intervener, intervene
 from sst_interp.interventions.checks import check_spec
 from sst_interp.interventions.spec import CLEAN_SOURCE, InterventionSpec
 from sst_interp.kernels.errors import UsageError
+from sst_interp.model.generation import generate
 
 
 class LiveIntervention:
@@ -92,7 +93,6 @@ class LiveIntervention:
             The :class:`~sst_interp.model.generation.GenerationResult` of the rows given (the clean twins' is
             :attr:`clean_result`).
         """
-        from sst_interp.model.generation import generate
 
         if not self._entered:
             raise UsageError("generate inside the block: with sst.intervene(...) as iv: iv.generate(...)")

@@ -41,6 +41,7 @@ from sst_interp.interventions.checks import check_spec
 from sst_interp.interventions.spec import Intervention, InterventionSpec
 from sst_interp.kernels.errors import UsageError
 from sst_interp.kernels.owned import OwnedHooks
+from sst_interp.model.loops import hrm_address
 
 #: the one stream of a family's visit (its output, as recorded)
 FAMILY_STREAM = "layer_out"
@@ -215,7 +216,6 @@ def _hrm_freeze_hooks(intervener: LoopIntervener, backbone: nn.Module) -> None:
     """HRM-Text: z_L and z_H are the L and H stacks' outputs (final-normed). A stack's forward hook sees what the
     visit hands on; the state it read is the previous output of the same stack in this call, or the initial state
     (z_L_init; the token embedding times embedding_scale, recomputed here with the model's own operation)."""
-    from sst_interp.model.loops import hrm_address
 
     inner, config = backbone.model, backbone.config
     last = int(config.num_layers_per_stack) - 1

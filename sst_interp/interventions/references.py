@@ -18,6 +18,7 @@ import torch
 from sst_interp.interventions.checks import check_spec, recorded_questions
 from sst_interp.interventions.spec import READS_RUN, Intervention, InterventionSpec, Operation, Site
 from sst_interp.kernels.errors import UsageError
+from sst_interp.store import Run
 
 
 def reference_values(operation: Operation, source: Any, question_ids: Sequence[str | None] | None,
@@ -63,8 +64,6 @@ class PatchSource:
     """States recorded in a run directory, read one question (and turn) at a time, kept while in use."""
 
     def __init__(self, operation: Operation) -> None:
-        from sst_interp.store import Run
-
         self.run = Run.open(str(operation.run))
         self.depth = operation.depth
         self._cache: dict[tuple[str, int, int], Any] = {}
@@ -137,8 +136,6 @@ class MeanSource:
     reached it."""
 
     def __init__(self, operation: Operation) -> None:
-        from sst_interp.store import Run
-
         self.run = Run.open(str(operation.run))
         self.depth = operation.depth
         self._means: dict[tuple[int, int], Any] = {}

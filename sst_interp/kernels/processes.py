@@ -14,6 +14,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
+import torch.distributed as dist
+
 from sst_interp.kernels.errors import UsageError
 
 T = TypeVar("T")
@@ -51,8 +53,6 @@ class Ranks:
     def barrier(self) -> None:
         """Wait until every rank reaches this point (nothing when running alone)."""
         if self.distributed:
-            import torch.distributed as dist
-
             dist.barrier()
 
     def run_on_main(self, action: Callable[[], T]) -> T | None:
@@ -61,7 +61,6 @@ class Ranks:
         waiting). Returns ``action()`` on rank 0 and ``None`` elsewhere."""
         if not self.distributed:
             return action()
-        import torch.distributed as dist
 
         result, error, failure = None, None, None
         if self.is_main:
@@ -129,8 +128,6 @@ def join_process_group(backend: str, rank: int, world_size: int, timeout: Any) -
     :class:`UsageError` naming ``MASTER_ADDR`` and ``MASTER_PORT``.
     """
     import datetime
-
-    import torch.distributed as dist
 
     for name in ("MASTER_ADDR", "MASTER_PORT"):
         if name not in os.environ:

@@ -19,13 +19,16 @@ from pathlib import Path
 from typing import Any
 
 import torch
+from huggingface_hub import try_to_load_from_cache
+from safetensors import SafetensorError
 from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer, PreTrainedModel, PreTrainedTokenizerBase
 
+from sst_interp.data.files import hub_unreachable_reason
 from sst_interp.kernels.errors import UsageError
+
 # the names and the cache folder live in a module without torch; imported here so they stay importable from here
 from sst_interp.model.cache import DEFAULT_BACKBONE_ID, DEFAULT_MODEL, cache_dir, default_backbone_dir
 from sst_interp.model.placement import DeviceMap, check_budget_places_weights, check_placement
-
 
 _DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float64": torch.float64, "float16": torch.float16}
 
@@ -172,7 +175,6 @@ def load_folder_part(folder: str | Path, part: str, loader: Callable[..., Any], 
     """``loader(*args, **kwargs)`` for one part (``tokenizer``, ``weights``) of a local model folder; what transformers
     raises for a damaged folder (missing or truncated weights, no tokenizer files, an unreadable config) becomes a
     :class:`UsageError` naming the folder and the part, with transformers' own first line."""
-    from safetensors import SafetensorError
 
     try:
         return loader(*args, **kwargs)
@@ -224,7 +226,6 @@ def check_model_source(model: str) -> None:
 def _offline_reason(model: str) -> str | None:
     """Why the hub cannot be reached (None when it may be); UsageError when it cannot and hub id ``model`` is not
     in the local hub cache either."""
-    from sst_interp.data.files import hub_unreachable_reason
 
     offline = hub_unreachable_reason()
     if offline is not None and not _in_hub_cache(model):
@@ -255,7 +256,6 @@ def local_vocab_size(model: str) -> int | None:
 
 def _in_hub_cache(model: str) -> bool:
     """Whether the local hub cache holds hub id ``model``'s config.json (then it loads without network)."""
-    from huggingface_hub import try_to_load_from_cache
 
     try:
         return isinstance(try_to_load_from_cache(model, "config.json"), str)

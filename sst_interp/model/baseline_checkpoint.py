@@ -11,6 +11,8 @@ import json
 from pathlib import Path
 from typing import Any
 
+from peft import PeftModel
+
 from sst_interp.kernels.errors import UsageError
 from sst_interp.model.checkpoint import ADAPTER_DIR, quiet_tied_adapter_warning
 
@@ -35,7 +37,6 @@ def load_baseline_checkpoint(backbone, folder: str | Path):  # noqa: ANN001, ANN
     Raises:
         UsageError: the folder is not a baseline checkpoint.
     """
-    from peft import PeftModel  # peft is only needed for baselines; keep it off the import path of SST loading
 
     folder = Path(folder)
     if not (folder / BASELINE_META).is_file() or not (folder / ADAPTER_DIR).is_dir():

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
+from peft import PeftModel
 from safetensors.torch import load_file, save_file
 
 from sst_interp import __version__
@@ -113,8 +114,6 @@ def load_checkpoint(backbone, folder: str | Path) -> SSTModel:
     meta = read_checkpoint_config(folder)
     adapter_dir = folder / ADAPTER_DIR
     if adapter_dir.is_dir():
-        from peft import PeftModel
-
         with quiet_tied_adapter_warning():
             backbone = PeftModel.from_pretrained(backbone, str(adapter_dir)).merge_and_unload()
     sst = SSTModel.from_backbone(backbone, SSTConfig.from_dict(meta["sst"]))

@@ -1,8 +1,7 @@
 """One prompt completed at several iteration depths (:func:`complete_at_depths`), configured by
-:class:`GenerateConfig`: the library behind ``python -m sst_interp.generate``, whose flags are the config's fields.
+:class:`~sst_interp.model.generate_config.GenerateConfig`: the library behind ``python -m sst_interp.generate``.
 
-This module imports no torch at import time, so the command can show its flags at once; the model stack loads when
-:func:`complete_at_depths` runs.
+This module loads the model stack (torch, transformers); the command imports it once its flags are parsed.
 """
 
 from __future__ import annotations
@@ -14,33 +13,21 @@ from dataclasses import dataclass
 
 from sst_interp.checkpoints import resolve_checkpoint
 from sst_interp.kernels.errors import UsageError
-from sst_interp.kernels.fields import arg
-from sst_interp.model.config import PROMPT_MODES
-from sst_interp.model.device_flags import (CompileChoice, DeviceMapChoice, Dtype, compile_arg, device_arg,
-                                           device_map_arg, dtype_arg, max_memory_arg)
-
-
-@dataclass(frozen=True)
-class GenerateConfig:
-    """What to complete and with which SST; one ``python -m sst_interp.generate`` flag per field."""
-
-    prompt: str = arg(help="prompt text; \\n escapes are expanded")
-    depths: list[int] = arg(default_factory=lambda: [1, 2, 3, 4], help="comma-separated iteration depths")
-    model: str = arg("default", help="default | local HF folder | .gguf file | hub id (default: default)")
-    checkpoint: str | None = arg(None, help="SST checkpoint folder (sst_config.json + state), or a named "
-                                                "checkpoint: demo-codeact | demo-codeact-baseline")
-    state_scale: str | None = arg(None, choices=("unit", "hidden"),
-                                  help="state read scale of an untrained SST (default: hidden on the default "
-                                       "backbone)")
-    max_new_tokens: int = arg(32, help="most tokens generated per depth")
-    prompt_mode: str | None = arg(None, choices=PROMPT_MODES,
-                                  help="two_pass | sequential | none (default: none under the demo preset, else "
-                                       "two_pass)")
-    dtype: Dtype = dtype_arg()
-    compile: CompileChoice = compile_arg()
-    device: str = device_arg(mapped=True)
-    device_map: DeviceMapChoice = device_map_arg()
-    max_memory: str | None = max_memory_arg()
+from sst_interp.model.compile_options import CompileOptions, setup_refusal
+from sst_interp.model.compiled import compiler_for, generate_compiled
+from sst_interp.model.devices import resolve_placement
+from sst_interp.model.generate_config import GenerateConfig
+from sst_interp.model.generation import GenerationConfig, generate
+from sst_interp.model.limits import ModelLimits, check_weights_placed
+from sst_interp.model.loading import (
+    DEMO_PRESET_NOTE,
+    ModelSpec,
+    build_sst,
+    check_depths,
+    eos_token_ids,
+    resolve_prompt_mode,
+)
+from sst_interp.model.placement import parse_device_map, parse_max_memory
 
 
 @dataclass(frozen=True)
@@ -69,15 +56,6 @@ def complete_at_depths(config: GenerateConfig, say: Callable[[str], None] = prin
     list, ``--compile on`` where the compiled step cannot serve, a prompt plus ``max_new_tokens`` beyond the
     model's context); ``say`` receives the notes (the demo preset, the compiled step) once the input is checked.
     """
-    # The model stack (torch, transformers) is imported here, so the config's module stays light.
-    from sst_interp.model.compile_options import CompileOptions, setup_refusal
-    from sst_interp.model.compiled import compiler_for, generate_compiled
-    from sst_interp.model.devices import resolve_placement
-    from sst_interp.model.generation import GenerationConfig, generate
-    from sst_interp.model.limits import ModelLimits, check_weights_placed
-    from sst_interp.model.loading import (DEMO_PRESET_NOTE, ModelSpec, build_sst, check_depths, eos_token_ids,
-                                          resolve_prompt_mode)
-    from sst_interp.model.placement import parse_device_map, parse_max_memory
 
     depths = check_depths(config.depths)
     if config.compile == "on":

@@ -14,14 +14,16 @@ from contextlib import contextmanager
 from typing import Any, Protocol
 
 import torch
-from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
 from torch import nn
+from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
+from transformers.utils import logging as hf_logging
 
 from sst_interp.kernels.errors import UsageError
+from sst_interp.model.backbone import load_folder_part, parse_dtype
 from sst_interp.model.generation import GenerationConfig, GenerationResult, left_pad
-from sst_interp.model.observers import PassInfo
 from sst_interp.model.loop_declaration import LoopDeclaration
 from sst_interp.model.loops import loop_for_model_type, native_loop
+from sst_interp.model.observers import PassInfo
 
 
 class LoopObserver(Protocol):
@@ -128,10 +130,6 @@ def load_loop_backbone(folder: str, loop: LoopDeclaration, dtype: str | torch.dt
         ``(model, tokenizer)``, the model in eval mode on ``device``.
     """
     import logging
-
-    from transformers.utils import logging as hf_logging
-
-    from sst_interp.model.backbone import load_folder_part, parse_dtype
 
     torch_dtype = parse_dtype(dtype) if isinstance(dtype, str) else dtype
     tokenizer = load_folder_part(folder, "tokenizer", AutoTokenizer.from_pretrained, folder,

@@ -16,7 +16,9 @@ import re
 from typing import Any
 
 import torch
+from accelerate import infer_auto_device_map, init_empty_weights
 from torch import nn
+from transformers import AutoConfig, AutoModelForCausalLM
 
 from sst_interp.kernels.errors import UsageError
 from sst_interp.model.device_flags import DEVICE_MAP_CHOICES
@@ -116,8 +118,6 @@ def check_budget_places_weights(folder: str, max_memory: dict[int | str, str] | 
     transformers only warns. Planned on empty (meta) weights, before any weight is read."""
     if not max_memory:
         return
-    from accelerate import infer_auto_device_map, init_empty_weights
-    from transformers import AutoConfig, AutoModelForCausalLM
 
     with init_empty_weights():
         empty = AutoModelForCausalLM.from_config(AutoConfig.from_pretrained(folder), dtype=dtype)

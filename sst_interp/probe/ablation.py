@@ -22,9 +22,10 @@ from typing import ClassVar
 import numpy as np
 import pandas as pd
 import torch
+from scipy.stats import pearsonr
 
-from sst_interp.kernels.results import AnalysisResult
 from sst_interp.kernels.errors import UsageError
+from sst_interp.kernels.results import AnalysisResult
 from sst_interp.probe.dataset import ProbeData
 from sst_interp.probe.evaluate import evaluate_probe
 from sst_interp.probe.model import DEFAULT_THRESHOLD, HaltingProbe
@@ -104,8 +105,6 @@ def mean_must_halt_gradient(probe: HaltingProbe, x: np.ndarray, y: np.ndarray) -
 
 
 def _pearson(a: np.ndarray, b: np.ndarray) -> float:
-    from scipy.stats import pearsonr
-
     if np.std(a) == 0 or np.std(b) == 0:
         return float("nan")
     return float(pearsonr(a, b).statistic)

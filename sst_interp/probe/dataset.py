@@ -29,6 +29,7 @@ from typing import Any
 import numpy as np
 
 from sst_interp.analyses.layers import paper_layer
+from sst_interp.analyses.loop_manifest import declared_state_layer
 from sst_interp.kernels.errors import UsageError
 from sst_interp.probe.labels import HaltLabels, check_depths, labels_from_generations
 
@@ -105,8 +106,6 @@ def load_probe_data(run: Any, layer: int | None = None) -> ProbeData:
         :class:`ProbeData` (``x: [n_timesteps, d]``, ``eval_x: [Q, i_max, d]``).
     """
     if layer is None:
-        from sst_interp.analyses.loop_manifest import declared_state_layer
-
         # a latent-iteration family's layers need not loop: its probe reads the carried state by default
         declared = declared_state_layer(run.manifest)
         layer = run_layer_default(run.num_layers) if declared is None else declared

@@ -14,7 +14,18 @@ from typing import TYPE_CHECKING, Any
 
 from sst_interp.kernels.errors import UsageError
 from sst_interp.outputs import write_output
+from sst_interp.probe.ablation import neuron_analysis
+from sst_interp.probe.dataset import load_probe_data, load_probe_data_layers
+from sst_interp.probe.evaluate import evaluate_probe
+from sst_interp.probe.features import feature_grid, greedy_prune, topk_sweep, train_linear_on
+from sst_interp.probe.figures import halt_signal_data
+from sst_interp.probe.io import ProbeMeta, load_probe, save_probe
+from sst_interp.probe.loocv import cover_bound, loocv
+from sst_interp.probe.model import ProbeConfig
 from sst_interp.probe.options import AblateConfig, LayerSweepConfig, LoocvConfig, ProbeRunConfig
+from sst_interp.probe.sweeps import activation_swap, layer_sweep, select_heldout_layer, select_layer, sweep_layers
+from sst_interp.probe.train import TrainConfig, train_probe
+from sst_interp.store import Run
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -55,21 +66,17 @@ def _plain(value: Any) -> Any:
 
 
 def _open_run(path: Path) -> Any:
-    from sst_interp.store import Run
-
     return Run.open(path).check_tables()  # a damaged table is refused before any output
 
 
 def _layer_data(cfg: ProbeRunConfig) -> ProbeData:
     """The probe data of ``--run`` at ``--layer`` (the run is checked first): how ``loocv`` and ``ablate`` start."""
-    from sst_interp.probe.dataset import load_probe_data
 
     return load_probe_data(_open_run(cfg.run), cfg.layer)
 
 
 def _train_config(cfg: ProbeRunConfig) -> ProbeTrainConfig:
     """The probe training config of ``--epochs`` and ``--seed``, shared by every probe a command trains."""
-    from sst_interp.probe.train import TrainConfig
 
     return TrainConfig(epochs=cfg.epochs, seed=cfg.seed)
 
@@ -82,9 +89,6 @@ def _default_out(cfg: ProbeRunConfig, layer: int | str) -> Path:
 
 def _probe_for(cfg: ProbeRunConfig, data: ProbeData, hidden: int) -> tuple[HaltingProbe, dict[str, Any]]:
     """Load ``--probe`` or train a fresh one on ``data``."""
-    from sst_interp.probe.model import ProbeConfig
-    from sst_interp.probe.io import load_probe
-    from sst_interp.probe.train import train_probe
 
     if cfg.probe is not None:
         probe, meta = load_probe(cfg.probe)
@@ -105,9 +109,6 @@ def _probe_for(cfg: ProbeRunConfig, data: ProbeData, hidden: int) -> tuple[Halti
 
 
 def _evaluation_tables(probe: HaltingProbe, data: ProbeData, threshold: float) -> tuple[dict, dict]:
-    from sst_interp.probe.evaluate import evaluate_probe
-    from sst_interp.probe.figures import halt_signal_data
-
     ev = evaluate_probe(probe, data, threshold)
     b, c, p = ev.outcome.mcnemar_vs_iter1()
     signal = halt_signal_data(ev, data)
@@ -127,14 +128,10 @@ def _evaluation_tables(probe: HaltingProbe, data: ProbeData, threshold: float) -
 def train_job(cfg: ProbeRunConfig, evaluate_only: bool = False) -> JobResult:
     """``train`` (a new probe, saved with its evaluation) and ``evaluate`` (``evaluate_only``: ``cfg.probe`` when
     given, else a new probe, unsaved). ``cfg.hidden`` must be set."""
-    from sst_interp.probe.dataset import load_probe_data
-    from sst_interp.probe.io import ProbeMeta, save_probe
 
     run = _open_run(cfg.run)
     layer = cfg.layer
     if evaluate_only and cfg.probe is not None and layer is None:
-        from sst_interp.probe.io import load_probe
-
         layer = load_probe(cfg.probe)[1].layer
     data = load_probe_data(run, layer)
     probe, provenance = _probe_for(cfg, data, cfg.hidden)
@@ -156,9 +153,6 @@ def _check_permutations(permutations: int) -> None:
 def sweep_job(cfg: ProbeRunConfig, options: LayerSweepConfig) -> JobResult:
     """``sweep``: ``tab:halting_probe_layer_sweep`` and the selected layers (``selected_layer``, ``heldout_layer``,
     ``heldout_reason`` in the summary)."""
-    from sst_interp.probe.dataset import load_probe_data_layers
-    from sst_interp.probe.model import ProbeConfig
-    from sst_interp.probe.sweeps import layer_sweep, select_heldout_layer, select_layer, sweep_layers
 
     _check_permutations(options.permutations)
     run = _open_run(cfg.run)
@@ -177,8 +171,6 @@ def sweep_job(cfg: ProbeRunConfig, options: LayerSweepConfig) -> JobResult:
 
 def loocv_job(cfg: ProbeRunConfig, options: LoocvConfig) -> JobResult:
     """``loocv``: ``app:halting_loocv`` at the layer, its folds and Cover's bound."""
-    from sst_interp.probe.model import ProbeConfig
-    from sst_interp.probe.loocv import cover_bound, loocv
 
     data = _layer_data(cfg)
     data.labels.require_must_halt()
@@ -199,11 +191,6 @@ def loocv_job(cfg: ProbeRunConfig, options: LoocvConfig) -> JobResult:
 def ablate_job(cfg: ProbeRunConfig, options: AblateConfig) -> JobResult:
     """``ablate``: the neuron analysis, the input-dimension analysis, the linear probe on the essential set and,
     when asked, the activation swap."""
-    from sst_interp.probe.ablation import neuron_analysis
-    from sst_interp.probe.evaluate import evaluate_probe
-    from sst_interp.probe.features import feature_grid, greedy_prune, topk_sweep, train_linear_on
-    from sst_interp.probe.loocv import cover_bound, loocv
-    from sst_interp.probe.sweeps import activation_swap
 
     data = _layer_data(cfg)
     probe, _ = _probe_for(cfg, data, cfg.hidden)

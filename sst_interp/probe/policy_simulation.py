@@ -31,6 +31,7 @@ import numpy as np
 import pandas as pd
 import torch
 
+from sst_interp.analyses.loop_manifest import lens_reason, state_layer
 from sst_interp.kernels.errors import UsageError
 from sst_interp.model.halting import (
     PositionPolicy,
@@ -40,7 +41,9 @@ from sst_interp.model.halting import (
     relative_change,
     rule_fires,
 )
+from sst_interp.probe.policy import ProbeDepth
 from sst_interp.probe.simulation_config import PositionSimConfig
+from sst_interp.store import Run
 
 
 @dataclass
@@ -75,7 +78,6 @@ class SimulatedTurn:
 def check_simulable(manifest: dict[str, Any], policy: PositionPolicy) -> None:
     """Refuse (UsageError) a run or a rule the simulation cannot reproduce exactly (see the module docstring), and
     a family run whose per-iteration logits are not the emitted distribution (:func:`lens_reason`)."""
-    from sst_interp.analyses.loop_manifest import lens_reason
 
     lens = lens_reason(manifest)
     if lens is not None:
@@ -161,13 +163,9 @@ def simulate_policy(run: Any, policy: PositionPolicy) -> list[SimulatedTurn]:
     needs_state = policy.needs_state
     probe = None
     if policy.probe_path is not None:
-        from sst_interp.probe.policy import ProbeDepth
-
         probe = ProbeDepth.from_path(policy.probe_path)
     last_layer = None
     if needs_state:
-        from sst_interp.analyses.loop_manifest import state_layer
-
         last_layer = state_layer(run.manifest, run.num_layers)
     out: list[SimulatedTurn] = []
     for qid, rows in gens.groupby("question_id", sort=False):
@@ -261,7 +259,6 @@ def summarize(table: pd.DataFrame, max_depth: int) -> pd.DataFrame:
 def simulate_policies(config: PositionSimConfig) -> tuple[pd.DataFrame, list[PositionPolicy]]:
     """Simulate every policy of ``config`` on its run: (the per-(question, turn) table of them all, written to
     ``config.out`` when given; the parsed policies, ``max`` defaulting to the run's deepest depth)."""
-    from sst_interp.store import Run
 
     recorded = Run.open(config.run)
     default_max = max(recorded.depths) if recorded.depths else 1

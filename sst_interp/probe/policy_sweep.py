@@ -31,6 +31,9 @@ from sst_interp.analyses.depth_trajectories import collect_trajectories
 from sst_interp.analyses.loop_manifest import SWEEPABLE, fixed_run_reason, sweepable_rules
 from sst_interp.kernels.errors import UsageError
 from sst_interp.model.halting import PositionPolicy, parse_position_policy
+from sst_interp.probe.dataset import load_probe_data
+from sst_interp.probe.evaluate import evaluate_probe
+from sst_interp.probe.io import load_probe
 from sst_interp.probe.sweep_config import SweepConfig
 from sst_interp.store import Run
 
@@ -41,9 +44,6 @@ def probe_row(run: Run, name: str, path: Path) -> dict:
     at that depth, so the accuracy is exact for one-turn answers; a CodeACT episode keeps its first turn's choice
     here, where a live probe decides again at every turn (``basis`` says which). Mean iterations are
     token-weighted over the chosen depths' generations."""
-    from sst_interp.probe.dataset import load_probe_data
-    from sst_interp.probe.evaluate import evaluate_probe
-    from sst_interp.probe.io import load_probe
 
     probe, meta = load_probe(path)
     outcome = evaluate_probe(probe, load_probe_data(run, meta.layer), meta.threshold).outcome

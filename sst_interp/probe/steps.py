@@ -15,9 +15,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from sst_interp.analyses.loop_manifest import layers_at_every_iteration
 from sst_interp.kernels.errors import UsageError
 from sst_interp.kernels.results import NotApplicable
-
 
 #: Width of the reported halting probe and of the probe the neuron analysis reads (paper sec:halting_probe_method).
 REPORTED_PROBE_WIDTH = 10
@@ -112,8 +112,6 @@ def probe_sweep(a: Any) -> ProbeSweep:
     from sst_interp.probe.train import TrainConfig
 
     def build() -> ProbeSweep:
-        from sst_interp.analyses.loop_manifest import layers_at_every_iteration
-
         run = a.run
         # a family's layers outside its loop hold iteration 1 only: the labels need a state at every depth
         looped = layers_at_every_iteration(run.manifest)

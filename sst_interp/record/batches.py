@@ -14,6 +14,8 @@ from typing import Any
 
 from tqdm import tqdm
 
+from sst_interp.interventions import require_sites
+from sst_interp.interventions.sites import SITES_KEY
 from sst_interp.record.ranks import Ranks, batch_cost, batches_of_work, share_of_work
 from sst_interp.record.rundir import completed_before, open_run, run_summary
 
@@ -75,8 +77,6 @@ def record_batches(out: Path, questions: list[Any], depths: list[int], batch_siz
 def sites_check(allow_empty_sites: bool) -> Callable[[dict[str, Any] | None], None]:
     """The ``check_sites`` of an intervened run: refuses (a :class:`~sst_interp.kernels.errors.UsageError`) a batch
     whose rule changed no site, unless ``--allow-empty-sites``."""
-    from sst_interp.interventions import require_sites
-    from sst_interp.interventions.sites import SITES_KEY
 
     def check(meta: dict[str, Any] | None) -> None:
         require_sites(meta[SITES_KEY] if meta else None, allow_empty_sites)

@@ -8,14 +8,20 @@ from typing import Any
 
 import numpy as np
 
+from sst_interp.data import grade, stop_strings
+from sst_interp.hooks import Recorder
+from sst_interp.interventions import intervene
+from sst_interp.interventions.compiled import spec_refusal
+from sst_interp.model.compiled import compiler_for, generate_compiled
+from sst_interp.model.generation import GenerationConfig, generate
+from sst_interp.model.loading import eos_token_ids
+from sst_interp.model.observers import ObserverGroup
 from sst_interp.record.options import RecordOptions
 
 
 def batch_generation_config(sst: Any, tokenizer: Any, options: RecordOptions, stops: tuple[str, ...] = ()) -> Any:
     """The :class:`~sst_interp.model.generation.GenerationConfig` ``record`` generates with (both protocols):
     greedy, the LM head after every iteration, the tokenizer's and the model's EOS ids."""
-    from sst_interp.model.generation import GenerationConfig
-    from sst_interp.model.loading import eos_token_ids
 
     pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
     return GenerationConfig(max_new_tokens=options.max_new_tokens, prompt_mode=options.prompt_mode,
@@ -28,8 +34,6 @@ def run_compiler(sst: Any, options: RecordOptions) -> Any:
     the run needs: CodeACT episodes, a device map, an intervention the step cannot carry
     (:func:`~sst_interp.interventions.compiled.spec_refusal`) or a hook-reading probe policy decode eager
     (``--compile on`` there was refused by :meth:`RecordOptions.validate`)."""
-    from sst_interp.interventions.compiled import spec_refusal
-    from sst_interp.model.compiled import compiler_for
 
     if options.codeact or options.placement()[0] is not None or options.depth_policy.startswith("probe:"):
         return None
@@ -55,8 +59,6 @@ def intervened(sst: Any, options: RecordOptions, question_ids: list[str], record
     if spec is None:
         yield recorder
         return
-    from sst_interp.interventions import intervene
-    from sst_interp.model.observers import ObserverGroup
 
     with intervene(sst, spec, question_ids) as intervener:
         yield ObserverGroup(intervener, recorder)
@@ -70,10 +72,6 @@ def record_batch(sst: Any, tokenizer: Any, batch: list[Any], depth: Any, options
     returns (generation rows, writer columns). ``tally``: see :func:`intervened`. ``compiler``: the run's
     :class:`~sst_interp.model.compiled.StepCompiler` (decode passes run compiled, the recorder takes the step's
     outputs), or None for eager generation."""
-    from sst_interp.data import grade, stop_strings
-    from sst_interp.hooks import Recorder
-    from sst_interp.model.compiled import generate_compiled
-    from sst_interp.model.generation import generate
 
     prompts = [list(tokenizer(q.prompt).input_ids) for q in batch]
     gen_config = batch_generation_config(sst, tokenizer, options, stop_strings(batch[0].source))

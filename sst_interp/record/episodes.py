@@ -12,6 +12,11 @@ from typing import Any
 
 import numpy as np
 
+from sst_interp.codeact.episode import run_episodes
+from sst_interp.codeact.grading import grade_episode
+from sst_interp.hooks import Recorder
+from sst_interp.record.completion import batch_generation_config, intervened
+from sst_interp.record.identity import episode_config
 from sst_interp.record.options import RecordOptions
 
 
@@ -22,11 +27,6 @@ def record_episode_batch(sst: Any, tokenizer: Any, batch: list[Any], depth: Any,
     Returns:
         (generation rows, episode rows, writer columns, the :class:`~sst_interp.codeact.episode.EpisodeBatch`).
     """
-    from sst_interp.codeact.episode import run_episodes
-    from sst_interp.codeact.grading import grade_episode
-    from sst_interp.hooks import Recorder
-    from sst_interp.record.completion import batch_generation_config, intervened
-    from sst_interp.record.identity import episode_config
 
     gen_config = batch_generation_config(sst, tokenizer, options)
     ids = [q.question_id for q in batch]

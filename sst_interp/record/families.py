@@ -15,14 +15,34 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import torch
+from transformers import AutoConfig, AutoModelForCausalLM
 
+from sst_interp import __version__
+from sst_interp.data import grade, load_questions, questions_to_frame, stop_strings
+from sst_interp.data.question import select_questions
+from sst_interp.hooks import VisitRecorder
+from sst_interp.interventions import patch_runs
+from sst_interp.interventions.loops import check_loop_spec, intervene_loop
+from sst_interp.interventions.sites import SITES_KEY
 from sst_interp.kernels.errors import UsageError
+from sst_interp.model.backbone import load_folder_part
+from sst_interp.model.devices import check_device
+from sst_interp.model.generation import GenerationConfig
+from sst_interp.model.loading import eos_token_ids
+from sst_interp.model.loop_file import load_loop_file, loop_file_sha256
+from sst_interp.model.loop_model import LoopModel, generate_looped, load_loop_backbone
+from sst_interp.model.loops import loop_for_model_type, native_loop
+from sst_interp.model.observers import ObserverGroup
 from sst_interp.record.batches import record_batches, sites_check
+from sst_interp.record.identity import questions_sha256
 from sst_interp.record.numerics import check_numerics, cpu_threads, numerics_fingerprint
 from sst_interp.record.options import RecordOptions
 from sst_interp.record.plan import RecordPlan, capture_config, frozen, resolve_options
+from sst_interp.record.preflight import check_against_model
 from sst_interp.record.ranks import Ranks, ranks_from_environment
 from sst_interp.record.rundir import checked_space
+from sst_interp.store import check_out
 
 #: What the SST-only flags mean for a looping family: each one refused with this reason.
 SST_ONLY_FLAGS = {
@@ -39,8 +59,6 @@ def native_family(model: str | None, loop: str | None = None, trust_remote_code:
     of the folder's model); None for SST backbones, GGUF files and hub ids (loaded as before). Refused (a
     :class:`UsageError`, before any weight loads): a ``model_type`` no family serves, a bad ``--loop``, a folder
     with its own code without ``trust_remote_code``, and ``--trust-remote-code`` or ``--loop`` for an SST."""
-    from sst_interp.model.loop_file import load_loop_file
-    from sst_interp.model.loops import loop_for_model_type, native_loop
 
     folder = Path(model) if model else None
     config = folder / "config.json" if folder is not None and folder.is_dir() else None
@@ -77,10 +95,6 @@ def native_family(model: str | None, loop: str | None = None, trust_remote_code:
 def check_declaration_on_model(loop: Any, folder: str, trust_remote_code: bool) -> None:
     """Refuse (UsageError) a declaration whose modules are not in ``folder``'s model: the model is built from its
     config on the meta device (no weight is read or allocated) and the declaration's check runs on it."""
-    import torch
-    from transformers import AutoConfig, AutoModelForCausalLM
-
-    from sst_interp.model.backbone import load_folder_part
 
     if loop.check_model is None:
         return
@@ -117,8 +131,6 @@ def check_family_spec(options: RecordOptions, model: Any) -> Any:
     written."""
     spec = options.intervention_spec()
     if spec is not None:
-        from sst_interp.interventions.loops import check_loop_spec
-
         check_loop_spec(spec, model.loop, model.config, model.hidden_size)
     return spec
 
@@ -134,14 +146,10 @@ def family_identity(options: RecordOptions, loop: Any, data_sha256: str) -> dict
     if options.loop is not None:
         # the declaration is the user's file: its text is part of what was recorded (only set keys, so the
         # identities of runs recorded before --loop existed are unchanged)
-        from sst_interp.model.loop_file import loop_file_sha256
-
         identity.update(loop=options.loop, loop_sha256=loop_file_sha256(options.loop),
                         trust_remote_code=options.trust_remote_code)
     spec = options.intervention_spec()
     if spec is not None:
-        from sst_interp.interventions import patch_runs
-
         identity.update(intervention=spec.to_dict(), intervention_runs=patch_runs(spec))
     return identity
 
@@ -149,9 +157,6 @@ def family_identity(options: RecordOptions, loop: Any, data_sha256: str) -> dict
 def record_family(options: RecordOptions, loop: Any) -> dict[int, float]:
     """Record every depth of ``options`` with the looping family ``loop``; resumes like an SST run. Returns accuracy
     per depth. The inputs are resolved once (:func:`plan_family`)."""
-    from sst_interp.model.devices import check_device
-    from sst_interp.model.loop_model import LoopModel, load_loop_backbone
-    from sst_interp.store import check_out
 
     plan = plan_family(options, loop)
     # the numerics fingerprint is checked once the model is loaded (_record_family_plan): it reads the model
@@ -178,10 +183,6 @@ def plan_family(options: RecordOptions, loop: Any, out: str | Path | None = None
     resolved, depths, _ = resolve_options(options, default_checkpoint=False)
     check_family_options(resolved, loop, list(depths))
     if questions is None:
-        from sst_interp.data import load_questions, questions_to_frame
-        from sst_interp.data.question import select_questions
-        from sst_interp.record.identity import questions_sha256
-
         if ranks_from_environment().distributed or resolved.device_map != "none":
             raise UsageError(f"{loop.family} runs are recorded in one process on one device (no torchrun, "
                              "--device-map none)")
@@ -205,7 +206,6 @@ def _record_family_loaded(plan: RecordPlan, model: Any, tokenizer: Any) -> dict[
     """Record the plan of a family run with the loaded ``model``: the checks that need the model first (before the
     run directory is created or resumed), then every batch, in the loop an SST run uses
     (:func:`~sst_interp.record.batches.record_batches`)."""
-    from sst_interp.record.preflight import check_against_model
 
     options, questions, out, config = plan.options, list(plan.questions), plan.out, plan.capture
     depths = list(plan.depths)
@@ -242,15 +242,6 @@ def record_family_batch(model: Any, tokenizer: Any, batch: list[Any], depth: int
     the spec's site counts, or None)."""
     from contextlib import nullcontext
 
-    from sst_interp.data import grade, stop_strings
-    from sst_interp.hooks import VisitRecorder
-    from sst_interp.interventions.loops import intervene_loop
-    from sst_interp.interventions.sites import SITES_KEY
-    from sst_interp.model.generation import GenerationConfig
-    from sst_interp.model.loading import eos_token_ids
-    from sst_interp.model.loop_model import generate_looped
-    from sst_interp.model.observers import ObserverGroup
-
     prompts = [list(tokenizer(q.prompt).input_ids) for q in batch]
     pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
     gen_config = GenerationConfig(max_new_tokens=options.max_new_tokens, eos_token_ids=eos_token_ids(tokenizer, model),
@@ -280,9 +271,6 @@ def record_family_batch(model: Any, tokenizer: Any, batch: list[Any], depth: int
 def family_manifest(options: RecordOptions, model: Any, tokenizer: Any, config: Any,
                     depths: list[int]) -> dict[str, Any]:
     """The manifest keys of a family run besides the identity: the contract layout, ``family`` and ``loop``."""
-    from sst_interp import __version__
-    from sst_interp.data import stop_strings
-    from sst_interp.model.loading import eos_token_ids
 
     # the width of the logits the model emits, which the recorded top-k and the kl rule read: Inkling-2 Loop's head
     # is narrower (unpadded_vocab_size) than its config's vocab_size

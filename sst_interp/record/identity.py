@@ -9,6 +9,15 @@ from pathlib import Path
 from typing import Any
 
 from sst_interp import __version__
+from sst_interp.codeact.episode import EpisodeConfig
+from sst_interp.codeact.format import GEMMA3_ACTION_IDS, ActionFormat
+from sst_interp.data import stop_strings
+from sst_interp.interventions import patch_runs
+from sst_interp.model.backbone import DEFAULT_MODEL
+from sst_interp.model.devices import check_device
+from sst_interp.model.loading import ModelSpec, eos_token_ids
+from sst_interp.model.placement import placement_summary
+from sst_interp.probe.policy import ProbeDepth
 from sst_interp.record.options import RecordOptions
 from sst_interp.sandbox.cgroup import memory_cap
 
@@ -24,9 +33,6 @@ def questions_sha256(frame: Any) -> str:
 
 def model_spec(options: RecordOptions) -> tuple[Any, bool]:
     """The :class:`~sst_interp.model.loading.ModelSpec` for ``options`` and whether the demo preset is on."""
-    from sst_interp.model.backbone import DEFAULT_MODEL
-    from sst_interp.model.devices import check_device
-    from sst_interp.model.loading import ModelSpec
 
     device_map, max_memory = options.placement()
     placement = dict(device=check_device(options.device), device_map=device_map, max_memory=max_memory)
@@ -85,8 +91,6 @@ def run_identity(options: RecordOptions, model_identity: dict[str, Any], data_sh
             identity["probe_sha256"] = folder_sha256(Path(position.probe_path))
     spec = options.intervention_spec()
     if spec is not None:
-        from sst_interp.interventions import patch_runs
-
         identity["intervention"] = spec.to_dict()
         identity["intervention_runs"] = patch_runs(spec)
     probe = options.probe_path()
@@ -98,7 +102,6 @@ def run_identity(options: RecordOptions, model_identity: dict[str, Any], data_sh
 
 def action_tokens(options: RecordOptions) -> tuple[tuple[str, int], ...]:
     """The action token ids: --action-tokens, else the checkpoint's training configuration, else Gemma 3's."""
-    from sst_interp.codeact.format import GEMMA3_ACTION_IDS
 
     given = options.action_tokens
     if given is not None:
@@ -114,8 +117,6 @@ def action_tokens(options: RecordOptions) -> tuple[tuple[str, int], ...]:
 
 def episode_config(options: RecordOptions) -> Any:
     """The :class:`~sst_interp.codeact.episode.EpisodeConfig` of ``options``."""
-    from sst_interp.codeact.episode import EpisodeConfig
-    from sst_interp.codeact.format import ActionFormat
 
     return EpisodeConfig(max_turns=options.max_turns, max_context_tokens=options.max_context_tokens,
                          carry_across_turns=options.carry_state_across_turns,
@@ -136,8 +137,6 @@ def make_depth_policy(options: RecordOptions, depths: list[int]) -> Any:
     :class:`~sst_interp.model.halting.PositionPolicy` of a per-position policy string, or None for fixed."""
     position = options.position_policy(depths)
     if position is not None and position.probe_path is not None:
-        from sst_interp.probe.policy import ProbeDepth
-
         probe = ProbeDepth.from_path(position.probe_path)
         return position.with_probe(lambda hidden: probe.logits(hidden) > probe.threshold, probe.probe_layer)
     if position is not None:
@@ -145,7 +144,6 @@ def make_depth_policy(options: RecordOptions, depths: list[int]) -> Any:
     probe = options.probe_path()
     if probe is None:
         return None
-    from sst_interp.probe.policy import ProbeDepth
 
     return ProbeDepth.from_path(probe, max_depth=max(depths))
 
@@ -153,9 +151,6 @@ def make_depth_policy(options: RecordOptions, depths: list[int]) -> Any:
 def manifest_extra(options: RecordOptions, sst: Any, tokenizer: Any, config: Any, depths: list[int],
                    demo: bool) -> dict[str, Any]:
     """Manifest keys besides the identity: layout, SST config, decoding, protocol, settings."""
-    from sst_interp.data import stop_strings
-    from sst_interp.model.loading import eos_token_ids
-    from sst_interp.model.placement import placement_summary
 
     mlp = getattr(sst.layers[0], "mlp", None)
     gate = getattr(mlp, "gate_proj", None)

@@ -20,8 +20,13 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+import torch
+import torch.distributed as dist
+import transformers
+
 from sst_interp.kernels.errors import UsageError
 from sst_interp.kernels.processes import Ranks
+from sst_interp.store.manifest import MANIFEST_NAME, normalise, read_manifest
 
 #: The fingerprint's fields, in the order docs/format.md lists them. Fields that do not apply are null: ``threads``
 #: and ``cpu_capability`` where no layer computes on the CPU, ``cuda_capability`` and ``cuda_version`` where none
@@ -60,8 +65,6 @@ def numerics_fingerprint(sst: Any, dtype: str, batch_size: int, decode: str = "e
         decode: ``eager`` or ``compiled:<recipe>`` (:func:`sst_interp.record.completion.decode_kind`): a compiled step
             sums in another order, so its numbers differ from eager ones in the last bits.
     """
-    import torch
-    import transformers
 
     kinds = _device_kinds(sst)
     on_cpu, on_gpu = "cpu" in kinds, "cuda" in kinds
@@ -113,7 +116,6 @@ def _device_kinds(sst: Any) -> list[str]:
 
 def _gpu_indices(sst: Any) -> list[int]:
     """Indices of the CUDA devices the model's weights are on."""
-    import torch
 
     return sorted({p.device.index if p.device.index is not None else torch.cuda.current_device()
                    for p in sst.backbone.parameters() if p.device.type == "cuda"})
@@ -130,7 +132,6 @@ def check_numerics(out: Path, fingerprint: dict[str, Any]) -> None:
     """Refuse to resume the run at ``out`` when its fingerprint differs from ``fingerprint``: one UsageError that
     names the first differing setting, both values, and how to match it. Nothing to check where ``out`` holds no
     readable manifest yet (a new run, or one whose lost manifest the writer rebuilds and then compares in full)."""
-    from sst_interp.store.manifest import MANIFEST_NAME, normalise, read_manifest
 
     if not (Path(out) / MANIFEST_NAME).is_file():
         return
@@ -161,7 +162,6 @@ def check_ranks_agree(fingerprint: dict[str, Any], ranks: Ranks) -> None:
     UsageError, naming the first rank and setting that differ from rank 0's). Nothing when recording alone."""
     if not ranks.distributed:
         return
-    import torch.distributed as dist
 
     every: list[Any] = [None] * ranks.world_size
     dist.all_gather_object(every, fingerprint)
@@ -182,7 +182,6 @@ def cpu_threads(threads: int | None) -> Iterator[int]:
     The inter-op pool is set to the same count where torch still allows it (before any parallel work in this
     process); where it does not, it stays: it runs independent operations side by side and changes no sum's order.
     """
-    import torch
 
     before = torch.get_num_threads()
     if threads is None:

@@ -7,17 +7,27 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from sst_interp.checkpoints import DEFAULT_CODEACT_CHECKPOINT, resolve_checkpoint, resolve_model
+from sst_interp.data import default_max_new_tokens
+from sst_interp.interventions import InterventionSpec
 from sst_interp.kernels.errors import UsageError
 from sst_interp.kernels.fields import arg
 from sst_interp.model.config import PROMPT_MODES
-from sst_interp.model.device_flags import (DTYPES, CompileChoice, DeviceMapChoice, Dtype, compile_arg, device_arg,
-                                           device_map_arg, dtype_arg, max_memory_arg)
+from sst_interp.model.device_flags import (
+    DTYPES,
+    CompileChoice,
+    DeviceMapChoice,
+    Dtype,
+    compile_arg,
+    device_arg,
+    device_map_arg,
+    dtype_arg,
+    max_memory_arg,
+)
 from sst_interp.record.forms import ACTION_TOKEN_TEXTS, ACTION_TOKENS_FLAGS, SANDBOX_FLAGS, SOURCE_OPTION_FLAGS
 from sst_interp.sandbox.config import SandboxConfig
 
@@ -158,8 +168,6 @@ class RecordOptions:
             return None
         path = Path(self.intervention)
         if not path.is_file():
-            from sst_interp.interventions import InterventionSpec
-
             return InterventionSpec.from_file(path)  # its one-line error for a missing file
         stat = path.stat()
         return _read_spec(str(path.resolve()), stat.st_mtime_ns, stat.st_size)
@@ -222,7 +230,6 @@ class RecordOptions:
         """Check the options; returns (a copy with what they leave open filled in, the parsed depths), leaving these
         options as they are. Filled in: ``max_new_tokens`` (the question set's default), ``checkpoint`` (a named
         checkpoint as its folder), ``dtype`` (``auto`` resolved for the device). Bad values are a UsageError."""
-        from sst_interp.data import default_max_new_tokens
         from sst_interp.model.loading import check_depths
 
         depths = check_depths(self.depths)
@@ -303,6 +310,5 @@ class RecordOptions:
 @functools.lru_cache(maxsize=8)
 def _read_spec(path: str, mtime_ns: int, size: int) -> Any:
     """An intervention spec file, parsed; keyed by its modification time and size so an edited file is read again."""
-    from sst_interp.interventions import InterventionSpec
 
     return InterventionSpec.from_file(path)

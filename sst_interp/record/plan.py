@@ -18,7 +18,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from sst_interp.codeact.prompts import codeact_question
+from sst_interp.data import load_questions, questions_to_frame
+from sst_interp.data.question import select_questions
+from sst_interp.hooks import RecordConfig
+from sst_interp.interventions import patch_runs
 from sst_interp.kernels.errors import UsageError
+from sst_interp.model.devices import rank_device
+from sst_interp.model.loading import DEFAULT_PROMPT_MODE, demo_preset_note, resolve_prompt_mode
+from sst_interp.record.identity import make_depth_policy, model_spec, questions_sha256, run_identity, sandbox_config
 from sst_interp.record.options import RecordOptions
 from sst_interp.record.ranks import Ranks
 from sst_interp.sandbox import check_backend
@@ -77,7 +85,6 @@ def _planned_depths(options: RecordOptions, depths: tuple[int, ...]) -> tuple[An
     """(the depth policy, the depths the run is filed under): a per-position policy files one run under its
     maximum depth; a probe policy and fixed depths keep ``depths``. Loading a probe file is a UsageError when it
     is bad, before the model loads."""
-    from sst_interp.record.identity import make_depth_policy
 
     policy = make_depth_policy(options, list(depths))
     if policy is not None and getattr(policy, "per_position", False):
@@ -103,7 +110,6 @@ def resolve_options(options: RecordOptions, *, default_checkpoint: bool = True) 
 
 def capture_config(options: RecordOptions, gates: bool | None = None) -> Any:
     """The hooks' :class:`~sst_interp.hooks.RecordConfig` of ``options`` (``gates`` overrides ``--gates``)."""
-    from sst_interp.hooks import RecordConfig
 
     return RecordConfig(full_positions=options.full_positions, sketch_positions=options.sketch_positions,
                         sketch_k=options.sketch_k, top_k=options.top_k, dtype=options.dtype,
@@ -115,7 +121,6 @@ def checked_sandbox(options: RecordOptions, out: Path) -> Any:
     here (a missing bwrap is one ``error:`` line before the model loads); None outside codeact."""
     if not options.codeact:
         return None
-    from sst_interp.record.identity import sandbox_config
     sandbox = sandbox_config(options, hidden_paths=(str(Path(out).resolve()),))
     check_backend(sandbox)
     return sandbox
@@ -125,11 +130,6 @@ def plan_record(options: RecordOptions, ranks: Ranks) -> RecordPlan:
     """The plan of ``record``: options checked, the sandbox checked, the questions loaded and selected, the model
     spec (on this rank's device under torchrun) and the run identity, in that order; nothing is loaded but the
     questions. Bad input is a UsageError."""
-    from sst_interp.data import load_questions, questions_to_frame
-    from sst_interp.data.question import select_questions
-    from sst_interp.model.devices import rank_device
-    from sst_interp.model.loading import demo_preset_note, resolve_prompt_mode
-    from sst_interp.record.identity import model_spec, questions_sha256, run_identity
 
     resolved, depths, notes = resolve_options(options)
     if ranks.distributed and resolved.device_map != "none":
@@ -139,8 +139,6 @@ def plan_record(options: RecordOptions, ranks: Ranks) -> RecordPlan:
     sandbox = checked_sandbox(resolved, out)
     every = load_questions(resolved.questions, resolved.data, **resolved.source_options)
     if resolved.codeact:
-        from sst_interp.codeact.prompts import codeact_question
-
         every = [codeact_question(q) for q in every]
     selected = select_questions(every, limit=resolved.limit, ids=resolved.ids)
     data_sha = questions_sha256(questions_to_frame(every))
@@ -162,7 +160,6 @@ def plan_loaded(sst: Any, questions: list[Any], options: RecordOptions, out: str
 
     ``identity`` None derives one from the model's SST config and the questions (:func:`loaded_identity`); the prompt
     mode left open is ``two_pass``."""
-    from sst_interp.model.loading import DEFAULT_PROMPT_MODE
 
     resolved, depths, _ = resolve_options(options, default_checkpoint=False)
     if resolved.prompt_mode is None:
@@ -179,15 +176,11 @@ def plan_loaded(sst: Any, questions: list[Any], options: RecordOptions, out: str
 def loaded_identity(sst: Any, questions: list[Any], options: RecordOptions, spec: Any) -> dict[str, Any]:
     """The identity of a recording whose caller gave none: the model's name and SST config, the questions' hash,
     the protocol, the answer budget, the prompt mode and the intervention."""
-    from sst_interp.data import questions_to_frame
-    from sst_interp.record.identity import questions_sha256
 
     identity = {"model": getattr(sst.backbone.config, "_name_or_path", type(sst.backbone).__name__),
                 "sst": sst.config.to_dict(), "questions": options.questions,
                 "data_sha256": questions_sha256(questions_to_frame(questions)), "protocol": options.protocol,
                 "max_new_tokens": options.max_new_tokens, "prompt_mode": options.prompt_mode}
     if spec is not None:
-        from sst_interp.interventions import patch_runs
-
         identity.update(intervention=spec.to_dict(), intervention_runs=patch_runs(spec))
     return identity

@@ -10,8 +10,11 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from sst_interp.codeact.format import encode_with_actions
 from sst_interp.kernels.errors import UsageError
 from sst_interp.model.limits import ModelLimits, check_weights_placed
+from sst_interp.organism.tokenizer import is_hops_tokenizer
+from sst_interp.record.identity import action_tokens
 from sst_interp.record.options import RecordOptions
 
 
@@ -39,7 +42,6 @@ def check_task_tokenizer(tokenizer: Any, questions: Sequence[Any]) -> None:
     split, merged or mapped to other ids, and the model could not have been trained on them (UsageError)."""
     if not any(question.source == "hops" for question in questions):
         return
-    from sst_interp.organism.tokenizer import is_hops_tokenizer
 
     if not is_hops_tokenizer(tokenizer):
         raise UsageError("--questions hops needs a model trained on the hops task, with its tokenizer: give --model "
@@ -50,9 +52,6 @@ def _longest_prompt(options: RecordOptions, tokenizer: Any, questions: Sequence[
                     limits: ModelLimits) -> tuple[int, str | None]:
     """(tokens, question id) of the longest prompt as the recording will encode it (0, None without questions)."""
     if options.codeact:
-        from sst_interp.codeact.format import encode_with_actions
-        from sst_interp.record.identity import action_tokens
-
         actions = action_tokens(options)
         limits.check_token_ids(dict(actions), "--action-tokens")
 

@@ -17,6 +17,8 @@ from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any, TypeVar
 
+import torch.distributed as dist
+
 from sst_interp.kernels.processes import Ranks, join_process_group, ranks_from_environment
 
 __all__ = ["Ranks", "batch_cost", "batches_of_work", "process_group", "ranks_from_environment",
@@ -35,7 +37,6 @@ def process_group(ranks: Ranks) -> Iterator[Ranks]:
     if not ranks.distributed:
         yield ranks
         return
-    import torch.distributed as dist
 
     join_process_group("gloo", ranks.rank, ranks.world_size, BARRIER_TIMEOUT)
     try:

@@ -12,14 +12,17 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+from sst_interp.data import questions_to_frame
 from sst_interp.kernels.errors import UsageError
 from sst_interp.record.ranks import Ranks
+from sst_interp.record.summary import print_summary
+from sst_interp.store import RunWriter, estimate_remaining
+from sst_interp.store.manifest import MANIFEST_NAME, read_manifest
 
 
 def completed_before(out: Path) -> dict[int, set[str]]:
     """{depth: question ids} an existing run at ``out`` has complete (its manifest's ``status``); empty when there
     is no run yet."""
-    from sst_interp.store.manifest import MANIFEST_NAME, read_manifest
 
     if not (out / MANIFEST_NAME).is_file():
         return {}
@@ -35,7 +38,6 @@ def checked_space(out: Path, questions: list[Any], depths: list[int], allow_low_
     """The disk-space estimate (:func:`sst_interp.store.estimate_remaining`) of what is left to record at ``out``:
     each question not yet complete at a depth counts ``per_question`` recordings of ``sizes``. A run that cannot fit
     is a :class:`UsageError` (unless ``allow_low_disk``), raised before the writer creates anything."""
-    from sst_interp.store import estimate_remaining
 
     before = completed_before(out)
     space = estimate_remaining(out, {k: sum(q.question_id not in before.get(k, set()) for q in questions)
@@ -67,8 +69,6 @@ def open_run(out: Path, identity: dict[str, Any], extra: dict[str, Any], questio
     rank has read the same manifest (nobody commits before the second barrier), so they split the same remaining
     work; on exit every writer has committed its batches.
     """
-    from sst_interp.data import questions_to_frame
-    from sst_interp.store import RunWriter
 
     def open_main() -> Any:
         writer = RunWriter.create_or_resume(out, identity, extra, world_size=ranks.world_size)
@@ -90,6 +90,5 @@ def open_run(out: Path, identity: dict[str, Any], extra: dict[str, Any], questio
 
 def run_summary(out: Path, depths: list[int], ranks: Ranks) -> dict[int, float]:
     """Rank 0 prints the run's summary; every rank returns its accuracy per depth."""
-    from sst_interp.record.summary import print_summary  # pandas: kept off `record --help`, which loads this module
 
     return print_summary(out, depths, show=ranks.is_main)

@@ -16,14 +16,23 @@ from typing import Any
 
 from tqdm import tqdm
 
+from sst_interp.interventions import SiteTally, check_spec
+from sst_interp.interventions.sites import SITES_KEY
 from sst_interp.kernels.paths import ensure_writable_folder
+from sst_interp.model.depth_policy import FixedDepth
+from sst_interp.model.loading import build_sst
 from sst_interp.record.batches import record_batches, sites_check
+from sst_interp.record.completion import decode_kind, record_batch, run_compiler
+from sst_interp.record.episodes import record_episode_batch
 from sst_interp.record.families import native_family, record_family
+from sst_interp.record.identity import manifest_extra
 from sst_interp.record.numerics import check_numerics, check_ranks_agree, cpu_threads, numerics_fingerprint
 from sst_interp.record.options import RecordOptions
 from sst_interp.record.plan import RecordPlan, plan_loaded, plan_record
+from sst_interp.record.preflight import check_against_model
 from sst_interp.record.ranks import Ranks, process_group, ranks_from_environment, share_of_work
 from sst_interp.record.rundir import checked_space, completed_before, open_run, run_summary
+from sst_interp.store import Run, check_out
 
 
 def record(options: RecordOptions) -> dict[int, float]:
@@ -32,8 +41,6 @@ def record(options: RecordOptions) -> dict[int, float]:
     The inputs are resolved once into a :class:`~sst_interp.record.plan.RecordPlan` (``options`` is left as it is)
     that every later step reads. Under ``torchrun`` (``WORLD_SIZE`` > 1 in the environment) this is one of several
     processes recording into the same run; each returns the accuracy of the whole run."""
-    from sst_interp.model.loading import build_sst
-    from sst_interp.store import check_out
 
     family = native_family(options.model, options.loop, options.trust_remote_code)
     if family is not None:  # a natively looping family (HRM-Text, ...): its own forward, not the SST conversion
@@ -85,10 +92,6 @@ def _record_plan(plan: RecordPlan, sst: Any, tokenizer: Any, ranks: Ranks) -> di
 def _record_loaded(plan: RecordPlan, sst: Any, tokenizer: Any, ranks: Ranks) -> dict[int, float]:
     """Record the :class:`~sst_interp.record.plan.RecordPlan` ``plan`` with the loaded ``sst`` and ``tokenizer``:
     the checks that need the model first (before the run directory is created or resumed), then every batch."""
-    from sst_interp.model.depth_policy import FixedDepth
-    from sst_interp.record.completion import decode_kind, run_compiler
-    from sst_interp.record.identity import manifest_extra
-    from sst_interp.record.preflight import check_against_model
 
     options, questions, out, config = plan.options, list(plan.questions), plan.out, plan.capture
     depths = list(plan.depths)
@@ -97,16 +100,12 @@ def _record_loaded(plan: RecordPlan, sst: Any, tokenizer: Any, ranks: Ranks) -> 
         ranks.say(note)
     spec = plan.intervention
     if spec is not None:
-        from sst_interp.interventions import check_spec
-
         check_spec(spec, sst.num_layers, sst.hidden_size)  # before the run directory is created
     compiler = run_compiler(sst, options)  # one for the whole run: each batch size compiles once
     identity = dict(plan.identity, numerics=_checked_fingerprint(sst, options, out, ranks, decode_kind(compiler)))
     extra = manifest_extra(options, sst, tokenizer, config, depths, plan.demo)
     tally = None
     if spec is not None:
-        from sst_interp.interventions import SiteTally
-
         tally = SiteTally()
     batch_fn = _batch_function(options, sst, tokenizer, config, plan.sandbox, tally, compiler)
     policy = plan.policy
@@ -146,7 +145,6 @@ def _site_meta(tally: Any) -> dict[str, Any] | None:
     """The batch's manifest keys for an intervened run: its site counts per rule."""
     if tally is None:
         return None
-    from sst_interp.interventions.sites import SITES_KEY
 
     return {SITES_KEY: tally.take()}
 
@@ -166,15 +164,12 @@ def _batch_function(options: RecordOptions, sst: Any, tokenizer: Any, config: An
     """(batch, depth policy) -> the writer's submit keywords, for the protocol of ``options``; ``tally`` receives
     each batch's intervention site counts; ``compiler`` is the run's step compiler (None: decode eager)."""
     if options.codeact:
-        from sst_interp.record.episodes import record_episode_batch
-
         def episodes(batch: list[Any], policy: Any) -> dict[str, Any]:
             rows, episode_rows, columns, _ = record_episode_batch(sst, tokenizer, batch, policy, options, config,
                                                                   sandbox, tally)
             return dict(generations=rows, episodes=episode_rows, **columns)
 
         return episodes
-    from sst_interp.record.completion import record_batch
 
     def completions(batch: list[Any], policy: Any) -> dict[str, Any]:
         rows, columns = record_batch(sst, tokenizer, batch, policy, options, config, tally, compiler)
@@ -189,7 +184,6 @@ def _record_with_policy(options: RecordOptions, policy: Any, batch_fn: Any, ques
     """A run under a probe depth policy: one question per generation call (the policy picks one depth per
     call), each filed under the depth it chose (its first model turn's, for an episode). Resumes like a flat run;
     under torchrun the questions are dealt round-robin to the ranks."""
-    from sst_interp.store import Run
 
     extra = dict(extra, depths=[], depth_policy=policy.describe(), max_depth=policy.max_depth)
     first = None

@@ -7,8 +7,11 @@ from typing import Any
 
 import pandas as pd
 
+from sst_interp.analyses.episodes import episode_conduct
+
 # staged_capacity is re-exported by sst_interp.record (its one definition is in sst_interp.kernels.outcomes).
 from sst_interp.kernels.outcomes import staged_capacity
+from sst_interp.store import Run
 
 
 def print_summary(out: Path, depths: list[int], show: bool = True) -> dict[int, float]:
@@ -18,7 +21,6 @@ def print_summary(out: Path, depths: list[int], show: bool = True) -> dict[int, 
     Correctness is per episode (``Run.episodes``): one completion in a completion run, one multi-turn episode in a
     CodeACT run; a CodeACT run also prints how its episodes ended and how many model turns they used.
     """
-    from sst_interp.store import Run
 
     run = Run.open(out)
     episodes = run.episodes()
@@ -41,7 +43,6 @@ def print_summary(out: Path, depths: list[int], show: bool = True) -> dict[int, 
         turns = episodes["n_turns"]
         say(f"episodes: {len(episodes)}, model turns {int(turns.sum())} (mean {turns.mean():.2f}, max "
             f"{int(turns.max())}); ended by " + ", ".join(f"{k} {v}" for k, v in sorted(reasons.items())))
-        from sst_interp.analyses.episodes import episode_conduct
 
         conduct = episode_conduct(run)
         if isinstance(conduct, pd.DataFrame):

@@ -3,7 +3,8 @@ one HTML page.
 
 Modules, one concern each:
 
-* :mod:`~sst_interp.reporting.config` -- :class:`ReportConfig` and resolving it into opened inputs;
+* :mod:`~sst_interp.reporting.config` -- :class:`ReportConfig`, the report's flags;
+* :mod:`~sst_interp.reporting.inputs` -- resolving a config into opened inputs;
 * :mod:`~sst_interp.reporting.artefacts` -- the artefact data classes (:class:`ArtefactSpec`, :class:`ArtefactData`);
 * :mod:`~sst_interp.reporting.registry` -- every spec in page order (:func:`all_specs`), bound to runs by ``plan``;
 * :mod:`~sst_interp.reporting.measured` -- the artefact of every catalogue entry with a caption (its section, caption
@@ -31,8 +32,9 @@ from sst_interp.kernels.lazy import lazy_exports, typed_exports
 if TYPE_CHECKING:
     from sst_interp.reporting.artefacts import ArtefactData, ArtefactSpec
     from sst_interp.reporting.build import ReportResult, build_report
-    from sst_interp.reporting.config import ReportConfig, ReportInputs, resolve_inputs
+    from sst_interp.reporting.config import ReportConfig
     from sst_interp.reporting.html import Outcome
+    from sst_interp.reporting.inputs import ReportInputs, resolve_inputs
     from sst_interp.reporting.registry import UNSUPPORTED, all_specs
 
 #: The public names are the `if TYPE_CHECKING:` imports above, each imported from its module on first use

@@ -18,18 +18,19 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from sst_interp.kernels.results import NotApplicable
 from sst_interp.kernels.errors import UsageError
+from sst_interp.kernels.results import NotApplicable
+from sst_interp.outputs import OutputSpaceError
 from sst_interp.reporting import fig_common
 from sst_interp.reporting.artefacts import Artefact, ArtefactData
 from sst_interp.reporting.cache import ResultCache, code_fingerprint, make_key, path_fingerprint, source_fingerprint
-from sst_interp.reporting.config import ReportConfig, ReportInputs, resolve_inputs
+from sst_interp.reporting.config import ReportConfig
 from sst_interp.reporting.context import ReportContext
 from sst_interp.reporting.html import Outcome, write_page
+from sst_interp.reporting.inputs import ReportInputs, resolve_inputs
 from sst_interp.reporting.registry import UNSUPPORTED, all_specs, plan
 from sst_interp.reporting.tables import write_table
 from sst_interp.store import CorruptRunError
-from sst_interp.outputs import OutputSpaceError
 
 
 @dataclass(frozen=True)

@@ -31,6 +31,7 @@ import pyarrow as pa
 
 import sst_interp.analyses as analyses
 import sst_interp.kernels as kernels
+import sst_interp.probe as probe
 from sst_interp.kernels.results import NotApplicable
 from sst_interp.outputs import write_output
 from sst_interp.reporting.artefacts import ArtefactData
@@ -77,7 +78,6 @@ def source_fingerprint(paths: Iterable[Path]) -> str:
 
 def code_fingerprint() -> str:
     """Fingerprint of the code that computes artefact data (module docstring)."""
-    import sst_interp.probe as probe
     here = Path(__file__).parent
     # the kernels hold definitions the analyses compute with (correctness, eq:alpha, the statistics, the result
     # types), so they key the cache too.

@@ -14,10 +14,11 @@ from typing import Any, TypeVar
 
 import pandas as pd
 
-from sst_interp.kernels.results import NotApplicable
 from sst_interp.analyses.api import CheckpointAnalysis, ExperimentAnalysis, RunAnalysis, TrainingAnalysis
 from sst_interp.analyses.checkpoint_figures import AlphaMatrix
-from sst_interp.reporting.config import ReportInputs, RunInput
+from sst_interp.analyses.comparisons import ComparisonAnalysis
+from sst_interp.kernels.results import NotApplicable
+from sst_interp.reporting.inputs import ReportInputs, RunInput
 
 T = TypeVar("T")
 
@@ -105,7 +106,6 @@ class ReportContext:
     def comparison_analysis(self) -> Any:
         """The :class:`~sst_interp.analyses.comparisons.ComparisonAnalysis` of every run (with its matched
         baseline), every training log and the ``--external`` CSV."""
-        from sst_interp.analyses.comparisons import ComparisonAnalysis
 
         inputs = self.inputs
 

@@ -8,8 +8,18 @@ import pandas as pd
 from matplotlib.figure import Figure
 
 from sst_interp.reporting.artefacts import ArtefactData
-from sst_interp.reporting.fig_common import (FAIL, NEUTRAL, PASS, RECOVERY, REGRESSION, bottom_legend, integer_ticks,
-                                              message, new_figure, style)
+from sst_interp.reporting.fig_common import (
+    FAIL,
+    NEUTRAL,
+    PASS,
+    RECOVERY,
+    REGRESSION,
+    bottom_legend,
+    integer_ticks,
+    message,
+    new_figure,
+    style,
+)
 
 RULE_COLORS = {"kl": RECOVERY, "entropy": REGRESSION, "margin": "#9467bd", "state": PASS, "probe": "#8c564b"}
 REGIME_COLORS = {"low_overlap": FAIL, "stable": RECOVERY, "unlabelled": NEUTRAL}

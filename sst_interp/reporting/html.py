@@ -19,7 +19,7 @@ from sst_interp import __version__
 from sst_interp.kernels.glossary import TERMS, Term, terms_for
 from sst_interp.outputs import write_output
 from sst_interp.reporting.artefacts import FAMILIES, Artefact, ArtefactData
-from sst_interp.reporting.config import ReportInputs
+from sst_interp.reporting.inputs import ReportInputs
 from sst_interp.reporting.tables import to_html
 
 Status = Literal["ok", "skipped", "failed"]

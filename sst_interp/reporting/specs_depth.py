@@ -6,6 +6,7 @@ from __future__ import annotations
 import pandas as pd
 
 from sst_interp.analyses import sections
+from sst_interp.analyses.depth_pareto import ParetoResult, combine, mark_pareto, pareto
 from sst_interp.kernels.errors import UsageError
 from sst_interp.kernels.results import NotApplicable
 from sst_interp.reporting import fig_depth
@@ -15,7 +16,6 @@ from sst_interp.reporting.context import ReportContext
 
 def _stacked(ctx: ReportContext) -> ArtefactData | NotApplicable:
     """The catalogue's ``tab_depth_pareto`` of every run, in one table with the front recomputed over all rows."""
-    from sst_interp.analyses.depth_pareto import combine, pareto
 
     results = [ctx.analysis(item.name).attempt("tab_depth_pareto") for item in ctx.inputs.runs]
     usable = [r for r in results if not isinstance(r, NotApplicable)]
@@ -26,7 +26,6 @@ def _stacked(ctx: ReportContext) -> ArtefactData | NotApplicable:
                if isinstance(r, NotApplicable)]
     notes: list[str] = []
     if ctx.inputs.probe is not None:
-        from sst_interp.analyses.depth_pareto import ParetoResult, mark_pareto
         from sst_interp.probe.policy_sweep import probe_row
 
         for item in ctx.inputs.runs:

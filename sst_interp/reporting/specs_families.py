@@ -9,6 +9,7 @@ from typing import Any
 import pandas as pd
 
 from sst_interp.analyses import sections
+from sst_interp.analyses.families import capacity_profile, state_profile
 from sst_interp.kernels.results import NotApplicable
 from sst_interp.reporting import fig_families
 from sst_interp.reporting.artefacts import ArtefactData, ArtefactSpec
@@ -36,14 +37,10 @@ def _stacked(measure: Callable[[Any, str], pd.DataFrame | NotApplicable], label:
 
 
 def _state(run: Any, name: str) -> pd.DataFrame | NotApplicable:
-    from sst_interp.analyses.families import state_profile
-
     return state_profile(run, name)
 
 
 def _capacity(run: Any, name: str) -> pd.DataFrame | NotApplicable:
-    from sst_interp.analyses.families import capacity_profile
-
     return capacity_profile(run, name)
 
 

@@ -34,6 +34,7 @@ import numpy as np
 import pandas as pd
 
 from sst_interp.kernels.errors import UsageError
+from sst_interp.store import RunWriter
 from sst_interp.synthetic.spec import scaled_k
 
 FAMILY = "looped_block"
@@ -215,7 +216,6 @@ def write_loop_shape_run(path: str | Path, spec: LoopShapeSpec | None = None) ->
 
     Every draw comes from ``numpy.random.default_rng([seed, question, stream])``: states and logits do not depend
     on the depth recorded (a depth-D run holds passes 1..D of the same trajectory)."""
-    from sst_interp.store import RunWriter
 
     spec = spec or LoopShapeSpec()
     depths, deepest = list(spec.depths), max(spec.depths)

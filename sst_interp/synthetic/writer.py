@@ -11,6 +11,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from sst_interp.store import RunWriter
 from sst_interp.synthetic.arrays import hidden_cube, logit_arrays, question_layout, sketch_rows, token_trace
 from sst_interp.synthetic.plan import PlantedArrays, QuestionPlan, plan_question
 from sst_interp.synthetic.spec import SyntheticSpec
@@ -25,7 +26,6 @@ def write_synthetic_run(path: str | Path, spec: SyntheticSpec, progress: bool = 
     Returns the :class:`PlantedTruth`. Memory: one batch of ``spec.batch_questions`` questions' arrays
     (``[P_full, I_max, L, d]`` float32 hidden states each) plus the truth's ``swaps`` ([Q, P, L, I] int16).
     """
-    from sst_interp.store import RunWriter  # imported here so the plan code has no I/O dependency
 
     depths = list(spec.depths)
     i_max = max(depths)

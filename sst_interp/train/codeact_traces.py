@@ -38,8 +38,9 @@ from sst_interp.codeact.prompts import SYSTEM_TEXTS
 from sst_interp.data.answers import numbers_equal
 from sst_interp.kernels.errors import UsageError
 from sst_interp.kernels.fields import arg
-from sst_interp.outputs import write_output
 from sst_interp.kernels.paths import ensure_writable_folder
+from sst_interp.outputs import write_output
+from sst_interp.sandbox import PythonSession, SandboxConfig, check_backend
 
 ANNOTATION = re.compile(r"<<([^<>=]+)=([^<>]*)>>")
 FINAL = re.compile(r"####\s*(.+?)\s*$")
@@ -130,7 +131,6 @@ def final_answer(solution: str) -> str:
 def build_traces(rows: Sequence[dict], sandbox: object) -> tuple[list[Trace], Counter]:
     """Traces of the rows whose code, run in ``sandbox`` (a SandboxConfig), prints their answer; the Counter has
     ``kept`` and one entry per drop reason."""
-    from sst_interp.sandbox import PythonSession
 
     counts: Counter = Counter()
     traces: list[Trace] = []
@@ -219,7 +219,6 @@ def write_trace_set(config: TraceSetConfig) -> dict:
     """Build, split and write the traces of ``config``: ``train.jsonl``, ``validation.jsonl`` and ``stats.json`` in
     ``config.out``. Returns the stats written to ``stats.json`` (bad input is a UsageError before anything is
     written)."""
-    from sst_interp.sandbox import SandboxConfig, check_backend
 
     config.validate()
     sandbox = SandboxConfig(backend=config.sandbox)

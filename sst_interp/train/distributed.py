@@ -55,9 +55,14 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import torch
+import torch.distributed as dist
+from torch.distributed.device_mesh import init_device_mesh
+from torch.distributed.fsdp import fully_shard
+from torch.distributed.tensor import DTensor
 
 from sst_interp.kernels.errors import UsageError
 from sst_interp.kernels.processes import Ranks, join_process_group, ranks_from_environment
+from sst_interp.model.adapters import decoder_layers
 
 if TYPE_CHECKING:
     from sst_interp.train.modeling import TrainModel
@@ -97,7 +102,6 @@ class DataParallel(Ranks):
         """``values`` summed over the ranks, in float64 (returned unchanged when training alone)."""
         if not self.enabled:
             return [float(v) for v in values]
-        import torch.distributed as dist
 
         tensor = torch.tensor([float(v) for v in values], dtype=torch.float64)
         dist.all_reduce(tensor, op=dist.ReduceOp.SUM)
@@ -111,7 +115,6 @@ class DataParallel(Ranks):
         """
         if not self.enabled:
             return
-        import torch.distributed as dist
 
         present = torch.tensor([p.grad is not None for p in params], dtype=torch.int32)
         dist.all_reduce(present, op=dist.ReduceOp.SUM)
@@ -135,7 +138,6 @@ class DataParallel(Ranks):
         """Copy rank 0's values of ``params`` to every rank (replicas start identical whatever the seeding)."""
         if not self.enabled:
             return
-        import torch.distributed as dist
 
         with torch.no_grad():
             for param in params:
@@ -145,7 +147,6 @@ class DataParallel(Ranks):
         """Raise when the replicas of ``params`` differ between ranks (they take identical steps by design)."""
         if not self.enabled:
             return
-        import torch.distributed as dist
 
         with torch.no_grad():
             local = torch.stack([p.detach().double().sum() for p in params]).cpu() if params else torch.zeros(0)
@@ -160,7 +161,6 @@ class DataParallel(Ranks):
         """Every rank's value of a CPU tensor of the same shape and dtype on all ranks, by rank."""
         if not self.enabled:
             return [tensor]
-        import torch.distributed as dist
 
         values = [torch.zeros_like(tensor) for _ in range(self.world_size)]
         dist.all_gather(values, tensor.contiguous())
@@ -241,7 +241,6 @@ def join(dp: DataParallel, device: torch.device) -> bool:
     used as it is after checking its size)."""
     if not dp.enabled:
         return False
-    import torch.distributed as dist
 
     if dist.is_initialized():
         if dist.get_world_size() != dp.world_size or dist.get_rank() != dp.rank:
@@ -264,11 +263,6 @@ def shard_frozen_backbone(model: TrainModel, device: torch.device) -> str:
     Returns:
         A one-line summary of what this process holds.
     """
-    from torch.distributed.device_mesh import init_device_mesh
-    from torch.distributed.fsdp import fully_shard
-    from torch.distributed.tensor import DTensor
-
-    from sst_interp.model.adapters import decoder_layers
 
     backbone = model.backbone
     decoder = backbone.get_decoder()
@@ -304,7 +298,6 @@ def shard_frozen_backbone(model: TrainModel, device: torch.device) -> str:
 
 def leave() -> None:
     """Leave the process group when one is joined (the command line calls it on exit)."""
-    import torch.distributed as dist
 
     if dist.is_available() and dist.is_initialized():
         dist.destroy_process_group()

@@ -29,6 +29,7 @@ import torch
 from tqdm import tqdm
 
 from sst_interp.kernels.errors import UsageError
+from sst_interp.model.backbone import backbone_identity
 from sst_interp.train import distributed
 from sst_interp.train.config import RESUMABLE_FIELDS, TrainConfig
 from sst_interp.train.data import (
@@ -198,7 +199,6 @@ class Trainer:
             backbone, tokenizer = load_training_backbone(config, where, training_dtype(config, self.device))
         elif tokenizer is None:
             raise ValueError("pass the tokenizer together with the backbone")
-        from sst_interp.model.backbone import backbone_identity
 
         self.backbone_id = backbone_id or backbone_identity(config.model)
         vocab = backbone.get_input_embeddings().weight.shape[0]

@@ -21,12 +21,15 @@ from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
+from peft import LoraConfig, get_peft_model
 from torch import nn
 from transformers import AutoModelForCausalLM, AutoTokenizer, BitsAndBytesConfig, PreTrainedModel
 
 from sst_interp.kernels.errors import UsageError
 from sst_interp.model import SSTConfig, SSTModel
+from sst_interp.model.backbone import DEFAULT_MODEL, ensure_default_backbone, load_backbone
 from sst_interp.model.checkpoint import quiet_tied_adapter_warning
+from sst_interp.model.devices import check_device, rank_device, resolve_dtype
 from sst_interp.train.config import TRAIN_DTYPES, TrainConfig
 from sst_interp.train.data import Batch
 from sst_interp.train.loss import lm_head_logits
@@ -96,7 +99,6 @@ class TrainModel:
 def training_device(config: TrainConfig, local_rank: int | None = None) -> torch.device:
     """The device ``config`` trains on as process ``local_rank`` of its machine (None: alone): ``--device`` resolved
     by :func:`sst_interp.model.devices.check_device`, then :func:`~sst_interp.model.devices.rank_device`."""
-    from sst_interp.model.devices import check_device, rank_device
 
     return torch.device(rank_device(check_device(config.device), local_rank))
 
@@ -104,7 +106,6 @@ def training_device(config: TrainConfig, local_rank: int | None = None) -> torch
 def training_dtype(config: TrainConfig, device: torch.device) -> torch.dtype:
     """``--dtype`` of ``config`` on ``device`` (:func:`sst_interp.model.devices.resolve_dtype`: ``auto`` is
     bfloat16 on CUDA, float32 on the CPU)."""
-    from sst_interp.model.devices import resolve_dtype
 
     return getattr(torch, resolve_dtype(config.dtype, device.type, allowed=TRAIN_DTYPES))
 
@@ -122,7 +123,6 @@ def load_training_backbone(config: TrainConfig, device: torch.device, dtype: tor
     Returns:
         ``(model, tokenizer)``.
     """
-    from sst_interp.model.backbone import load_backbone
 
     if not wants_nf4(config, device):
         return load_backbone(config.model, dtype=dtype, device=device, attn_implementation="eager")
@@ -130,7 +130,6 @@ def load_training_backbone(config: TrainConfig, device: torch.device, dtype: tor
         import bitsandbytes  # noqa: F401
     except ImportError as err:
         raise UsageError("QLoRA needs bitsandbytes: pip install 'sst-interp[cuda]', or pass --quantize none") from err
-    from sst_interp.model.backbone import DEFAULT_MODEL, ensure_default_backbone
 
     source = str(ensure_default_backbone()) if config.model == DEFAULT_MODEL else config.model
     quantization = BitsAndBytesConfig(
@@ -152,7 +151,6 @@ def build_train_model(backbone: PreTrainedModel, config: TrainConfig) -> TrainMo
     SST: the backbone becomes an SST first, then gets LoRA adapters; the SST parameters are re-enabled after peft
     froze them. Baseline: LoRA adapters only.
     """
-    from peft import LoraConfig, get_peft_model
 
     sst = None if config.baseline else SSTModel.from_backbone(backbone, SSTConfig(**config.sst_config_dict()))
     names = {name.rsplit(".", 1)[-1] for name, module in backbone.named_modules()}

@@ -31,12 +31,15 @@ from pathlib import Path
 import torch
 
 from sst_interp.kernels.errors import UsageError
+from sst_interp.model.generation import GenerationConfig, generate
+from sst_interp.model.loading import ModelSpec, build_sst
 from sst_interp.organism.config import SSTOrganismConfig
 from sst_interp.organism.tables import DepthByHop, read_table, tally_by_hop, write_table
 from sst_interp.organism.task import HopsQuestion, HopsSpec, item, split_items
 from sst_interp.organism.tokenizer import PAD_ID
 from sst_interp.organism.train import resumable_folder, train_looped
 from sst_interp.train.config import TrainConfig
+from sst_interp.train.loop import Trainer
 
 MARKER = "sst_organism.json"
 BACKBONE_DIR, DATA_DIR, SST_DIR, BASELINE_DIR = "backbone", "data", "sst", "baseline"
@@ -107,8 +110,6 @@ def checkpoint_answers(backbone: Path, checkpoint: Path, questions: Sequence[Hop
     """``{depth: [answer token per question]}``: a trained checkpoint's (SST or baseline, on ``backbone``) greedy first
     answer token at each depth, generated as ``record`` generates (the two-pass prompt, then ``depth`` passes at the
     answer position)."""
-    from sst_interp.model.generation import GenerationConfig, generate
-    from sst_interp.model.loading import ModelSpec, build_sst
 
     sst, tokenizer = build_sst(ModelSpec(model=str(backbone), checkpoint=str(checkpoint)))
     sst.eval()
@@ -158,7 +159,6 @@ def train_sst_organism(config: SSTOrganismConfig, progress: bool = True) -> dict
 
 def _train_stage(train_config: TrainConfig, progress: bool) -> None:
     """One run of the suite's trainer (it resumes from its ``last/`` by itself)."""
-    from sst_interp.train.loop import Trainer
 
     if train_config.threads is not None:
         torch.set_num_threads(train_config.threads)

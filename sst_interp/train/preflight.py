@@ -11,11 +11,14 @@ from __future__ import annotations
 import os
 
 import torch
+import torch.distributed as dist
 
 from sst_interp.kernels.errors import UsageError
 from sst_interp.kernels.paths import ensure_writable_folder
+from sst_interp.model.backbone import check_model_source, local_vocab_size
 from sst_interp.train.config import TrainConfig
 from sst_interp.train.distributed import DataParallel
+from sst_interp.train.modeling import training_device
 
 
 def check_launch(config: TrainConfig, dp: DataParallel, model: bool = True) -> torch.device:
@@ -27,7 +30,6 @@ def check_launch(config: TrainConfig, dp: DataParallel, model: bool = True) -> t
         model: also check ``config.model`` (a missing path, an unreachable hub id); library callers that pass a
             loaded backbone skip it.
     """
-    from sst_interp.train.modeling import training_device
 
     if config.fsdp and not dp.enabled:
         raise UsageError("--fsdp shards the frozen backbone over several processes; launch with torchrun "
@@ -39,8 +41,6 @@ def check_launch(config: TrainConfig, dp: DataParallel, model: bool = True) -> t
                                  "MASTER_ADDR and MASTER_PORT as torchrun does")
     device = training_device(config, dp.local_rank if dp.enabled else None)
     if model:
-        from sst_interp.model.backbone import check_model_source
-
         check_model_source(config.model)
         _check_action_tokens(config)
     ensure_writable_folder(config.out)
@@ -49,7 +49,6 @@ def check_launch(config: TrainConfig, dp: DataParallel, model: bool = True) -> t
 
 def _group_exists() -> bool:
     """Whether the caller already joined a process group (then the launcher variables are not needed)."""
-    import torch.distributed as dist
 
     return dist.is_available() and dist.is_initialized()
 
@@ -57,7 +56,6 @@ def _group_exists() -> bool:
 def _check_action_tokens(config: TrainConfig) -> None:
     """Action token ids must be tokens of the model's vocabulary (read from its config.json where it is local;
     the trainer checks again against the loaded model)."""
-    from sst_interp.model.backbone import local_vocab_size
 
     if not config.action_tokens:
         return

@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
+from peft import set_peft_model_state_dict
 from safetensors.torch import load_file, save_file
 
 from sst_interp.kernels.errors import UsageError
@@ -102,7 +103,6 @@ def load_training_state(folder: Path) -> tuple[dict[str, torch.Tensor], dict[str
 
 def restore_weights(model: TrainModel, folder: Path) -> None:
     """Load the adapter (and SST) weights of a saved checkpoint into the live training model."""
-    from peft import set_peft_model_state_dict
 
     adapter = folder / ADAPTER_DIR / "adapter_model.safetensors"
     if not adapter.is_file():

@@ -8,13 +8,8 @@ import pytest
 
 from sst_interp.kernels.errors import UsageError
 from sst_interp.cli.report import main
-from sst_interp.reporting.config import (
-    ReportConfig,
-    expand_run_paths,
-    latest_run,
-    resolve_inputs,
-    resolve_training_logs,
-)
+from sst_interp.reporting.config import ReportConfig
+from sst_interp.reporting.inputs import expand_run_paths, latest_run, resolve_inputs, resolve_training_logs
 from tests.unit.reporting.builders import theta_matrix, write_checkpoint, write_tiny_run, write_training_logs
 
 
