@@ -15,7 +15,11 @@ Rows (each a function returning a :class:`ValidationRow`):
 - :func:`overlap_row`: top-k overlap between iterations 1 and 2 against "still computing after iteration 1" (AUC),
   and the paper's GMM low-overlap regime;
 - :func:`depth_policy_row`: the per-position depth policies' halting iteration against the hop count;
-- :func:`patching_row`: counterfactual patching (:mod:`~sst_interp.experiments.hops_patching`).
+- :func:`patching_row`: counterfactual patching (:mod:`~sst_interp.experiments.hops_patching`);
+- :func:`window_row`: the window experiment, each block's carried state frozen after iteration 1, by hop count
+  (:mod:`~sst_interp.experiments.window`);
+- :func:`attribution_row`: attribution patching's first-order estimates against real patching of the same sites
+  (:mod:`~sst_interp.experiments.attribution`).
 """
 
 from __future__ import annotations
@@ -35,6 +39,10 @@ from sst_interp.analyses.depth_replay import halting_iterations, sweep_threshold
 from sst_interp.analyses.depth_trajectories import collect_trajectories
 from sst_interp.analyses.hops import answer_resolution, hop_probe, lens_by_hop, overlap_by_hops, question_truth
 from sst_interp.checkpoints import resolve_model
+from sst_interp.experiments import setup as experiment_setup
+from sst_interp.experiments.attribution import VERIFIED, run_attribution
+from sst_interp.experiments.configs import AttributionConfig, WindowConfig
+from sst_interp.experiments.window import condition_name, run_window
 from sst_interp.experiments.hops_patching import flip_table, patch_by_iteration
 from sst_interp.kernels.errors import UsageError
 from sst_interp.kernels.results import NotApplicable
@@ -43,12 +51,15 @@ from sst_interp.model.loop_model import LoopModel, load_loop_backbone
 from sst_interp.model.loops import native_loop
 from sst_interp.organism.task import HopsSpec, split_items
 from sst_interp.organism.train import ORGANISM_FILE, TABLE_FILE, read_table
+from sst_interp.record.options import RecordOptions
 from sst_interp.store import Run
 
 #: The held-out accuracy a probe must reach for a hop value to count as decodable at a (iteration, layer) slot.
 DECODABLE = 0.9
 #: The patched fraction that counts as "the answer became B's".
 FLIPPED = 0.5
+#: The rank agreement (Spearman) between attribution's estimates and real patching that counts as agreeing.
+AGREES = 0.8
 #: Lookups per iteration under the sequential hypothesis (HRM-Text: an L block and an H block per H-cycle).
 LOOKUPS_PER_ITERATION = 2
 
@@ -212,6 +223,56 @@ def patching_row(flips: pd.DataFrame) -> ValidationRow:
         bool(frame["matches"].mean() >= 0.8), flips)
 
 
+def window_row(table: pd.DataFrame, by_hop: pd.DataFrame) -> ValidationRow:
+    """The window experiment (one block per window, ``freeze``: the block's carried state held at iteration 1's
+    from then on) against the sequential hypothesis: a block frozen after iteration 1 has done its iteration-1
+    lookups only, so the questions that need more iterations (h > 2) should break and 1-2-hop questions survive.
+
+    Args:
+        table: the experiment's table (:func:`~sst_interp.experiments.window.run_window`).
+        by_hop: accuracy per (condition, hops) (:func:`organism_window`).
+    """
+    freezes = table[table["mode"] == "freeze"]
+    clean = by_hop[by_hop["condition"] == "clean"].set_index("hops")["accuracy"]
+    parts, recovered = [], True
+    for row in freezes.itertuples():
+        mine = by_hop[by_hop["condition"] == row.condition].set_index("hops")["accuracy"]
+        short, long = clean.loc[clean.index <= LOOKUPS_PER_ITERATION] - mine.loc[mine.index <= LOOKUPS_PER_ITERATION], \
+            clean.loc[clean.index > LOOKUPS_PER_ITERATION] - mine.loc[mine.index > LOOKUPS_PER_ITERATION]
+        parts.append(f"block {row.first_layer}: {row.accuracy_change_pp:+.0f} pp (McNemar p {row.mcnemar_exact_p:.1g}); "
+                     f"loss on h <= 2 {short.mean():.2f}, on h > 2 {long.mean():.2f}")
+        recovered &= bool(long.mean() > short.mean())
+    return ValidationRow(
+        "window experiment: each block's carried state frozen after iteration 1 (experiments.window)",
+        "freezing a block after iteration 1 breaks the questions that need more iterations (h > 2) more than the "
+        "1-2-hop questions iteration 1 resolves",
+        "; ".join(parts), recovered, by_hop)
+
+
+def attribution_row(verified: pd.DataFrame) -> ValidationRow:
+    """Attribution patching's verified cells (``attribution_verified``: per (layer, position, source iteration) the
+    mean first-order estimate beside the mean real patching effect): do the estimates rank the sites as real
+    patching does, and pick its strongest site first?"""
+    cells = verified.assign(ratio=verified["estimate_mean"] / verified["real_mean"].where(verified["real_mean"] != 0))
+    rho = float(spearmanr(cells["estimate_mean"], cells["real_mean"]).statistic) if len(cells) > 2 else math.nan
+    site = ["layer", "position", "source_iteration"]
+    top_estimate = tuple(cells.loc[cells["estimate_mean"].abs().idxmax(), site])
+    top_real = tuple(cells.loc[cells["real_mean"].abs().idxmax(), site])
+    first = cells[cells["source_iteration"] == 1]
+    first_zero = bool((first["estimate_mean"] == 0).all() and (first["real_mean"] == 0).all())
+    ratios = cells["ratio"].dropna()
+    return ValidationRow(
+        "attribution patching: first-order estimates against real patching of the same sites "
+        "(experiments.attribution)",
+        f"the estimates rank the sites as real patching does (Spearman rho >= {AGREES}) and name its strongest site "
+        "first; iteration 1 (depth 1's own pass) moves nothing in either",
+        f"rho {rho:.2f} over {len(cells)} cells; strongest site (layer, position, iteration) by estimate "
+        f"{top_estimate}, by real patching {top_real}; iteration 1 zero in both: {first_zero}; estimate / real "
+        f"{ratios.min():.2f} to {ratios.max():.2f}: the ranks agree, the magnitudes of a first-order estimate of a "
+        "whole-state patch do not",
+        bool(rho >= AGREES and top_estimate == top_real and first_zero), cells)
+
+
 def markdown(rows: list[ValidationRow]) -> str:
     """The validation table as Markdown (one line per row)."""
     lines = ["| measurement | prediction (sequential lookups) | measured | recovered |", "|---|---|---|---|"]
@@ -221,9 +282,43 @@ def markdown(rows: list[ValidationRow]) -> str:
     return "\n".join(lines)
 
 
-ROW_FILES = ("staged_capacity", "lens", "probe", "overlap", "depth_policies", "patching")
+ROW_FILES = ("staged_capacity", "lens", "probe", "overlap", "depth_policies", "patching", "window", "attribution")
 #: the lens' answer-on-top fraction per hop count and iteration (the figure's left panel)
 RESOLUTION_FILE = "answer_resolution.csv"
+
+
+def _organism_setup(folder: Path, depths: list[int], questions: int):
+    """The experiments' Setup for the organism on the first ``questions`` test questions (answer position only)."""
+    return experiment_setup.load(RecordOptions(model=str(folder), questions="hops", limit=questions, depths=depths,
+                                               device="cpu", full_positions=1, sketch_positions=0))
+
+
+def organism_window(folder: Path, depth: int, questions: int, out: Path) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """``python -m sst_interp.intervene window --model FOLDER --questions hops --limit N --depth D --size 1
+    --stride 1`` through the experiment's API; returns its table and the accuracy per (condition, hops) of the clean
+    depth-D run and each freeze (the experiment's folder is kept under ``out``)."""
+    table = run_window(_organism_setup(folder, [1, depth], questions), out,
+                       WindowConfig(depth=depth, size=1, stride=1))
+    frames = []
+    names = ["clean", *(condition_name((int(r.first_layer),), "freeze")
+                        for r in table[table["mode"] == "freeze"].itertuples())]
+    for name in names:
+        run = Run.open(experiment_setup.condition_path(out, name))
+        answers = run.generations()
+        answers = answers[(answers["depth"] == depth) & (answers["turn"] == 0)].set_index("question_id")
+        truth = question_truth(run)
+        frame = truth.join(answers["correct"]).groupby("hops")["correct"].mean().rename("accuracy").reset_index()
+        frames.append(frame.assign(condition=name))
+    return table, pd.concat(frames, ignore_index=True)[["condition", "hops", "accuracy"]]
+
+
+def organism_attribution(folder: Path, depth: int, questions: int, out: Path) -> pd.DataFrame:
+    """``python -m sst_interp.intervene attribute --model FOLDER --questions hops --limit N --depth D`` through the
+    experiment's API, every cell verified (2 blocks x the answer position x D source iterations); returns its
+    ``attribution_verified`` table. The experiment's folder (clean run, tables, manifest) is kept under ``out``."""
+    setup = _organism_setup(folder, [1, depth], questions)
+    cells = setup.num_layers * depth
+    return run_attribution(setup, out, AttributionConfig(depth=depth, positions=1, verify_top=cells))[VERIFIED]
 
 
 def validate(config) -> list[ValidationRow]:
@@ -250,6 +345,9 @@ def validate(config) -> list[ValidationRow]:
     rows.append(patching_row(flip_table(patch_by_iteration(LoopModel(backbone, loop), tokenizer, questions, depth,
                                                            config.seed))))
     config.out.mkdir(parents=True, exist_ok=True)
+    rows.append(window_row(*organism_window(folder, depth, config.attribution_questions, config.out / "window")))
+    rows.append(attribution_row(organism_attribution(folder, depth, config.attribution_questions,
+                                                     config.out / "attribution")))
     answer_resolution(run, depth).to_csv(config.out / RESOLUTION_FILE, index=False)
     for name, row in zip(ROW_FILES, rows):
         row.detail.to_csv(config.out / f"{name}.csv", index=False)

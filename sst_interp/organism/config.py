@@ -259,11 +259,13 @@ class ValidateConfig:
                                         "iteration)")
     folds: int = arg(5, help="question folds of the held-out hop-value probe")
     seed: int = arg(0, help="seed of the counterfactuals' distractor choice")
+    attribution_questions: int = arg(48, help="test questions of the window and attribution-patching rows (attribution: those whose depth-1 "
+                                              "answer differs from the run's deepest depth's are attributed)")
 
     def check(self) -> None:
         """Refuse values that cannot run (UsageError), before anything loads."""
         if not (self.run / "manifest.json").is_file():
             raise UsageError(f"--run {self.run} is not a run directory (no manifest.json); record one with "
                              "python -m sst_interp.record --model hops-organism --questions hops --depths 1,2,3,4")
-        if self.patch_questions < 1 or self.folds < 2:
-            raise UsageError("--patch-questions must be at least 1 and --folds at least 2")
+        if self.patch_questions < 1 or self.folds < 2 or self.attribution_questions < 1:
+            raise UsageError("--patch-questions and --attribution-questions must be at least 1 and --folds at least 2")
