@@ -11,7 +11,7 @@ import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
-from sst_interp.checkpoints import resolve_checkpoint
+from sst_interp.checkpoints import resolve_checkpoint, resolve_model
 from sst_interp.kernels.errors import UsageError
 from sst_interp.model.compile_options import CompileOptions, setup_refusal
 from sst_interp.model.compiled import compiler_for, generate_compiled
@@ -69,7 +69,7 @@ def complete_at_depths(config: GenerateConfig, say: Callable[[str], None] = prin
         raise UsageError("--prompt is empty; give the text to continue, e.g. --prompt '7 + 5 ='")
     device_map = parse_device_map(config.device_map)
     device, dtype = resolve_placement(config.device, config.dtype, mapped=device_map is not None)
-    spec = ModelSpec(config.model, resolve_checkpoint(config.checkpoint), config.state_scale, dtype, device,
+    spec = ModelSpec(resolve_model(config.model), resolve_checkpoint(config.checkpoint), config.state_scale, dtype, device,
                      device_map=device_map, max_memory=parse_max_memory(config.max_memory))
     sst, tokenizer = build_sst(spec)
     prompt = codecs.decode(config.prompt, "unicode_escape") if "\\" in config.prompt else config.prompt

@@ -27,9 +27,10 @@ class GenerateConfig:
 
     prompt: str = arg(help="prompt text; \\n escapes are expanded")
     depths: list[int] = arg(default_factory=lambda: [1, 2, 3, 4], help="comma-separated iteration depths")
-    model: str = arg("default", help="default | local HF folder | .gguf file | hub id (default: default)")
+    model: str = arg("default", help="default | local HF folder | .gguf file | hub id | hops-sst-backbone (the SST "
+                                          "organism's backbone, with --checkpoint hops-sst) (default: default)")
     checkpoint: str | None = arg(None, help="SST checkpoint folder (sst_config.json + state), or a named "
-                                                "checkpoint: demo-codeact | demo-codeact-baseline")
+                                                "checkpoint: demo-codeact | demo-codeact-baseline | hops-sst")
     state_scale: str | None = arg(None, choices=("unit", "hidden"),
                                   help="state read scale of an untrained SST (default: hidden on the default "
                                        "backbone)")
