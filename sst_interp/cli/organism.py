@@ -47,7 +47,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
         import pandas as pd
 
-        from sst_interp.experiments.organism_validation import RESOLUTION_FILE, markdown
+        from sst_interp.experiments.organism_validation import RESOLUTION_FILE, ROW_FILES, markdown
         from sst_interp.experiments.organism_validation import validate as run_validation
         from sst_interp.reporting.fig_organism import write_organism_figure
         from sst_interp.store import Run
@@ -55,8 +55,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         config = config_from_namespace(ValidateConfig, args)
         rows = run_validation(config)
         chains = json.loads(Run.open(config.run).questions()["metadata"].iloc[0])["chains"]
-        write_organism_figure(pd.read_csv(config.out / RESOLUTION_FILE), rows[-1].detail, config.out,
-                              chance=1 / chains)
+        write_organism_figure(pd.read_csv(config.out / RESOLUTION_FILE), rows[ROW_FILES.index("patching")].detail,
+                              config.out, chance=1 / chains)
         print(markdown(rows))
         return 0
     from sst_interp.organism.train import format_table, train_looped

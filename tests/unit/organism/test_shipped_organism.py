@@ -11,25 +11,29 @@ patching ranks the sites as real patching does."""
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
 
+import pandas as pd
 import pytest
 
 from sst_interp.checkpoints import resolve_checkpoint, resolve_model
+from sst_interp.cli.organism import main as organism_main
 from sst_interp.cli.record import main as record_main
 from sst_interp.experiments import organism_validation as validation
 from sst_interp.experiments.hops_patching import flip_table, patch_by_iteration
 from sst_interp.model.loop_model import LoopModel, load_loop_backbone
 from sst_interp.model.loops import native_loop
 from sst_interp.organism.looped import depth_by_hop
-from sst_interp.probe.labels import labels_from_generations
 from sst_interp.organism.task import HopsSpec, split_items
 from sst_interp.organism.train import ORGANISM_FILE, TABLE_FILE, read_table
+from sst_interp.probe.labels import labels_from_generations
 from sst_interp.store import Run
 from sst_interp.train.organism import checkpoint_depth_by_hop
 
 pytestmark = [pytest.mark.usefixtures("one_thread"), pytest.mark.slow]
 
+ROOT = Path(__file__).resolve().parents[3]
 FOLDER = Path(resolve_model("hops-organism"))
 SPEC = HopsSpec(**json.loads((FOLDER / ORGANISM_FILE).read_text())["task"])
 #: exact-match counts of the first 48 test questions (8 per hop count) at depths 1-4, measured on the shipped weights
@@ -165,3 +169,21 @@ def test_the_organism_rarely_overthinks(recorded):
     assert len(flagged) == MUST_HALT_QUESTIONS
     assert set(flagged) <= set(labels.recoverable_questions)
     assert len(labels.recoverable_questions) >= 0.9 * len(labels.correct)
+
+
+def test_validate_draws_its_figure_from_the_patching_row(recorded, tmp_path, monkeypatch):
+    """The command's last step, without the 12 minutes of rows: given the rows (here the committed ones of
+    bench/organism/validation, in ROW_FILES order), ``validate`` prints the table and draws the figure from the lens
+    and the patching row, wherever that row sits."""
+    committed = ROOT / "bench" / "organism" / "validation"
+
+    def rows_from_bench(config):
+        config.out.mkdir(parents=True)
+        shutil.copy(committed / validation.RESOLUTION_FILE, config.out / validation.RESOLUTION_FILE)
+        return [validation.ValidationRow(name, "", "", False, pd.read_csv(committed / f"{name}.csv"))
+                for name in validation.ROW_FILES]
+
+    monkeypatch.setattr(validation, "validate", rows_from_bench)
+    out = tmp_path / "validation"
+    assert organism_main(["validate", "--run", str(recorded.path), "--out", str(out)]) == 0
+    assert (out / "organism_hops.png").stat().st_size > 10_000
