@@ -30,7 +30,7 @@ from typing import Any
 import pandas as pd
 
 from sst_interp.analyses import logit_dynamics as ld
-from sst_interp.analyses.availability import NotAvailable, UnknownMeasurement
+from sst_interp.analyses.availability import NotAvailable, UnknownMeasurement  # noqa: F401 - exported by analyses
 from sst_interp.analyses.basin_profiles import punctuated_equilibrium
 from sst_interp.analyses.basins import GMMFit
 from sst_interp.analyses.by_question import selected

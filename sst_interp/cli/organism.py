@@ -59,7 +59,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                               config.out, chance=1 / chains)
         print(markdown(rows))
         return 0
-    from sst_interp.organism.train import format_table, train_looped
+    from sst_interp.organism.train import train_looped
 
     table = train_looped(config_from_namespace(LoopedTrainConfig, args))
     print(format_table(table))

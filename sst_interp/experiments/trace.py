@@ -52,7 +52,6 @@ from sst_interp.experiments.tables import (
 )
 from sst_interp.experiments.trace_cells import aligned_cells
 from sst_interp.interventions import Intervention, InterventionSpec, Operation, Site, intervene
-from sst_interp.kernels.errors import UsageError
 from sst_interp.kernels.outcomes import NEVER, first_divergence
 from sst_interp.model.depth_policy import FixedDepth
 from sst_interp.model.generation import GenerationSession

@@ -16,6 +16,7 @@ import json
 import random
 import time
 from dataclasses import asdict
+from pathlib import Path
 
 import torch
 from tqdm.auto import tqdm

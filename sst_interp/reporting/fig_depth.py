@@ -4,7 +4,6 @@ split by overlap regime."""
 from __future__ import annotations
 
 import numpy as np
-import pandas as pd
 from matplotlib.figure import Figure
 
 from sst_interp.reporting.artefacts import ArtefactData

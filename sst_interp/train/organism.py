@@ -30,7 +30,6 @@ from pathlib import Path
 
 import torch
 
-from sst_interp.kernels.errors import UsageError
 from sst_interp.model.generation import GenerationConfig, generate
 from sst_interp.model.loading import ModelSpec, build_sst
 from sst_interp.organism.config import SSTOrganismConfig

@@ -61,7 +61,7 @@ def test_offline_hub_download_is_a_usage_error(monkeypatch: pytest.MonkeyPatch) 
         calls.append(kwargs)
         raise OSError("network unreachable")
 
-    monkeypatch.setattr("huggingface_hub.hf_hub_download", offline)
+    monkeypatch.setattr("sst_interp.data.files.hf_hub_download", offline)
     # Online as far as the pre-check can tell (the test session itself runs with HF_HUB_OFFLINE=1).
     monkeypatch.setattr("sst_interp.data.files.hub_unreachable_reason", lambda: None)
     with pytest.raises(UsageError, match="could not download openai/gsm8k.*pass --data PATH"):
