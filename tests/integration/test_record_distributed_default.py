@@ -1,6 +1,7 @@
 """``torchrun --nproc-per-node 2 -m sst_interp.record`` on the real default backbone: CodeACT episodes of the
 shipped demo-codeact SST, recorded by two gloo processes on the CPU, equal the single-process run of the same
-command (same episodes, rows and arrays, up to row order)."""
+command (same episodes, rows and arrays, up to row order). Depth 1 only, to keep the suite's time: two processes
+at depths 1-2 are held on a tiny model by tests/unit/test_record_distributed.py."""
 
 from __future__ import annotations
 
@@ -17,7 +18,7 @@ pytestmark = pytest.mark.slow
 
 def _argv(out) -> list[str]:
     return ["--protocol", "codeact", "--questions", "gsm8k", "--data", str(SHARED / "gsm8k"), "--limit", "2",
-            "--depths", "1,2", "--batch-size", "1", "--max-new-tokens", "48", "--max-turns", "2",
+            "--depths", "1", "--batch-size", "1", "--max-new-tokens", "48", "--max-turns", "2",
             "--full-positions", "2", "--sketch-positions", "4", "--top-k", "8", "--device", "cpu", "--out", str(out)]
 
 
@@ -31,9 +32,9 @@ def test_two_processes_record_the_same_codeact_run_as_one(tmp_path):
         record_main(_argv(tmp_path / "alone"))
     finally:
         torch.set_num_threads(before)
-    assert_same_run(tmp_path / "together", tmp_path / "alone")
+    assert_same_run(tmp_path / "together", tmp_path / "alone", depths=(1,))
     run = Run.open(tmp_path / "together")
-    assert run.protocol == "codeact" and len(run.episodes()) == 4
+    assert run.protocol == "codeact" and len(run.episodes()) == 2
     # one batch per rank, committed in whichever order the ranks finished them
     assert sorted(len(b["question_ids"]) for b in run.manifest["batches"]["1"]) == [1, 1]
     assert run.manifest["sandbox"]["backend"] == "bwrap"

@@ -40,8 +40,8 @@ def finish(proc: subprocess.Popen, timeout: float = 300) -> str:
     return output
 
 
-def assert_same_run(run_path: Path, reference_path: Path) -> None:
-    """Same questions, generations, hidden states, logits and sketches at every depth, up to row order."""
+def assert_same_run(run_path: Path, reference_path: Path, depths: tuple[int, ...] = DEPTHS) -> None:
+    """Same questions, generations, hidden states, logits and sketches at each of ``depths``, up to row order."""
     run, reference = Run.open(run_path), Run.open(reference_path)
     key = ["depth", "question_id", "turn"]  # one generation row per model turn (one turn in a completion run)
     ours = run.generations().sort_values(key).reset_index(drop=True)
@@ -53,7 +53,7 @@ def assert_same_run(run_path: Path, reference_path: Path) -> None:
     episodes = [frame.sort_values(["depth", "question_id"]).reset_index(drop=True)
                 for frame in (run.episodes(), reference.episodes())]
     assert episodes[0].equals(episodes[1])
-    for depth in DEPTHS:
+    for depth in depths:
         assert sorted(run.question_ids(depth)) == sorted(reference.question_ids(depth))
         for kind in ("hidden", "logits", "sketch"):
             mine = {(block.question_id, block.turn): block for block in getattr(run, kind)(depth)}

@@ -53,7 +53,9 @@ def planted_setup(questions: int = 8) -> Setup:
 # the first differing token, or depth k's token at a fixed position (for questions whose tokens agree before it)
 @pytest.mark.parametrize("fixed", [None, 3])
 def test_trace_finds_the_planted_path_and_nothing_else(tmp_path, fixed):
-    tables = run_trace(planted_setup(), tmp_path, TraceConfig(depth=DEPTH, positions=6, target_position=fixed))
+    # the fixed target needs no more than 5 questions to have more than 2 measured (the first-difference case, 8)
+    tables = run_trace(planted_setup(8 if fixed is None else 5), tmp_path,
+                       TraceConfig(depth=DEPTH, positions=6, target_position=fixed))
     targets = tables["trace_targets"]
     measured = targets[targets["skipped"] == ""].set_index("question_id")
     assert len(measured) >= 1 and (measured["target_position"] >= 1).any(), targets
