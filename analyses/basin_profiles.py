@@ -19,9 +19,6 @@ import numpy as np
 import pandas as pd
 
 from sst_interp.analyses import sections, tidy
-from sst_interp.analyses.figure_data import FigureData
-from sst_interp.analyses.measurement import Measurement, pe_part
-from sst_interp.kernels.results import AnalysisResult, NotApplicable, single_depth
 from sst_interp.analyses.basins import (
     BasinSummary,
     GMMFit,
@@ -43,6 +40,8 @@ from sst_interp.analyses.divergence import (
     first_true,
     pos0_divergence,
 )
+from sst_interp.analyses.figure_data import FigureData
+from sst_interp.analyses.measurement import Measurement, pe_part
 from sst_interp.analyses.overlap import (
     OverlapResult,
     _collect_many,
@@ -51,6 +50,8 @@ from sst_interp.analyses.overlap import (
     _unwrap,
     _within_plan,
 )
+from sst_interp.kernels.paper import PAPER_THRESHOLD
+from sst_interp.kernels.results import AnalysisResult, NotApplicable, single_depth
 
 if TYPE_CHECKING:
     from sst_interp.store import Run
@@ -307,8 +308,18 @@ def punctuated_equilibrium(run: Run, k: int | None = None, rule: Rule = "any", c
                                  long_profile)
 
 
+def low_overlap_threshold(punctuated: PunctuatedEquilibrium | NotApplicable) -> tuple[float, str]:
+    """(low-overlap threshold, where it came from) for a run's :func:`punctuated_equilibrium`: its GMM crossover
+    (app:gmm), else the paper's (:data:`~sst_interp.kernels.paper.PAPER_THRESHOLD`) when the run has no fit."""
+    gmm = getattr(punctuated, "gmm", None)
+    if isinstance(gmm, GMMFit):
+        return float(gmm.threshold), "this run's GMM crossover"
+    return float(PAPER_THRESHOLD), "the paper's GMM crossover (this run has no fit)"
+
+
 # ------------------------------------------------------------------------------------------------ figure data
 # The layer profile figures: fig:layer_profile, its per-position and long-range forms.
+
 def comparison_of(analysis: Any) -> str:
     """What the run's basin step compared (``iter-1 vs iter-N``, ...), or "" when it has none."""
     pe = analysis.punctuated

@@ -2,8 +2,8 @@
 app:training_curves): learned blend coefficients read from an SST checkpoint, and loss / alpha curves read from
 training output folders.
 
-Each function takes a :class:`~sst_interp.analyses.api.CheckpointAnalysis` or
-:class:`~sst_interp.analyses.api.TrainingAnalysis` and returns :class:`~sst_interp.analyses.figure_data.FigureData`
+Each function takes a :class:`~sst_interp.study.CheckpointAnalysis` or
+:class:`~sst_interp.study.TrainingAnalysis` and returns :class:`~sst_interp.analyses.figure_data.FigureData`
 (or a NotApplicable saying why); their entries (:data:`MEASUREMENTS`) are declared below and the report draws
 them (:mod:`sst_interp.reporting.fig_alpha`).
 """
@@ -17,14 +17,14 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from sst_interp.analyses import sections, tidy
-from sst_interp.analyses.measurement import Measurement, figure_main
 from sst_interp.analyses import alpha as alpha_analysis
+from sst_interp.analyses import sections, tidy
 from sst_interp.analyses.figure_data import FigureData
 from sst_interp.analyses.layers import paper_layer
-from sst_interp.kernels.results import NotApplicable
+from sst_interp.analyses.measurement import Measurement, figure_main
 from sst_interp.kernels.errors import UsageError
 from sst_interp.kernels.paper import A_MAX, A_MIN, THETA_INIT, alpha_from_theta, alpha_init
+from sst_interp.kernels.results import NotApplicable
 
 LOSS_COLUMNS = ("step", "train_loss", "val_loss")
 

@@ -3,29 +3,30 @@
 comparisons (fig:sst_vs_nobias_loss, fig:sst_vs_baseline_training_loss, fig:sst_vs_baseline_validation_loss) and
 the external comparisons (tab:external_gsm8k, tab:external_gpqa)::
 
-    from sst_interp import analyses
-    c = analyses.open_comparison(runs=["runs/main", "runs/nobias", "runs/ema"], baseline="runs/base",
-                                 training=["train/sst", "train/nobias", "train/base"], external="gpqa")
+    from sst_interp import study
+    c = study.open_comparison(runs=["runs/main", "runs/nobias", "runs/ema"], baseline="runs/base",
+                             training=["train/sst", "train/nobias", "train/base"], external="gpqa")
     c.available()                         # which of them these inputs support, and why not the rest
     c.table("tab:alpha_init_ablation")     # the paper's layout
 
 Which run or training is the main SST, a variant or the baseline is read from its own configuration (the run's
 manifest ``sst`` block, the training folder's ``train_config.json``), never from names
 (:mod:`sst_interp.analyses.ablation`). The entries and their requirements are declared here (:data:`MEASUREMENTS`,
-:data:`REQUIREMENTS`); :mod:`sst_interp.catalogue` gathers them with every other family's.
+:data:`REQUIREMENTS`); :mod:`sst_interp.catalogue` gathers them with every other family's. Their computations
+take any object with the attributes of :class:`Compared`: the analysis object
+:class:`sst_interp.study.comparison.ComparisonAnalysis`, which sits above the catalogue.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import pandas as pd
 
 from sst_interp.analyses import ablation, external, sections, tidy
 from sst_interp.analyses import hyperparameters as hp
-from sst_interp.analyses.api import Measured, as_run
 from sst_interp.analyses.checkpoint_figures import train_log
 from sst_interp.analyses.figure_data import FigureData
 from sst_interp.analyses.measurement import Measurement
@@ -37,6 +38,25 @@ from sst_interp.store import Run
 BASELINE = ablation.BASELINE
 TRAIN_LOG = "train_log.csv"
 ALPHA_LOG = "alpha_log.csv"
+
+
+class Compared(Protocol):
+    """What the comparison measurements read from their analysis object
+    (:class:`sst_interp.study.comparison.ComparisonAnalysis`)."""
+
+    runs: dict[str, Run]
+    baselines: dict[str, Run]
+    training: list[Path]
+    external: Path | None
+    benchmarks: dict[str, str]
+
+    @property
+    def pairs(self) -> ablation.AblationPairs: ...
+
+    @property
+    def trainings(self) -> dict[str, Path]: ...
+
+    def memo(self, key: str, build: Any) -> Any: ...
 
 
 # ------------------------------------------------------------------------------------------------ trainings
@@ -72,56 +92,7 @@ def training_roles(folders: Sequence[Path]) -> dict[str, Path]:
     return out
 
 
-# ------------------------------------------------------------------------------------------------ the object
-class ComparisonAnalysis(Measured):
-    """Several recorded runs, training folders and published accuracies, compared.
-
-    Args:
-        runs: SST runs (name -> Run or path; a sequence is named by directory name).
-        baselines: run name -> its matched baseline run; or one baseline (a Run or a path) for every run.
-        training: training output folders (``python -m sst_interp.train --out``).
-        external: a CSV of published accuracies (``model, parameters, accuracy, prompting, source``) or a shipped
-            name (gsm8k, gpqa).
-        benchmarks: run name -> the benchmark its table rows name (default: the manifest's ``questions`` key).
-    """
-
-    scope = "comparison"
-
-    def __init__(self, runs: Mapping[str, Any] | Sequence[Any] = (), baselines: Any = None,
-                 training: Sequence[str | Path] = (), external: str | Path | None = None,
-                 benchmarks: Mapping[str, str] | None = None) -> None:
-        super().__init__()
-        if isinstance(runs, Mapping):
-            named = {str(k): as_run(v) for k, v in runs.items()}
-        else:
-            opened = [as_run(r) for r in runs]
-            named = {Path(r.path).name: r for r in opened}
-        self.runs: dict[str, Run] = named
-        if baselines is None or isinstance(baselines, Mapping):
-            self.baselines = {k: as_run(v) for k, v in (baselines or {}).items()}
-        else:
-            one = as_run(baselines)
-            self.baselines = {name: one for name in named}
-        self.training = [Path(p) for p in training]
-        self.external = external if external is None else external_path(external)
-        self.benchmarks = dict(benchmarks or {name: str(r.manifest.get("questions") or name)
-                                              for name, r in named.items()})
-
-    def __repr__(self) -> str:
-        return (f"ComparisonAnalysis(runs={list(self.runs)}, training={[str(p) for p in self.training]}, "
-                f"external={self.external})")
-
-    @property
-    def pairs(self) -> ablation.AblationPairs:
-        """Each ablation variant's main run (refuses runs recorded under different conditions)."""
-        return self.memo("pairs", lambda: ablation.pair_runs(self.runs))
-
-    @property
-    def trainings(self) -> dict[str, Path]:
-        """role -> training folder."""
-        return self.memo("trainings", lambda: training_roles(self.training))
-
-
+# ------------------------------------------------------------------------------------------------ inputs
 def external_path(value: str | Path) -> Path:
     """``--external``'s value as a checked CSV path (:func:`~sst_interp.analyses.external.read_external` raises on a
     malformed file)."""
@@ -130,15 +101,9 @@ def external_path(value: str | Path) -> Path:
     return path
 
 
-def open_comparison(runs: Any = (), baseline: Any = None, training: Sequence[str | Path] = (),
-                    external: str | Path | None = None) -> ComparisonAnalysis:
-    """:class:`ComparisonAnalysis` (``analyses.open_comparison``)."""
-    return ComparisonAnalysis(runs, baseline, training, external)
-
-
 # ------------------------------------------------------------------------------------------------ requirements
 def _pair(role: str):
-    def check(c: ComparisonAnalysis) -> str | None:
+    def check(c: Compared) -> str | None:
         if role in c.pairs.pairs:
             return None
         variant = role.replace("_", " ").removesuffix(" variant")  # "alpha init", "ema"
@@ -150,7 +115,7 @@ def _pair(role: str):
 
 
 def _logs(*roles: str):
-    def check(c: ComparisonAnalysis) -> str | None:
+    def check(c: Compared) -> str | None:
         found = c.trainings
         missing = [r for r in roles if r not in found]
         if not missing:
@@ -163,7 +128,7 @@ def _logs(*roles: str):
     return check
 
 
-def _configs(c: ComparisonAnalysis) -> str | None:
+def _configs(c: Compared) -> str | None:
     unmet = _logs(ablation.MAIN, BASELINE)(c)
     if unmet is not None:
         return unmet
@@ -172,7 +137,7 @@ def _configs(c: ComparisonAnalysis) -> str | None:
     return f"{', '.join(bare)} holds no {hp.TRAIN_CONFIG}; pass the training output folder" if bare else None
 
 
-def _external(c: ComparisonAnalysis) -> str | None:
+def _external(c: Compared) -> str | None:
     return None if c.external is not None else ("needs --external CSV (published accuracies: model, parameters, "
                                                 "accuracy, prompting, source; or a shipped name: gsm8k, gpqa)")
 
@@ -186,7 +151,7 @@ REQUIREMENTS = {"ablation_alpha_init": _pair(ablation.ALPHA_INIT), "ablation_ema
 
 # ------------------------------------------------------------------------------------------------ computations
 def _ablation(role: str):
-    def compute(c: ComparisonAnalysis) -> Any:
+    def compute(c: Compared) -> Any:
         variant, main = c.pairs.pairs[role]
         base = c.baselines.get(main)
         depth = min(base.depths) if base is not None else None
@@ -195,7 +160,7 @@ def _ablation(role: str):
     return compute
 
 
-def _ablation_notes(c: ComparisonAnalysis, r: ablation.AblationTable) -> list[str]:
+def _ablation_notes(c: Compared, r: ablation.AblationTable) -> list[str]:
     role = r.role
     variant, main = c.pairs.pairs[role]
     notes = [f"main SST: run {main} ({r.main.describe()}); variant: run {variant} ({r.variant.describe()}); "
@@ -213,12 +178,12 @@ def _ablation_notes(c: ComparisonAnalysis, r: ablation.AblationTable) -> list[st
     return notes
 
 
-def _trainings_of(c: ComparisonAnalysis, roles: Sequence[str]) -> dict[str, Path]:
+def _trainings_of(c: Compared, roles: Sequence[str]) -> dict[str, Path]:
     return {training_role(c.trainings[r])[1]: c.trainings[r] for r in roles if r in c.trainings}
 
 
 def _losses(roles: Sequence[str], panel: str):
-    def compute(c: ComparisonAnalysis) -> FigureData:
+    def compute(c: Compared) -> FigureData:
         chosen = _trainings_of(c, roles)
         tables = {label: train_log(folder) for label, folder in chosen.items()}
         return FigureData(tables, {"series": list(tables), "panel": panel,
@@ -233,7 +198,7 @@ def _losses_tidy(result: FigureData) -> pd.DataFrame:
     return tidy.renamed(long[["model", "step", "train_loss", "val_loss"]], {})
 
 
-def _hyperparameters(c: ComparisonAnalysis) -> hp.Hyperparameters:
+def _hyperparameters(c: Compared) -> hp.Hyperparameters:
     order = [ablation.MAIN, BASELINE, ablation.ALPHA_INIT, ablation.EMA_VARIANT, ablation.OTHER]
     runs = {}
     for role in order:
@@ -248,13 +213,13 @@ def _hyperparameters(c: ComparisonAnalysis) -> hp.Hyperparameters:
 _NOT_PLACED = frozenset({ablation.ALPHA_INIT, ablation.EMA_VARIANT})
 
 
-def _placed(c: ComparisonAnalysis, label: str) -> list[str]:
+def _placed(c: Compared, label: str) -> list[str]:
     return [name for name in c.runs if external.benchmark_table(c.benchmarks[name]) == label
             and ablation.role_of(c.runs[name]) not in _NOT_PLACED]
 
 
 def _external_table(label: str):
-    def compute(c: ComparisonAnalysis) -> Any:
+    def compute(c: Compared) -> Any:
         names = _placed(c, label)
         if not names:
             wanted = {"tab:external_gsm8k": "GSM8K", "tab:external_gpqa": "GPQA"}.get(label)
@@ -280,7 +245,7 @@ def _external_table(label: str):
     return compute
 
 
-def _external_notes(c: ComparisonAnalysis, r: external.ExternalComparison) -> list[str]:
+def _external_notes(c: Compared, r: external.ExternalComparison) -> list[str]:
     notes = [f"rows of kind 'published' are accuracies reported by their sources, read from {r.csv_path}; they are "
              f"published figures under their own protocols, not recorded by this tool",
              "the row of kind 'recorded' is this run's staged-compute capacity (correct at some recorded depth)"]

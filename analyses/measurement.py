@@ -9,7 +9,7 @@ report puts it (``family``, ``caption``, ``figure``). Each family module declare
 :mod:`sst_interp.probe.measurements`, :mod:`sst_interp.experiments.measurements`), and :mod:`sst_interp.catalogue`
 gathers them all. Everything else is generated from these entries:
 
-- the method of each entry on its analysis object (:class:`~sst_interp.analyses.api.RunAnalysis`, ...), with
+- the method of each entry on its analysis object (:class:`~sst_interp.study.RunAnalysis`, ...), with
   ``table()``, ``data()``, ``result()``, ``notes()`` and ``available()``;
 - the report's artefact of each entry with a caption (:mod:`sst_interp.reporting.measured`), which writes
   ``presentation`` and ``notes`` of the same entry, or draws its figure data in the entry's figure style.
@@ -30,7 +30,8 @@ import pandas as pd
 from sst_interp.analyses import tidy
 from sst_interp.kernels.results import NotApplicable
 
-# The functions below take the analysis objects of sst_interp.analyses.api (annotated Any: api imports this module).
+# The functions below take the analysis objects of sst_interp.study (annotated Any: those sit above the catalogue,
+# which gathers this module's entries).
 
 
 # ------------------------------------------------------------------------------------------------ requirements
@@ -159,10 +160,10 @@ class Measurement:
         per_question: (analysis, question, depth, turn) -> the result for that question, compared at that depth
             (``data(label, question=..., depth=...)``), for a figure that shows one question; None: ``data``
             selects the question's rows from the frame (when it has a ``question_id`` column).
-        scope: what it measures: a ``run`` (:class:`~sst_interp.analyses.api.RunAnalysis`), a ``checkpoint``
-            (:class:`~sst_interp.analyses.api.CheckpointAnalysis`), ``training`` logs
-            (:class:`~sst_interp.analyses.api.TrainingAnalysis`) or an intervention ``experiment`` folder
-            (:class:`~sst_interp.analyses.api.ExperimentAnalysis`); ``compute`` receives that object.
+        scope: what it measures: a ``run`` (:class:`~sst_interp.study.RunAnalysis`), a ``checkpoint``
+            (:class:`~sst_interp.study.CheckpointAnalysis`), ``training`` logs
+            (:class:`~sst_interp.study.TrainingAnalysis`) or an intervention ``experiment`` folder
+            (:class:`~sst_interp.study.ExperimentAnalysis`); ``compute`` receives that object.
         family: the report's section it is written under (a constant of :mod:`sst_interp.analyses.sections`);
             with ``caption``, what puts it on the report's page (an entry without a caption is either not on the
             page or written by a hand-written, cross-run spec of the report).

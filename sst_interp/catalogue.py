@@ -3,16 +3,16 @@
 Each family module declares its entries next to its functions, as ``MEASUREMENTS`` (and, where it has requirements
 of its own, ``REQUIREMENTS``): the analyses' families, the halting probe's (:mod:`sst_interp.probe.measurements`),
 the intervention experiments' (:mod:`sst_interp.experiments.measurements`) and the comparisons of several runs
-(:mod:`sst_interp.analyses.comparisons`). This module sits above all of them (floor 6 of docs/architecture.md)
-and imports each one by plain import, so what it holds is exactly what those modules declare:
+(:mod:`sst_interp.analyses.comparisons`). This module sits above all of them (floor 6 of docs/architecture.md,
+below the analysis objects) and imports each one by plain import, so what it holds is exactly what those modules
+declare:
 
 - :data:`MEASUREMENTS`: every entry, family by family in :data:`FAMILIES` order (the report sorts its page itself);
 - :data:`REQUIREMENTS`: every declarative requirement, name -> check;
 - :data:`BY_KEY` and :func:`lookup`: an entry by any spelling of its key, name or artefact.
 
-The analysis objects (:class:`~sst_interp.analyses.api.RunAnalysis`, ...) read it through
-:func:`sst_interp.analyses.api.catalogue`, the one import of ``analyses`` from above (declared in
-``tests/unit/test_import_graph.py``), and the report builds one artefact per entry with a caption from it
+The analysis objects (:mod:`sst_interp.study`: :class:`~sst_interp.study.RunAnalysis`, ...), on the floor above,
+import it to look their measurements up, and the report builds one artefact per entry with a caption from it
 (:mod:`sst_interp.reporting.measured`).
 """
 

@@ -1,7 +1,7 @@
 """The intervention experiments' tables and figure as catalogue entries (scope ``experiment``).
 
 An experiment folder (``python -m sst_interp.intervene {window,trace,steer,attribute} --out DIR``) is measured like a run:
-``e = analyses.open_experiment(DIR)``, then ``e.data("tab_intervention_window")``, ``e.notes(...)``,
+``e = study.open_experiment(DIR)``, then ``e.data("tab_intervention_window")``, ``e.notes(...)``,
 ``e.available()``. The report's Interventions artefacts stack these entries over the ``--experiment`` folders.
 This package sits above :mod:`sst_interp.analyses`, so its entries and their requirements are declared here
 (:data:`MEASUREMENTS`, :data:`REQUIREMENTS`), and :mod:`sst_interp.catalogue` gathers them with every other family's.
@@ -19,22 +19,22 @@ import pandas as pd
 from sst_interp.analyses import tidy
 from sst_interp.analyses.figure_data import FigureData
 from sst_interp.analyses.measurement import Measurement
-from sst_interp.kernels.results import AnalysisResult
 from sst_interp.experiments.manifest import KINDS, kinds_in, read_manifest, read_table
-from sst_interp.experiments.trace_cells import ALIGNED_COLUMNS
 from sst_interp.experiments.tables import (
     ATTRIBUTION_VERIFIED,
     ATTRIBUTION_VERIFIED_COLUMNS,
     FLIP_POWER_COLUMN,
-    POWER_COLUMN,
-    STEER_COLUMNS,
     PATCHED_OWN,
     PATCHED_RESAMPLED,
+    POWER_COLUMN,
+    STEER_COLUMNS,
     TRACE_LAYER_ITERATION,
     TRACE_LAYER_OFFSET,
     TRACE_LAYER_OFFSET_RESAMPLED,
     WINDOW_COLUMNS,
 )
+from sst_interp.experiments.trace_cells import ALIGNED_COLUMNS
+from sst_interp.kernels.results import AnalysisResult
 
 
 @dataclass(frozen=True)

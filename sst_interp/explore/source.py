@@ -19,7 +19,7 @@ from typing import Any
 import pandas as pd
 import pyarrow as pa
 
-from sst_interp import analyses
+from sst_interp.analyses.basin_profiles import low_overlap_threshold, punctuated_equilibrium
 from sst_interp.explore.config import ExploreConfig
 from sst_interp.explore.tokens import TokenText
 from sst_interp.kernels.paper import PAPER_THRESHOLD
@@ -43,7 +43,7 @@ def fit_threshold(run_path: str, send: Connection) -> None:
     """Child process: send ``(threshold, where it came from)`` of the run's GMM fit, or ``(None, the reason)``."""
 
     try:
-        value, source = analyses.open(run_path).threshold
+        value, source = low_overlap_threshold(punctuated_equilibrium(Run.open(run_path)))
         send.send((float(value), source))
     except Exception as err:  # noqa: BLE001 - any failure is reported to the page as the reason the fit is missing
         send.send((None, " ".join(str(err).split())))

@@ -2,13 +2,13 @@
 
 The probe sits above :mod:`sst_interp.analyses`, so its tables and figures are declared here (:data:`MEASUREMENTS`),
 and :mod:`sst_interp.catalogue` gathers them with every other family's.
-Everything else works as for any measurement: ``a = analyses.open(run, probe=PATH)``, then ``a.data("tab:halting_probe")``,
+Everything else works as for any measurement: ``a = study.open(run, probe=PATH)``, then ``a.data("tab:halting_probe")``,
 ``a.table(...)``, ``a.notes(...)``, ``a.available()``, and the report's probe artefacts are adapters over the same
 entries.
 
 The probe is ``probe=`` when given, else a 10-neuron probe trained on the run's MUST HALT labels (paper recipe) at the
 layer the held-out layer sweep chooses; the neuron analysis reads a 64-neuron probe, as the paper's does. Those shared
-steps are computed once per :class:`~sst_interp.analyses.RunAnalysis` (:mod:`sst_interp.probe.steps`), and each entry's
+steps are computed once per :class:`~sst_interp.study.RunAnalysis` (:mod:`sst_interp.probe.steps`), and each entry's
 table or figure from them (:mod:`sst_interp.probe.tables`); this module holds the entries, the checks ``available()``
 runs before promising one, and their tidy forms.
 

@@ -1,5 +1,5 @@
 """The halting probe's shared steps of one analysis, each computed once per
-:class:`~sst_interp.analyses.RunAnalysis` (its ``memo``) and read by every probe measurement
+:class:`~sst_interp.study.RunAnalysis` (its ``memo``) and read by every probe measurement
 (:mod:`sst_interp.probe.tables`):
 
 - :func:`probe_bundle`: the probe (``probe=`` when given, else a 10-neuron probe trained on the run's MUST HALT

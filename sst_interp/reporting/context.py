@@ -2,7 +2,7 @@
 
 Several artefacts read the same analysis (every basin figure reads one :func:`punctuated_equilibrium`; every
 logit table reads one set of comparison records; the probe tables share one trained probe), so they are memoised
-per run, on each run's :class:`~sst_interp.analyses.RunAnalysis`. Everything streams from the run one question at a
+per run, on each run's :class:`~sst_interp.study.RunAnalysis`. Everything streams from the run one question at a
 time (the analyses' contract).
 """
 
@@ -14,11 +14,11 @@ from typing import Any, TypeVar
 
 import pandas as pd
 
-from sst_interp.analyses.api import CheckpointAnalysis, ExperimentAnalysis, RunAnalysis, TrainingAnalysis
 from sst_interp.analyses.checkpoint_figures import AlphaMatrix
-from sst_interp.analyses.comparisons import ComparisonAnalysis
 from sst_interp.kernels.results import NotApplicable
 from sst_interp.reporting.inputs import ReportInputs, RunInput
+from sst_interp.study.comparison import ComparisonAnalysis
+from sst_interp.study.objects import CheckpointAnalysis, ExperimentAnalysis, RunAnalysis, TrainingAnalysis
 
 T = TypeVar("T")
 
@@ -48,7 +48,7 @@ class ReportContext:
         return self.inputs.baselines.get(self.run_input(name).name)
 
     def analysis(self, name: str | None) -> RunAnalysis:
-        """The run's :class:`~sst_interp.analyses.RunAnalysis` (with its matched baseline): the shared steps below
+        """The run's :class:`~sst_interp.study.RunAnalysis` (with its matched baseline): the shared steps below
         are that object's, so the report and a notebook compute them the same way."""
         item = self.run_input(name)
         base = self.baseline(item.name)
@@ -86,7 +86,7 @@ class ReportContext:
 
     # ------------------------------------------------------------------------------------------ alpha
     def checkpoint_analysis(self, checkpoint: str | None) -> CheckpointAnalysis:
-        """The :class:`~sst_interp.analyses.CheckpointAnalysis` of an SST checkpoint folder (None: the reason there
+        """The :class:`~sst_interp.study.CheckpointAnalysis` of an SST checkpoint folder (None: the reason there
         is none, as its requirement)."""
         if checkpoint is None:
             reasons = sorted(set(self.inputs.missing_checkpoints.values()))
@@ -95,16 +95,16 @@ class ReportContext:
         return self.memo(("checkpoint", checkpoint), lambda: CheckpointAnalysis(Path(checkpoint)))
 
     def experiment_analysis(self, folder: Path) -> ExperimentAnalysis:
-        """The :class:`~sst_interp.analyses.ExperimentAnalysis` of an intervention experiment folder."""
+        """The :class:`~sst_interp.study.ExperimentAnalysis` of an intervention experiment folder."""
         return self.memo(("experiment", str(folder)), lambda: ExperimentAnalysis(folder))
 
     def training_analysis(self) -> TrainingAnalysis:
-        """The :class:`~sst_interp.analyses.TrainingAnalysis` of the report's training logs."""
+        """The :class:`~sst_interp.study.TrainingAnalysis` of the report's training logs."""
         logs = self.inputs.training
         return self.memo(("training",), lambda: TrainingAnalysis(logs.sst, logs.baseline))
 
     def comparison_analysis(self) -> Any:
-        """The :class:`~sst_interp.analyses.comparisons.ComparisonAnalysis` of every run (with its matched
+        """The :class:`~sst_interp.study.ComparisonAnalysis` of every run (with its matched
         baseline), every training log and the ``--external`` CSV."""
 
         inputs = self.inputs

@@ -3,7 +3,7 @@ its figure data.
 
 :func:`measured_spec` turns a catalogue entry that has a caption into an
 :class:`~sst_interp.reporting.artefacts.ArtefactSpec`: the measurement is computed by the run's
-:class:`~sst_interp.analyses.RunAnalysis` (the one a notebook gets from ``analyses.open``), so the report and the
+:class:`~sst_interp.study.RunAnalysis` (the one a notebook gets from ``study.open``), so the report and the
 API cannot disagree. The entry itself says where it goes on the page (``family``, ``caption``) and how a figure is
 drawn (``figure``, a style of :mod:`sst_interp.reporting.styles`); no spec is written by hand for it.
 """

@@ -7,7 +7,7 @@ from __future__ import annotations
 import pandas as pd
 
 from sst_interp.analyses import sections
-from sst_interp.analyses.api import NotAvailable
+from sst_interp.analyses.availability import NotAvailable
 from sst_interp.kernels.results import NotApplicable
 from sst_interp.reporting.artefacts import ArtefactData, ArtefactSpec
 from sst_interp.reporting.context import ReportContext

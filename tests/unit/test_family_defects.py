@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from sst_interp import analyses
+from sst_interp import study
 from sst_interp.analyses.availability import NotAvailable
 from sst_interp.analyses.loop_manifest import fixed_run_reason, lens_reason
 from sst_interp.cli.position_sim import main as position_sim_main
@@ -62,7 +62,7 @@ def test_inkling_position_simulation_is_refused_with_the_reason(run: Path, capsy
 
 
 def test_inkling_report_draws_no_simulated_rows_histogram_or_convergence(run: Path) -> None:
-    a = analyses.open(run)
+    a = study.open(run)
     pareto = a.data("depth_pareto")
     assert (pareto["source"] == "live").any()  # the measured flat depths stand: they are the model's own tokens
     assert not (pareto["source"] == "simulated").any()
@@ -92,14 +92,14 @@ def test_family_run_records_a_numerics_fingerprint_and_refuses_another_thread_co
 
 # ------------------------------------------------------------------------------------------------ defect 6
 def test_inkling_precision_proof_shows_the_looped_layers(run: Path) -> None:
-    table = analyses.open(run).data("tab_precision_proof")
+    table = study.open(run).data("tab_precision_proof")
     # iterations 1 -> 2 exist only at the looped layers 2 and 3 (the others run once): both are shown
     assert list(table["layer"]) == ["2", "3", "all"]
 
 
 # ------------------------------------------------------------------------------------------------ defect 7
 def test_every_measurement_available_on_a_family_run_computes(run: Path) -> None:
-    a = analyses.open(run)
+    a = study.open(run)
     listed = a.available()
     assert "tab:overthinking" in set(listed["label"])
     failed = {}

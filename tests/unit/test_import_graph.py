@@ -14,8 +14,10 @@ already when the importer runs, which is how every package works).
 
 Rules:
 
-* the graph of every import, module-level and function-local alike, has no cycle but the :data:`KNOWN_CYCLES`: a
-  function-local import does not break a cycle, it only moves it from import time to call time;
+* the graph of every import, module-level and function-local alike, has no cycle: a function-local import does
+  not break a cycle, it only moves it from import time to call time;
+* every import, module-level and function-local alike, runs down the floors (:data:`FLOORS`), or to the packages
+  of its own floor that :data:`SAME_FLOOR` names: nothing imports upwards;
 * no module imports a private module (``_name.py``) or a private name of another package.
 """
 
@@ -37,14 +39,14 @@ PENDING_PRIVATE: dict[tuple[str, str], str] = {}
 #: name under ``sst_interp``; ``cli.args`` is the flag mechanism, apart from the commands in ``cli``; ``sst_interp``
 #: is the root ``__init__``; ``commands`` are the entry files, every ``__main__``, and :data:`ENTRY_PACKAGES`). A
 #: package may import the packages of lower floors, and of its own floor only those :data:`SAME_FLOOR` names;
-#: nothing imports upwards but the :data:`UPWARD` imports.
+#: nothing imports upwards.
 FLOORS: dict[int, tuple[str, ...]] = {
     1: ("sst_interp", "kernels", "checkpoints", "cli.args"),
     2: ("store", "sandbox", "hooks", "data", "outputs", "synthetic", "organism"),
     3: ("model",),
     4: ("analyses", "codeact", "interventions"),
     5: ("probe", "train"),
-    6: ("record", "experiments", "reporting", "explore", "catalogue"),
+    6: ("record", "experiments", "reporting", "explore", "catalogue", "study"),
     7: ("cli", "commands"),
 }
 #: Package -> the packages of its own floor it may import (a floor's other packages are off limits).
@@ -54,36 +56,11 @@ SAME_FLOOR: dict[str, frozenset[str]] = {
     "data": frozenset({"store", "sandbox", "organism"}), "outputs": frozenset({"store"}),
     "synthetic": frozenset({"store"}), "organism": frozenset(),
     "cli": frozenset(),
-    # the intervention experiments record their conditions with record's runner; the report reads their folders
-    # and builds its artefacts from the catalogue, which gathers the experiments' measurements with every other
-    "experiments": frozenset({"record"}), "reporting": frozenset({"experiments", "catalogue"}),
-    "catalogue": frozenset({"experiments"}),
-}
-#: The imports that reach up the floors, each with the reason: (importer, target) -> why. Each must be
-#: function-local (it runs on call, once every floor can be loaded); it closes a cycle by design, so the cycle rule
-#: exempts it too, and nothing else may reach up.
-UPWARD: dict[tuple[str, str], str] = {
-    ("sst_interp.analyses.api", "sst_interp.catalogue"): (
-        "the analysis objects (analyses.open(run), ...) look every measurement up in the catalogue, which imports "
-        "every family module, the probe's (floor 5) and the experiments' (floor 6) included; analyses.api.catalogue() "
-        "is that one lookup, run when an object first looks a measurement up"),
-}
-#: The import cycles still left, each by name with its modules (exactly: a module joining or leaving one fails the
-#: test, as does a new cycle). Issue 45 (item 1) asks for none.
-KNOWN_CYCLES: dict[str, frozenset[str]] = {
-    # Closed by the UPWARD import above. The package sst_interp.analyses exports the analysis objects
-    # (analyses.open(run), RunAnalysis, ...; lazily, but its `if TYPE_CHECKING:` block is an import edge), and every
-    # import of any analyses module initialises that package; the objects look measurements up in the catalogue,
-    # which gathers the probe's (floor 5) and the experiments' (floor 6) declarations, whose modules import analyses
-    # modules. Breaking it means moving the objects and their public entry (`from sst_interp import analyses;
-    # analyses.open(...)`, used in the docs, the notebooks and the tests) above the catalogue.
-    "analyses objects <-> catalogue": frozenset({
-        "sst_interp.analyses", "sst_interp.analyses.api", "sst_interp.analyses.comparisons", "sst_interp.catalogue",
-        "sst_interp.experiments.measurements", "sst_interp.probe", "sst_interp.probe.ablation",
-        "sst_interp.probe.crossfit", "sst_interp.probe.dataset", "sst_interp.probe.evaluate",
-        "sst_interp.probe.features", "sst_interp.probe.figures", "sst_interp.probe.loocv",
-        "sst_interp.probe.measurements", "sst_interp.probe.permutation", "sst_interp.probe.steps",
-        "sst_interp.probe.sweeps", "sst_interp.probe.tables"}),
+    # the intervention experiments record their conditions with record's runner; the catalogue gathers the
+    # experiments' measurements with every other; the analysis objects look measurements up in the catalogue; the
+    # report reads the experiments' folders and builds its artefacts from the catalogue and the analysis objects
+    "experiments": frozenset({"record"}), "catalogue": frozenset({"experiments"}),
+    "study": frozenset({"catalogue"}), "reporting": frozenset({"experiments", "catalogue", "study"}),
 }
 #: The packages that exist only to be run (``python -m sst_interp.report``): each holds an ``__init__`` with a
 #: docstring and the ``__main__`` entry file, nothing else (:func:`test_entry_packages_hold_only_their_entry`).
@@ -234,13 +211,9 @@ def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
     return out
 
 
-def unexpected_cycles(graph: dict[str, set[str]], known: dict[str, frozenset[str]]) -> list[str]:
-    """Each cycle of ``graph`` that is not exactly one of ``known``, and each ``known`` cycle no longer there, as a
-    line to print; empty when the cycles are exactly the known ones."""
-    found = {frozenset(c) for c in cycles(graph)}
-    return ([" <-> ".join(sorted(c)) for c in found - set(known.values())]
-            + [f"known cycle {name!r} changed or gone: update KNOWN_CYCLES" for name, c in known.items()
-               if c not in found])
+def cycle_lines(graph: dict[str, set[str]]) -> list[str]:
+    """Each cycle of ``graph`` as a line to print (its modules joined by ``<->``); empty when there is none."""
+    return [" <-> ".join(c) for c in cycles(graph)]
 
 
 @pytest.fixture(scope="module")
@@ -259,7 +232,7 @@ def test_no_import_cycle_function_local_imports_included(package):
     """A cycle through a function-local import is a cycle: it fails at call time instead of import time, and it
     ties the modules together all the same."""
     _, graph = package
-    bad = unexpected_cycles(graph, KNOWN_CYCLES)
+    bad = cycle_lines(graph)
     assert not bad, "import cycles (function-local imports included):\n" + "\n".join(bad)
 
 
@@ -279,10 +252,7 @@ def test_a_cycle_through_a_function_local_import_fails(tmp_path):
     assert [(imp.module, imp.target) for imp in local] == [(f"{TOP}.b", f"{TOP}.a")]
     graph = import_graph(modules)
     assert cycles(graph) == [[f"{TOP}.a", f"{TOP}.b"]]
-    assert unexpected_cycles(graph, {}) == [f"{TOP}.a <-> {TOP}.b"]
-    # a known cycle passes only while it is exactly that cycle
-    assert unexpected_cycles(graph, {"a-b": frozenset({f"{TOP}.a", f"{TOP}.b"})}) == []
-    assert len(unexpected_cycles(graph, {"a-b-c": frozenset({f"{TOP}.a", f"{TOP}.b", f"{TOP}.c"})})) == 2
+    assert cycle_lines(graph) == [f"{TOP}.a <-> {TOP}.b"]
     without_local = {m: {t for t in targets if not (m == f"{TOP}.b" and t == f"{TOP}.a")}
                      for m, targets in graph.items()}
     assert cycles(without_local) == []  # the old module-level-only check saw nothing
@@ -337,21 +307,9 @@ def test_every_import_is_in_the_layer_table(package):
         home = package_of(module)
         for imp in imports_of(module, path, modules):
             target = package_of(imp.target)
-            if target != home and target not in allowed_imports(home) and (module, imp.target) not in UPWARD:
+            if target != home and target not in allowed_imports(home):
                 bad.append(f"{module}:{imp.line} imports {imp.target} ({home} may not import {target})")
     assert not bad, "imports outside the layer table:\n" + "\n".join(sorted(bad))
-
-
-def test_the_upward_imports_are_the_declared_ones_and_local(package):
-    """:data:`UPWARD` names every import that reaches up, each one function-local (never run while the importer is
-    itself imported), and each still reaches up (a stale exception would hide a new one)."""
-    modules, _ = package
-    upward = {(module, imp.target): imp.local for module, path in modules.items()
-              for imp in imports_of(module, path, modules)
-              if package_of(imp.target) != package_of(module)
-              and package_of(imp.target) not in allowed_imports(package_of(module))}
-    assert set(upward) == set(UPWARD), f"undeclared upward imports: {sorted(set(upward) - set(UPWARD))}"
-    assert all(upward.values()), f"module-level upward imports: {sorted(k for k, v in upward.items() if not v)}"
 
 
 def test_only_the_entry_files_run_up_to_the_commands(package):
@@ -397,12 +355,15 @@ def test_the_checks_can_fail():
     """The cycle finder on a hand-made graph."""
     graph = {"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}, "e": set()}
     assert cycles(graph) == [["a", "b", "c"]]
-    assert unexpected_cycles(graph, {}) == ["a <-> b <-> c"]
+    assert cycle_lines(graph) == ["a <-> b <-> c"]
 
 
 def test_the_layer_table_can_fail():
     """The floor rule on names: upward and same-floor imports are refused, the entry files reach only the commands."""
     assert "model" in allowed_imports("analyses") and "probe" not in allowed_imports("analyses")
+    # the analysis objects read the catalogue from above it; neither the catalogue nor analyses may import them
+    assert "catalogue" in allowed_imports("study") and "study" not in allowed_imports("catalogue")
+    assert "catalogue" not in allowed_imports("analyses") and "study" not in allowed_imports("analyses")
     assert "sandbox" not in allowed_imports("store") and "store" in allowed_imports("data")
     assert allowed_imports("kernels") == set() and allowed_imports("checkpoints") == {"kernels"}
     assert allowed_imports("commands") == {"cli"} and "cli" not in allowed_imports("record")

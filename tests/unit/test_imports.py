@@ -1,6 +1,7 @@
 """Import cost and deprecated names.
 
-- ``from sst_interp import analyses`` (and every measurement module behind ``analyses.open``) loads neither torch
+- ``from sst_interp import analyses`` and ``from sst_interp import study`` (and every measurement module behind
+  ``study.open``, the catalogue included) load neither torch
   nor scikit-learn; a measurement that needs them imports them when it runs.
 - Every command answers ``--help`` in under 0.5 s of CPU: its flags are parsed before the model, the analyses or
   the probe are imported.
@@ -44,8 +45,10 @@ def _loaded_after(code: str) -> dict[str, bool]:
 
 @pytest.mark.parametrize("code", [
     "from sst_interp import analyses",
-    "import sst_interp.analyses.api",  # every module a RunAnalysis method calls
-    "from sst_interp import analyses; analyses.RunAnalysis, analyses.NotAvailable",
+    "from sst_interp import study",
+    "import sst_interp.study.objects",  # every module a RunAnalysis method calls, and the catalogue
+    "import sst_interp.study.comparison",
+    "from sst_interp import study; study.RunAnalysis, study.NotAvailable",
     "import sst_interp.reporting.registry",  # every artefact spec
 ])
 def test_the_analyses_import_neither_torch_nor_scikit_learn(code):
@@ -98,11 +101,11 @@ def test_every_lazily_exported_name_resolves(package):
 
 def test_the_exports_are_read_from_the_type_checking_imports():
     """Declared once: the name -> module map is the package's own ``if TYPE_CHECKING:`` imports; an import there
-    from another package is an annotation, not an export (analyses annotates with store's Run)."""
-    analyses = importlib.import_module("sst_interp.analyses")
-    assert analyses._EXPORTS["open_run"] == "sst_interp.analyses.api"
-    assert analyses._EXPORTS["open_comparison"] == "sst_interp.analyses.comparisons"
-    assert "Run" not in analyses._EXPORTS and "Run" not in analyses.__all__
+    from another package is an annotation, not an export (study annotates with store's Run)."""
+    study = importlib.import_module("sst_interp.study")
+    assert study._EXPORTS["open_run"] == "sst_interp.study.objects"
+    assert study._EXPORTS["open_comparison"] == "sst_interp.study.comparison"
+    assert "Run" not in study._EXPORTS and "Run" not in study.__all__
     record = importlib.import_module("sst_interp.record")
     assert record._EXPORTS == {"record": "sst_interp.record.runner", "record_questions": "sst_interp.record.runner",
                                "print_summary": "sst_interp.record.summary",
@@ -117,6 +120,20 @@ def test_submodules_are_reachable_as_attributes_as_before():
     assert out.stdout.split() == ["fit_gmm", "SSTModel", "True"]
     with pytest.raises(AttributeError):
         importlib.import_module("sst_interp.analyses").no_such_thing  # noqa: B018
+
+
+def test_the_moved_analysis_objects_say_where_they_went():
+    """The analysis objects left ``sst_interp.analyses`` for ``sst_interp.study`` (issue 45): each old name is an
+    AttributeError naming the new one, and the new one is the same object the report uses."""
+    analyses = importlib.import_module("sst_interp.analyses")
+    study = importlib.import_module("sst_interp.study")
+    for name in sorted(analyses.MOVED_TO_STUDY):
+        with pytest.raises(AttributeError, match=rf"sst_interp\.analyses\.{name} moved to sst_interp\.study: .*"
+                                                 rf"`study\.{name}`"):
+            getattr(analyses, name)
+        assert name in study.__all__
+    assert study.RunAnalysis.__module__ == "sst_interp.study.objects"
+    assert analyses.NotAvailable is study.NotAvailable  # one exception class, reachable from both
 
 
 def test_the_package_uses_transformers_current_names():

@@ -9,7 +9,7 @@ import ast
 import pytest
 
 from tests.local_imports import BUDGET, LISTING, _third_party, _type_checking_lines, listing, local_imports
-from tests.unit.test_import_graph import TOP, UPWARD
+from tests.unit.test_import_graph import TOP
 
 
 @pytest.fixture(scope="module")
@@ -29,11 +29,9 @@ def test_no_function_local_import_loads_nothing_new(library):
 
 def test_no_function_local_import_of_a_module_that_brings_no_third_party_module(library):
     """A project module whose imports load no third-party module the importer lacks costs nothing at import time:
-    deferring it only hides the dependency. The declared upward import (the analysis objects' catalogue lookup)
-    is the one exception: it is local because it reaches up, not to save time."""
+    deferring it only hides the dependency."""
     found = library
-    needless = [f"{item.path.name}:{item.line} {item.target}" for item in found
-                if item.kind == "needless" and (item.module, item.target) not in UPWARD]
+    needless = [f"{item.path.name}:{item.line} {item.target}" for item in found if item.kind == "needless"]
     assert not needless, "function-local imports that defer no third-party module; move them to the top:\n" + \
         "\n".join(needless)
 

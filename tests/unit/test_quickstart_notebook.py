@@ -14,9 +14,9 @@ import pandas as pd
 import pytest
 import torch
 
-from sst_interp import analyses
-from sst_interp.model.testing import char_tokenizer, tiny_gemma3
+from sst_interp import analyses, study
 from sst_interp.cli.record import main as record_main
+from sst_interp.model.testing import char_tokenizer, tiny_gemma3
 from sst_interp.store import Run
 from tests.unit.notebooks import executed_code_cells, output_text
 
@@ -47,7 +47,7 @@ def test_quickstart_notebook_runs_and_shows_the_runs_tables(small_run, tmp_path,
     monkeypatch.setenv("SST_INTERP_RUN", str(small_run))
     monkeypatch.setenv("SST_INTERP_FIGURE", str(figure))
     code = executed_code_cells(NOTEBOOK, tmp_path, timeout=300)
-    a = analyses.open(small_run)
+    a = study.open(small_run)
     staged = a.staged_breakdown()
     staged_text = output_text(code[2])
     for column in staged.columns:
@@ -89,7 +89,7 @@ def test_duckdb_reads_the_shards_as_the_reader_does(small_run):
 
 
 def test_analyses_open_accepts_paths_and_runs_and_says_what_is_missing(small_run):
-    by_path, by_run = analyses.open(small_run), analyses.open(Run.open(small_run))
+    by_path, by_run = study.open(small_run), study.open(Run.open(small_run))
     assert by_path.staged_breakdown().equals(by_run.staged_breakdown())
     support = by_path.available().set_index("measurement")
     assert not support.loc["main_results", "available"]

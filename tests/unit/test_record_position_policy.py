@@ -5,9 +5,9 @@ import numpy as np
 import pytest
 import torch
 
+from sst_interp.cli.record import main as record_main
 from sst_interp.model.halting import parse_position_policy
 from sst_interp.probe.policy_simulation import _rule_values, simulate_policy
-from sst_interp.cli.record import main as record_main
 from sst_interp.store import Run
 from tests.unit.conftest import FAST, save_tiny_model
 
@@ -118,9 +118,9 @@ def test_live_policy_run_equals_the_simulation_where_it_claims_exactness(recorde
     assert exact_somewhere > len(gens) or (rule == "probe-pos" and exact_somewhere == len(gens))
 
     if rule == "entropy":  # every analysis reads the run; those comparing iterations at a fixed depth say why not
-        from sst_interp import analyses
+        from sst_interp import study
 
-        table = analyses.open(out).available().set_index("measurement")
+        table = study.open(out).available().set_index("measurement")
         for name in ("gap_distributions", "basin_shift_activity", "precision_proof", "convergence_monitoring",
                      "causal_ordering"):
             assert not table.loc[name, "available"] and "per-position depth policy" in table.loc[name, "reason"]

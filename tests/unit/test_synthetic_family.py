@@ -80,11 +80,11 @@ def test_family_loop_shape_manifest_loop_has_the_declarations_keys(planted) -> N
 
 
 def test_family_loop_shape_halting_probe_sweeps_the_layers_visited_at_every_pass(planted) -> None:
-    from sst_interp import analyses
+    from sst_interp import study
     from sst_interp.probe.steps import probe_sweep
 
     path, truth = planted
-    sweep = probe_sweep(analyses.open(path))
+    sweep = probe_sweep(study.open(path))
     assert list(sweep.layers) == list(range(truth.spec.loop_start, truth.spec.loop_end))
 
 

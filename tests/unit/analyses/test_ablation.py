@@ -11,9 +11,9 @@ import numpy as np
 import pytest
 
 from sst_interp.analyses import ablation
-from sst_interp.analyses.comparisons import ComparisonAnalysis
 from sst_interp.kernels.errors import UsageError
 from sst_interp.store import Run
+from sst_interp.study import ComparisonAnalysis
 from sst_interp.synthetic import SyntheticSpec, write_synthetic_run
 
 SMALL = dict(num_layers=2, hidden_size=32, full_positions=1, top_k=8, vocab_size=256, extra_tokens=1,

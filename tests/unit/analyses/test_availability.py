@@ -10,13 +10,13 @@ from __future__ import annotations
 
 import pytest
 
-from sst_interp import analyses
-from sst_interp.analyses.api import _computed
+from sst_interp import analyses, study
 from sst_interp.analyses.availability import UnknownMeasurement
 from sst_interp.analyses.measurement import Measurement
 from sst_interp.catalogue import all_measurements, lookup
 from sst_interp.kernels.errors import UsageError
 from sst_interp.kernels.results import NotApplicable
+from sst_interp.study.objects import _computed
 from sst_interp.synthetic import write_synthetic_run
 from tests.unit.analyses.demo_shaped import demo_spec
 
@@ -29,7 +29,7 @@ def demo(tmp_path_factory):
 
 
 def test_every_label_available_lists_computes_and_every_other_says_why(demo):
-    a = analyses.open(demo)
+    a = study.open(demo)
     support = a.available()
     listed = support[support["available"]]
     assert len(listed) >= 30  # the iteration measurements, the figures, the depth policies
@@ -44,7 +44,7 @@ def test_every_label_available_lists_computes_and_every_other_says_why(demo):
 
 
 def test_what_the_manifest_cannot_tell_is_checked_and_names_the_fix(demo):
-    a = analyses.open(demo)
+    a = study.open(demo)
     support = a.available().set_index("label")
     # one MUST HALT question: the probe cannot be trained here; the in-sample tables name probe= as the fix
     for label in ("tab:halting_probe", "tab:halting_probe_per_iter", "fig:halt_signal"):
@@ -105,6 +105,6 @@ def test_a_near_miss_gets_a_did_you_mean_not_the_whole_list(demo):
     assert "did you mean tab:argmax_concentration?" in message
     assert len(message) < 250, message
     with pytest.raises(analyses.NotAvailable, match="did you mean tab:gmm"):
-        analyses.open(demo).data("tab:gmn")
+        study.open(demo).data("tab:gmn")
     with pytest.raises(UsageError, match="unknown measurement 'xyzzy'; no measurement has a similar name"):
         lookup("xyzzy")

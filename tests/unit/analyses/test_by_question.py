@@ -9,7 +9,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from sst_interp import analyses
+from sst_interp import analyses, study
 from sst_interp.synthetic import write_synthetic_run
 from tests.unit.analyses.demo_shaped import demo_spec
 
@@ -22,7 +22,7 @@ def planted(tmp_path_factory):
 
 def test_the_zoomed_heatmap_of_a_chosen_question_and_depth_is_the_planted_overlap(planted):
     path, truth = planted
-    a = analyses.open(path)
+    a = study.open(path)
     q = 7
     for depth in (2, 3, 4):
         cells = a.data("fig:overlap_heatmap_zoom", question=truth.question_ids[q], depth=depth)
@@ -38,7 +38,7 @@ def test_the_zoomed_heatmap_of_a_chosen_question_and_depth_is_the_planted_overla
 
 def test_the_default_heatmap_carries_its_question_and_equals_asking_for_it(planted):
     path, truth = planted
-    a = analyses.open(path)
+    a = study.open(path)
     default = a.data("fig:overlap_heatmap")
     assert list(default.columns) == ["question_id", "depth", "turn", "position", "layer", "overlap"]
     (question,) = set(default["question_id"])
@@ -49,7 +49,7 @@ def test_the_default_heatmap_carries_its_question_and_equals_asking_for_it(plant
 
 def test_figures_with_a_question_column_are_cut_to_the_question(planted):
     path, truth = planted
-    a = analyses.open(path)
+    a = study.open(path)
     q = truth.question_ids[3]
     traces = a.data("fig:convergence_monitoring", question=q)
     assert len(traces) > 0 and set(traces["question_id"]) == {q}
@@ -59,7 +59,7 @@ def test_figures_with_a_question_column_are_cut_to_the_question(planted):
 
 def test_asking_a_figure_for_what_it_does_not_have_is_not_available(planted):
     path, truth = planted
-    a = analyses.open(path)
+    a = study.open(path)
     with pytest.raises(analyses.NotAvailable, match="depth 1 is the smallest"):
         a.data("fig:overlap_heatmap", question=truth.question_ids[0], depth=1)
     with pytest.raises(analyses.NotAvailable, match="depth 9 is not in the run"):
@@ -73,8 +73,8 @@ def test_asking_a_figure_for_what_it_does_not_have_is_not_available(planted):
 
 
 def test_help_of_open_shows_the_real_signature_and_options():
-    parameters = inspect.signature(analyses.open).parameters
+    parameters = inspect.signature(study.open).parameters
     assert list(parameters) == ["run", "baseline", "baseline_depth", "name", "alpha", "probe"]
-    assert list(inspect.signature(analyses.open_run).parameters) == list(parameters)
+    assert list(inspect.signature(study.open_run).parameters) == list(parameters)
     for option in parameters:
-        assert f"{option}:" in analyses.open.__doc__ and f"{option}:" in analyses.open_run.__doc__
+        assert f"{option}:" in study.open.__doc__ and f"{option}:" in study.open_run.__doc__

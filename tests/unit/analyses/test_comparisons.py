@@ -12,10 +12,11 @@ import pandas as pd
 import pytest
 
 from sst_interp.analyses import ablation, external
-from sst_interp.analyses.comparisons import ComparisonAnalysis, training_role, training_roles
+from sst_interp.analyses.comparisons import training_role, training_roles
 from sst_interp.kernels.errors import UsageError
-from sst_interp.synthetic import SyntheticSpec, write_synthetic_run
 from sst_interp.store import Run
+from sst_interp.study import ComparisonAnalysis
+from sst_interp.synthetic import SyntheticSpec, write_synthetic_run
 
 REPO = Path(__file__).resolve().parents[3]
 SST_FOLDER = REPO / "sst_interp/checkpoints/demo_codeact"

@@ -7,10 +7,9 @@ import numpy as np
 import pytest
 from scipy.stats import binomtest
 
-from sst_interp import analyses
-from tests.unit.reporting.builders import CORRECT, write_sst_run
+from sst_interp import study
 from sst_interp.synthetic import SyntheticSpec, write_synthetic_run
-from tests.unit.reporting.builders import sst_spec
+from tests.unit.reporting.builders import CORRECT, sst_spec, write_sst_run
 
 
 def test_flips_mcnemar_and_capacity_match_the_planted_verdicts(tmp_path):
@@ -20,7 +19,7 @@ def test_flips_mcnemar_and_capacity_match_the_planted_verdicts(tmp_path):
     changed[[5, 8], 0] = True       # wrong -> right: fixed (question 8 was wrong at depth 1)
     spec = sst_spec()
     write_synthetic_run(tmp_path / "intervened", SyntheticSpec(**{**spec.__dict__, "correct": changed}))
-    effect = analyses.open(tmp_path / "intervened").intervention_effect(tmp_path / "clean").set_index("depth")
+    effect = study.open(tmp_path / "intervened").intervention_effect(tmp_path / "clean").set_index("depth")
     broken = int((CORRECT[:, 0] & ~changed[:, 0]).sum())
     fixed = int((~CORRECT[:, 0] & changed[:, 0]).sum())
     assert (effect.loc[1, "broken"], effect.loc[1, "fixed"]) == (broken, fixed) == (3, 2)
@@ -36,7 +35,7 @@ def test_flips_mcnemar_and_capacity_match_the_planted_verdicts(tmp_path):
 def test_the_same_run_changes_nothing(tmp_path):
     write_sst_run(tmp_path / "clean")
     write_sst_run(tmp_path / "again")
-    effect = analyses.open(tmp_path / "again").intervention_effect(tmp_path / "clean")
+    effect = study.open(tmp_path / "again").intervention_effect(tmp_path / "clean")
     assert (effect["broken"] == 0).all() and (effect["fixed"] == 0).all()
     assert np.allclose(effect["first_token_logprob_change_mean"], 0.0)
     assert (effect["first_token_compared"] == len(CORRECT)).all()

@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from sst_interp import analyses
+from sst_interp import analyses, study
 from sst_interp.store import Run
 from sst_interp.synthetic import SyntheticSpec, write_synthetic_run
 from tests.unit.conftest import FAST, save_tiny_model
@@ -33,7 +33,7 @@ def recorded(tmp_path_factory):
 
 def test_the_last_layer_of_the_lens_is_the_recorded_output(recorded):
     run = Run.open(recorded / "run")
-    a = analyses.open(run)
+    a = study.open(run)
     qid = run.question_ids()[0]
     k = int(run.manifest["top_k"])
     for depth in (1, 2):
@@ -56,17 +56,17 @@ def test_one_message_when_the_model_or_the_states_are_missing(recorded, tmp_path
     run = Run.open(recorded / "run")
     qid = run.question_ids()[0]
     with pytest.raises(analyses.NotAvailable, match="position 3 has no full hidden states"):
-        analyses.open(run).logit_lens(qid, 2, 3)
+        study.open(run).logit_lens(qid, 2, 3)
     write_synthetic_run(tmp_path / "syn", SyntheticSpec(n_questions=2, depths=(1, 2), num_layers=2, hidden_size=16,
                                                         vocab_size=64, top_k=8, batch_questions=2))
     with pytest.raises(analyses.NotAvailable, match="^logit lens: the run names no model"):
-        analyses.open(tmp_path / "syn").logit_lens("syn0000", 2, 0)
+        study.open(tmp_path / "syn").logit_lens("syn0000", 2, 0)
     moved = recorded / "model"
     gone = recorded / "model-moved"
     moved.rename(gone)
     try:
         with pytest.raises(analyses.NotAvailable, match="could not be loaded") as caught:
-            analyses.open(run).logit_lens(qid, 2, 0)
+            study.open(run).logit_lens(qid, 2, 0)
         assert "\n" not in str(caught.value) and str(moved) in str(caught.value)
     finally:
         gone.rename(moved)

@@ -9,7 +9,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from sst_interp import analyses
+from sst_interp import analyses, study
 from sst_interp.analyses import tidy
 from sst_interp.catalogue import REQUIREMENTS, all_measurements, lookup
 from sst_interp.kernels.errors import UsageError
@@ -56,7 +56,7 @@ def test_each_report_table_and_figure_has_exactly_one_registry_entry():
 
 
 def test_available_checks_declared_requirements_only_and_never_raises(runs):
-    a = analyses.open(runs / "flat")
+    a = study.open(runs / "flat")
     started = time.process_time()
     support = a.available().set_index("measurement")
     assert time.process_time() - started < 1.0  # CPU seconds, the bound (it measures about 0.01 s here)
@@ -72,7 +72,7 @@ def test_available_checks_declared_requirements_only_and_never_raises(runs):
 
 @few_permutations()
 def test_every_tidy_frame_has_its_documented_columns(runs):
-    a = analyses.open(runs / "sst", baseline=runs / "base")
+    a = study.open(runs / "sst", baseline=runs / "base")
     tested = set()
     for measurement in (m for m in all_measurements() if m.scope == "run"):
         if not a.available().set_index("measurement").loc[measurement.name, "available"]:
@@ -89,8 +89,8 @@ def test_every_tidy_frame_has_its_documented_columns(runs):
 def test_checkpoint_and_training_measurements_have_their_documented_columns(tmp_path):
     from tests.unit.reporting.builders import theta_matrix, write_checkpoint, write_training_logs
 
-    checkpoint = analyses.open_checkpoint(write_checkpoint(tmp_path / "ckpt", theta_matrix()))
-    training = analyses.open_training(*write_training_logs(tmp_path))
+    checkpoint = study.open_checkpoint(write_checkpoint(tmp_path / "ckpt", theta_matrix()))
+    training = study.open_training(*write_training_logs(tmp_path))
     for analysis in (checkpoint, training):
         support = analysis.available()
         assert support["available"].all(), support
@@ -104,12 +104,12 @@ def test_checkpoint_and_training_measurements_have_their_documented_columns(tmp_
     assert ribbon["p50"].to_numpy() == pytest.approx(np.median(alpha, axis=1), rel=1e-12)
     with pytest.raises(UsageError, match="measurement of a run, not of a checkpoint"):
         checkpoint.data("tab:overthinking")
-    nothing = analyses.open_training()
+    nothing = study.open_training()
     assert set(nothing.available()["reason"]) == {"no --training-log given"}
 
 
 def test_tidy_staged_breakdown_holds_the_planted_capacity(runs):
-    staged = analyses.open(runs / "sst").staged_breakdown()
+    staged = study.open(runs / "sst").staged_breakdown()
     assert list(staged["stage"]) == [1, 2, 3, 4]
     solved = [CORRECT[:, :stage].any(axis=1).mean() * 100 for stage in (1, 2, 3, 4)]
     assert staged["cumulative_accuracy_pct"].tolist() == pytest.approx(solved)
@@ -117,7 +117,7 @@ def test_tidy_staged_breakdown_holds_the_planted_capacity(runs):
 
 
 def test_tidy_quantities_fold_units_and_bounds_and_keep_every_number(runs):
-    a = analyses.open(runs / "sst")
+    a = study.open(runs / "sst")
     paper, tidy_frame = a.table("tab:argmax_concentration"), a.data("tab:argmax_concentration")
     assert len(tidy_frame) == len(paper) * 3  # low_overlap, stable, total
     row = tidy_frame[(tidy_frame.regime == "stable") & (tidy_frame.quantity == "argmax_change_rate")]
@@ -138,7 +138,7 @@ def test_report_tables_equal_the_api_paper_layout_and_notes(runs, tmp_path):
                           only=tuple(f"tab_{lookup(key).name}" for key in keys))
     result = build_report(config)
     assert sorted(o.artefact.name for o in result.outcomes) == sorted(config.only)
-    a = analyses.open(runs / "sst", baseline=runs / "base")
+    a = study.open(runs / "sst", baseline=runs / "base")
     for key in keys:
         name = f"tab_{lookup(key).name}"
         written = pd.read_csv(tmp_path / "out" / f"{name}.csv")
@@ -151,14 +151,14 @@ def test_report_tables_equal_the_api_paper_layout_and_notes(runs, tmp_path):
 
 def test_the_openers_refuse_what_is_not_their_input_in_one_line(tmp_path):
     (tmp_path / "empty").mkdir()
-    for call, pattern in ((lambda: analyses.open_checkpoint(tmp_path / "none"), "is not a folder"),
-                          (lambda: analyses.open_training(sst=tmp_path / "empty"), "has no train_log.csv"),
-                          (lambda: analyses.open_experiment(tmp_path / "none"), "is not a folder")):
+    for call, pattern in ((lambda: study.open_checkpoint(tmp_path / "none"), "is not a folder"),
+                          (lambda: study.open_training(sst=tmp_path / "empty"), "has no train_log.csv"),
+                          (lambda: study.open_experiment(tmp_path / "none"), "is not a folder")):
         with pytest.raises(UsageError, match=pattern) as info:
             call()
         assert "\n" not in str(info.value)
     # an experiment folder without the experiment: unavailable with the reason, nothing raised until asked
-    experiment = analyses.open_experiment(tmp_path / "empty")
+    experiment = study.open_experiment(tmp_path / "empty")
     assert not experiment.available()["available"].any()
     with pytest.raises(analyses.NotAvailable, match="holds no window experiment"):
         experiment.data("tab_intervention_window")

@@ -151,10 +151,10 @@ def test_report_works_on_a_multi_turn_run_and_says_how_many_turns(recorded, tmp_
 
 def test_episode_conduct_counts_the_scripted_episodes(recorded):
     """Planted truth: mul acts and finishes; err acts (then answers in text); text never opens a block."""
-    from sst_interp import analyses
+    from sst_interp import study
 
     out, _ = recorded
-    conduct = analyses.open(out).episode_conduct().set_index("depth")
+    conduct = study.open(out).episode_conduct().set_index("depth")
     for depth in (1, 2):
         row = conduct.loc[depth]
         assert row["episodes"] == 3

@@ -7,7 +7,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from sst_interp import analyses
+from sst_interp import study
 from sst_interp.catalogue import lookup
 from sst_interp.cli.intervene import main
 from sst_interp.experiments.manifest import read_manifest
@@ -159,7 +159,7 @@ def test_the_report_shows_the_experiment_and_refuses_a_folder_without_one(tmp_pa
     pd.testing.assert_frame_equal(shown.drop(columns="experiment"), written)
     assert not (tmp_path / "rep" / "tab_intervention_steer.csv").exists()  # skipped: no steer experiment
     # the same table through the registry entry the report stacks: documented columns, the numbers as written
-    experiment = analyses.open_experiment(out)
+    experiment = study.open_experiment(out)
     support = experiment.available().set_index("label")
     assert support.loc["tab:intervention_window", "available"]  # available() lists canonical keys
     assert "holds no steer experiment" in support.loc["tab:intervention_steer", "reason"]

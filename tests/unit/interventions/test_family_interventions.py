@@ -38,8 +38,8 @@ from sst_interp.model.loop_model import LoopModel, generate_looped, load_loop_ba
 from sst_interp.model.loops import loop_for_model_type
 from sst_interp.model.observers import ObserverGroup
 from sst_interp.model.testing import tiny_dory, tiny_hrm_text, tiny_inkling2_loop
-from tests.unit.byo import LOOP_FILE, save_toy_huginn
 from sst_interp.store import Run
+from tests.unit.byo import LOOP_FILE, save_toy_huginn
 from tests.unit.conftest import FAST, fails_with_one_error_line, save_tiny_model
 from tests.unit.observers import KeptLogits
 
@@ -338,7 +338,7 @@ def test_hrm_record_freezing_z_h_at_the_last_cycle_records_the_depth_1_run(folde
                                                                            family: str, tmp_path: Path) -> None:
     if family != "hrm_text":
         pytest.skip("the depth-D-1 consequence of a freeze at the last iteration is HRM-Text's")
-    from sst_interp import analyses
+    from sst_interp import study
 
     state = LOOPED["hrm_text"] + 2  # the last H block (5 of 6)
     spec = _write(tmp_path / "freeze.json", ({"stream": "layer_out", "layers": [state], "iterations": [2]},
@@ -356,7 +356,7 @@ def test_hrm_record_freezing_z_h_at_the_last_cycle_records_the_depth_1_run(folde
         np.testing.assert_array_equal(lens[question]["top_logprobs"][:, 1], ref_lens[question]["top_logprobs"][:, 0])
     sites = run_site_counts(frozen.manifest)  # depth 1 has no cycle 2: the rule changes sites at depth 2 only
     assert sites[0]["sites"] == sum(len(gens.loc[(q, 2), "token_ids"]) for q in lens)
-    effect = analyses.open(frozen_path).intervention_effect(clean_run).set_index("depth")
+    effect = study.open(frozen_path).intervention_effect(clean_run).set_index("depth")
     assert effect.loc[1, "broken"] == effect.loc[1, "fixed"] == 0
 
 

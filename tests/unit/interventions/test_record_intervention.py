@@ -8,7 +8,7 @@ import json
 import numpy as np
 import pytest
 
-from sst_interp import analyses
+from sst_interp import study
 from sst_interp.cli.record import main
 from sst_interp.store import Run
 from tests.unit.conftest import FAST, fails_with_one_error_line, save_tiny_model
@@ -42,10 +42,10 @@ def test_an_intervened_record_is_an_ordinary_run_and_part_of_its_identity(tmp_pa
         np.testing.assert_array_equal(left.values, right.values)
     block = next(iter(run.hidden(2)))
     assert not block.values[0, 1].any() and block.values[0, 0].any()  # position 0: iteration 2 zeroed, 1 not
-    effect = analyses.open(tmp_path / "zeroed").intervention_effect(tmp_path / "clean").set_index("depth")
+    effect = study.open(tmp_path / "zeroed").intervention_effect(tmp_path / "clean").set_index("depth")
     assert effect.loc[1, "broken"] == effect.loc[1, "fixed"] == 0
     assert effect.loc[1, "first_token_logprob_change_mean"] == 0.0
-    analyses.open(tmp_path / "zeroed").available()  # every analysis reads it as any other run
+    study.open(tmp_path / "zeroed").available()  # every analysis reads it as any other run
     # the identity: the same --out without the intervention, or with another spec, is refused
     _fails(capsys, _argv(model, tmp_path / "zeroed"), "")
     other = tmp_path / "other.json"

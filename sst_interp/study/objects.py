@@ -1,9 +1,10 @@
-"""One entry point for notebooks: ``analyses.open(run)`` -> :class:`RunAnalysis`.
+"""The analysis objects: the paper's measurements of a run, a checkpoint, training logs or an experiment folder,
+looked up in the catalogue and computed once (``study.open(run)`` -> :class:`RunAnalysis`).
 
 ::
 
-    from sst_interp import analyses
-    a = analyses.open("runs/demo")                 # a path or a Run; baseline= optional (a path or a Run)
+    from sst_interp import study
+    a = study.open("runs/demo")                    # a path or a Run; baseline= optional (a path or a Run)
     a.available()                                   # what this run supports, and why not the rest (cheap)
     a.gmm_threshold                                 # the run's low-overlap threshold (app:gmm)
     a.staged_breakdown()                            # tab:staged_breakdown as tidy data (one row per stage)
@@ -12,27 +13,27 @@
     a.notes("tab:argmax_concentration")             # provenance: the threshold and where it came from
 
 Each measurement is declared once, in the module of its family, and :mod:`sst_interp.catalogue` gathers them all;
-the methods here are generated from those entries. The expensive shared steps (punctuated equilibrium and its GMM
-threshold, regime labels at that threshold, the per-iteration logit comparison records, convergence monitoring)
-and every measurement are computed
-at most once per object. A measurement the run cannot support raises :class:`NotAvailable` with the reason. The
-report builds its artefacts from these same objects (:class:`sst_interp.reporting.context.ReportContext`), so no
-step of the chain run -> threshold -> labels -> records lives only in the report.
+the methods here are generated from those entries, so this module sits above the catalogue (floor 6 of
+docs/architecture.md) and imports it like any other module. The expensive shared steps (punctuated equilibrium and
+its GMM threshold, regime labels at that threshold, the per-iteration logit comparison records, convergence
+monitoring) and every measurement are computed at most once per object. A measurement the run cannot support raises
+:class:`~sst_interp.analyses.availability.NotAvailable` with the reason. The report builds its artefacts from these
+same objects (:class:`sst_interp.reporting.context.ReportContext`), so no step of the chain run -> threshold ->
+labels -> records lives only in the report.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from pathlib import Path
-from types import ModuleType
 from typing import Any
 
 import pandas as pd
 
+from sst_interp import catalogue
 from sst_interp.analyses import logit_dynamics as ld
-from sst_interp.analyses.availability import NotAvailable, UnknownMeasurement  # noqa: F401 - exported by analyses
-from sst_interp.analyses.basin_profiles import punctuated_equilibrium
-from sst_interp.analyses.basins import GMMFit
+from sst_interp.analyses.availability import NotAvailable
+from sst_interp.analyses.basin_profiles import low_overlap_threshold, punctuated_equilibrium
 from sst_interp.analyses.by_question import selected
 from sst_interp.analyses.checkpoint_figures import read_alpha
 from sst_interp.analyses.convergence import convergence_monitoring
@@ -52,19 +53,6 @@ def as_run(source: str | Path | Run) -> Run:
     if isinstance(source, (str, Path)):
         return Run.open(source)
     raise UsageError(f"expected a run directory path or a Run, got {type(source).__name__}")
-
-
-def catalogue() -> ModuleType:
-    """:mod:`sst_interp.catalogue`: every measurement and requirement, which the analysis objects look up.
-
-    The catalogue imports every family module, the probe's and the experiments' included, so it sits above this
-    package; this function is the package's one import from above, declared as such in
-    ``tests/unit/test_import_graph.py`` (``UPWARD``). It runs when an analysis object first looks a measurement up,
-    by which time every module it imports can be loaded.
-    """
-    import sst_interp.catalogue
-
-    return sst_interp.catalogue
 
 
 class Measured:
@@ -89,12 +77,11 @@ class Measured:
     _once = memo
 
     def __getattr__(self, name: str) -> Any:
-        # One method per measurement of this scope, generated on first use: the entries are the catalogue's,
-        # which this package cannot import when it is itself imported (catalogue()).
+        # One method per measurement of this scope, generated on first use from the catalogue's entries.
         if name.startswith("_"):
             raise AttributeError(name)
         try:
-            measurement = catalogue().lookup(name)
+            measurement = catalogue.lookup(name)
         except UsageError:
             raise AttributeError(f"{type(self).__name__} has no attribute or measurement {name!r}") from None
         if measurement.name != name or measurement.scope != self.scope:
@@ -105,12 +92,12 @@ class Measured:
         return sorted({*super().__dir__(), *(m.name for m in self._scope_entries())})
 
     def _entry(self, key: str) -> Measurement:
-        measurement = catalogue().lookup(key)
+        measurement = catalogue.lookup(key)
         if measurement.scope != self.scope:
-            opener = {"run": "analyses.open(run)", "checkpoint": "analyses.open_checkpoint(folder)",
-                      "training": "analyses.open_training(sst=..., baseline=...)",
-                      "experiment": "analyses.open_experiment(folder)",
-                      "comparison": "analyses.open_comparison(runs=..., baseline=..., training=..., external=...)"
+            opener = {"run": "study.open(run)", "checkpoint": "study.open_checkpoint(folder)",
+                      "training": "study.open_training(sst=..., baseline=...)",
+                      "experiment": "study.open_experiment(folder)",
+                      "comparison": "study.open_comparison(runs=..., baseline=..., training=..., external=...)"
                       }[measurement.scope]
             raise NotAvailable(f"{measurement.key} is a measurement of a {measurement.scope}, not of a "
                                f"{self.scope}; use {opener}")
@@ -121,7 +108,7 @@ class Measured:
         unmet requirement, what the analysis found, or a UsageError the computation raised); never raises for an
         unsupported input."""
         measurement = self._entry(key)
-        unmet = measurement.unsupported(self, catalogue().REQUIREMENTS)
+        unmet = measurement.unsupported(self, catalogue.REQUIREMENTS)
         if unmet is not None:
             return NotApplicable(unmet, measurement.key)
         return self.computed(measurement.name)
@@ -129,7 +116,7 @@ class Measured:
     def computed(self, name: str) -> Any:
         """The measurement's computation, memoised, without its checks (what :meth:`attempt` returns once they
         pass, and what a ``found`` check that computes reads): a NotApplicable for a UsageError it raised."""
-        measurement = catalogue().lookup(name)
+        measurement = catalogue.lookup(name)
         return self._once(f"measurement:{measurement.name}", lambda: _computed(measurement, self))
 
     def result(self, key: str) -> Any:
@@ -142,7 +129,7 @@ class Measured:
         """
         result = self.attempt(key)
         if isinstance(result, NotApplicable):
-            raise NotAvailable(f"{catalogue().lookup(key).key}: {result.reason}")
+            raise NotAvailable(f"{catalogue.lookup(key).key}: {result.reason}")
         return result
 
     def data(self, key: str, question: str | None = None, depth: int | None = None,
@@ -173,7 +160,7 @@ class Measured:
             return rows
         if question is None:
             raise NotAvailable(f"{measurement.key} shows one question: pass question= (a question id) with depth=")
-        unmet = measurement.unmet(self, catalogue().REQUIREMENTS)
+        unmet = measurement.unmet(self, catalogue.REQUIREMENTS)
         if unmet is not None:
             raise NotAvailable(f"{measurement.key}: {unmet}")
         def build() -> Any:
@@ -191,12 +178,12 @@ class Measured:
 
     def table(self, key: str) -> pd.DataFrame:
         """A measurement in the paper's layout (what the report writes)."""
-        return catalogue().lookup(key).present(self.result(key))[0]
+        return catalogue.lookup(key).present(self.result(key))[0]
 
     def notes(self, key: str) -> list[str]:
         """The provenance notes of a measurement (where its threshold came from, what it left out, the counts
         behind it), as the report prints them under the table."""
-        measurement, result = catalogue().lookup(key), self.result(key)
+        measurement, result = catalogue.lookup(key), self.result(key)
         return [*measurement.notes(self, result), *measurement.present(result)[1]]
 
     def available(self) -> pd.DataFrame:
@@ -211,7 +198,7 @@ class Measured:
         """
         rows = []
         for measurement in self._scope_entries():
-            reason = measurement.unsupported(self, catalogue().REQUIREMENTS)
+            reason = measurement.unsupported(self, catalogue.REQUIREMENTS)
             rows.append((measurement.key, measurement.name, reason is None, reason or ""))
         return pd.DataFrame(rows, columns=["label", "measurement", "available", "reason"])
 
@@ -224,7 +211,7 @@ class Measured:
 
     @classmethod
     def _scope_entries(cls) -> list[Measurement]:
-        return [m for m in catalogue().all_measurements() if m.scope == cls.scope]
+        return [m for m in catalogue.all_measurements() if m.scope == cls.scope]
 
 
 class RunAnalysis(Measured):
@@ -267,10 +254,7 @@ class RunAnalysis(Measured):
     @property
     def threshold(self) -> tuple[float, str]:
         """(low-overlap threshold, where it came from): the run's GMM crossover, else the paper's."""
-        gmm = getattr(self.punctuated, "gmm", None)
-        if isinstance(gmm, GMMFit):
-            return float(gmm.threshold), "this run's GMM crossover"
-        return float(ld.PAPER_THRESHOLD), "the paper's GMM crossover (this run has no fit)"
+        return low_overlap_threshold(self.punctuated)
 
     @property
     def gmm_threshold(self) -> float:
@@ -437,7 +421,7 @@ def _regime(name: str) -> str:
 
 def open_run(run: str | Path | Run, baseline: str | Path | Run | None = None, baseline_depth: int | None = None,
              name: str | None = None, alpha: Any = None, probe: str | Path | None = None) -> RunAnalysis:
-    """The paper's measurements of one run (``analyses.open``): a :class:`RunAnalysis`.
+    """The paper's measurements of one run (``study.open``): a :class:`RunAnalysis`.
 
     Args:
         run: the run directory (``python -m sst_interp.record --out``), or a :class:`~sst_interp.store.Run`.
@@ -458,7 +442,7 @@ def open_run(run: str | Path | Run, baseline: str | Path | Run | None = None, ba
 
 
 def open_checkpoint(checkpoint: str | Path) -> CheckpointAnalysis:
-    """:class:`CheckpointAnalysis` of an SST checkpoint folder (``analyses.open_checkpoint``)."""
+    """:class:`CheckpointAnalysis` of an SST checkpoint folder (``study.open_checkpoint``)."""
     folder = Path(checkpoint)
     if not folder.is_dir():
         raise UsageError(f"{folder} is not a folder; pass an SST checkpoint folder (sst_config.json + "
@@ -467,14 +451,14 @@ def open_checkpoint(checkpoint: str | Path) -> CheckpointAnalysis:
 
 
 def open_experiment(folder: str | Path) -> ExperimentAnalysis:
-    """:class:`ExperimentAnalysis` of an intervention experiment folder (``analyses.open_experiment``)."""
+    """:class:`ExperimentAnalysis` of an intervention experiment folder (``study.open_experiment``)."""
     if not Path(folder).is_dir():
         raise UsageError(f"{folder} is not a folder; pass the --out of python -m sst_interp.intervene")
     return ExperimentAnalysis(folder)
 
 
 def open_training(sst: str | Path | None = None, baseline: str | Path | None = None) -> TrainingAnalysis:
-    """:class:`TrainingAnalysis` of training output folders (``analyses.open_training``)."""
+    """:class:`TrainingAnalysis` of training output folders (``study.open_training``)."""
     for name, folder in (("sst", sst), ("baseline", baseline)):
         if folder is not None and not (Path(folder) / "train_log.csv").is_file():
             raise UsageError(f"{name}={folder} has no train_log.csv; pass a training output folder")
