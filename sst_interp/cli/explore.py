@@ -49,6 +49,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     return 0
 
 
-def console() -> None:
+def console() -> int:
     """Console script ``sst-explore``."""
-    raise SystemExit(main())
+    return main()

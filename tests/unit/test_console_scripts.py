@@ -1,9 +1,12 @@
 """Every command as a user starts it: each console script of ``pyproject.toml`` and each ``python -m`` form, in a
-fresh process, with ``--help`` (exit 0), with a bad flag (exit 2 and exactly one ``error:`` line) and with a
-successful tiny run (exit 0).
+fresh process, with ``--help`` (exit 0) and with a bad flag (exit 2 and exactly one ``error:`` line); and each
+command once with a successful tiny run (exit 0), through its console script where it has one.
 
 A console script exits with whatever its entry returns, so an entry that returned anything but an int (``record``
-used to return its accuracies, which became exit status 1) fails the tiny-run case here. The scripts are the ones
+used to return its accuracies, which became exit status 1) fails the tiny-run case here. The ``python -m`` form
+exits with the same ``main()``'s value (``raise SystemExit(main())``, and each console script ``return main()``:
+:func:`test_both_forms_exit_with_what_main_returns` reads that from the source), so one tiny run per command covers
+both forms. The scripts are the ones
 installed beside this interpreter (``pip install -e .`` writes them); the test also checks that the installed entry
 points are the ones ``pyproject.toml`` declares, so a stale install fails instead of testing old code.
 """
@@ -86,6 +89,9 @@ COMMANDS = {
 #: Every way to start each command: ("sst-record", argv prefix) and ("-m sst_interp.record", argv prefix).
 FORMS = [pytest.param(name, [str(BIN / c.script)], id=c.script) for name, c in COMMANDS.items() if c.script] + \
         [pytest.param(name, [sys.executable, "-m", c.module], id=f"-m {c.module}") for name, c in COMMANDS.items()]
+#: One way per command for the tiny run: its console script, else its ``python -m`` form.
+ONE_FORM = [pytest.param(name, [str(BIN / c.script)] if c.script else [sys.executable, "-m", c.module],
+                         id=c.script or f"-m {c.module}") for name, c in COMMANDS.items()]
 
 
 def _run(argv: list[str], cwd: Path) -> subprocess.CompletedProcess:
@@ -152,8 +158,25 @@ def _serve_once(argv: list[str], cwd: Path) -> None:
     assert process.returncode == 0, process.stderr.read()[-3000:]
 
 
+def test_both_forms_exit_with_what_main_returns():
+    """Each command's ``__main__`` ends in ``raise SystemExit(main())`` and its console script is
+    ``return main()``, so the two forms exit alike and the tiny run needs only one of them."""
+    import ast
+
+    for name, command in COMMANDS.items():
+        entry = REPO.joinpath(*command.module.split("."), "__main__.py")
+        exits = [node for node in ast.walk(ast.parse(entry.read_text())) if isinstance(node, ast.Raise)]
+        assert [ast.unparse(node.exc) for node in exits] == ["SystemExit(main())"], entry
+        if command.script is None:
+            continue
+        cli = ast.parse((REPO / "sst_interp" / "cli" / f"{name}.py").read_text())
+        console = next(node for node in cli.body if isinstance(node, ast.FunctionDef) and node.name == "console")
+        returns = [ast.unparse(node.value) for node in ast.walk(console) if isinstance(node, ast.Return)]
+        assert returns == ["main()"], f"sst_interp/cli/{name}.py console() returns {returns}"
+
+
 @pytest.mark.slow
-@pytest.mark.parametrize("name, prefix", FORMS)
+@pytest.mark.parametrize("name, prefix", ONE_FORM)
 def test_a_tiny_run_exits_0(name, prefix, workspace, tmp_path):
     argv = [part.format(out=tmp_path, **workspace) for part in COMMANDS[name].tiny]
     if COMMANDS[name].serves:
