@@ -45,6 +45,10 @@ def draw_pareto(data: ArtefactData) -> Figure:
         color = RULE_COLORS.get(rule, NEUTRAL)
         ax.vlines(part["mean_iterations"], part["accuracy_low_pct"], part["accuracy_high_pct"], color=color,
                   alpha=0.35, linewidth=3, label=f"{rule} (simulated: accuracy bounds)")
+        # a row whose every question is reproduced exactly has equal bounds: a bar of no length, drawn as a tick
+        exact = part[part["accuracy_low_pct"] == part["accuracy_high_pct"]]
+        ax.scatter(exact["mean_iterations"], exact["accuracy_low_pct"], marker="_", s=80, linewidths=3,
+                   color=color, alpha=0.6)
         n = part["n_questions"].clip(lower=1)
         exact_ax.plot(part["mean_iterations"], 100.0 * part["exact_questions"] / n, marker="o", color=color,
                       label=f"{rule}")
@@ -73,7 +77,9 @@ def draw_pareto(data: ArtefactData) -> Figure:
         ax.plot(front["mean_iterations"], front["accuracy_pct"], color="black", linewidth=1, linestyle="--",
                 label="front of the measured rows", zorder=3)
     top = float(np.nanmax([points["accuracy_high_pct"].max(), points["accuracy_pct"].max(), 1.0]))
-    ax.set_ylim(-2, min(100.0, top * 1.15 + 2))
+    # a tenth of the axis above the highest point holds its label, which would otherwise run into the title
+    highest = min(100.0, top * 1.15 + 2)
+    ax.set_ylim(-2, highest + 0.1 * (highest + 2))
     style(ax, "Accuracy against compute (squares: fixed depths, star: staged oracle, circles: live policies)",
           "mean iterations per generated token", "accuracy (%)")
     if sim.empty:
