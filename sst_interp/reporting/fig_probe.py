@@ -86,7 +86,10 @@ def draw_feature_grid(data: ArtefactData) -> Figure:
     grid = np.full(rows * cols, np.nan)
     grid[ess["dim"].to_numpy(dtype=np.int64)] = ess["importance"].to_numpy(dtype=float)
     background = np.where(np.arange(rows * cols) < d, 0.0, np.nan).reshape(rows, cols)
-    fig = new_figure(max(5.5, min(9.0, cols * 0.11 + 2.0)), max(4.0, min(10.0, rows * 0.11 + 1.4)))
+    height = max(4.0, min(10.0, rows * 0.11 + 1.4))
+    # equal-aspect cells: the grid is (height less the title and labels) x cols / rows wide, plus the colour bar and
+    # labels; a width set from the columns alone left a tall, narrow grid (d=128: 16 x 8) in an empty figure
+    fig = new_figure(max(4.2, min(9.0, (height - 1.4) * cols / rows + 2.4)), height)
     ax = fig.add_subplot()
     grey = ListedColormap(["#d4d4d4"]).with_extremes(bad="white")  # white: cells past d when the grid is not full
     ax.imshow(np.ma.masked_invalid(background), origin="lower", cmap=grey, aspect="equal", interpolation="nearest")
