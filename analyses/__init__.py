@@ -39,6 +39,6 @@ MOVED_TO_STUDY = frozenset({
 def __getattr__(name: str) -> Any:
     if name in MOVED_TO_STUDY:
         raise AttributeError(f"sst_interp.analyses.{name} moved to sst_interp.study: use `from sst_interp import "
-                             f"study` and `study.{name}` (the analysis objects sit "
-                             f"above the measurement catalogue they read)")
+                             f"study` and `study.{name}` (the analysis objects sit above the measurement catalogue "
+                             f"they read)")
     return _lazy_getattr(name)
