@@ -421,8 +421,23 @@ def _regime(name: str) -> str:
 
 def open_run(run: str | Path | Run, baseline: str | Path | Run | None = None, baseline_depth: int | None = None,
              name: str | None = None, alpha: Any = None, probe: str | Path | None = None) -> RunAnalysis:
-    """The paper's measurements of one run: a :class:`RunAnalysis`. ``study.open`` calls this; its docstring
-    describes the arguments and what to call next."""
+    """The paper's measurements of one run (``study.open``): a :class:`RunAnalysis`.
+
+    Args:
+        run: the run directory (``python -m sst_interp.record --out``), or a :class:`~sst_interp.store.Run`.
+        baseline: the matched baseline run (a path or a Run), for tab:main_results and the baseline rows of
+            tab:overthinking and tab:repetition.
+        baseline_depth: the baseline's depth (default: its only, or shallowest, depth).
+        name: the benchmark name in multi-benchmark tables (default: the manifest's ``questions``).
+        alpha: the checkpoint's blend coefficients [L, d] (or a function returning them), for
+            tab:precision_proof's analytic bound.
+        probe: a halting probe saved by ``python -m sst_interp.probe train``, for the probe's tables (without one
+            they train a 10-neuron probe on the run's MUST HALT labels, which needs at least 2 such questions).
+
+    Then ``a.available()`` (what this run supports, and why not the rest), ``a.data(label)`` (tidy data;
+    ``question=``/``depth=`` for a figure's question), ``a.table(label)``, ``a.notes(label)``, one method per
+    measurement (``a.staged_breakdown()``), and ``a.measurements()`` (every label with its title and columns).
+    """
     return RunAnalysis(run, baseline, baseline_depth=baseline_depth, name=name, alpha=alpha, probe=probe)
 
 
