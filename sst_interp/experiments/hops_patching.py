@@ -21,6 +21,7 @@ prompt's columns (those columns are not patched) predicts something else, which 
 
 from __future__ import annotations
 
+import math
 import random
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -32,12 +33,13 @@ from tqdm.auto import tqdm
 from sst_interp.interventions import InterventionSpec, Operation, Site
 from sst_interp.interventions.loops import FAMILY_STREAM, intervene_loop
 from sst_interp.kernels.errors import UsageError
+from sst_interp.kernels.stats import wilson_interval
 from sst_interp.model.generation import GenerationConfig
 from sst_interp.model.loop_model import LoopModel, generate_looped
 from sst_interp.organism.task import BIND, SEPARATOR, HopsQuestion
 
-PATCHING_COLUMNS = ("question", "hops", "changed_hop", "iteration", "answer_a", "answer_b", "patched",
-                    "became_b", "stayed_a")
+PATCHING_COLUMNS = ("question", "hops", "changed_hop", "last_binding", "iteration", "answer_a", "answer_b",
+                    "patched", "became_b", "stayed_a")
 
 
 @dataclass(frozen=True)
@@ -90,32 +92,57 @@ def _answer(model: LoopModel, tokenizer, prompts: list[str], depth: int, spec: I
 
 @torch.no_grad()
 def patch_by_iteration(model: LoopModel, tokenizer, questions: Sequence[HopsQuestion], depth: int,
-                       seed: int = 0) -> pd.DataFrame:
+                       seed: int = 0, max_pairs: int | None = None) -> pd.DataFrame:
     """For every question, every hop ``j`` of its chain and every iteration ``i`` of ``depth``: A's answer with
     the answer column patched from B at iteration ``i`` (module docstring).
 
     Only questions A answers correctly at ``depth`` and whose B the model answers correctly are kept (the patch's
-    reading needs both clean answers right). Columns :data:`PATCHING_COLUMNS`.
+    reading needs both clean answers right). ``max_pairs``: once a changed hop has that many kept pairs, further
+    questions skip it, so a long question list spends its patches on the hops that still lack pairs (None: every
+    hop of every question). ``last_binding`` marks pairs whose ``j`` is the chain's last binding: there B differs
+    from A in the answer digit's own binding, which a prompt column can read directly (leakage, reported apart by
+    :func:`flip_table`). Columns :data:`PATCHING_COLUMNS`.
     """
     rng = random.Random(seed)
     rows = []
+    kept: dict[int, int] = {}
     with model.at_depth(depth):
         for index, question in enumerate(tqdm(questions, desc="hops patching", unit="question")):
             for hop in range(1, question.hops + 1):
+                # drawn even when skipped, so the counterfactuals of a question do not depend on max_pairs
                 other = counterfactual(question, hop, rng)
+                if max_pairs is not None and kept.get(hop, 0) >= max_pairs:
+                    continue
                 clean = _answer(model, tokenizer, [question.prompt, other.prompt], depth, None)
                 if clean != [question.answer, other.answer]:
                     continue
+                kept[hop] = kept.get(hop, 0) + 1
                 for iteration in range(1, depth + 1):
                     patched = _answer(model, tokenizer, [question.prompt, other.prompt], depth,
                                       patch_spec(iteration))[0]
-                    rows.append((index, question.hops, hop, iteration, question.answer, other.answer,
-                                 patched, patched == other.answer, patched == question.answer))
+                    rows.append((index, question.hops, hop, hop == question.hops, iteration, question.answer,
+                                 other.answer, patched, patched == other.answer, patched == question.answer))
     return pd.DataFrame(rows, columns=list(PATCHING_COLUMNS))
 
 
 def flip_table(frame: pd.DataFrame) -> pd.DataFrame:
-    """Per (changed hop, iteration): pairs, and the fraction of patched answers that became B's."""
-    grouped = frame.groupby(["changed_hop", "iteration"])
-    return pd.DataFrame({"pairs": grouped.size(), "became_b": grouped["became_b"].mean(),
-                         "stayed_a": grouped["stayed_a"].mean()}).reset_index()
+    """Per (changed hop, iteration): pairs, the fraction of patched answers that became B's (with its 95% Wilson
+    interval) and stayed A's; and the same split apart into pairs whose ``j`` is the chain's last binding
+    (``last_*``, leakage) and the rest (``inner_*``). A split with no pairs has NaN fractions."""
+    def cell(rows: pd.DataFrame) -> dict[str, float]:
+        became = int(rows["became_b"].sum())
+        interval = wilson_interval(became, len(rows)) if len(rows) else None
+        low, high = (interval.low, interval.high) if interval else (math.nan, math.nan)
+        return {"pairs": len(rows), "became_b": became / len(rows) if len(rows) else math.nan,
+                "became_b_low": low, "became_b_high": high,
+                "stayed_a": float(rows["stayed_a"].mean()) if len(rows) else math.nan}
+
+    out = []
+    for (hop, iteration), rows in frame.groupby(["changed_hop", "iteration"]):
+        inner, last = rows[~rows["last_binding"].astype(bool)], rows[rows["last_binding"].astype(bool)]
+        row = {"changed_hop": hop, "iteration": iteration, **cell(rows)}
+        for name, part in (("inner", inner), ("last", last)):
+            row[f"{name}_pairs"] = len(part)
+            row[f"{name}_became_b"] = float(part["became_b"].mean()) if len(part) else math.nan
+        out.append(row)
+    return pd.DataFrame(out)

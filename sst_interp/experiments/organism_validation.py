@@ -206,21 +206,41 @@ def depth_policy_row(run) -> ValidationRow:
 
 def patching_row(flips: pd.DataFrame) -> ValidationRow:
     """The counterfactual patching table (:func:`~sst_interp.experiments.hops_patching.flip_table`): the first
-    iteration where patching makes B's answer win, per changed hop, against ``ceil(j / 2)``."""
+    iteration where patching makes B's answer win, per changed hop, against ``ceil(j / 2)``; with the pairs of the
+    thinnest cell, and the fraction before the predicted iteration from pairs whose ``j`` is the chain's last binding
+    (leakage) apart from the rest."""
     rows = []
     for hop, cells in flips.groupby("changed_hop"):
         cells = cells.sort_values("iteration")
         flipped = cells[cells["became_b"] >= FLIPPED]
         first = int(flipped["iteration"].iloc[0]) if len(flipped) else None
-        rows.append((hop, int(cells["pairs"].iloc[0]), first, needed_iterations(hop), first == needed_iterations(hop)))
-    frame = pd.DataFrame(rows, columns=["changed_hop", "pairs", "first_flip", "predicted", "matches"])
+        early = cells[cells["iteration"] < needed_iterations(hop)]
+        rows.append((hop, int(cells["pairs"].min()), int(cells["last_pairs"].min()), first, needed_iterations(hop),
+                     first == needed_iterations(hop), _pooled(early, "inner"), _pooled(early, "last")))
+    frame = pd.DataFrame(rows, columns=["changed_hop", "pairs", "last_binding_pairs", "first_flip", "predicted",
+                                        "matches", "early_inner", "early_last"])
     return ValidationRow(
         "counterfactual patching of the answer column (experiments.hops_patching)",
         "patching at iteration i from a prompt whose hop-j binding differs changes the answer to B's from "
         "i = ceil(j/2) on, not before",
         f"first flip at the predicted iteration for {int(frame['matches'].sum())} of {len(frame)} hops; "
-        + "; ".join(f"j={r.changed_hop}: {r.first_flip}" for r in frame.itertuples()),
+        + "; ".join(f"j={r.changed_hop}: {r.first_flip} (n {r.pairs})" for r in frame.itertuples())
+        + f"; before the predicted iteration B's answer wins in {_pooled_all(flips, 'inner'):.3f} of inner pairs and "
+        f"{_pooled_all(flips, 'last'):.3f} of last-binding pairs (leakage)",
         bool(frame["matches"].mean() >= 0.8), flips)
+
+
+def _pooled(cells: pd.DataFrame, part: str) -> float:
+    """The ``part`` (inner or last) pairs' became-B fraction pooled over ``cells`` (NaN with no pairs)."""
+    pairs = cells[f"{part}_pairs"].to_numpy()
+    if pairs.sum() == 0:
+        return math.nan
+    return float((cells[f"{part}_became_b"].fillna(0).to_numpy() * pairs).sum() / pairs.sum())
+
+
+def _pooled_all(flips: pd.DataFrame, part: str) -> float:
+    """:func:`_pooled` over every cell before its hop's predicted iteration."""
+    return _pooled(flips[flips["iteration"] < flips["changed_hop"].map(needed_iterations)], part)
 
 
 def window_row(table: pd.DataFrame, by_hop: pd.DataFrame) -> ValidationRow:
@@ -280,6 +300,25 @@ def markdown(rows: list[ValidationRow]) -> str:
         lines.append(f"| {row.measurement} | {row.prediction} | {row.measured} | "
                      f"{'yes' if row.recovered else 'no'} |")
     return "\n".join(lines)
+
+
+def staircase_markdown(flips: pd.DataFrame) -> str:
+    """The patching staircase as Markdown: per changed hop j (rows) and iteration i (columns), the fraction of pairs
+    whose answer became B's, its 95% Wilson interval and the pairs n; then the last-binding (leakage) pairs apart."""
+    iterations = sorted(flips["iteration"].unique())
+    head = "| hop j | " + " | ".join(f"i = {i}" for i in iterations) + " |"
+    lines = [head, "|---|" + "---|" * len(iterations)]
+    for hop, cells in flips.groupby("changed_hop"):
+        cells = cells.set_index("iteration")
+        lines.append(f"| {hop} | " + " | ".join(
+            f"{cells.at[i, 'became_b']:.2f} [{cells.at[i, 'became_b_low']:.2f}, {cells.at[i, 'became_b_high']:.2f}] "
+            f"(n {cells.at[i, 'pairs']}; last binding {_fraction(cells.at[i, 'last_became_b'])} of "
+            f"{cells.at[i, 'last_pairs']})" for i in iterations) + " |")
+    return "\n".join(lines)
+
+
+def _fraction(value: float) -> str:
+    return "-" if math.isnan(value) else f"{value:.2f}"
 
 
 ROW_FILES = ("staged_capacity", "lens", "probe", "overlap", "depth_policies", "patching", "window", "attribution")
@@ -343,7 +382,7 @@ def validate(config) -> list[ValidationRow]:
     backbone, tokenizer = load_loop_backbone(str(folder), loop)
     questions = split_items(spec, "test", config.patch_questions)
     rows.append(patching_row(flip_table(patch_by_iteration(LoopModel(backbone, loop), tokenizer, questions, depth,
-                                                           config.seed))))
+                                                           config.seed, max_pairs=config.patch_pairs))))
     config.out.mkdir(parents=True, exist_ok=True)
     rows.append(window_row(*organism_window(folder, depth, config.attribution_questions, config.out / "window")))
     rows.append(attribution_row(organism_attribution(folder, depth, config.attribution_questions,
@@ -351,5 +390,7 @@ def validate(config) -> list[ValidationRow]:
     answer_resolution(run, depth).to_csv(config.out / RESOLUTION_FILE, index=False)
     for name, row in zip(ROW_FILES, rows):
         row.detail.to_csv(config.out / f"{name}.csv", index=False)
-    (config.out / "validation.md").write_text(markdown(rows) + "\n")
+    staircase = rows[ROW_FILES.index("patching")].detail
+    (config.out / "validation.md").write_text(
+        markdown(rows) + "\n\n## The patching staircase, n per cell\n\n" + staircase_markdown(staircase) + "\n")
     return rows

@@ -19,6 +19,9 @@ if TYPE_CHECKING:
 # HRM-Text scales token embeddings by 1 / initializer_range (50) by default, so the embedding dwarfs what the
 # blocks add at initialisation; at 1 the lookup was learned in fewer steps (measured in docs/organism.md).
 EMBEDDING_SCALE = 1.0
+#: Counterfactual pairs each (changed hop, iteration) cell of the validation's patching staircase rests on: with 19
+#: and 9 pairs the 5- and 6-hop rows misread (j=5, i=3) as 0.84; 1,947 pairs give 0.72 +- 0.03.
+PATCH_PAIRS = 40
 
 
 @dataclass(frozen=True)
@@ -255,8 +258,10 @@ class ValidateConfig:
     run: Path = arg(help="a run recorded from the organism with --questions hops at depths 1..D (flat)")
     out: Path = arg(help="folder for validation.md and one CSV per row (created; existing files are replaced)")
     model: str = arg("hops-organism", help="the organism the run was recorded from (a folder, or hops-organism)")
-    patch_questions: int = arg(60, help="test questions of the counterfactual patching (each: every hop, every "
-                                        "iteration)")
+    patch_questions: int = arg(480, help="test questions the counterfactual patching draws its pairs from (each "
+                                         "hop of each question, until the hop has --patch-pairs)")
+    patch_pairs: int = arg(PATCH_PAIRS, help="counterfactual pairs per changed hop (every cell of the staircase rests "
+                                           "on this many, or on all the questions hold)")
     folds: int = arg(5, help="question folds of the held-out hop-value probe")
     seed: int = arg(0, help="seed of the counterfactuals' distractor choice")
     attribution_questions: int = arg(48, help="test questions of the window and attribution-patching rows (attribution: those whose depth-1 "
@@ -267,5 +272,6 @@ class ValidateConfig:
         if not (self.run / "manifest.json").is_file():
             raise UsageError(f"--run {self.run} is not a run directory (no manifest.json); record one with "
                              "python -m sst_interp.record --model hops-organism --questions hops --depths 1,2,3,4")
-        if self.patch_questions < 1 or self.folds < 2 or self.attribution_questions < 1:
-            raise UsageError("--patch-questions and --attribution-questions must be at least 1 and --folds at least 2")
+        if self.patch_questions < 1 or self.patch_pairs < 1 or self.folds < 2 or self.attribution_questions < 1:
+            raise UsageError("--patch-questions, --patch-pairs and --attribution-questions must be at least 1 and "
+                             "--folds at least 2")

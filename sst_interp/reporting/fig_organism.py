@@ -22,7 +22,7 @@ def organism_figure(resolution: pd.DataFrame, flips: pd.DataFrame, chance: float
         resolution: :func:`~sst_interp.analyses.hops.answer_resolution` of the run (``hops``, ``questions``,
             ``iteration_1`` ..): the fraction of questions whose answer is on top at each iteration.
         flips: :func:`~sst_interp.experiments.hops_patching.flip_table` (``changed_hop``, ``iteration``,
-            ``became_b``).
+            ``became_b``, ``pairs``).
         chance: the task's chance accuracy, drawn as a dashed line (None: not drawn).
     """
     fig = new_figure(9.0, 3.4)
@@ -42,7 +42,8 @@ def organism_figure(resolution: pd.DataFrame, flips: pd.DataFrame, chance: float
     grid = flips.pivot_table(index="changed_hop", columns="iteration", values="became_b")
     image = patch.imshow(grid.to_numpy(), vmin=0, vmax=1, cmap="viridis", aspect="auto")
     patch.set_xticks(range(grid.shape[1]), [str(c) for c in grid.columns])
-    patch.set_yticks(range(grid.shape[0]), [str(r) for r in grid.index])
+    pairs = flips.groupby("changed_hop")["pairs"].min()
+    patch.set_yticks(range(grid.shape[0]), [f"{r} (n={pairs[r]})" for r in grid.index])
     for (i, j), value in np.ndenumerate(grid.to_numpy()):
         patch.text(j, i, f"{value:.2f}", ha="center", va="center", fontsize=BASE_FONT - 2,
                    color="black" if value > 0.5 else "white")

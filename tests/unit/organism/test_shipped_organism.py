@@ -108,6 +108,24 @@ def test_patching_flips_the_answer_in_a_staircase(organism):
     assert first == sorted(first) and first[0] == 1 and first[-1] >= 3  # later hops flip at later iterations
 
 
+def test_patching_draws_pairs_per_hop_until_each_has_its_share_and_splits_off_the_last_binding(organism):
+    model, tokenizer = organism
+    raw = patch_by_iteration(model, tokenizer, split_items(SPEC, "test", 60), 2, max_pairs=3)
+    pairs = raw.drop_duplicates(["question", "changed_hop"]).groupby("changed_hop").size()
+    assert pairs.to_dict() == {hop: 3 for hop in range(1, 7)}  # 60 questions hold 3 good pairs of every hop
+    assert (raw["last_binding"] == (raw["changed_hop"] == raw["hops"])).all()
+    flips = flip_table(raw)
+    assert (flips["pairs"] == 3).all() and (flips["inner_pairs"] + flips["last_pairs"] == flips["pairs"]).all()
+    assert (flips["became_b_low"] <= flips["became_b"] + 1e-12).all()  # Wilson at 0 of n: low is 5.6e-17
+    assert (flips["became_b"] <= flips["became_b_high"] + 1e-12).all()
+    six = flips[flips["changed_hop"] == 6]
+    assert (six["last_pairs"] == 3).all() and six["inner_became_b"].isna().all()  # a 6-hop chain's last binding
+    table = validation.staircase_markdown(flips)
+    assert table.splitlines()[0] == "| hop j | i = 1 | i = 2 |" and "(n 3; last binding" in table
+    row = validation.patching_row(flips)
+    assert "j=1: 1 (n 3)" in row.measured and "of last-binding pairs (leakage)" in row.measured
+
+
 def test_the_probe_reads_hop_one_from_the_first_block_and_no_intermediate_hop_after(recorded):
     probe = validation.probe_row(recorded, 4).detail
     cell = probe.set_index(["hop", "iteration", "layer"])["accuracy"]
