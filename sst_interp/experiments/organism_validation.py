@@ -15,6 +15,8 @@ Rows (each a function returning a :class:`ValidationRow`):
 - :func:`overlap_row`: top-k overlap between iterations 1 and 2 against "still computing after iteration 1" (AUC),
   and the paper's GMM low-overlap regime;
 - :func:`depth_policy_row`: the per-position depth policies' halting iteration against the hop count;
+- :func:`prompt_columns_row`: depth-1 accuracy by the chain's links that point backward in the prompt (lookups
+  the prompt's own columns do, :mod:`~sst_interp.organism.prompt_columns`);
 - :func:`patching_row`: counterfactual patching (:mod:`~sst_interp.experiments.hops_patching`);
 - :func:`window_row`: the window experiment, each block's carried state frozen after iteration 1, by hop count
   (:mod:`~sst_interp.experiments.window`);
@@ -26,6 +28,7 @@ from __future__ import annotations
 
 import json
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -45,11 +48,14 @@ from sst_interp.experiments.configs import AttributionConfig, WindowConfig
 from sst_interp.experiments.window import condition_name, run_window
 from sst_interp.experiments.hops_patching import flip_table, patch_by_iteration
 from sst_interp.kernels.errors import UsageError
+from sst_interp.kernels.stats import mann_whitney, wilson_interval
 from sst_interp.kernels.results import NotApplicable
 from sst_interp.model.halting import parse_position_policy
 from sst_interp.model.loop_model import LoopModel, load_loop_backbone
 from sst_interp.model.loops import native_loop
-from sst_interp.organism.task import HopsSpec, split_items
+from sst_interp.organism.prompt_columns import backward_links
+from sst_interp.organism.looped import answer_predictions
+from sst_interp.organism.task import HopsQuestion, HopsSpec, split_items
 from sst_interp.organism.train import ORGANISM_FILE, TABLE_FILE, read_table
 from sst_interp.record.options import RecordOptions
 from sst_interp.store import Run
@@ -243,6 +249,39 @@ def _pooled_all(flips: pd.DataFrame, part: str) -> float:
     return _pooled(flips[flips["iteration"] < flips["changed_hop"].map(needed_iterations)], part)
 
 
+def prompt_columns_row(questions: Sequence[HopsQuestion], predictions: Sequence[str], depth: int = 1) -> ValidationRow:
+    """Accuracy at ``depth`` by hop count and the number of the chain's links that point backward in the prompt
+    (:func:`~sst_interp.organism.prompt_columns.backward_links`), each cell with its 95% Wilson interval.
+
+    Args:
+        questions: the questions asked (their prompts and chains are the truth).
+        predictions: the model's first answer token for each, at ``depth``
+            (:func:`~sst_interp.organism.looped.answer_predictions`).
+        depth: the depth they were answered at (1: one H-cycle, two lookups at the answer column).
+    """
+    frame = pd.DataFrame({"hops": [q.hops for q in questions],
+                          "backward": [backward_links(q.prompt, q.chain) for q in questions],
+                          "correct": [p == q.answer for q, p in zip(questions, predictions)]})
+    rows = []
+    for (hops, backward), cell in frame.groupby(["hops", "backward"]):
+        interval = wilson_interval(int(cell["correct"].sum()), len(cell))
+        rows.append((depth, hops, backward, len(cell), float(cell["correct"].mean()), interval.low, interval.high))
+    table = pd.DataFrame(rows, columns=["depth", "hops", "backward_links", "questions", "accuracy", "low", "high"])
+    # the first hop count the answer column cannot finish alone at this depth: its links are all it can shorten
+    first_short = LOOKUPS_PER_ITERATION * depth + 1
+    cells = table[table["hops"] == first_short].set_index("backward_links")
+    fewest, most = cells.iloc[0], cells.iloc[-1]
+    return ValidationRow(
+        f"prompt-column lookups: accuracy at depth {depth} by the chain's backward links "
+        "(organism.prompt_columns.backward_links)",
+        "a link whose target is bound earlier in the prompt is resolved at its own column, so at an insufficient "
+        "depth accuracy rises with the backward links (sequential lookups at the answer column alone predict chance)",
+        f"h = {first_short} at depth {depth}: "
+        + ", ".join(f"{r.accuracy:.2f} [{r.low:.2f}, {r.high:.2f}] (n {r.questions}) with {r.Index}"
+                    for r in cells.itertuples()) + " backward links",
+        bool(most["low"] > fewest["high"]), table)
+
+
 def window_row(table: pd.DataFrame, by_hop: pd.DataFrame) -> ValidationRow:
     """The window experiment (one block per window, ``freeze``: the block's carried state held at iteration 1's
     from then on) against the sequential hypothesis: a block frozen after iteration 1 has done its iteration-1
@@ -321,7 +360,7 @@ def _fraction(value: float) -> str:
     return "-" if math.isnan(value) else f"{value:.2f}"
 
 
-ROW_FILES = ("staged_capacity", "lens", "probe", "overlap", "depth_policies", "patching", "window", "attribution")
+ROW_FILES = ("staged_capacity", "lens", "probe", "overlap", "depth_policies", "prompt_columns", "patching", "window", "attribution")
 #: the lens' answer-on-top fraction per hop count and iteration (the figure's left panel)
 RESOLUTION_FILE = "answer_resolution.csv"
 
@@ -380,6 +419,8 @@ def validate(config) -> list[ValidationRow]:
             probe_row(run, depth, config.folds), overlap_row(run, depth), depth_policy_row(run)]
     loop = native_loop("hrm_text")
     backbone, tokenizer = load_loop_backbone(str(folder), loop)
+    fresh = split_items(spec, "test", config.column_questions)
+    rows.append(prompt_columns_row(fresh, answer_predictions(backbone, tokenizer, fresh, 1)))
     questions = split_items(spec, "test", config.patch_questions)
     rows.append(patching_row(flip_table(patch_by_iteration(LoopModel(backbone, loop), tokenizer, questions, depth,
                                                            config.seed, max_pairs=config.patch_pairs))))
