@@ -41,6 +41,9 @@ from sst_interp.organism.task import BIND, SEPARATOR, HopsQuestion
 PATCHING_COLUMNS = ("question", "hops", "changed_hop", "last_binding", "iteration", "answer_a", "answer_b",
                     "patched", "became_b", "stayed_a")
 
+FLIP_COLUMNS = ("changed_hop", "iteration", "pairs", "became_b", "became_b_low", "became_b_high", "stayed_a",
+                "inner_pairs", "inner_became_b", "last_pairs", "last_became_b")
+
 
 @dataclass(frozen=True)
 class Counterfactual:
@@ -145,4 +148,4 @@ def flip_table(frame: pd.DataFrame) -> pd.DataFrame:
             row[f"{name}_pairs"] = len(part)
             row[f"{name}_became_b"] = float(part["became_b"].mean()) if len(part) else math.nan
         out.append(row)
-    return pd.DataFrame(out)
+    return pd.DataFrame(out, columns=list(FLIP_COLUMNS))

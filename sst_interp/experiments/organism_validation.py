@@ -56,7 +56,8 @@ from sst_interp.model.loops import native_loop
 from sst_interp.organism.prompt_columns import backward_links
 from sst_interp.organism.looped import answer_predictions
 from sst_interp.organism.task import HopsQuestion, HopsSpec, split_items
-from sst_interp.organism.train import ORGANISM_FILE, TABLE_FILE, read_table
+from sst_interp.organism.tables import tally_by_hop
+from sst_interp.organism.train import ORGANISM_FILE
 from sst_interp.record.options import RecordOptions
 from sst_interp.store import Run
 
@@ -97,9 +98,9 @@ class ValidationRow:
 def staged_capacity_row(table: dict[int, dict[int, tuple[int, int]]], chance: float) -> ValidationRow:
     """The depth-by-hop table (``table[depth][hops] = (correct, total)``): accuracy where ``depth >=
     needed_iterations(h)`` against where it is not, with chance ``chance``."""
-    rows = [(depth, hops, correct / total, depth >= needed_iterations(hops))
+    rows = [(depth, hops, total, correct / total, *_wilson(correct, total), depth >= needed_iterations(hops))
             for depth, row in table.items() for hops, (correct, total) in row.items()]
-    frame = pd.DataFrame(rows, columns=["depth", "hops", "accuracy", "sufficient"])
+    frame = pd.DataFrame(rows, columns=["depth", "hops", "questions", "accuracy", "low", "high", "sufficient"])
     enough, short = frame[frame["sufficient"]], frame[~frame["sufficient"]]
     worst = float(enough["accuracy"].min())
     above_chance = float(short["accuracy"].max()) if len(short) else float("nan")
@@ -108,6 +109,11 @@ def staged_capacity_row(table: dict[int, dict[int, tuple[int, int]]], chance: fl
         f"accuracy >= 0.95 wherever depth >= ceil(h/2); near chance ({chance:.2f}) below",
         f"lowest accuracy at a sufficient depth {worst:.3f}; highest at an insufficient depth {above_chance:.3f}",
         bool(worst >= 0.95 and (len(short) == 0 or above_chance < 0.5)), frame)
+
+
+def _wilson(correct: int, total: int) -> tuple[float, float]:
+    interval = wilson_interval(correct, total)
+    return interval.low, interval.high
 
 
 def lens_row(run, depth: int) -> ValidationRow:
@@ -415,12 +421,14 @@ def validate(config) -> list[ValidationRow]:
     spec = HopsSpec(**organism["task"])
     run = Run.open(config.run)
     depth = max(run.depths)
-    rows = [staged_capacity_row(read_table(folder / TABLE_FILE), 1 / spec.chains), lens_row(run, depth),
-            probe_row(run, depth, config.folds), overlap_row(run, depth), depth_policy_row(run)]
     loop = native_loop("hrm_text")
     backbone, tokenizer = load_loop_backbone(str(folder), loop)
-    fresh = split_items(spec, "test", config.column_questions)
-    rows.append(prompt_columns_row(fresh, answer_predictions(backbone, tokenizer, fresh, 1)))
+    # the depth-by-hop table and the prompt-column row on many fresh test questions (the run's are too few per cell)
+    fresh = split_items(spec, "test", config.table_questions)
+    predicted = {d: answer_predictions(backbone, tokenizer, fresh, d) for d in range(1, depth + 1)}
+    rows = [staged_capacity_row({d: tally_by_hop(fresh, p) for d, p in predicted.items()}, 1 / spec.chains),
+            lens_row(run, depth), probe_row(run, depth, config.folds), overlap_row(run, depth),
+            depth_policy_row(run), prompt_columns_row(fresh, predicted[1])]
     questions = split_items(spec, "test", config.patch_questions)
     rows.append(patching_row(flip_table(patch_by_iteration(LoopModel(backbone, loop), tokenizer, questions, depth,
                                                            config.seed, max_pairs=config.patch_pairs))))

@@ -263,8 +263,8 @@ class ValidateConfig:
     patch_pairs: int = arg(PATCH_PAIRS, help="counterfactual pairs per changed hop (every cell of the staircase rests "
                                            "on this many, or on all the questions hold)")
     folds: int = arg(5, help="question folds of the held-out hop-value probe")
-    column_questions: int = arg(3000, help="test questions of the prompt-column row (depth-1 accuracy by backward "
-                                           "links; 500 per hop count)")
+    table_questions: int = arg(3000, help="fresh test questions of the depth-by-hop table and the prompt-column row "
+                                          "(500 per hop count of hops-organism)")
     seed: int = arg(0, help="seed of the counterfactuals' distractor choice")
     attribution_questions: int = arg(48, help="test questions of the window and attribution-patching rows (attribution: those whose depth-1 "
                                               "answer differs from the run's deepest depth's are attributed)")
@@ -274,7 +274,7 @@ class ValidateConfig:
         if not (self.run / "manifest.json").is_file():
             raise UsageError(f"--run {self.run} is not a run directory (no manifest.json); record one with "
                              "python -m sst_interp.record --model hops-organism --questions hops --depths 1,2,3,4")
-        if min(self.patch_questions, self.patch_pairs, self.attribution_questions, self.column_questions) < 1 \
+        if min(self.patch_questions, self.patch_pairs, self.attribution_questions, self.table_questions) < 1 \
                 or self.folds < 2:
-            raise UsageError("--patch-questions, --patch-pairs, --attribution-questions and --column-questions must "
+            raise UsageError("--patch-questions, --patch-pairs, --attribution-questions and --table-questions must "
                              "be at least 1 and --folds at least 2")

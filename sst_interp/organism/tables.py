@@ -11,6 +11,7 @@ import csv
 from collections.abc import Sequence
 from pathlib import Path
 
+from sst_interp.kernels.stats import wilson_interval
 from sst_interp.organism.task import HopsQuestion
 
 DepthByHop = dict[int, dict[int, tuple[int, int]]]
@@ -26,6 +27,11 @@ def tally_by_hop(questions: Sequence[HopsQuestion], predicted: Sequence[str]) ->
         cell[0] += int(token == question.answer)
         cell[1] += 1
     return {h: (c, n) for h, (c, n) in sorted(counts.items())}
+
+
+def _cell(correct: int, total: int) -> str:
+    interval = wilson_interval(correct, total)
+    return f"{correct / total:.3f} [{interval.low:.3f}, {interval.high:.3f}] ({correct}/{total})"
 
 
 def write_table(table: DepthByHop, path: Path) -> None:
@@ -48,10 +54,11 @@ def read_table(path: Path) -> DepthByHop:
 
 
 def format_table(table: DepthByHop) -> str:
-    """The table as Markdown: one row per depth, one column per hop count, accuracy and counts."""
+    """The table as Markdown: one row per depth, one column per hop count, accuracy with its 95% Wilson interval and
+    the counts, e.g. ``0.608 [0.565, 0.650] (304/500)``."""
     hops = sorted({h for row in table.values() for h in row})
     lines = ["| depth | " + " | ".join(f"h={h}" for h in hops) + " |", "|---|" + "---|" * len(hops)]
     for depth, row in table.items():
-        cells = [f"{row[h][0] / row[h][1]:.3f} ({row[h][0]}/{row[h][1]})" for h in hops]
+        cells = [_cell(*row[h]) for h in hops]
         lines.append(f"| {depth} | " + " | ".join(cells) + " |")
     return "\n".join(lines)

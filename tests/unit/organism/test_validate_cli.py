@@ -16,7 +16,7 @@ def test_a_folder_that_is_not_a_run_is_refused(tmp_path, capsys):
 
 
 @pytest.mark.parametrize("flags, pattern", [(["--folds", "1"], "--folds at least 2"),
-                                            (["--patch-questions", "0"], "--column-questions must be at least 1"),
+                                            (["--patch-questions", "0"], "--table-questions must be at least 1"),
                                             (["--patch-pairs", "0"], "--patch-pairs, --attribution-questions"),
                                             (["--attribution-questions", "0"], "must be at least 1")])
 def test_sizes_that_cannot_run_are_refused(tmp_path, capsys, flags, pattern):
