@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from sst_interp import study
 from sst_interp.cli.args import add_config_flags, config_from_namespace, config_parser
 from sst_interp.kernels.errors import cli_entry
 from sst_interp.organism.config import LoopedTrainConfig, SSTOrganismConfig, ValidateConfig
@@ -53,7 +54,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         from sst_interp.store import Run
 
         config = config_from_namespace(ValidateConfig, args)
-        rows = run_validation(config)
+        rows = run_validation(config, study.open)
         chains = json.loads(Run.open(config.run).questions()["metadata"].iloc[0])["chains"]
         write_organism_figure(pd.read_csv(config.out / RESOLUTION_FILE), rows[ROW_FILES.index("patching")].detail,
                               config.out, chance=1 / chains)

@@ -21,15 +21,16 @@ Rows (each a function returning a :class:`ValidationRow`):
 - :func:`window_row`: the window experiment, each block's carried state frozen after iteration 1, by hop count
   (:mod:`~sst_interp.experiments.window`);
 - :func:`attribution_row`: attribution patching's first-order estimates against real patching of the same sites
-  (:mod:`~sst_interp.experiments.attribution`).
+  (:mod:`~sst_interp.experiments.attribution`);
+- the paper's Sec. 5 families (causal ordering, the two reorganisation regimes, later-iteration logit dynamics,
+  convergent reasoning, the precision test) against the same hypothesis (:mod:`~sst_interp.experiments.sec5_validation`).
 """
 
 from __future__ import annotations
 
 import json
 import math
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import numpy as np
@@ -47,6 +48,8 @@ from sst_interp.experiments.attribution import VERIFIED, run_attribution
 from sst_interp.experiments.configs import AttributionConfig, WindowConfig
 from sst_interp.experiments.window import condition_name, run_window
 from sst_interp.experiments.hops_patching import flip_table, patch_by_iteration
+from sst_interp.experiments.sec5_validation import SEQUENTIAL, Measured, sec5_rows
+from sst_interp.experiments.validation_row import ValidationRow, markdown
 from sst_interp.kernels.errors import UsageError
 from sst_interp.kernels.stats import mann_whitney, wilson_interval
 from sst_interp.kernels.results import NotApplicable
@@ -74,25 +77,6 @@ LOOKUPS_PER_ITERATION = 2
 def needed_iterations(hops: int) -> int:
     """The iterations an ``hops``-hop question needs under the sequential hypothesis."""
     return math.ceil(hops / LOOKUPS_PER_ITERATION)
-
-
-@dataclass(frozen=True)
-class ValidationRow:
-    """One measurement family against the mechanism.
-
-    Args:
-        measurement: what was measured, and with which function.
-        prediction: what the sequential hypothesis predicts.
-        measured: what the measurement showed (numbers).
-        recovered: whether it recovered the prediction.
-        detail: the table behind the row.
-    """
-
-    measurement: str
-    prediction: str
-    measured: str
-    recovered: bool
-    detail: pd.DataFrame
 
 
 def staged_capacity_row(table: dict[int, dict[int, tuple[int, int]]], chance: float) -> ValidationRow:
@@ -338,15 +322,6 @@ def attribution_row(verified: pd.DataFrame) -> ValidationRow:
         bool(rho >= AGREES and top_estimate == top_real and first_zero), cells)
 
 
-def markdown(rows: list[ValidationRow]) -> str:
-    """The validation table as Markdown (one line per row)."""
-    lines = ["| measurement | prediction (sequential lookups) | measured | recovered |", "|---|---|---|---|"]
-    for row in rows:
-        lines.append(f"| {row.measurement} | {row.prediction} | {row.measured} | "
-                     f"{'yes' if row.recovered else 'no'} |")
-    return "\n".join(lines)
-
-
 def staircase_markdown(flips: pd.DataFrame) -> str:
     """The patching staircase as Markdown: per changed hop j (rows) and iteration i (columns), the fraction of pairs
     whose answer became B's, its 95% Wilson interval and the pairs n; then the last-binding (leakage) pairs apart."""
@@ -366,7 +341,8 @@ def _fraction(value: float) -> str:
     return "-" if math.isnan(value) else f"{value:.2f}"
 
 
-ROW_FILES = ("staged_capacity", "lens", "probe", "overlap", "depth_policies", "prompt_columns", "patching", "window", "attribution")
+ROW_FILES = ("staged_capacity", "lens", "probe", "overlap", "depth_policies", "prompt_columns", "patching", "window",
+             "attribution", "causal_ordering", "reorganisation", "later_iterations", "convergent", "precision")
 #: the lens' answer-on-top fraction per hop count and iteration (the figure's left panel)
 RESOLUTION_FILE = "answer_resolution.csv"
 
@@ -405,12 +381,14 @@ def organism_attribution(folder: Path, depth: int, questions: int, out: Path) ->
     return run_attribution(setup, out, AttributionConfig(depth=depth, positions=1, verify_top=cells))[VERIFIED]
 
 
-def validate(config) -> list[ValidationRow]:
+def validate(config, open_analysis: Callable[[Path], Measured]) -> list[ValidationRow]:
     """Every row on ``config.run`` (recorded from ``config.model``); writes ``validation.md`` and one CSV per row
     into ``config.out`` and returns the rows.
 
     Args:
         config: a :class:`~sst_interp.organism.config.ValidateConfig`.
+        open_analysis: ``study.open`` (a floor above this module, so passed in): the Sec. 5 rows read their
+            measurements from ``open_analysis(config.run)``.
     """
     config.check()
     folder = Path(resolve_model(config.model))
@@ -436,6 +414,7 @@ def validate(config) -> list[ValidationRow]:
     rows.append(window_row(*organism_window(folder, depth, config.attribution_questions, config.out / "window")))
     rows.append(attribution_row(organism_attribution(folder, depth, config.attribution_questions,
                                                      config.out / "attribution")))
+    rows.extend(sec5_rows(open_analysis(config.run), SEQUENTIAL))
     answer_resolution(run, depth).to_csv(config.out / RESOLUTION_FILE, index=False)
     for name, row in zip(ROW_FILES, rows):
         row.detail.to_csv(config.out / f"{name}.csv", index=False)
