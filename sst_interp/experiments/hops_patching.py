@@ -27,11 +27,11 @@ from dataclasses import dataclass
 
 import pandas as pd
 import torch
-from tqdm.auto import tqdm
 
 from sst_interp.interventions import InterventionSpec, Operation, Site
 from sst_interp.interventions.loops import FAMILY_STREAM, intervene_loop
 from sst_interp.kernels.errors import UsageError
+from sst_interp.kernels.progress import progress
 from sst_interp.model.generation import GenerationConfig
 from sst_interp.model.loop_model import LoopModel, generate_looped
 from sst_interp.organism.task import BIND, SEPARATOR, HopsQuestion
@@ -100,7 +100,7 @@ def patch_by_iteration(model: LoopModel, tokenizer, questions: Sequence[HopsQues
     rng = random.Random(seed)
     rows = []
     with model.at_depth(depth):
-        for index, question in enumerate(tqdm(questions, desc="hops patching", unit="question")):
+        for index, question in enumerate(progress(questions, desc="hops patching", unit="question")):
             for hop in range(1, question.hops + 1):
                 other = counterfactual(question, hop, rng)
                 clean = _answer(model, tokenizer, [question.prompt, other.prompt], depth, None)
