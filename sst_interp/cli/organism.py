@@ -12,6 +12,7 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
 
 from sst_interp import study
@@ -44,8 +45,6 @@ def main(argv: Sequence[str] | None = None) -> int:
         print("\n\n".join(f"{titles[name]}:\n{format_table(table)}" for name, table in tables.items()))
         return 0
     if args.command == "validate":
-        import json
-
         import pandas as pd
 
         from sst_interp.experiments.organism_validation import RESOLUTION_FILE, ROW_FILES, markdown

@@ -28,11 +28,11 @@ from dataclasses import dataclass
 
 import pandas as pd
 import torch
-from tqdm.auto import tqdm
 
 from sst_interp.interventions import InterventionSpec, Operation, Site
 from sst_interp.interventions.loops import FAMILY_STREAM, intervene_loop
 from sst_interp.kernels.errors import UsageError
+from sst_interp.kernels.progress import progress
 from sst_interp.kernels.stats import wilson_interval
 from sst_interp.model.generation import GenerationConfig
 from sst_interp.model.loop_model import LoopModel, generate_looped
@@ -110,7 +110,7 @@ def patch_by_iteration(model: LoopModel, tokenizer, questions: Sequence[HopsQues
     rows = []
     kept: dict[int, int] = {}
     with model.at_depth(depth):
-        for index, question in enumerate(tqdm(questions, desc="hops patching", unit="question")):
+        for index, question in enumerate(progress(questions, desc="hops patching", unit="question")):
             for hop in range(1, question.hops + 1):
                 # drawn even when skipped, so the counterfactuals of a question do not depend on max_pairs
                 other = counterfactual(question, hop, rng)

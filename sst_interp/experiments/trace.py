@@ -28,6 +28,7 @@ iterations the family visits, and the forced passes are the family's own forward
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -35,7 +36,6 @@ from typing import Any
 import numpy as np
 import pandas as pd
 import torch
-from tqdm import tqdm
 
 from sst_interp.codeact.format import encode_with_actions
 from sst_interp.experiments import manifest as files
@@ -53,6 +53,7 @@ from sst_interp.experiments.tables import (
 from sst_interp.experiments.trace_cells import aligned_cells
 from sst_interp.interventions import Intervention, InterventionSpec, Operation, Site, intervene
 from sst_interp.kernels.outcomes import NEVER, first_divergence
+from sst_interp.kernels.progress import progress
 from sst_interp.model.depth_policy import FixedDepth
 from sst_interp.model.generation import GenerationSession
 from sst_interp.model.observers import ObserverGroup
@@ -147,7 +148,7 @@ def run_trace(setup: Setup, out: Path, config: TraceConfig) -> dict[str, pd.Data
     if config.resample_control:
         cells += [("layer_position_resampled", layer, position, visited[layer][-1])
                   for position in range(config.positions) for layer in layers]
-    for kind, layer, position, iteration in tqdm(cells, unit="cell", desc="trace", disable=not targets):
+    for kind, layer, position, iteration in progress(cells, unit="cell", desc="trace", disable=not targets):
         spec = patch_spec(clean_path, k, layer, position, iteration, resampled=kind.endswith("resampled"))
         patched = measure(1, spec, position)
         effects += [{"question_id": q, "map": kind, "layer": layer, "position": position, "iteration": iteration,
@@ -219,8 +220,6 @@ def forced_logprobs(setup: Setup, prompts: list[list[int]], targets: list[Target
                     spec: InterventionSpec | None) -> list[float]:
     """One forced generation of a batch: tokens before each row's target are its shared prefix; returns the
     natural log-prob of each row's target token at its position (NaN for rows without a target)."""
-    import dataclasses
-
     class Forced(GenerationSession):
         def record_token(self, position: int, token: torch.Tensor, counts: list[int] | None = None) -> None:
             token = token.clone()

@@ -8,6 +8,7 @@ spec reads, for a recording's identity, and refuses the live sources a recording
 
 from __future__ import annotations
 
+import hashlib
 from pathlib import Path
 from typing import Any
 
@@ -72,8 +73,6 @@ def patch_runs(spec: InterventionSpec) -> dict[str, str]:
     """{run directory: sha256 of its manifest} of every run a spec reads states from (patch, mean, resample; part of
     a run's identity). A recording calls it for its identity, so it also refuses live sources there (UsageError, one
     line): record lays its batches out itself, and a row number would name whichever question landed in it."""
-    import hashlib
-
     out = {}
     for item in spec.interventions:
         if item.operation.live:

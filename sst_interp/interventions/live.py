@@ -24,6 +24,7 @@ every call and after the block.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import replace
 from typing import Any
 
 import torch
@@ -133,8 +134,6 @@ class LiveIntervention:
 
 def _split(result: Any, rows: int) -> tuple[Any, Any]:
     """A doubled batch's GenerationResult as (the first ``rows`` rows', the rest's)."""
-    from dataclasses import replace
-
     def part(take: slice) -> Any:
         return replace(result, token_ids=result.token_ids[take], stop_reasons=result.stop_reasons[take],
                        chosen_depth=result.chosen_depth[take], iterations=result.iterations[take])

@@ -9,6 +9,7 @@ questions. :func:`reference_values` gives the state an operation puts at one sit
 
 from __future__ import annotations
 
+import zlib
 from collections.abc import Sequence
 from typing import Any
 
@@ -88,8 +89,6 @@ class PatchSource:
         """Another question of the run for ``question_id``, the same for the same (question, seed). Given a
         ``depth`` and ``position``: the first question of that fixed draw order that recorded the position there
         (answers that ended early recorded fewer positions), so a resample never lands on a missing state."""
-        import zlib
-
         if self._questions is None:
             self._questions = recorded_questions(self.run)
         others = [q for q in self._questions if q != question_id]

@@ -2,7 +2,9 @@
 
 Every error a user can fix by changing their input is a :class:`UsageError`.
 CLIs catch it, print one line (``error: ...``) to stderr and exit with code 2,
-so nothing already recorded is touched.
+so nothing already recorded is touched. The same wrapper, :func:`cli_entry`, runs every command with the
+libraries' own progress bars off when stderr is not a terminal
+(:func:`~sst_interp.kernels.progress.quiet_library_bars`).
 """
 
 from __future__ import annotations
@@ -11,6 +13,8 @@ import functools
 import sys
 from collections.abc import Callable
 from typing import TypeVar
+
+from sst_interp.kernels.progress import quiet_library_bars
 
 T = TypeVar("T")
 
@@ -22,12 +26,14 @@ class UsageError(ValueError):
 
 
 def cli_entry(main: Callable[..., T]) -> Callable[..., T]:
-    """Wrap a CLI ``main`` so a :class:`UsageError` becomes one line on stderr and exit code 2."""
+    """Wrap a CLI ``main`` so a :class:`UsageError` becomes one line on stderr and exit code 2; off a terminal,
+    ``main`` runs with the libraries' progress bars off (a log gets the package's plain progress lines only)."""
 
     @functools.wraps(main)
     def wrapper(*args, **kwargs):
         try:
-            return main(*args, **kwargs)
+            with quiet_library_bars():
+                return main(*args, **kwargs)
         except UsageError as err:
             message = " ".join(str(err).split())
             print(f"error: {message}", file=sys.stderr)

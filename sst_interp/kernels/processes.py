@@ -7,6 +7,7 @@ rank then raises. :mod:`sst_interp.record.ranks` and :mod:`sst_interp.train.dist
 
 from __future__ import annotations
 
+import datetime
 import os
 import socket
 import time
@@ -127,8 +128,6 @@ def join_process_group(backend: str, rank: int, world_size: int, timeout: Any) -
     group's own timeout for its later collectives. A missing variable, or peers that do not all arrive in time, is a
     :class:`UsageError` naming ``MASTER_ADDR`` and ``MASTER_PORT``.
     """
-    import datetime
-
     for name in ("MASTER_ADDR", "MASTER_PORT"):
         if name not in os.environ:
             raise UsageError(f"WORLD_SIZE={world_size} but {name} is unset; launch with torchrun, or set "

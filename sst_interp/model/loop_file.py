@@ -3,6 +3,8 @@ declaration checked, and the file's hash for the run's identity."""
 
 from __future__ import annotations
 
+import hashlib
+import importlib.util
 from pathlib import Path
 
 from sst_interp.kernels.errors import UsageError
@@ -22,8 +24,6 @@ def load_loop_file(spec: str) -> LoopDeclaration:
     module of its own (it may import torch, transformers and sst_interp). Refused with a :class:`UsageError`: a
     malformed spec, a missing file, a file that fails to run (its error named), a missing name, and an object that
     is not a declaration a looped model can be recorded with."""
-    import importlib.util
-
     path, name = _split_loop_spec(spec)
     if not path.is_file():
         raise UsageError(f"--loop {spec}: no such file {path}")
@@ -51,6 +51,4 @@ def load_loop_file(spec: str) -> LoopDeclaration:
 
 def loop_file_sha256(spec: str) -> str:
     """The sha256 of the ``--loop`` file's text (part of a run's identity)."""
-    import hashlib
-
     return hashlib.sha256(_split_loop_spec(spec)[0].read_bytes()).hexdigest()

@@ -9,6 +9,7 @@ the family's own modules (:attr:`~sst_interp.model.loop_declaration.LoopDeclarat
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any, Protocol
@@ -129,8 +130,6 @@ def load_loop_backbone(folder: str, loop: LoopDeclaration, dtype: str | torch.dt
     Returns:
         ``(model, tokenizer)``, the model in eval mode on ``device``.
     """
-    import logging
-
     torch_dtype = parse_dtype(dtype) if isinstance(dtype, str) else dtype
     tokenizer = load_folder_part(folder, "tokenizer", AutoTokenizer.from_pretrained, folder,
                                  trust_remote_code=trust_remote_code)

@@ -12,10 +12,9 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from tqdm import tqdm
-
 from sst_interp.interventions import require_sites
 from sst_interp.interventions.sites import SITES_KEY
+from sst_interp.kernels.progress import progress
 from sst_interp.record.ranks import Ranks, batch_cost, batches_of_work, share_of_work
 from sst_interp.record.rundir import completed_before, open_run, run_summary
 
@@ -61,16 +60,16 @@ def record_batches(out: Path, questions: list[Any], depths: list[int], batch_siz
         mine = share_of_work(batches_of_work(remaining, depths, batch_size), ranks, cost=batch_cost)
         total = sum(len(batch) for _, batch in mine)
         label = f"{desc} (rank 0 of {ranks.world_size})" if ranks.distributed else desc
-        with tqdm(total=total, unit="q", desc=label, disable=total == 0 or not ranks.is_main) as progress:
+        with progress(total=total, unit="q", desc=label, disable=total == 0 or not ranks.is_main) as bar:
             for depth, batch in mine:
-                progress.set_postfix_str(f"depth {depth}")
+                bar.set_postfix_str(f"depth {depth}")
                 ids = [q.question_id for q in batch]
                 if first is not None and first[:2] == (ids, depth):
                     (_, _, submission, meta), first = first, None
                 else:
                     submission, meta = record_batch(batch, depth)
                 writer.submit(depth, ids, **submission, meta=meta)
-                progress.update(len(batch))
+                bar.update(len(batch))
     return run_summary(out, depths, ranks)
 
 

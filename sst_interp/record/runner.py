@@ -14,11 +14,10 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from tqdm import tqdm
-
 from sst_interp.interventions import SiteTally, check_spec
 from sst_interp.interventions.sites import SITES_KEY
 from sst_interp.kernels.paths import ensure_writable_folder
+from sst_interp.kernels.progress import progress
 from sst_interp.model.depth_policy import FixedDepth
 from sst_interp.model.loading import build_sst
 from sst_interp.record.batches import record_batches, sites_check
@@ -199,7 +198,7 @@ def _record_with_policy(options: RecordOptions, policy: Any, batch_fn: Any, ques
             print(f"depth policy {policy.describe()}: {len(done)} of {len(questions)} questions already recorded "
                   f"in {out}")
         mine = share_of_work(todo, ranks)
-        for question in tqdm(mine, unit="q", desc="record", disable=not mine or not ranks.is_main):
+        for question in progress(mine, unit="q", desc="record", disable=not mine or not ranks.is_main):
             if first is not None and first[0] == [question.question_id]:
                 (_, submission, meta), first = first, None
             else:

@@ -31,6 +31,7 @@ library may be imported). Modes:
 import builtins
 import json
 import os
+import socket
 import struct
 import sys
 import traceback
@@ -215,8 +216,6 @@ def session_loop(cmd_fd: int, result_fd: int) -> None:
 
 def _disable_socket_api() -> None:
     """Replace the socket constructors and resolvers with functions that raise ``OSError``."""
-    import socket
-
     def no_network(*args, **kwargs):
         raise OSError("network access is disabled while grading")
 

@@ -26,9 +26,9 @@ from typing import Any
 
 import pandas as pd
 import torch
-from tqdm import tqdm
 
 from sst_interp.kernels.errors import UsageError
+from sst_interp.kernels.progress import progress as progress_bar
 from sst_interp.model.backbone import backbone_identity
 from sst_interp.train import distributed
 from sst_interp.train.config import RESUMABLE_FIELDS, TrainConfig
@@ -155,7 +155,7 @@ class Trainer:
         tokenizer: its tokenizer (required with ``backbone``).
         backbone_id: identity recorded in checkpoints (defaults to the model name).
         observer: a :class:`TrainObserver`.
-        progress: show a tqdm progress bar (on rank 0 only, under several processes).
+        progress: show a progress bar, plain lines off a terminal (on rank 0 only, under several processes).
         on_validated: called once the launch, data and ``--out`` are checked, before the model loads (the CLI
             prints its banner there, so that an input error is the only line a refused command prints).
 
@@ -408,7 +408,7 @@ class Trainer:
     def run(self) -> TrainResult:
         """Train until ``max_steps`` or early stopping; returns the :class:`TrainResult`."""
         config = self.config
-        bar = tqdm(total=config.max_steps, initial=self.step, disable=not (self.progress and self.dp.is_main),
+        bar = progress_bar(total=config.max_steps, initial=self.step, disable=not (self.progress and self.dp.is_main),
                    desc="train", unit="step")
         try:
             while self.step < config.max_steps and self.stop_reason is None:

@@ -1,6 +1,7 @@
 """Every command as a user starts it: each console script of ``pyproject.toml`` and each ``python -m`` form, in a
 fresh process, with ``--help`` (exit 0) and with a bad flag (exit 2 and exactly one ``error:`` line); and each
-command once with a successful tiny run (exit 0), through its console script where it has one.
+command once with a successful tiny run (exit 0), through its console script where it has one, whose captured
+output (a log, not a terminal) has no carriage return and no line over 1 KB (issue 58: progress bars in plain lines).
 
 A console script exits with whatever its entry returns, so an entry that returned anything but an int (``record``
 used to return its accuracies, which became exit status 1) fails the tiny-run case here. The ``python -m`` form
@@ -95,7 +96,9 @@ ONE_FORM = [pytest.param(name, [str(BIN / c.script)] if c.script else [sys.execu
 
 
 def _run(argv: list[str], cwd: Path) -> subprocess.CompletedProcess:
-    return subprocess.run(argv, capture_output=True, text=True, cwd=cwd, env=ENV, timeout=300)
+    done = subprocess.run(argv, capture_output=True, cwd=cwd, env=ENV, timeout=300)
+    # decoded as written: text=True would turn a carriage return (a progress bar's redraw) into a newline
+    return subprocess.CompletedProcess(done.args, done.returncode, done.stdout.decode(), done.stderr.decode())
 
 
 @pytest.fixture(scope="module")
@@ -185,5 +188,9 @@ def test_a_tiny_run_exits_0(name, prefix, workspace, tmp_path):
     done = _run([*prefix, *argv], tmp_path)
     assert done.returncode == 0, done.stderr[-3000:]
     assert "Traceback" not in done.stderr
+    # its output is a log here (a pipe, not a terminal): progress in plain lines, no redraws, no line over 1 KB
+    for output in (done.stdout, done.stderr):
+        assert "\r" not in output, output[-3000:]
+        assert max(len(line.encode()) for line in output.split("\n")) <= 1024, output[-3000:]
     if COMMANDS[name].makes is not None:
         assert (tmp_path / COMMANDS[name].makes).is_file()

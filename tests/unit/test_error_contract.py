@@ -22,6 +22,7 @@ import logging
 import os
 import re
 import shutil
+import socket
 import subprocess
 import sys
 import time
@@ -48,6 +49,9 @@ SYNTHETIC = dict(halting_dims=(5, 17, 30), halting_strength=3.0, n_questions=40,
 #: Recording flags of every record row: the tiny model (vocabulary 128, hidden size 32, context 512), 2 questions.
 REC = (*FAST, "--model", "{model}", "--depths", "1", "--limit", "2")
 LAUNCHER_VARIABLES = ("WORLD_SIZE", "RANK", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT", "SST_INTERP_JOIN_TIMEOUT")
+#: Seconds a refusal marked ``hang`` may take: far above any refusal on a busy machine (a few seconds), far below
+#: what the former hangs took (no end, or 10 million generated tokens).
+HANG_S = 300.0
 #: A tqdm progress bar (transformers shows one while it loads weights): progress, not a message, so not counted.
 PROGRESS = re.compile(r"\d+%\|.*\|")
 #: CodeACT on the tiny model: action ids inside its vocabulary, code run without bubblewrap.
@@ -89,10 +93,13 @@ class Case:
         id: the test id.
         command: record | generate | train | codeact_data | store | report | probe | explore | intervene.
         argv: the arguments; ``{model}``, ``{run}``, ``{out}``, ``{data}``, ``{syn}``, ``{ro}`` are filled in.
-        expect: a phrase of the one error line.
+        expect: a phrase of the one error line (``{port}`` is filled in like the arguments).
         env: environment variables set for the call.
         subprocess: run ``python -m sst_interp.<command>`` instead of ``main`` in-process.
-        seconds: the most the refusal may take (for the former hangs and the offline hub).
+        hang: a former hang (a wait without end, 10 million tokens generated): the refusal must come within
+            :data:`HANG_S`, a bound that only a hang breaks, never a slow or busy machine.
+        offline: the call must not reach for the network (the offline hub id used to spend about 50 s on retries):
+            every host name lookup raises and is counted.
     """
 
     id: str
@@ -101,7 +108,8 @@ class Case:
     expect: str
     env: dict[str, str] = field(default_factory=dict)
     subprocess: bool = False
-    seconds: float | None = None
+    hang: bool = False
+    offline: bool = False
 
 
 CASES = [
@@ -225,14 +233,17 @@ CASES = [
          "unrecognized arguments"),
     Case("store-no-command-python-m", "store", (), "see python -m sst_interp.store --help", subprocess=True),
     Case("hub-id-offline", "generate", ("--model", "nobody/no-such-model", "--prompt", "hi"),
-         "cannot be reached (HF_HUB_OFFLINE is set)", env={"HF_HUB_OFFLINE": "1"}, seconds=15),
+         "cannot be reached (HF_HUB_OFFLINE is set)", env={"HF_HUB_OFFLINE": "1"}, offline=True),
     # ---- hangs before (issue 20)
-    Case("record-peer-never-joins", "record", (*REC, "--out", "{out}"), "MASTER_ADDR=127.0.0.1 MASTER_PORT=",
+    # the message's "within 2 s": SST_INTERP_JOIN_TIMEOUT, not the 60 s default, bounded the wait
+    Case("record-peer-never-joins", "record", (*REC, "--out", "{out}"),
+         "MASTER_ADDR=127.0.0.1 MASTER_PORT={port} within 2 s",
          env={"WORLD_SIZE": "2", "RANK": "0", "LOCAL_RANK": "0", "MASTER_ADDR": "127.0.0.1",
-              "MASTER_PORT": "{port}", "SST_INTERP_JOIN_TIMEOUT": "2"}, seconds=30),
-    Case("record-rank-1-master-never-answers", "record", (*REC, "--out", "{out}"), "nothing answers there",
+              "MASTER_PORT": "{port}", "SST_INTERP_JOIN_TIMEOUT": "2"}, hang=True),
+    Case("record-rank-1-master-never-answers", "record", (*REC, "--out", "{out}"),
+         "MASTER_PORT={port} within 2 s (nothing answers there)",
          env={"WORLD_SIZE": "2", "RANK": "1", "LOCAL_RANK": "1", "MASTER_ADDR": "127.0.0.1",
-              "MASTER_PORT": "{port}", "SST_INTERP_JOIN_TIMEOUT": "2"}, seconds=30),
+              "MASTER_PORT": "{port}", "SST_INTERP_JOIN_TIMEOUT": "2"}, hang=True),
     Case("record-join-timeout-not-a-number", "record", (*REC, "--out", "{out}"), "SST_INTERP_JOIN_TIMEOUT='soon'",
          env={"WORLD_SIZE": "2", "RANK": "0", "LOCAL_RANK": "0", "MASTER_ADDR": "127.0.0.1",
               "MASTER_PORT": "{port}", "SST_INTERP_JOIN_TIMEOUT": "soon"}),
@@ -242,9 +253,9 @@ CASES = [
          env={"WORLD_SIZE": "2", "RANK": "0", "LOCAL_RANK": "0"}),
     Case("generate-max-new-tokens-beyond-context", "generate",
          ("--model", "{model}", "--prompt", "hi", "--max-new-tokens", "10000000"), "the maximum after a prompt",
-         seconds=30),
+         hang=True),
     Case("record-max-new-tokens-beyond-context", "record", (*REC, "--max-new-tokens", "10000000", "--out", "{out}"),
-         "beyond the model's context of 512", seconds=30),
+         "beyond the model's context of 512", hang=True),
     Case("record-max-new-tokens-beyond-context-into-run", "record",
          (*REC, "--max-new-tokens", "10000000", "--out", "{run}"), "differ"),
     # ---- damaged runs refused by the readers (issue 20 item 4)
@@ -465,11 +476,19 @@ def _truncate(target: Path) -> None:
 
 
 def _free_port() -> int:
-    import socket
-
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         return sock.getsockname()[1]
+
+
+def _no_lookup(lookups: list[str]) -> Callable[..., object]:
+    """A ``socket.getaddrinfo`` that records the host and refuses, as a machine without a network would."""
+
+    def lookup(host, *args, **kwargs):
+        lookups.append(str(host))
+        raise socket.gaierror(socket.EAI_NONAME, "no network in this test")
+
+    return lookup
 
 
 def _hashes(folder: Path) -> dict[str, str]:
@@ -498,6 +517,7 @@ def test_bad_input_is_one_line_and_exit_2(case, files, tmp_path, capfd, caplog, 
     for name in LAUNCHER_VARIABLES:  # none inherited from the shell that runs the tests
         if name not in env:
             monkeypatch.delenv(name, raising=False)
+    lookups: list[str] = []
     started = time.monotonic()
     if case.subprocess:
         result = subprocess.run([sys.executable, "-m", f"sst_interp.{case.command}", *argv], capture_output=True,
@@ -511,6 +531,8 @@ def test_bad_input_is_one_line_and_exit_2(case, files, tmp_path, capfd, caplog, 
 
             monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", True)
         monkeypatch.chdir(tmp_path)  # a command that falls back to a default --out writes here, not in the repo
+        if case.offline:
+            monkeypatch.setattr(socket, "getaddrinfo", _no_lookup(lookups))
         with pytest.raises(SystemExit) as exit_info, warnings.catch_warnings(record=True) as warned:
             # what a real process shows: Python's default filters (pytest would take the warnings away)
             warnings.resetwarnings()
@@ -525,12 +547,13 @@ def test_bad_input_is_one_line_and_exit_2(case, files, tmp_path, capfd, caplog, 
     assert code == 2, (code, stderr[-2000:])
     assert len(lines) == 1 and lines[0].startswith("error: "), stderr[-2000:]
     assert "Traceback" not in stderr
-    assert case.expect in lines[0], lines[0]
+    assert case.expect.format(**values) in lines[0], lines[0]
     assert stdout.strip() == "", stdout[-2000:]
     # in-process, pytest takes what libraries log away from stderr: a warning logged on the way counts as a line
     logged = [f"{r.name}: {r.getMessage()}" for r in caplog.records if r.levelno >= logging.WARNING]
     assert not logged, logged
     assert not (tmp_path / "out").exists(), sorted(p.name for p in (tmp_path / "out").iterdir())
     assert {str(p): _hashes(p) for p in protected} == before
-    if case.seconds is not None:
-        assert elapsed < case.seconds, f"refused after {elapsed:.1f} s"
+    assert lookups == [], f"looked up {lookups} while offline"
+    if case.hang:
+        assert elapsed < HANG_S, f"refused after {elapsed:.1f} s"

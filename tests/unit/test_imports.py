@@ -3,8 +3,10 @@
 - ``from sst_interp import analyses`` and ``from sst_interp import study`` (and every measurement module behind
   ``study.open``, the catalogue included) load neither torch
   nor scikit-learn; a measurement that needs them imports them when it runs.
-- Every command answers ``--help`` in under 0.5 s of CPU: its flags are parsed before the model, the analyses or
-  the probe are imported.
+- Every command answers ``--help`` without importing torch, transformers, scikit-learn, scipy, pandas or the other
+  libraries of :data:`HELP_HEAVY`: its flags are parsed before the model, the analyses or the probe are imported.
+  (What that costs in CPU seconds, against the 0.5 s goal, is ``bench/bench_help.py``'s to measure: a test does
+  not time anything, so a slow or busy machine cannot fail it.)
 - The package uses transformers' current names.
 
 Each check runs in a fresh interpreter (a subprocess), since this test process has long imported everything.
@@ -14,8 +16,8 @@ from __future__ import annotations
 
 import importlib
 import inspect
+import json
 import re
-import resource
 import subprocess
 import sys
 from pathlib import Path
@@ -23,8 +25,25 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
-HELP_CPU_LIMIT_S = 0.5
 HEAVY = ("torch", "sklearn", "transformers")
+#: What ``--help`` must not import: each costs from a few tenths of a second of CPU (pandas, scipy) to seconds
+#: (torch, transformers), so one of them alone breaks the 0.5 s goal. numpy and pyarrow stay allowed (a few
+#: commands' option modules load them; bench/bench_help.py shows what that costs).
+HELP_HEAVY = (*HEAVY, "scipy", "pandas", "matplotlib", "statsmodels", "peft", "accelerate", "safetensors")
+#: Runs ``python -m MODULE [SUB] --help`` as ``python -m`` does (``runpy``), then names the modules of
+#: :data:`HELP_HEAVY` it loaded on a last line of stderr, as JSON.
+HELP_PROBE = (
+    "import json, runpy, sys\n"
+    "module, *rest = sys.argv[1:]\n"
+    "sys.argv = [module, *rest, '--help']\n"
+    "code = 0\n"
+    "try:\n"
+    "    runpy.run_module(module, run_name='__main__', alter_sys=True)\n"
+    "except SystemExit as err:\n"
+    "    code = err.code\n"
+    f"print(json.dumps(sorted(m for m in {HELP_HEAVY!r} if m in sys.modules)), file=sys.stderr)\n"
+    "sys.exit(code)\n"
+)
 COMMANDS = [
     ["sst_interp.record"], ["sst_interp.report"], ["sst_interp.generate"], ["sst_interp.train"],
     ["sst_interp.train.codeact_data"], ["sst_interp.probe"], ["sst_interp.probe.position_sim"], ["sst_interp.store"],
@@ -70,23 +89,27 @@ def test_a_measurement_that_needs_torch_still_gets_it():
     assert float(out.stdout) == 2.0 ** -7
 
 
-def _help_cpu_seconds(command: list[str]) -> tuple[float, subprocess.CompletedProcess]:
-    before = resource.getrusage(resource.RUSAGE_CHILDREN)
-    done = subprocess.run([sys.executable, "-m", *command, "--help"], capture_output=True, text=True, cwd=ROOT)
-    after = resource.getrusage(resource.RUSAGE_CHILDREN)
-    return (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime), done
+def help_imports(command: list[str]) -> tuple[list[str], subprocess.CompletedProcess]:
+    """The modules of :data:`HELP_HEAVY` that ``python -m COMMAND --help`` loads, and the finished process."""
+    done = subprocess.run([sys.executable, "-c", HELP_PROBE, *command], capture_output=True, text=True, cwd=ROOT)
+    return json.loads(done.stderr.splitlines()[-1]), done
 
 
 @pytest.mark.parametrize("command", COMMANDS, ids=" ".join)
-def test_help_answers_in_under_half_a_second_of_cpu(command):
-    # The best of two runs: CPU time is steadier than wall time, but a cold file cache still costs the first one.
-    seconds = []
-    for _ in range(2):
-        cpu, done = _help_cpu_seconds(command)
-        assert done.returncode == 0, done.stderr
-        assert done.stdout.startswith("usage:"), done.stdout[:200]
-        seconds.append(cpu)
-    assert min(seconds) < HELP_CPU_LIMIT_S, f"python -m {' '.join(command)} --help took {min(seconds):.2f} s of CPU"
+def test_help_answers_without_importing_a_heavy_library(command):
+    loaded, done = help_imports(command)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.startswith("usage:"), done.stdout[:200]
+    assert loaded == [], f"python -m {' '.join(command)} --help imported {loaded}"
+
+
+def test_the_help_probe_sees_a_heavy_import():
+    """The probe is not blind: a module that imports pandas at the top is caught."""
+    loaded, done = help_imports(["json.tool"])  # the standard library's own -m tool, then pandas after it
+    assert done.returncode == 0 and done.stdout.startswith("usage:") and loaded == []
+    probe = HELP_PROBE.replace("code = 0\n", "code = 0\nimport pandas\n")
+    done = subprocess.run([sys.executable, "-c", probe, "json.tool"], capture_output=True, text=True, cwd=ROOT)
+    assert json.loads(done.stderr.splitlines()[-1]) == ["pandas"]
 
 
 @pytest.mark.parametrize("package", ["sst_interp.model", "sst_interp.train", "sst_interp.probe", "sst_interp.record",

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import time
 from pathlib import Path
 
 from sst_interp.data import grade, load_questions
@@ -29,9 +28,7 @@ def test_completion_is_cut_at_stop_strings(fixtures: Path) -> None:
 
 def test_timeout_kills_the_program(fixtures: Path) -> None:
     add_one = load_questions("humaneval", fixtures / "humaneval_tiny.jsonl.gz")[0]
-    start = time.monotonic()
     result = grade_humaneval(add_one, "    while True:\n        pass\n", timeout_s=1.0)
-    assert time.monotonic() - start < 5.0
     assert not result.correct and result.extracted_answer == "timeout after 1 s"
 
 

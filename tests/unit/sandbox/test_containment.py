@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import os
 import socket
-import time
 import uuid
 from pathlib import Path
 
@@ -164,22 +163,21 @@ def test_infinite_loop_times_out_and_the_next_block_restarts() -> None:
     timeout = 1.5
     with PythonSession(SandboxConfig(timeout_s=timeout)) as session:
         session.execute("x = 1")
-        started = time.monotonic()
         result = session.execute("while True:\n    pass\n")
-        elapsed = time.monotonic() - started
         after = session.execute("print('x' in globals())")
     assert result.status == "timeout"
-    assert elapsed < timeout + 1.0
-    assert "timed out after 1.5 s" in result.stderr
+    # the supervisor's kill at the block's limit (the host's fallback, 3 s later, says "did not answer")
+    assert "timed out after 1.5 s: the interpreter and every process it started were killed" in result.stderr
     assert after.status == "ok" and after.stdout == "False\n"
     assert "variables" in after.stderr and "lost" in after.stderr
 
 
 def test_detached_children_neither_block_nor_outlive_their_block() -> None:
     """Background processes (a setsid child, a double-forked orphan holding stdout) are gone when the block
-    returns (issue 19: they used to keep running between turns)."""
+    returns (issue 19: they used to keep running between turns). The limit is far above the block's own time: a
+    block that waited for its children (which sleep 60 s) would end in a timeout, not ``ok``."""
     marker = f"sst-sandbox-marker-{uuid.uuid4().hex}"
-    timeout = 3.0
+    timeout = 30.0
     sleeper = "import sys, time; open(sys.argv[1], 'w').close(); print(1, flush=True); time.sleep(60)"
     code = (
         "import os, subprocess, sys, time\n"
@@ -194,13 +192,10 @@ def test_detached_children_neither_block_nor_outlive_their_block() -> None:
         "print('parent done')\n"
     )
     with PythonSession(SandboxConfig(timeout_s=timeout)) as session:
-        started = time.monotonic()
         result = session.execute(code)
-        elapsed = time.monotonic() - started
         left_running = _host_processes_with(marker)
         after = session.execute("import os\nprint(sorted(os.listdir('.')))")
     assert result.status == "ok" and "parent done" in result.stdout, result.stderr
-    assert elapsed < timeout + 1.0
     assert left_running == []
     assert after.stdout == "['a', 'b']\n"  # both children really ran
 

@@ -201,7 +201,7 @@ def test_close_during_a_block_kills_everything_before_removing_the_work_dir(priv
         time.sleep(0.2)  # let them write
         session.close()
         assert _host_processes_with(marker) == [], attempt
-        worker.join(timeout=10)
+        worker.join(timeout=60)  # close() ends the block at once; this only gives up on a hang
         assert not worker.is_alive() and outcome and outcome[0].status != "ok", outcome
     assert os.listdir(private_tmp) == []
 
@@ -535,12 +535,11 @@ def test_files_survive_an_interpreter_restart_but_never_reach_the_host(private_t
 
 
 def test_closing_the_reply_pipe_is_an_error_not_a_hang() -> None:
-    """Code that closes every descriptor it holds (the reply pipe among them) must not hang the supervisor."""
-    with PythonSession(SandboxConfig(timeout_s=5)) as session:
-        started = time.monotonic()
-        result = session.execute("import os\nos.closerange(3, 1024)\nimport time\ntime.sleep(30)\n")
-        elapsed = time.monotonic() - started
+    """Code that closes every descriptor it holds (the reply pipe among them) must not hang the supervisor: the
+    block is an ``error`` (the closed pipe), not a ``timeout`` (waited out to the block's limit)."""
+    with PythonSession(SandboxConfig(timeout_s=30)) as session:
+        result = session.execute("import os\nos.closerange(3, 1024)\nimport time\ntime.sleep(60)\n")
         after = session.execute("print('fresh')")
-    assert result.status == "error" and "[sandbox]" in result.stderr, result
-    assert elapsed < 3.0
+    assert result.status == "error", result
+    assert "[sandbox] the Python interpreter died (it closed its reply pipe and was killed)" in result.stderr, result
     assert after.stdout == "fresh\n"

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import time
-
 import pytest
 
 from sst_interp.data.code_exec import humaneval_program
@@ -25,11 +23,9 @@ def test_correct_solution_passes_and_wrong_one_fails() -> None:
 
 def test_grade_humaneval_uses_the_given_sandbox() -> None:
     question = Question("t", "humaneval", PROMPT, CHECK, [], {})
-    config = SandboxConfig(timeout_s=1.0)
-    assert grade_humaneval(question, "    return x + 1\n", sandbox=config).correct
-    started = time.monotonic()
-    looping = grade_humaneval(question, "    while True:\n        pass\n", sandbox=config)
-    assert time.monotonic() - started < 2.0
+    assert grade_humaneval(question, "    return x + 1\n", sandbox=SandboxConfig(timeout_s=30.0)).correct
+    # the given limit, not the default 10 s, is the one that killed the loop
+    looping = grade_humaneval(question, "    while True:\n        pass\n", sandbox=SandboxConfig(timeout_s=1.0))
     assert (looping.correct, looping.extracted_answer) == (False, "timeout after 1 s")
 
 
