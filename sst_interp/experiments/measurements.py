@@ -198,8 +198,8 @@ MEASUREMENTS: tuple[Measurement, ...] = (
                                "flip rate x share of fixes) and flip rate Clopper-Pearson, none below n = 2; median "
                                "log-prob change exact sign-test interval, none below n = 6; the mean log-prob change "
                                "has no interval (coverage: bench/results/interval_coverage.log); McNemar: exact, "
-                               "window vs clean depth k"), tidy=_as_is, columns={c: WINDOW_DOC[c] for c in WINDOW_COLUMNS},
-                notes=_notes, scope="experiment"),
+                               "window vs clean depth k"), tidy=_as_is,
+                columns={c: WINDOW_DOC[c] for c in WINDOW_COLUMNS}, notes=_notes, scope="experiment"),
     Measurement(name="intervention_trace", label="", title="Causal tracing across depths, aligned to each question's "
                 "target: indirect effect per (layer, offset) with n, SE and the total effect, beside the resampled "
                 "control (experiment b).", requires=("trace_experiment",), compute=_trace_aligned, tidy=_as_is,
@@ -213,8 +213,8 @@ MEASUREMENTS: tuple[Measurement, ...] = (
                 compute=_table("steer", "steer", "scale in units of the state's mean norm at the probe's layer "
                                "(position 0, clean depth k); CIs over questions, 95%: median log-prob change exact "
                                "sign-test interval (none below n = 6; the mean has none), flip rate Clopper-Pearson "
-                               "(none below n = 2); sign test (none below 6) p Holm-adjusted over the scales"), tidy=_as_is, columns={c: STEER_DOC[c] for c in STEER_COLUMNS},
-                notes=_notes, scope="experiment"),
+                               "(none below n = 2); sign test (none below 6) p Holm-adjusted over the scales"),
+                tidy=_as_is, columns={c: STEER_DOC[c] for c in STEER_COLUMNS}, notes=_notes, scope="experiment"),
     Measurement(name="intervention_attribution", label="", title="Attribution patching: the cells with the largest "
                 "first-order estimate, each beside its real patching effect (trace's patch, one gradient per batch).",
                 requires=("attribute_experiment",),
