@@ -144,6 +144,12 @@ class LoocvResult(AnalysisResult):
         return 1.0 if self.permutation_note.startswith(SKIPPED) else float("nan")
 
     @property
+    def arrangements_float(self) -> float:
+        """:attr:`label_arrangements` as a float for the table (inf beyond float range: 240 questions in one stratum
+        can allow more than 10^308 labellings)."""
+        return float(self.label_arrangements) if self.label_arrangements < 10 ** 308 else math.inf
+
+    @property
     def permutation_stop(self) -> str:
         """Why the permutations stopped, or why none was drawn."""
         return self.permutation.stop if self.permutation is not None else self.permutation_note
@@ -185,7 +191,7 @@ class LoocvResult(AnalysisResult):
                     "p_permutation": self.p_permutation,
                     "permutations": self.n_permutations,
                     "permutation_stop": self.permutation_stop,
-                    "label_arrangements": float(self.label_arrangements),
+                    "label_arrangements": self.arrangements_float,
                     "null_accuracy": self.null_accuracy,
                     "ci_low": low,
                     "ci_high": high,
@@ -257,7 +263,7 @@ def permutation_test(data: ProbeData, plan: FoldPlan, observed: int, sequential:
 def unreachable(arrangements: int, alpha: float) -> str:
     """Why a permutation test of data whose strata allow ``arrangements`` labellings cannot reach p <= ``alpha``,
     or "" when it can (its smallest exact p is ``1 / arrangements``)."""
-    if arrangements * alpha >= 1:
+    if arrangements >= 1 / alpha:  # compared as int and float: the count can be far beyond float range
         return ""
     need = math.ceil(1 / alpha)
     what = ("every correct-depth stratum holds only MUST HALT or only SAFE questions: nothing to permute"

@@ -90,7 +90,7 @@ def loocv_table(a: Any, b: ProbeBundle) -> ProbeTable:
         permuted = f"p_permutation = {result.p_permutation:.3g}: {result.permutation_stop}"
     notes = [_origin(b), "each fold retrains the same architecture from scratch without one MUST HALT question",
              permuted,
-             f"label arrangements the strata allow (counted before training): {result.label_arrangements:.4g}; the "
+             f"label arrangements the strata allow (counted before training): {result.arrangements_float:.4g}; the "
              f"smallest exact permutation p is their inverse",
              f"p_binomial = {result.p_binomial:.3g}: the paper's test against the in-sample base rate "
              f"{result.base_rate:.1%}; it reproduces the paper's numbers but rejects where nothing is planted "

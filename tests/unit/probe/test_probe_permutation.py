@@ -19,6 +19,7 @@ from sst_interp.probe.sweeps import layer_sweep, select_heldout_layer, sweep_lay
 from sst_interp.probe.train import TrainConfig
 from sst_interp.store import Run
 from sst_interp.synthetic import SyntheticSpec, write_synthetic_run
+from tests.unit.probe import planted
 from tests.unit.probe.planted import planted_data
 
 # Correctness patterns over flat depths 1..4; MUST HALT questions sit at correct depths 1 and 2 as in the paper
@@ -65,17 +66,21 @@ def test_permutation_p_value_counts_the_observed_labelling():
     assert result.null_successes == (0, 1) and result.null_accuracy == pytest.approx(0.25)
 
 
-def test_label_arrangements_count_the_labellings_the_strata_allow():
-    # one question per pattern: correct depth 1 holds 4 different rows (4! orders), depth 2 holds 2, depths 3 and 4
-    # one each, so 48; the count is the number of distinct permuted correctness tables, which drawing finds
-    data = planted_data(n_per_pattern=1, seed=0)
-    assert label_arrangements(data) == 24 * 2
+def test_label_arrangements_count_the_labellings_the_strata_allow(monkeypatch):
+    # two questions each of conv and mh1 at correct depth 1 (4! / (2! 2!) = 6 orders: equal rows make no new
+    # labelling), two mh2 at depth 2 (one): 6, and drawing finds exactly those
+    monkeypatch.setattr(planted, "PATTERNS", {k: planted.PATTERNS[k] for k in ("conv", "mh1", "mh2")})
+    data = planted.planted_data(n_per_pattern=2, seed=0)
+    assert label_arrangements(data) == 6
     seen = set()
     rng = np.random.default_rng(0)
-    for _ in range(2000):  # a labelling of 48 missed in 2,000 draws: probability 48 * (47/48)^2000 < 1e-16
+    for _ in range(150):  # some labelling of 6 missed in 150 draws: probability below 6 * (5/6)^150 < 1e-11
         seen.add(permute_labels(data, rng).labels.correct.to_numpy().tobytes())
-    assert len(seen) == 48
-    # two per pattern: equal rows do not make new labellings, 8! / 2!^4 at depth 1 and 4! / (2! 2!) at depth 2
+    assert len(seen) == 6
+    monkeypatch.undo()
+    # every pattern once: depth 1 holds 4 different rows (4!), depth 2 two (2!), depths 3 and 4 one each
+    assert label_arrangements(planted_data(n_per_pattern=1, seed=0)) == 24 * 2
+    # twice: 8! / 2!^4 at depth 1 and 4! / (2! 2!) at depth 2
     assert label_arrangements(planted_data(n_per_pattern=2, seed=0)) == 2520 * 6
 
 

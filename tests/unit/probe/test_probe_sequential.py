@@ -9,11 +9,12 @@ from __future__ import annotations
 import math
 
 import numpy as np
+import pandas as pd
 import pytest
 
 from sst_interp.kernels.errors import UsageError
 from sst_interp.probe import loocv as loocv_module
-from sst_interp.probe.loocv import SKIPPED, loocv
+from sst_interp.probe.loocv import SKIPPED, LoocvResult, loocv, unreachable
 from sst_interp.probe.model import ProbeConfig
 from sst_interp.probe.permutation import label_arrangements
 from sst_interp.probe.sequential import SequentialPlan, run_sequential, sequential_p, settled
@@ -145,3 +146,12 @@ def test_too_few_labellings_skip_the_permutations_before_any_is_trained(monkeypa
     assert row["permutations"] == 0 and row["permutation_stop"].startswith(SKIPPED)
     # no permutation asked for: no p, and the table says so
     assert math.isnan(loocv(data, ProbeConfig(16, hidden=4), TrainConfig(epochs=2)).p_permutation)
+
+
+def test_a_count_beyond_float_range_is_reachable_and_prints():
+    huge = math.factorial(400)  # 400 questions in one stratum, every row different
+    assert unreachable(huge, 0.05) == "" and unreachable(19, 0.05).startswith(SKIPPED)
+    assert unreachable(20, 0.05) == ""  # 1/20 = 0.05 is reachable
+    folds = pd.DataFrame({"question_id": ["a", "b"], "success": [True, False]})
+    assert LoocvResult(folds, 0.5, label_arrangements=huge).table()["label_arrangements"].iloc[0] == math.inf
+
