@@ -120,7 +120,7 @@ class WindowConfig:
         mode: ``freeze``, ``zero``, ``mean`` or ``resample`` (the window module's docstring).
         controls: further modes every window is recorded under beside ``mode`` (default: the ``mean`` and
             ``resample`` baselines; () for none).
-        resamples: unused: the intervals stopped bootstrapping (issue 44: exact and t intervals, see
+        resamples: unused: the intervals stopped bootstrapping (issues 44 and 58: exact intervals, see
             :mod:`sst_interp.experiments.intervals`); kept so earlier command lines and saved configs still load.
         seed: unused, as ``resamples``.
         logprob_position: the generated position whose clean depth-k token's log-prob change is measured (0: the
@@ -264,7 +264,7 @@ class SteerConfig:
         depth: k (>= 2).
         scales: the sweep, in units of the state's mean norm (0 is the clean run and is not recorded again).
         positions: generated positions steered (None: every position).
-        resamples: unused: the intervals stopped bootstrapping (issue 44: exact and t intervals, see
+        resamples: unused: the intervals stopped bootstrapping (issues 44 and 58: exact intervals, see
             :mod:`sst_interp.experiments.intervals`); kept so earlier command lines and saved configs still load.
         seed: unused, as ``resamples``.
         logprob_position: the generated position whose clean depth-k token's log-prob change is measured (0: the

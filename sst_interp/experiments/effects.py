@@ -1,6 +1,7 @@
 """The columns the window and steer tables share: flips against the clean depth-k run with McNemar's exact p and the
-flip rate's exact interval, and the clean depth-k token's log-prob change, censored questions kept as bounds, with
-its t interval and sign test (:mod:`sst_interp.experiments.intervals`)."""
+flip rate's exact interval, and the clean depth-k token's log-prob change, censored questions kept as bounds: its
+mean (a number, no interval), its median with the exact sign-test interval, and the sign test
+(:mod:`sst_interp.experiments.intervals`)."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from sst_interp.experiments.intervals import (adjusted, correction_label, mean_interval, rate_interval, sign_counts,
+from sst_interp.experiments.intervals import (adjusted, correction_label, median_interval, rate_interval, sign_counts,
                                               sign_test)
 from sst_interp.experiments.power import questions_needed
 from sst_interp.experiments.tables import FLIP_POWER_COLUMN, POWER_COLUMN
@@ -20,12 +21,15 @@ def flip_and_logprob_columns(broken: int, fixed: int, n: int, bounds: pd.DataFra
     """``broken``/``fixed`` flips of ``n`` questions, their exact McNemar p (1.0 without flips) and the flip rate
     with its 95% Clopper-Pearson interval; from ``bounds`` (per question ``low``, ``high``, ``censored``, as
     :func:`~sst_interp.analyses.intervention_effect.first_token_logprob_bounds` gives): the mean change (NaN when a
-    question is censored), the mean's bounds with censored questions at either end, a 95% Student t interval
-    covering both (NaN below its minimum n or without spread) and the exact sign test."""
+    question is censored) and its bounds with censored questions at either end, with no interval (no interval of a
+    mean holds its level on skewed or zero-inflated effects at these n: issue 58); the median change (NaN when
+    censoring leaves it unsettled: the median of the low bounds differs from that of the high bounds) with its 95%
+    exact sign-test interval, from the low bounds' lower limit to the high bounds' upper one (NaN below 6
+    questions); and the exact sign test."""
     low, high = bounds["low"].to_numpy(float), bounds["high"].to_numpy(float)
     censored = int(bounds["censored"].sum()) if len(bounds) else 0
-    low_ci = mean_interval(low).low
-    high_ci = mean_interval(high).high
+    median_low = float(np.median(low)) if len(low) else float("nan")
+    median_high = float(np.median(high)) if len(high) else float("nan")
     flips = rate_interval(broken + fixed, n)
     p, counted = sign_test(low, high)
     up = sign_counts(low, high)[0]
@@ -38,7 +42,10 @@ def flip_and_logprob_columns(broken: int, fixed: int, n: int, bounds: pd.DataFra
         "logprob_change_mean": float(np.mean(high)) if len(high) and not censored else float("nan"),
         "logprob_change_bound_low": float(np.mean(low)) if len(low) else float("nan"),
         "logprob_change_bound_high": float(np.mean(high)) if len(high) else float("nan"),
-        "logprob_change_ci_low": low_ci, "logprob_change_ci_high": high_ci,
+        # the median is monotone in every value, so the true median lies between these two; equal: it is known
+        "logprob_change_median": median_high if median_low == median_high else float("nan"),
+        "logprob_change_median_ci_low": median_interval(low).low,
+        "logprob_change_median_ci_high": median_interval(high).high,
         "logprob_sign_p": p, "logprob_sign_n": counted, "logprob_sign_up": up, "logprob_sign_p_holm": float("nan"),
         "correction": "none (reference row)", POWER_COLUMN: float("nan"),
         "logprob_compared": int(len(bounds) - censored), "logprob_censored": censored,

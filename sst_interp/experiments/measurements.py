@@ -121,12 +121,17 @@ SHARED_DOC = {
     "accuracy_pct": "accuracy", "broken": "questions right in the clean depth-k run, wrong here",
     "fixed": "questions wrong in the clean depth-k run, right here", "mcnemar_exact_p": "exact McNemar p of the flips",
     "logprob_change_mean": "mean change of the clean depth-k token's log-prob (nats; NaN when a question is "
-                           "censored: see the bounds)",
+                           "censored: see the bounds); a number only, no interval: none of a mean holds its level "
+                           "on skewed or zero-inflated effects at these n (see the median)",
     "logprob_change_bound_low": "the mean with censored questions at their floor (nats)",
     "logprob_change_bound_high": "the mean with censored questions at the most they can have (nats)",
-    "logprob_change_ci_low": "95% Student t lower limit of the low bound, over questions (nats; NaN below n = 2 "
-                             "or when every question changed by the same amount)",
-    "logprob_change_ci_high": "95% Student t upper limit of the high bound (nats; NaN as the low limit)",
+    "logprob_change_median": "median change of the clean depth-k token's log-prob over questions (nats; NaN when "
+                             "censored questions leave it unsettled)",
+    "logprob_change_median_ci_low": "its 95% exact sign-test interval, low: an order statistic of the low bounds "
+                                    "(nats; coverage >= 95% at every distribution, ties included; NaN below 6 "
+                                    "questions, where even [min, max] covers under 95%)",
+    "logprob_change_median_ci_high": "the sign-test interval's high limit: an order statistic of the high bounds "
+                                     "(nats)",
     "flip_rate_pct": "questions whose correctness changed (broken + fixed), percent of n_questions",
     "flip_rate_ci_low": "its 95% Clopper-Pearson exact interval, low (percent; NaN below n = 2); with no flip in n "
                         "questions the interval is [0, 1 - 0.025^(1/n)]",
@@ -190,10 +195,11 @@ MEASUREMENTS: tuple[Measurement, ...] = (
     Measurement(name="intervention_window", label="", title="Where the depth gain lives: iterations 2..k denied the "
                 "state stream in windows of layers (experiment a).", requires=("window_experiment",),
                 compute=_table("window", "window", "CIs over questions, 95%: accuracy change exact (Clopper-Pearson "
-                               "flip rate x share of fixes), flip rate Clopper-Pearson, log-prob change Student t, "
-                               "none below n = 2 (coverage: bench/results/interval_coverage.log); McNemar: exact, window vs "
-                               "clean depth k"), tidy=_as_is, columns={c: WINDOW_DOC[c] for c in WINDOW_COLUMNS},
-                notes=_notes, scope="experiment"),
+                               "flip rate x share of fixes) and flip rate Clopper-Pearson, none below n = 2; median "
+                               "log-prob change exact sign-test interval, none below n = 6; the mean log-prob change "
+                               "has no interval (coverage: bench/results/interval_coverage.log); McNemar: exact, "
+                               "window vs clean depth k"), tidy=_as_is,
+                columns={c: WINDOW_DOC[c] for c in WINDOW_COLUMNS}, notes=_notes, scope="experiment"),
     Measurement(name="intervention_trace", label="", title="Causal tracing across depths, aligned to each question's "
                 "target: indirect effect per (layer, offset) with n, SE and the total effect, beside the resampled "
                 "control (experiment b).", requires=("trace_experiment",), compute=_trace_aligned, tidy=_as_is,
@@ -205,10 +211,10 @@ MEASUREMENTS: tuple[Measurement, ...] = (
     Measurement(name="intervention_steer", label="", title="Steering the halt along the probe's direction (experiment "
                 "c).", requires=("steer_experiment",),
                 compute=_table("steer", "steer", "scale in units of the state's mean norm at the probe's layer "
-                               "(position 0, clean depth k); CIs over questions, 95%: log-prob change Student t, flip "
-                               "rate Clopper-Pearson, none below n = 2; sign test (none below 6) p Holm-adjusted over "
-                               "the scales"), tidy=_as_is, columns={c: STEER_DOC[c] for c in STEER_COLUMNS},
-                notes=_notes, scope="experiment"),
+                               "(position 0, clean depth k); CIs over questions, 95%: median log-prob change exact "
+                               "sign-test interval (none below n = 6; the mean has none), flip rate Clopper-Pearson "
+                               "(none below n = 2); sign test (none below 6) p Holm-adjusted over the scales"),
+                tidy=_as_is, columns={c: STEER_DOC[c] for c in STEER_COLUMNS}, notes=_notes, scope="experiment"),
     Measurement(name="intervention_attribution", label="", title="Attribution patching: the cells with the largest "
                 "first-order estimate, each beside its real patching effect (trace's patch, one gradient per batch).",
                 requires=("attribute_experiment",),

@@ -10,8 +10,9 @@ the clean depth-k run: s = 1 moves the state by its own typical length. Positive
 Each scale is one condition recorded at depth k. Against the clean run, per scale: accuracy at depth k,
 overthinking (regressions: correct at clean depth 1, wrong at steered depth k) and recoveries (the reverse), with
 their changes from the clean depth-k run's, the exact McNemar test of steered vs clean depth-k flips, and the
-change of the clean depth-k answer's first-token log-prob (censored questions kept as bounds) with a 95% Student t
-interval (none below 2 questions) and the exact sign test (none below 6), Holm-adjusted over the scales, and the
+change of the clean depth-k answer's first-token log-prob (censored questions kept as bounds): its mean as a
+number, its median with the 95% exact sign-test interval (none below 6 questions) and the exact sign test (none
+below 6), Holm-adjusted over the scales, and the
 flip rate with its Clopper-Pearson interval
 (:mod:`sst_interp.experiments.intervals`).
 """

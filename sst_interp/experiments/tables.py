@@ -9,7 +9,8 @@ POWER_COLUMN = "questions_for_80pct_power"
 FLIP_POWER_COLUMN = "flips_questions_for_80pct_power"
 #: the log-prob columns both tables share (:mod:`sst_interp.experiments.effects` fills them)
 LOGPROB_COLUMNS = ("logprob_change_mean", "logprob_change_bound_low", "logprob_change_bound_high",
-                   "logprob_change_ci_low", "logprob_change_ci_high", "logprob_sign_p", "logprob_sign_n",
+                   "logprob_change_median", "logprob_change_median_ci_low", "logprob_change_median_ci_high",
+                   "logprob_sign_p", "logprob_sign_n",
                    "logprob_sign_up", "logprob_sign_p_holm", "correction", "logprob_compared", "logprob_censored",
                    POWER_COLUMN)
 

@@ -22,8 +22,9 @@ the table's ``mode`` column says which.
 Per window, against the clean run at depth k over the same questions: accuracy and its change, and the change in
 log-probability of the clean depth-k answer's first token (turn 0, position 0, final iteration; censored where it
 left the intervened top-K, and then kept as a bound), each with a 95% interval over questions (the accuracy change:
-exact, from the flip counts; the log-prob change: Student t; none below 2 questions), the flip rate with its
-Clopper-Pearson interval, and the exact sign test, none below 6 questions (:mod:`sst_interp.experiments.intervals`,
+exact, from the flip counts, none below 2 questions; the log-prob change: its median with the exact sign-test
+interval, none below 6, and its mean as a number), the flip rate with its Clopper-Pearson interval, and the exact
+sign test, none below 6 questions (:mod:`sst_interp.experiments.intervals`,
 whose coverage ``bench/bench_interval_coverage.py`` measures), the sign test's p
 Holm-adjusted over the windows of every mode, and the exact McNemar test of the flips. The clean depth-1 run is the
 reference row (the depth gain that a window could remove).

@@ -9,6 +9,7 @@ Modules, one concern each:
 * :mod:`~sst_interp.probe.evaluate` -- the halting simulation, ``tab:halting_probe``, ``tab:halting_probe_per_iter``;
 * :mod:`~sst_interp.probe.loocv` -- LOOCV with its binomial and permutation tests, Cover's bound;
 * :mod:`~sst_interp.probe.permutation` -- label permutations within equal-correct-depth strata (the calibrated null);
+* :mod:`~sst_interp.probe.sequential` -- the sequential Monte Carlo p-value that stops the permutations once settled;
 * :mod:`~sst_interp.probe.crossfit` -- held-out (question-fold cross-fitted) scores;
 * :mod:`~sst_interp.probe.sweeps` -- layer sweep over the whole depth, held-out layer choice, activation swap;
 * :mod:`~sst_interp.probe.ablation` -- neuron contributions and ablations;

@@ -145,22 +145,25 @@ def train_job(cfg: ProbeRunConfig, evaluate_only: bool = False) -> JobResult:
     return JobResult(out, tables, summary)
 
 
-def _check_permutations(permutations: int) -> None:
+def _check_permutations(permutations: int, alpha: float) -> None:
     if permutations < 0:
         raise UsageError(f"--permutations must be >= 0, got {permutations}")
+    if not 0 < alpha < 1:
+        raise UsageError(f"--permutation-alpha must be between 0 and 1 (e.g. 0.05), got {alpha}")
 
 
 def sweep_job(cfg: ProbeRunConfig, options: LayerSweepConfig) -> JobResult:
     """``sweep``: ``tab:halting_probe_layer_sweep`` and the selected layers (``selected_layer``, ``heldout_layer``,
     ``heldout_reason`` in the summary)."""
 
-    _check_permutations(options.permutations)
+    _check_permutations(options.permutations, options.permutation_alpha)
     run = _open_run(cfg.run)
     layers = options.layers if options.layers else sweep_layers(run.num_layers)
     data = load_probe_data_layers(run, layers)
     config = ProbeConfig(run.hidden_size, hidden=cfg.hidden, activation=cfg.activation)
     sweep = layer_sweep(data, config, _train_config(cfg), options.loocv_layers,
-                        cfg.threshold, permutations=options.permutations, permutation_seed=options.permutation_seed)
+                        cfg.threshold, permutations=options.permutations, permutation_seed=options.permutation_seed,
+                        permutation_alpha=options.permutation_alpha)
     heldout, reason = select_heldout_layer(sweep)
     out = _default_out(cfg, "sweep")
     tables = {"tab_halting_probe_layer_sweep": sweep.table()}
@@ -172,13 +175,14 @@ def sweep_job(cfg: ProbeRunConfig, options: LayerSweepConfig) -> JobResult:
 def loocv_job(cfg: ProbeRunConfig, options: LoocvConfig) -> JobResult:
     """``loocv``: ``app:halting_loocv`` at the layer, its folds and Cover's bound."""
 
+    _check_permutations(options.permutations, options.permutation_alpha)
     data = _layer_data(cfg)
     data.labels.require_must_halt()
     config = ProbeConfig(data.hidden_size, hidden=cfg.hidden, activation=cfg.activation)
     train_config = _train_config(cfg)
-    _check_permutations(options.permutations)
     result = loocv(data, config, train_config, cfg.threshold, options.criterion,  # type: ignore[arg-type]
-                   permutations=options.permutations, permutation_seed=options.permutation_seed)
+                   permutations=options.permutations, permutation_seed=options.permutation_seed,
+                   permutation_alpha=options.permutation_alpha)
     cover = cover_bound(cfg.hidden, len(data.labels.must_halt_questions))
     out = _default_out(cfg, data.layer)
     tables = {"app_halting_loocv": result.table(), "app_halting_loocv_folds": result.folds,

@@ -26,11 +26,24 @@ successes are tested against the Poisson-binomial of those per-fold probabilitie
 Both nulls above are measured *in sample* and do not hold their size: a probe that memorises its training set
 has a low in-sample base rate while held-out probes fire on most timesteps, so at a layer with nothing planted
 the binomial test gives p = 2.9e-4 (issue 12). The calibrated test is the label-permutation test
-(:mod:`~sst_interp.probe.permutation`): the same LOOCV, every fold's probe retrained, on ``permutations``
-labellings drawn within equal-correct-depth strata; ``p_permutation = (1 + #{null >= observed}) / (1 +
-permutations)``. The binomial p (``p_binomial``, also ``p_value``) stays to reproduce the paper's numbers from its
-counts; report both, and read significance from ``p_permutation``. Cost: ``(1 + permutations) x folds`` probe
-trainings (the paper's data: 101 x 48 = 4,848).
+(:mod:`~sst_interp.probe.permutation`): the same LOOCV, every fold's probe retrained, on labellings drawn within
+equal-correct-depth strata. The binomial p (``p_binomial``, also ``p_value``) stays to reproduce the paper's numbers
+from its counts; report both, and read significance from ``p_permutation``.
+
+The permutations are spent where they can change the answer (issue 58):
+
+- **before anything is trained**, the labellings the strata allow are counted
+  (:func:`~sst_interp.probe.permutation.label_arrangements`); with fewer than ``1 / alpha`` no permutation test can
+  reach p <= alpha, so none is drawn: ``p_permutation`` is 1 (the p of a test settled before its first draw), and
+  ``permutation_stop`` says why;
+- otherwise they are drawn one at a time under a sequential plan (:mod:`~sst_interp.probe.sequential`, Besag and
+  Clifford 1991) of at most ``permutations`` draws: it stops when enough permuted LOOCVs have done as well as the
+  observed one that the fixed test could no longer be significant at ``alpha`` (p = h / draws), or when it would be
+  significant whatever the draws left. ``permutations`` in the table is the number drawn, ``permutation_stop`` why it
+  stopped. The same calibration as the fixed test: no decision at ``alpha`` differs when ``alpha (permutations + 1)``
+  is a whole number (the default 99 at 0.05), and the p is valid at every level.
+
+Cost: ``(1 + drawn) x folds`` probe trainings; at most ``(1 + permutations) x folds`` (the paper's data: 100 x 48).
 """
 
 from __future__ import annotations
@@ -47,13 +60,16 @@ from sst_interp.kernels.results import AnalysisResult
 from sst_interp.kernels.stats import binomial_test, wilson_interval
 from sst_interp.kernels.errors import UsageError
 from sst_interp.probe.dataset import ProbeData
-from sst_interp.probe.defaults import DEFAULT_PERMUTATIONS
+from sst_interp.probe.defaults import DEFAULT_ALPHA, DEFAULT_PERMUTATIONS
 from sst_interp.probe.evaluate import evaluate_probe
 from sst_interp.probe.model import DEFAULT_THRESHOLD, ProbeConfig
-from sst_interp.probe.permutation import permutation_p_value, permute_labels
+from sst_interp.probe.permutation import label_arrangements, permute_labels
+from sst_interp.probe.sequential import SequentialPlan, SequentialTest, run_sequential
 from sst_interp.probe.train import TrainConfig, train_probe
 
 Criterion = Literal["outcome", "detection"]
+#: how :attr:`LoocvResult.permutation_note` starts when the strata make the level unreachable
+SKIPPED = "skipped before training"
 
 
 
@@ -68,16 +84,20 @@ class LoocvResult(AnalysisResult):
         base_rate: the binomial test's null success probability (the full probe's in-sample base prediction rate).
         criterion: ``"outcome"`` or ``"detection"``.
         level: confidence level of the one-sided interval.
-        null_successes: LOOCV successes under each label permutation (empty: no permutation test was run).
+        permutation: the sequential label-permutation test as run (None: no permutation was drawn).
         permutation_seed: seed of the permutations' generator.
+        label_arrangements: the labellings the permutation strata allow (0: not counted).
+        permutation_note: why no permutation was drawn ("" when one was).
     """
 
     folds: pd.DataFrame
     base_rate: float
     criterion: str = "outcome"
     level: float = 0.95
-    null_successes: tuple[int, ...] = ()
+    permutation: SequentialTest | None = None
     permutation_seed: int = 0
+    label_arrangements: int = 0
+    permutation_note: str = ""
     label: ClassVar[str] = "app:halting_loocv"
 
     @property
@@ -106,16 +126,33 @@ class LoocvResult(AnalysisResult):
         return self.p_value
 
     @property
+    def null_successes(self) -> tuple[int, ...]:
+        """LOOCV successes under each label permutation drawn, in order (empty: none drawn)."""
+        return tuple(int(v) for v in self.permutation.null) if self.permutation else ()
+
+    @property
     def n_permutations(self) -> int:
-        """Label permutations behind :attr:`p_permutation` (0: not run)."""
+        """Label permutations drawn behind :attr:`p_permutation` (0: none)."""
         return len(self.null_successes)
 
     @property
     def p_permutation(self) -> float:
-        """``(1 + #{null successes >= successes}) / (1 + permutations)``; NaN when no permutation was run."""
-        if not self.null_successes:
-            return float("nan")
-        return permutation_p_value(self.successes, np.asarray(self.null_successes))
+        """The sequential permutation p (:mod:`~sst_interp.probe.sequential`); 1 when the strata allow too few
+        labellings to reach the level (nothing drawn); NaN when no permutation test was asked for."""
+        if self.permutation is not None:
+            return self.permutation.p
+        return 1.0 if self.permutation_note.startswith(SKIPPED) else float("nan")
+
+    @property
+    def arrangements_float(self) -> float:
+        """:attr:`label_arrangements` as a float for the table (inf beyond float range: 240 questions in one stratum
+        can allow more than 10^308 labellings)."""
+        return float(self.label_arrangements) if self.label_arrangements < 10 ** 308 else math.inf
+
+    @property
+    def permutation_stop(self) -> str:
+        """Why the permutations stopped, or why none was drawn."""
+        return self.permutation.stop if self.permutation is not None else self.permutation_note
 
     @property
     def null_accuracy(self) -> float:
@@ -139,7 +176,8 @@ class LoocvResult(AnalysisResult):
         return float(poisson_binom.sf(self.successes - 1, probs))
 
     def table(self) -> pd.DataFrame:
-        """One row: successes/folds, accuracy, base rate, both p-values, CI, depth-matched p, the permutation null."""
+        """One row: successes/folds, accuracy, base rate, both p-values, the permutations drawn and why they stopped,
+        the labellings the strata allow, CI, depth-matched p, the permutation null."""
         low, high = self.ci
         return pd.DataFrame(
             [
@@ -152,6 +190,8 @@ class LoocvResult(AnalysisResult):
                     "p_binomial": self.p_binomial,
                     "p_permutation": self.p_permutation,
                     "permutations": self.n_permutations,
+                    "permutation_stop": self.permutation_stop,
+                    "label_arrangements": self.arrangements_float,
                     "null_accuracy": self.null_accuracy,
                     "ci_low": low,
                     "ci_high": high,
@@ -165,7 +205,7 @@ class LoocvResult(AnalysisResult):
 @dataclass(frozen=True)
 class FoldPlan:
     """How every LOOCV fold's probe is trained and scored: the one parameter list of the observed folds
-    (:func:`heldout_folds`) and of each permutation's (:func:`permutation_null`).
+    (:func:`heldout_folds`) and of each permutation's (:func:`permutation_test`).
 
     Attributes:
         probe_config: architecture of every fold's probe.
@@ -207,20 +247,30 @@ def heldout_folds(data: ProbeData, plan: FoldPlan) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
-def permutation_null(data: ProbeData, plan: FoldPlan, permutations: int = DEFAULT_PERMUTATIONS,
-                     seed: int = 0) -> tuple[int, ...]:
-    """LOOCV successes under ``permutations`` label permutations (:func:`~sst_interp.probe.permutation.permute_labels`).
-
-    Each permutation reruns :func:`heldout_folds` in full, retraining every fold's probe as ``plan`` says.
-    """
-    if permutations < 0:
-        raise UsageError(f"permutations must be >= 0, got {permutations}")
+def permutation_test(data: ProbeData, plan: FoldPlan, observed: int, sequential: SequentialPlan,
+                     seed: int = 0) -> SequentialTest:
+    """The sequential label-permutation test of ``observed`` LOOCV successes: each draw reruns :func:`heldout_folds`
+    in full on one permutation (:func:`~sst_interp.probe.permutation.permute_labels`), retraining every fold's probe
+    as ``plan`` says, until ``sequential`` settles the answer (:func:`~sst_interp.probe.sequential.run_sequential`)."""
     rng = np.random.default_rng(seed)
-    out = []
-    for _ in range(permutations):
-        folds = heldout_folds(permute_labels(data, rng), plan)
-        out.append(int(folds["success"].sum()))
-    return tuple(out)
+
+    def draw() -> float:
+        return float(heldout_folds(permute_labels(data, rng), plan)["success"].sum())
+
+    return run_sequential(float(observed), draw, sequential)
+
+
+def unreachable(arrangements: int, alpha: float) -> str:
+    """Why a permutation test of data whose strata allow ``arrangements`` labellings cannot reach p <= ``alpha``,
+    or "" when it can (its smallest exact p is ``1 / arrangements``)."""
+    if arrangements >= 1 / alpha:  # compared as int and float: the count can be far beyond float range
+        return ""
+    need = math.ceil(1 / alpha)
+    what = ("every correct-depth stratum holds only MUST HALT or only SAFE questions: nothing to permute"
+            if arrangements == 1 else f"the strata allow {arrangements} labellings")
+    return (f"{SKIPPED}: {what}, so the smallest p any permutation test can give is 1/{arrangements} = "
+            f"{1 / arrangements:.3g} > {alpha:g}; reaching it needs at least {need} labellings (more MUST HALT and "
+            f"SAFE questions at the same correct depth)")
 
 
 def loocv(
@@ -232,6 +282,7 @@ def loocv(
     full_predicted: np.ndarray | None = None,
     permutations: int = 0,
     permutation_seed: int = 0,
+    permutation_alpha: float = DEFAULT_ALPHA,
 ) -> LoocvResult:
     """Leave-one-MUST-HALT-question-out cross-validation with the binomial and (optionally) permutation tests.
 
@@ -243,16 +294,25 @@ def loocv(
         criterion: what counts as the held-out question being correctly classified (module docstring).
         full_predicted: ``[n_timesteps]`` bool, the predictions of a probe trained on every timestep
             (its mean is the base prediction rate); default: train that probe here.
-        permutations: label permutations of the calibrated test (0: binomial only, as the paper; the report and
-            CLI use :data:`DEFAULT_PERMUTATIONS`). Cost: ``(1 + permutations) x folds`` trainings.
+        permutations: the most label permutations the calibrated test draws (0: binomial only, as the paper; the
+            report and CLI use :data:`DEFAULT_PERMUTATIONS`). Cost: at most ``(1 + permutations) x folds`` trainings.
         permutation_seed: seed of the permutations.
+        permutation_alpha: the level the sequential test settles its answer at (module docstring; a smaller one
+            draws longer on a strong effect and gives it a finer p).
 
     Returns:
         :class:`LoocvResult`.
     """
     if criterion not in ("outcome", "detection"):
         raise UsageError(f"unknown LOOCV criterion {criterion!r}; use 'outcome' or 'detection'")
+    if permutations < 0:
+        raise UsageError(f"permutations must be >= 0, got {permutations}")
     data.labels.require_must_halt()
+    # the power check, before anything is trained: can any permutation test of these strata reach the level?
+    sequential = SequentialPlan(permutations, permutation_alpha) if permutations else None
+    arrangements = label_arrangements(data)
+    note = unreachable(arrangements, permutation_alpha) if permutations else (
+        "not run (permutations = 0: the paper's binomial test only)")
     train_config = train_config or TrainConfig()
     if full_predicted is None:
         full, _ = train_probe(data.x, data.y, probe_config, train_config)
@@ -268,9 +328,11 @@ def loocv(
     folds["null_depth_matched"] = [
         float(full_predicted[np.isin(depth, np.unique(depth[(groups == q) & y]))].mean()) for q in folds["question_id"]
     ]
-    null = permutation_null(data, plan, permutations, permutation_seed)
-    return LoocvResult(folds, float(full_predicted.mean()), criterion, null_successes=null,
-                       permutation_seed=permutation_seed)
+    test = None
+    if sequential is not None and not note:
+        test = permutation_test(data, plan, int(folds["success"].sum()), sequential, permutation_seed)
+    return LoocvResult(folds, float(full_predicted.mean()), criterion, permutation=test,
+                       permutation_seed=permutation_seed, label_arrangements=arrangements, permutation_note=note)
 
 
 @dataclass(frozen=True)

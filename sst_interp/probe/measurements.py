@@ -169,8 +169,12 @@ MEASUREMENTS: tuple[Measurement, ...] = (
                 columns={"loocv_correct": "held-out MUST HALT questions halted right", "folds": "folds (MUST HALT "
                          "questions)", "accuracy_fraction": "loocv_correct / folds", "base_rate": "the in-sample halt "
                          "rate (binomial null)", "p_value": "the paper's binomial p", "p_binomial": "the same",
-                         "p_permutation": "label-permutation p (calibrated; read this)", "permutations": "permutations "
-                         "run", "null_accuracy": "held-out accuracy under the null", "ci_low": "95% CI of the "
+                         "p_permutation": "label-permutation p (calibrated; read this): sequential, stopped once the "
+                         "answer at 0.05 was settled; 1 when the strata allow too few labellings to reach 0.05",
+                         "permutations": "label permutations drawn (each retrains every fold)", "permutation_stop":
+                         "why the permutations stopped, or why none was drawn", "label_arrangements": "labellings the "
+                         "permutation strata allow (the smallest exact permutation p is their inverse)",
+                         "null_accuracy": "held-out accuracy under the null", "ci_low": "95% CI of the "
                          "accuracy, low", "ci_high": "its high bound", "criterion": "what counts as a correct fold",
                          "p_value_depth_matched": "binomial p against the depth-matched base rate"}, notes=_notes,
                 extra_tables=_extra, found=_labels_found(False), family=sections.HALTING_PROBE, inputs=("run", "probe"),
@@ -187,7 +191,7 @@ MEASUREMENTS: tuple[Measurement, ...] = (
                          "heldout_halt_rate_safe": "held-out halt rate at SAFE timesteps", "loocv_correct": "LOOCV "
                          "folds right (where run)", "loocv_folds": "LOOCV folds", "loocv_accuracy": "loocv_correct / "
                          "loocv_folds", "loocv_base_rate": "binomial null rate", "loocv_p": "binomial p",
-                         "loocv_p_permutation": "permutation p", "loocv_permutations": "permutations run",
+                         "loocv_p_permutation": "permutation p", "loocv_permutations": "permutations drawn",
                          "loocv_p_depth_matched": "binomial p against the depth-matched base rate"}, notes=_notes,
                 extra_tables=_extra, found=_labels_found(False), family=sections.HALTING_PROBE, inputs=("run", "probe"),
                 caption="A 64-neuron probe trained at every layer (an even grid of 16 above 32 layers): in-sample "

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from sst_interp.kernels.fields import arg
-from sst_interp.probe.defaults import ACTIVATION_NAMES, DEFAULT_PERMUTATIONS, DEFAULT_THRESHOLD
+from sst_interp.probe.defaults import ACTIVATION_NAMES, DEFAULT_ALPHA, DEFAULT_PERMUTATIONS, DEFAULT_THRESHOLD
 
 
 @dataclass(frozen=True)
@@ -40,9 +40,13 @@ class LayerSweepConfig:
     layers: list[int] | None = arg(None, help="comma-separated layers (default: the whole depth: every layer up to 32 "
                                         "layers, else 16 evenly spaced including the first and last)")
     loocv_layers: list[int] = arg(default_factory=list, help="comma-separated layers to run LOOCV at (default: none)")
-    permutations: int = arg(DEFAULT_PERMUTATIONS, help="label permutations of the out-of-sample LOOCV null at the "
-                                                       "--loocv-layers (0: the paper's binomial test only)")
+    permutations: int = arg(DEFAULT_PERMUTATIONS, help="the most label permutations of the out-of-sample LOOCV "
+                                                       "null at the --loocv-layers, drawn until the answer at "
+                                                       "--permutation-alpha is settled (0: the paper's binomial "
+                                                       "test only)")
     permutation_seed: int = arg(0, help="seed of the permutations")
+    permutation_alpha: float = arg(DEFAULT_ALPHA, help="the level the sequential permutation test settles its answer "
+                                                       "at (smaller: more permutations on a strong effect, a finer p)")
 
 
 @dataclass(frozen=True)
@@ -53,9 +57,13 @@ class LoocvConfig:
                          help="what counts as the held-out question classified correctly: outcome (it ends correct "
                               "in the halting simulation) or detection (all its MUST HALT timesteps are above the "
                               "threshold)")
-    permutations: int = arg(DEFAULT_PERMUTATIONS, help="label permutations for the out-of-sample null (each retrains "
-                                                       "every fold; 0: the paper's binomial test only)")
+    permutations: int = arg(DEFAULT_PERMUTATIONS, help="the most label permutations for the out-of-sample null "
+                                                       "(each retrains every fold), drawn until the answer at "
+                                                       "--permutation-alpha is settled; 0: the paper's binomial test "
+                                                       "only")
     permutation_seed: int = arg(0, help="seed of the permutations")
+    permutation_alpha: float = arg(DEFAULT_ALPHA, help="the level the sequential permutation test settles its answer "
+                                                       "at (smaller: more permutations on a strong effect, a finer p)")
 
 
 @dataclass(frozen=True)

@@ -20,13 +20,26 @@ passing flat depth). Why within ``c``:
   states tell the ones that fail at ``c + 1`` (MUST HALT) from the ones that do not (SAFE)?
 
 Under that null the correctness rows within a stratum are exchangeable with respect to the states, so
-``(1 + #{null >= observed}) / (1 + n_permutations)`` is a valid p-value (size at most ``alpha`` at every ``alpha``).
+the Monte Carlo p of the LOOCV's successes against the permuted ones is valid (size at most ``alpha`` at every
+``alpha``): the fixed ``(1 + #{null >= observed}) / (1 + n_permutations)``, and the sequential one the LOOCV draws
+(:mod:`sst_interp.probe.sequential`).
 The number of MUST HALT questions in each stratum, hence the number of LOOCV folds, is the same in every
 permutation. A stratum holding only MUST HALT or only SAFE questions has nothing to permute; if every stratum is
 like that, every permutation is the observed labelling and ``p = 1``.
+
+**What p can reach, before anything is trained** (:func:`label_arrangements`, issue 58). The permutations can only
+produce so many different labellings: per stratum, the arrangements of its questions' correctness rows
+(``n! / prod(count of each distinct row)!``), multiplied over the strata. Each is equally likely, the observed one
+among them, so the exact permutation p is at least ``1 / arrangements``: with fewer than ``1 / alpha`` (20 at 0.05)
+no statistic and no number of permutations can reach p <= alpha, and the LOOCV skips the permutations and says so.
+Drawn permutations repeat the observed labelling about once every ``arrangements`` draws, and each repeat counts
+against it.
 """
 
 from __future__ import annotations
+
+import math
+from collections import Counter
 
 import numpy as np
 import pandas as pd
@@ -39,12 +52,6 @@ from sst_interp.probe.labels import correct_depths, make_labels
 KEY = ["question_id", "turn", "depth"]
 
 
-def permutation_p_value(observed: float, null: np.ndarray) -> float:
-    """``(1 + #{null >= observed}) / (1 + len(null))``: the permutation p-value, counting the observed labelling."""
-    null = np.asarray(null, dtype=float)
-    return float((1 + int((null >= observed).sum())) / (1 + len(null)))
-
-
 def strata(data: ProbeData) -> dict[int, list[str]]:
     """Recoverable questions grouped by correct depth ``c`` (the permutation strata), in question order."""
     depth = correct_depths(data.labels.correct)
@@ -54,6 +61,20 @@ def strata(data: ProbeData) -> dict[int, list[str]]:
         if c != NEVER:
             out.setdefault(c, []).append(str(q))
     return out
+
+
+def label_arrangements(data: ProbeData) -> int:
+    """The distinct labellings the permutations can draw (the observed one included): per stratum of
+    :func:`strata`, the arrangements of its questions' correctness rows, multiplied over the strata (module
+    docstring). 1 when no stratum has anything to permute."""
+    correct = data.labels.correct
+    rows = correct.to_numpy(dtype=bool)
+    pos = {str(q): i for i, q in enumerate(correct.index)}
+    total = 1
+    for members in strata(data).values():
+        patterns = Counter(rows[pos[q]].tobytes() for q in members)
+        total *= math.factorial(len(members)) // math.prod(math.factorial(c) for c in patterns.values())
+    return total
 
 
 def permute_labels(data: ProbeData, rng: np.random.Generator) -> ProbeData:

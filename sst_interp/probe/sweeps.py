@@ -23,6 +23,7 @@ from sst_interp.kernels.results import AnalysisResult
 from sst_interp.kernels.errors import UsageError
 from sst_interp.probe.crossfit import DEFAULT_FOLDS, crossfit
 from sst_interp.probe.dataset import ProbeData
+from sst_interp.probe.defaults import DEFAULT_ALPHA
 from sst_interp.probe.evaluate import evaluate_probe
 from sst_interp.probe.loocv import LoocvResult, loocv
 from sst_interp.probe.model import DEFAULT_THRESHOLD, ProbeConfig
@@ -91,6 +92,7 @@ def layer_sweep(
     permutations: int = 0,
     heldout_folds: int = DEFAULT_FOLDS,
     permutation_seed: int = 0,
+    permutation_alpha: float = DEFAULT_ALPHA,
 ) -> LayerSweep:
     """Train and evaluate a probe at every layer, score it held out; LOOCV at ``loocv_layers``.
 
@@ -101,8 +103,9 @@ def layer_sweep(
         train_config: hyperparameters.
         loocv_layers: layers to run LOOCV on (it trains one probe per MUST HALT question).
         threshold: halting threshold.
-        permutations: label permutations of each LOOCV's permutation test (0: binomial only).
+        permutations: the most label permutations of each LOOCV's sequential permutation test (0: binomial only).
         permutation_seed: seed of those permutations.
+        permutation_alpha: the level that test settles its answer at.
         heldout_folds: question folds of the held-out scores (``heldout_folds`` trainings per layer).
     """
     loocv_set = {int(v) for v in loocv_layers}
@@ -117,7 +120,8 @@ def layer_sweep(
         cv = None
         if layer in loocv_set:
             cv = loocv(data, config, train_config, threshold, full_predicted=ev.detection.predicted,
-                       permutations=permutations, permutation_seed=permutation_seed)
+                       permutations=permutations, permutation_seed=permutation_seed,
+                       permutation_alpha=permutation_alpha)
         rows.append({"layer": layer, **ev.row(), **held.row(), **_loocv_columns(cv)})
     return LayerSweep(pd.DataFrame(rows))
 

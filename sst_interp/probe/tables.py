@@ -80,10 +80,18 @@ def loocv_table(a: Any, b: ProbeBundle) -> ProbeTable:
     b.data.labels.require_must_halt()
     result = loocv(b.data, b.probe.config, TrainConfig(), b.threshold,
                    full_predicted=b.evaluation.detection.predicted, permutations=DEFAULT_PERMUTATIONS)
+    if result.n_permutations:
+        permuted = (f"p_permutation = {result.p_permutation:.3g}: the same LOOCV rerun on {result.n_permutations} "
+                    f"label permutations (of at most {DEFAULT_PERMUTATIONS}) within equal-correct-depth strata, every "
+                    f"fold retrained; held-out accuracy under the null {result.null_accuracy:.1%} vs observed "
+                    f"{result.accuracy:.1%}. This is the significance to read. Why it stopped: "
+                    f"{result.permutation_stop}")
+    else:
+        permuted = f"p_permutation = {result.p_permutation:.3g}: {result.permutation_stop}"
     notes = [_origin(b), "each fold retrains the same architecture from scratch without one MUST HALT question",
-             f"p_permutation = {result.p_permutation:.3g}: the same LOOCV rerun on {result.n_permutations} label "
-             f"permutations within equal-correct-depth strata (every fold retrained); held-out accuracy under the "
-             f"null {result.null_accuracy:.1%} vs observed {result.accuracy:.1%}. This is the significance to read.",
+             permuted,
+             f"label arrangements the strata allow (counted before training): {result.arrangements_float:.4g}; the "
+             f"smallest exact permutation p is their inverse",
              f"p_binomial = {result.p_binomial:.3g}: the paper's test against the in-sample base rate "
              f"{result.base_rate:.1%}; it reproduces the paper's numbers but rejects where nothing is planted "
              "(the in-sample rate of a memorising probe is too low)"]

@@ -60,7 +60,8 @@ SPECS = [
                  "Where the depth gain lives: iterations 2..k denied the state stream in windows of layers (mode "
                  "freeze or zero), beside the mean and resample baselines (the clean run's mean state, another "
                  "question's state); accuracy and first-token log-prob change against clean depth k, with 95% CIs "
-                 "over questions (exact for the accuracy change and flip rate, Student t for the log-prob change).",
+                 "over questions (exact for the accuracy change and flip rate; for the log-prob change the median "
+                 "with its exact sign-test interval, the mean without one).",
                  "report", NEEDS, _stacked("tab_intervention_window")),
     ArtefactSpec("tab_intervention_trace", "table", "", sections.INTERVENTIONS,
                  "Causal tracing across depths: mean indirect effect of patching depth k's last-iteration layer "

@@ -1,5 +1,6 @@
 """examples/intervene_window.ipynb (experiment a in a notebook) executed headless with a real kernel on a tiny
-model: its table is the experiment's window table, and the window run reads as an ordinary run."""
+model: its table is the experiment's window table with the median's interval, and the window run reads as an
+ordinary run."""
 
 from __future__ import annotations
 
@@ -21,8 +22,10 @@ def test_the_window_notebook_runs_experiment_a(tmp_path, monkeypatch):
                        ("OMP_NUM_THREADS", "1")):
         monkeypatch.setenv(key, str(value))
     code = executed_code_cells(NOTEBOOK, tmp_path)
-    assert "3 layers, 4 questions" in output_text(code[0])
+    assert "3 layers, 6 questions" in output_text(code[0])
     table = pd.read_parquet(out / "window.parquet")
+    # 6 questions: the fewest the median's sign-test interval is given from (it is [min, max] there)
+    assert table[["logprob_change_median_ci_low", "logprob_change_median_ci_high"]].notna().all(axis=None)
     windows = ["window-0-0", "window-1-1", "window-2-2"]
     assert list(table["condition"]) == ["clean depth 1", "clean depth 2", *windows, *[f"{w}-mean" for w in windows],
                                         *[f"{w}-resample" for w in windows]]

@@ -13,11 +13,13 @@ from sst_interp.probe.crossfit import crossfit
 from sst_interp.probe.dataset import load_probe_data, load_probe_data_layers
 from sst_interp.probe.loocv import LoocvResult, loocv
 from sst_interp.probe.model import ProbeConfig
-from sst_interp.probe.permutation import permutation_p_value, permute_labels, strata
+from sst_interp.probe.permutation import label_arrangements, permute_labels, strata
+from sst_interp.probe.sequential import SequentialPlan, SequentialTest, sequential_p
 from sst_interp.probe.sweeps import layer_sweep, select_heldout_layer, sweep_layers
 from sst_interp.probe.train import TrainConfig
 from sst_interp.store import Run
 from sst_interp.synthetic import SyntheticSpec, write_synthetic_run
+from tests.unit.probe import planted
 from tests.unit.probe.planted import planted_data
 
 # Correctness patterns over flat depths 1..4; MUST HALT questions sit at correct depths 1 and 2 as in the paper
@@ -52,11 +54,34 @@ def _run_data(tmp_path, seed: int, planted: bool, correct: np.ndarray = CORRECT)
 
 
 def test_permutation_p_value_counts_the_observed_labelling():
-    assert permutation_p_value(3, np.array([1, 2, 3, 4])) == pytest.approx(3 / 5)
-    assert permutation_p_value(9, np.zeros(99)) == pytest.approx(0.01)
+    # every draw made (fewer exceedances than the plan stops at): the fixed test's (1 + #{null >= obs}) / (1 + draws)
+    assert sequential_p(3, 4, SequentialPlan(4, alpha=0.9)) == pytest.approx(4 / 5)
+    assert sequential_p(0, 99, SequentialPlan(99)) == pytest.approx(0.01)
     folds = pd.DataFrame({"question_id": ["a", "b"], "success": [True, False]})
     assert math.isnan(LoocvResult(folds, 0.5).p_permutation)  # no permutation run: no permutation p
-    assert LoocvResult(folds, 0.5, null_successes=(0, 1, 1, 2)).p_permutation == pytest.approx(4 / 5)
+    # h = floor(0.2 * 5) = 1: the first draw to reach 1 success stops it, Besag-Clifford p = 1 / 2 at draw 2
+    test = SequentialTest(1.0, (0.0, 1.0), SequentialPlan(4, alpha=0.2))
+    result = LoocvResult(folds, 0.5, permutation=test)
+    assert result.p_permutation == pytest.approx(1 / 2) and result.n_permutations == 2
+    assert result.null_successes == (0, 1) and result.null_accuracy == pytest.approx(0.25)
+
+
+def test_label_arrangements_count_the_labellings_the_strata_allow(monkeypatch):
+    # two questions each of conv and mh1 at correct depth 1 (4! / (2! 2!) = 6 orders: equal rows make no new
+    # labelling), two mh2 at depth 2 (one): 6, and drawing finds exactly those
+    monkeypatch.setattr(planted, "PATTERNS", {k: planted.PATTERNS[k] for k in ("conv", "mh1", "mh2")})
+    data = planted.planted_data(n_per_pattern=2, seed=0)
+    assert label_arrangements(data) == 6
+    seen = set()
+    rng = np.random.default_rng(0)
+    for _ in range(150):  # some labelling of 6 missed in 150 draws: probability below 6 * (5/6)^150 < 1e-11
+        seen.add(permute_labels(data, rng).labels.correct.to_numpy().tobytes())
+    assert len(seen) == 6
+    monkeypatch.undo()
+    # every pattern once: depth 1 holds 4 different rows (4!), depth 2 two (2!), depths 3 and 4 one each
+    assert label_arrangements(planted_data(n_per_pattern=1, seed=0)) == 24 * 2
+    # twice: 8! / 2!^4 at depth 1 and 4! / (2! 2!) at depth 2
+    assert label_arrangements(planted_data(n_per_pattern=2, seed=0)) == 2520 * 6
 
 
 def test_permute_labels_keeps_timesteps_strata_and_fold_count():
@@ -96,7 +121,9 @@ def test_permutation_null_holds_its_size_where_binomial_does_not(tmp_path):
 @pytest.mark.slow
 def test_planted_feature_is_significant_under_permutation(tmp_path):
     data = _run_data(tmp_path, 0, planted=True)
-    result = loocv(data, ProbeConfig(48, hidden=10), FAST, permutations=150)
+    # settled at 0.01: with 0.01 x 151 < 2 the sequential test stops at the first permuted LOOCV as good as the
+    # observed one, so a clear effect draws all 150 and reaches the finest p, 1/151
+    result = loocv(data, ProbeConfig(48, hidden=10), FAST, permutations=150, permutation_alpha=0.01)
     assert result.n_permutations == 150
     assert result.p_permutation < 0.01, (result.successes, result.null_successes)
     assert result.table()[["p_binomial", "p_permutation"]].notna().all(axis=None)

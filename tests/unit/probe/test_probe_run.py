@@ -132,6 +132,14 @@ def test_cli_bad_input_is_one_line_exit_2(tmp_path, capsys):
     with pytest.raises(SystemExit) as exit_info:
         main(["loocv", "--run", str(tmp_path / "nowhere")])
     assert exit_info.value.code == 2
+    capsys.readouterr()
+    for command in ("loocv", "sweep"):
+        with pytest.raises(SystemExit) as exit_info:
+            main([command, "--run", str(path), "--permutation-alpha", "2", "--out", str(tmp_path / command)])
+        assert exit_info.value.code == 2
+        err = capsys.readouterr().err.strip()
+        assert err.startswith("error: --permutation-alpha must be between 0 and 1") and "\n" not in err
+        assert not (tmp_path / command).exists()
     with pytest.raises(SystemExit) as exit_info:
         main(["train", "--run", str(path), "--layer", "9"])
     assert exit_info.value.code == 2
@@ -149,6 +157,9 @@ def test_cli_loocv_sweep_ablate(planted_run, tmp_path):
     assert cv["folds"] == len(pd.read_csv(tmp_path / "cv" / "app_halting_loocv_folds.csv")) and cv["p_value"] < 0.01
     # 9 permutations: the smallest permutation p is 1/10, reached when no permuted LOOCV does as well
     assert cv["permutations"] == 9 and cv["p_permutation"] == pytest.approx(0.1)
+    # the table says how the sequential test ended, and that 9 draws cannot reach 0.05 at all
+    assert "all 9 draws" in cv["permutation_stop"] and "smallest p is 1/10" in cv["permutation_stop"]
+    assert cv["label_arrangements"] >= 20
     assert pd.read_csv(tmp_path / "cv" / "cover_bound.csv")["shatter_capacity"].iloc[0] == 11
     common = ["--run", str(run.path), "--hidden", "10"]
     assert main(["sweep", *common, "--layers", "1,3", "--out", str(tmp_path / "sw")]) == 0
