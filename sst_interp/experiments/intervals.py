@@ -46,6 +46,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
+from math import comb
 
 import numpy as np
 
@@ -219,8 +220,6 @@ def sign_p(up: np.ndarray, n: np.ndarray) -> np.ndarray:
     """Exact two-sided p [m] of ``up`` successes in ``n`` fair coin flips, elementwise: twice the smaller tail
     (the binomial(n, 1/2) is symmetric), capped at 1; equal to ``scipy.stats.binomtest(up, n, 0.5).pvalue``
     (tested). Counted in exact integers, so cheap enough to run per cell of a large map."""
-    from math import comb
-
     out = []
     for k, total in zip(np.atleast_1d(up).tolist(), np.atleast_1d(n).tolist()):
         low = sum(comb(total, i) for i in range(0, int(k) + 1))
