@@ -41,6 +41,7 @@ from sklearn.metrics import roc_auc_score
 from sst_interp.analyses.basins import fit_gmm
 from sst_interp.analyses.depth_replay import halting_iterations, sweep_thresholds
 from sst_interp.analyses.depth_trajectories import collect_trajectories
+from sst_interp.analyses.hops_attention import attention_by_hop, hop_reads
 from sst_interp.analyses.hops import answer_resolution, hop_probe, lens_by_hop, overlap_by_hops, question_truth
 from sst_interp.checkpoints import resolve_model
 from sst_interp.experiments import setup as experiment_setup
@@ -173,6 +174,26 @@ def overlap_row(run, depth: int) -> ValidationRow:
         "top-k overlap between iterations 1 and 2, and its GMM regime (analyses.overlap, analyses.basins.fit_gmm)",
         "lower overlap where the question is still being computed after iteration 1 (h > 2): AUC well above 0.5",
         f"AUC {auc:.3f} over {len(frame)} questions; {gmm_text}", bool(auc >= 0.8), frame)
+
+
+def attention_row(run, depth: int) -> ValidationRow:
+    """Which binding the heads read at the answer column (``record --attention``): per (iteration, block), the head
+    that reads the sequential hypothesis' hop most often (iteration ``i``'s L block hop ``2i-1``, its H block hop
+    ``2i``), over the questions that have that hop."""
+    frame = attention_by_hop(run, depth)
+    most = int(frame["hops"].max())
+    predicted = {(i, block): hop for i in range(1, depth + 1) for block, hop in ((0, 2 * i - 1), (1, 2 * i))
+                 if hop <= most}
+    table = hop_reads(frame, predicted)
+    return ValidationRow(
+        "attention at the answer column: the binding each block's heads read most, per iteration "
+        "(analyses.hops_attention, record --attention)",
+        "iteration i's L block reads hop 2i-1's binding and its H block hop 2i's (some head's heaviest key is that "
+        "binding for >= 0.8 of the questions that have the hop)",
+        "; ".join(f"i={r.iteration} {'LH'[r.layer]}: hop {r.predicted_hop} by head {r.best_head} in "
+                  f"{r.reads_predicted:.2f} (that head reads hop {r.best_head_reads} most; n {r.questions})"
+                  for r in table.itertuples()),
+        bool((table["reads_predicted"] >= 0.8).all()), table)
 
 
 def depth_policy_row(run) -> ValidationRow:
