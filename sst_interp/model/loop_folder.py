@@ -12,6 +12,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import typing
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
@@ -94,15 +95,20 @@ def check_weight_shapes(folder: str, model: torch.nn.Module, config: Any, prefix
     (:attr:`LoopDeclaration.wrapped`), read as ``model.``."""
 
     expected = {name: tuple(tensor.shape) for name, tensor in model.state_dict().items()}
+    # a checkpoint may name the model's first module otherwise (Dory's files say backbone.layers.0, its model
+    # model.layers.0): a key is also matched by what follows its first part, where that is unique
+    tails = Counter(name.partition(".")[2] for name in expected)
+    by_tail = {name.partition(".")[2]: name for name in expected if tails[name.partition(".")[2]] == 1}
     wrong: list[tuple[str, str, tuple[int, ...], tuple[int, ...]]] = []
     for file in sorted(Path(folder).glob("*.safetensors")):
         try:
             with safe_open(str(file), framework="pt") as handle:
                 for key in handle.keys():
                     name = "model." + key[len(prefix):] if prefix and key.startswith(prefix) else key
+                    name = name if name in expected else by_tail.get(name.partition(".")[2], "")
                     shape = tuple(handle.get_slice(key).get_shape())
                     if name in expected and expected[name] != shape:
-                        wrong.append((file.name, name, shape, expected[name]))
+                        wrong.append((file.name, key, shape, expected[name]))
         except (OSError, SafetensorError) as err:
             raise UsageError(f"could not load the weights of model folder {folder}: {file.name}: {err}") from err
     if not wrong:

@@ -200,12 +200,25 @@ def load_loop_backbone(folder: str, loop: LoopDeclaration, dtype: str | torch.dt
         before = hf_logging.get_verbosity()
         hf_logging.set_verbosity(logging.ERROR)
         try:
-            model = load_folder_part(folder, "weights", AutoModelForCausalLM.from_pretrained, folder, **kwargs)
+            model = load_folder_part(folder, "weights", _load_weights, folder, **kwargs)
         finally:
             hf_logging.set_verbosity(before)
     else:
-        model = load_folder_part(folder, "weights", AutoModelForCausalLM.from_pretrained, folder, **kwargs)
+        model = load_folder_part(folder, "weights", _load_weights, folder, **kwargs)
     return model.to(device).eval(), tokenizer
+
+
+def _load_weights(folder: str, **kwargs: Any) -> nn.Module:
+    """``AutoModelForCausalLM.from_pretrained``; its refusal of weights whose sizes do not fit the config (a
+    mismatch :func:`~sst_interp.model.loop_folder.check_weight_shapes` could not pair with a module of the model:
+    a checkpoint that names its tensors otherwise) is a ValueError, so that the folder is named in one line."""
+    try:
+        return AutoModelForCausalLM.from_pretrained(folder, **kwargs)
+    except RuntimeError as err:
+        if "mismatched_sizes" not in str(err):
+            raise
+        raise ValueError("its weights' sizes do not fit its config.json (transformers' loading report above names "
+                         "them); correct config.json") from err
 
 
 def generate_looped(model: LoopModel, prompts: list[list[int]], depth: int, config: GenerationConfig | None = None,
