@@ -128,8 +128,9 @@ def _complete_looped(config: GenerateConfig, model: str, loop: LoopDeclaration, 
     for name, reason in _SST_ONLY.items():
         if getattr(config, name) is not None:
             raise UsageError(f"{reason}; {loop.family} has none (drop the flag)")
-    if config.compile == "on" or config.device_map != "none":
-        raise UsageError(f"{loop.family} generates eager, on one device: drop --compile on and --device-map auto")
+    if config.compile == "on" or config.device_map != "none" or config.max_memory is not None:
+        raise UsageError(f"{loop.family} generates eager, on one device: drop --compile on, --device-map auto and "
+                         "--max-memory")
     for depth in depths:
         loop.check_depth(depth)
     device = check_device(config.device)

@@ -189,3 +189,18 @@ def test_the_byo_example_declaration_passes(folders: dict[str, Path]) -> None:
     loop = load_loop_file(f"{LOOP_FILE}:TOY_HUGINN")
     backbone, _ = load_loop_backbone(str(folders["toy"]), loop, trust_remote_code=True)
     assert check_loop_trace(LoopModel(backbone, loop)).visits == {1: 4, 2: 6}
+
+
+def test_the_error_lines_docs_show_are_the_checks_own(folders: dict[str, Path], tmp_path: Path, capsys) -> None:
+    """docs/bring-your-own.md shows the trace check's error lines for two of the mistakes: they are what
+    ``record`` prints."""
+    shown = [line for line in (Path(__file__).parents[2] / "docs" / "bring-your-own.md").read_text().splitlines()
+             if line.startswith("error: mine: the loop declaration")]
+    printed = []
+    for name in ("depth key not read", "loop too long"):
+        model, body, _ = MISTAKES[name]
+        capsys.readouterr()
+        with pytest.raises(SystemExit):
+            record_main(_record(folders, model, _loop_file(tmp_path, body), tmp_path / "out"))
+        printed += [line for line in capsys.readouterr().err.splitlines() if line.startswith("error: ")]
+    assert shown == printed
