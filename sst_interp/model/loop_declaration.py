@@ -42,9 +42,12 @@ class LoopDeclaration:
         visits: ``(config, depth) -> [(iteration, layer), ...]``: every visit of one token, in the order it runs.
         visit_sites: for a family transformers runs natively: ``model -> [(module, address)]``, the modules whose
             output is a visit and ``address(call kwargs) -> (iteration, layer)`` for one call of it (``None``:
-            the family records through its own layers, as SST does).
+            the family records through its own layers, as SST does). The recorder files a call under the address's
+            layer and the iteration it counts (the k-th visit of the layer in one forward call); the trace check
+            (:mod:`sst_interp.model.loop_trace`) refuses a declaration whose calls, order, counts or iterations
+            differ from :attr:`visits`.
         lens_sites: ``model -> [(module, iteration(call kwargs))]``: the modules whose output [B, T, d] the lens
-            reads, and which iteration a call is.
+            reads, and which iteration a call is (the recorder counts it too: the k-th call is iteration k).
         lens_head: ``(model, state [B, d]) -> logits [B, V]``: the family's own head on a lens state.
         depth_follows: ``(config, depth) -> {config field: value}``: the config fields other than ``depth_key``
             whose value follows from the depth (HRM-Text's KV slot count); None: none. What running at a depth

@@ -120,8 +120,8 @@ class LoopModel:
         return logits.to(torch.promote_types(logits.dtype, torch.float32)), out.cache
 
 
-def loop_compute_dtype(config: Any, dtype: str | torch.dtype, device: str | torch.device) -> tuple[torch.dtype,
-                                                                                                 str | None]:
+def loop_compute_dtype(config: Any, dtype: str | torch.dtype,
+                       device: str | torch.device) -> tuple[torch.dtype, str | None]:
     """The dtype a looped model computes in, and a note when ``--dtype auto`` casts its weights to a narrower one.
 
     ``auto`` (:func:`~sst_interp.model.device_flags.auto_dtype`: bfloat16 on a GPU, float32 on the CPU) honours a

@@ -101,8 +101,8 @@ def check_loop_trace(model: Any) -> TraceResult:
 def _refusal(loop: LoopDeclaration, depths: tuple[int, ...], problem: str) -> str:
     where = f"traced on {TRACE_TOKENS} tokens at depths {' and '.join(map(str, depths))}"
     if any(loop is native for native in LOOPS):
-        fix = (f"transformers {transformers.__version__} no longer runs {loop.family} as sst-interp declares it; "
-               "use the transformers version sst-interp's tests pin")
+        fix = (f"transformers {transformers.__version__} does not run {loop.family} as sst-interp declares it; "
+               "install the transformers release sst-interp was tested with")
     else:
         fix = "fix the declaration (docs/bring-your-own.md)"
     return f"{loop.family}: the loop declaration does not match the running model ({where}): {problem}; {fix}"

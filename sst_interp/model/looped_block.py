@@ -142,8 +142,8 @@ def looped_block(*, family: str, layers: Callable[[Any], list[str]], looped: Cal
     def lens_sites(model: Any) -> list[tuple[Any, Callable[[dict[str, Any]], int]]]:
         _, end, _ = block(model.config)
         counter = _PassCounter(model, depth_key)
-        # every forward call runs the block's last layer exactly `depth` times, and the recorder counts every call
-        # (recorded or not), so the count modulo the depth is the pass
+        # every forward call runs the block's last layer exactly `depth` times, so its calls counted modulo the depth
+        # are the passes (the recorder counts the lens's calls itself; the trace check holds this count to them)
         return [(resolve_module(model, names_of(model.config)[end - 1]), lambda kwargs: counter.next(end - 1))]
 
     def lens_head(model: Any, state: Any) -> Any:

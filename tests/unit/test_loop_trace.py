@@ -143,8 +143,8 @@ def test_a_native_model_that_stops_reading_its_depth_is_refused_as_transformers_
     model = LoopModel(tiny_dory())
     model.backbone.model.config = copy.deepcopy(model.backbone.config)
     with pytest.raises(UsageError, match=r"dory: .*depth_key n_recurrent_loops did not change the number of visits "
-                                         r"\(10 at depth 1 and 2; declared 6 and 8\); transformers .* no longer "
-                                         r"runs dory as sst-interp declares it"):
+                                         r"\(10 at depth 1 and 2; declared 6 and 8\); transformers .* does not run "
+                                         r"dory as sst-interp declares it"):
         check_loop_trace(model)
 
 
