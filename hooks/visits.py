@@ -3,8 +3,12 @@ call says itself which (iteration, layer) it is.
 
 The family's declaration (``sst_interp.model.loops``) hands over plain data: the modules whose output is a visit,
 each with ``address(call kwargs) -> (iteration, layer)``, and the lens modules with ``iteration(call kwargs)`` and a
-head. The captured rows have the same columns as SST's (:class:`~sst_interp.hooks.recorder.Recorder`), so the
-writer, the reader and every analysis take them unchanged.
+head. The recorded layer is the address's; the iteration is observed, not computed: the k-th visit of a recorded
+layer within one forward call is its iteration k, and the k-th call of a lens module within the call is the lens's
+iteration k. Where the declaration's own arithmetic would say otherwise, the model does not run as declared, which
+the trace check refuses before a run is written (:mod:`sst_interp.model.loop_trace`). The captured rows have the
+same columns as SST's (:class:`~sst_interp.hooks.recorder.Recorder`), so the writer, the reader and every analysis
+take them unchanged.
 """
 
 from __future__ import annotations
@@ -50,6 +54,9 @@ class VisitRecorder:
         self.logits = LogitCapture(self.state, config.top_k) if config.logits else None
         self.hooks = OwnedHooks()
         self.tokens: dict[tuple[int, int], torch.Tensor] = {}
+        # visits of each recorded layer, and calls of each lens site, in the forward call in progress
+        self.visits_in_call: dict[int, int] = {}
+        self.lens_in_call: dict[int, int] = {}
 
     @classmethod
     def for_model(cls, model: Any, question_ids: Sequence[str], config: RecordConfig) -> VisitRecorder:
@@ -62,8 +69,8 @@ class VisitRecorder:
         try:
             for module, address in self.visit_sites:
                 self.hooks.forward_with_kwargs(module, self._visit_hook(address))
-            for module, iteration in self.lens_sites:
-                self.hooks.forward_with_kwargs(module, self._lens_hook(iteration))
+            for site, (module, iteration) in enumerate(self.lens_sites):
+                self.hooks.forward_with_kwargs(module, self._lens_hook(site, iteration))
         except BaseException:
             self.hooks.close()
             raise
@@ -77,7 +84,9 @@ class VisitRecorder:
     def _visit_hook(self, address: Callable[[dict[str, Any]], tuple[int, int]]):
         def hook(module: nn.Module, args: Any, kwargs: dict[str, Any], output: Any) -> None:
             # the address first, for every call: a declaration may count calls to tell the passes apart
-            iteration, layer = address(kwargs)
+            _, layer = address(kwargs)
+            iteration = self.visits_in_call.get(layer, 0) + 1
+            self.visits_in_call[layer] = iteration
             kind = self.state.kind
             if kind is None:
                 return
@@ -90,9 +99,11 @@ class VisitRecorder:
 
         return hook
 
-    def _lens_hook(self, iteration_of: Callable[[dict[str, Any]], int]):
+    def _lens_hook(self, site: int, iteration_of: Callable[[dict[str, Any]], int]):
         def hook(module: nn.Module, args: Any, kwargs: dict[str, Any], output: Any) -> None:
-            iteration = iteration_of(kwargs)  # for every call, as a visit's address
+            iteration_of(kwargs)  # for every call, as a visit's address: a declaration may count calls
+            iteration = self.lens_in_call.get(site, 0) + 1
+            self.lens_in_call[site] = iteration
             if self.state.kind is None or self.logits is None:
                 return
             self.state.iteration = iteration
@@ -104,6 +115,8 @@ class VisitRecorder:
     def on_pass_start(self, info: Any) -> None:
         """A forward call begins (every iteration of ``info.position``); decide whether it is recorded."""
         state = self.state
+        self.visits_in_call.clear()
+        self.lens_in_call.clear()
         if info.position is None or info.position >= self.config.window:
             state.kind = None
             return

@@ -23,9 +23,10 @@ from sst_interp.kernels.errors import UsageError
 from sst_interp.model.devices import check_device
 from sst_interp.model.generation import GenerationConfig
 from sst_interp.model.loading import build_sst, eos_token_ids, resolve_prompt_mode
+from sst_interp.model.loop_folder import native_family
 from sst_interp.model.loop_model import LoopModel, load_loop_backbone
 from sst_interp.record.completion import batch_generation_config
-from sst_interp.record.families import check_family_options, family_identity, native_family, record_family_questions
+from sst_interp.record.families import check_family_options, family_identity, record_family_questions
 from sst_interp.record.identity import model_spec, questions_sha256, run_identity, sandbox_config
 from sst_interp.record.options import RecordOptions
 from sst_interp.record.plan import resolve_options
@@ -128,7 +129,7 @@ def _load_family(base: RecordOptions, questions: list[Any], loop: Any, data_sha:
     """Load a natively looping family as ``record`` does (:func:`~sst_interp.record.families.record_family`)."""
 
     backbone, tokenizer = load_loop_backbone(base.model, loop, dtype=base.dtype, device=check_device(base.device),
-                                             trust_remote_code=base.trust_remote_code)
+                                             trust_remote_code=base.trust_remote_code, options=base.loop_options)
     model = LoopModel(backbone, loop)
     check_against_model(base, model, tokenizer, questions)
     return Setup(model, tokenizer, questions, base, {"model": str(Path(base.model).resolve()),

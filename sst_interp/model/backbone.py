@@ -10,6 +10,7 @@ It is the *base* model, not the instruction-tuned one: it has no chat template.
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shutil
@@ -20,6 +21,7 @@ from typing import Any
 
 import torch
 from huggingface_hub import try_to_load_from_cache
+from huggingface_hub.errors import StrictDataclassError
 from safetensors import SafetensorError
 from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer, PreTrainedModel, PreTrainedTokenizerBase
 
@@ -178,9 +180,27 @@ def load_folder_part(folder: str | Path, part: str, loader: Callable[..., Any], 
 
     try:
         return loader(*args, **kwargs)
+    except StrictDataclassError as err:
+        raise UsageError(invalid_config_message(folder, err)) from err
     except (OSError, ValueError, KeyError, SafetensorError) as err:
         first = (str(err).strip().splitlines() or [type(err).__name__])[0]
         raise UsageError(f"could not load the {part} of model folder {folder}: {first}") from err
+
+
+def invalid_config_message(folder: str | Path, err: StrictDataclassError) -> str:
+    """The one line for a ``config.json`` that its (strict) config class refuses: a field outside its allowed
+    values (Dory's ``recurrent_kv_cache_mode``) or fields that break an invariant the class checks (Dory's layer
+    counts that do not sum to ``num_hidden_layers``), with the values ``config.json`` holds for the fields named."""
+    cause = err.__cause__ if err.__cause__ is not None else err
+    text = (str(cause).strip().splitlines() or [type(cause).__name__])[0]
+    try:
+        fields = json.loads((Path(folder) / "config.json").read_text())
+    except (OSError, ValueError):  # the message then names the fields without their values
+        fields = {}
+    named = [f"{key} {fields[key]!r}" for key in sorted(fields if isinstance(fields, dict) else {})
+             if re.search(rf"\b{re.escape(key)}\b", text)]
+    values = f" (config.json has {', '.join(named)})" if named else ""
+    return f"config.json of model folder {folder} is refused by its config class: {text}{values}; correct config.json"
 
 
 def _load_from_hub(model: str, kwargs: dict[str, Any]) -> tuple[PreTrainedModel, PreTrainedTokenizerBase]:

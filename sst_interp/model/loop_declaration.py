@@ -42,9 +42,12 @@ class LoopDeclaration:
         visits: ``(config, depth) -> [(iteration, layer), ...]``: every visit of one token, in the order it runs.
         visit_sites: for a family transformers runs natively: ``model -> [(module, address)]``, the modules whose
             output is a visit and ``address(call kwargs) -> (iteration, layer)`` for one call of it (``None``:
-            the family records through its own layers, as SST does).
+            the family records through its own layers, as SST does). The recorder files a call under the address's
+            layer and the iteration it counts (the k-th visit of the layer in one forward call); the trace check
+            (:mod:`sst_interp.model.loop_trace`) refuses a declaration whose calls, order, counts or iterations
+            differ from :attr:`visits`.
         lens_sites: ``model -> [(module, iteration(call kwargs))]``: the modules whose output [B, T, d] the lens
-            reads, and which iteration a call is.
+            reads, and which iteration a call is (the recorder counts it too: the k-th call is iteration k).
         lens_head: ``(model, state [B, d]) -> logits [B, V]``: the family's own head on a lens state.
         depth_follows: ``(config, depth) -> {config field: value}``: the config fields other than ``depth_key``
             whose value follows from the depth (HRM-Text's KV slot count); None: none. What running at a depth
@@ -68,7 +71,12 @@ class LoopDeclaration:
             (False for a logit lens of a looped block that later layers follow: a per-position exit simulated from
             it would not be the model's answer).
         settings: ``config -> {field: value}``: the checkpoint's settings that change what a visit computes but
-            that ``--depths`` does not set (Dory's KV cache mode), written into the manifest's ``loop``.
+            that ``--depths`` does not set, written into the manifest's ``loop`` (the :attr:`options` are written
+            there too).
+        options: the config fields a user may set at inference with ``--loop-option KEY=VALUE`` (Dory's
+            ``recurrent_kv_cache_mode``): checked against the config class's allowed values
+            (:mod:`sst_interp.model.loop_options`), set before the model is built, and written into the manifest's
+            ``loop.settings``.
         check_model: ``model -> None``: raises :class:`UsageError` when the declaration's modules are not in the
             model (run on a weightless copy, before any weight loads).
         title: the family's display name (docs, tables).
@@ -102,6 +110,7 @@ class LoopDeclaration:
     lens_norm: Callable[[Any], Any] | None = None
     lens_is_output: bool = True
     settings: Callable[[Any], dict[str, Any]] | None = None
+    options: tuple[str, ...] = ()
     check_model: Callable[[Any], None] | None = None
     title: str = ""
     layer_meaning: str = ""
@@ -141,6 +150,15 @@ class LoopDeclaration:
         once, twice = self.iterations_per_layer(config, 1), self.iterations_per_layer(config, 2)
         return [layer for layer, (a, b) in enumerate(zip(once, twice)) if b > a]
 
+    def setting_values(self, config: Any) -> dict[str, Any]:
+        """The settings written into the manifest's ``loop.settings``: :attr:`settings` and every :attr:`options`
+        field, as ``config`` holds them."""
+        values = dict(self.settings(config)) if self.settings is not None else {}
+        for name in self.options:
+            value = getattr(config, name)
+            values[name] = value if isinstance(value, (bool, int, float)) else str(value)
+        return values
+
     def describe(self, config: Any, depths: list[int]) -> dict[str, Any]:
         """The manifest's ``loop`` object: the structure, and per depth how often each recorded layer runs."""
         return {
@@ -154,5 +172,5 @@ class LoopDeclaration:
             "iterations_per_layer": {str(d): self.iterations_per_layer(config, d) for d in depths},
             "state_layer": self.state_layer(config) if self.state_layer is not None else None,
             "lens_is_output": self.lens_is_output,
-            "settings": self.settings(config) if self.settings is not None else {},
+            "settings": self.setting_values(config),
         }

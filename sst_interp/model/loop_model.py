@@ -21,8 +21,10 @@ from transformers.utils import logging as hf_logging
 
 from sst_interp.kernels.errors import UsageError
 from sst_interp.model.backbone import load_folder_part, parse_dtype
+from sst_interp.model.device_flags import auto_dtype
 from sst_interp.model.generation import GenerationConfig, GenerationResult, left_pad
 from sst_interp.model.loop_declaration import LoopDeclaration
+from sst_interp.model.loop_folder import apply_loop_options, check_weight_shapes, skeleton
 from sst_interp.model.loops import loop_for_model_type, native_loop
 from sst_interp.model.observers import PassInfo
 
@@ -119,38 +121,103 @@ class LoopModel:
         return logits.to(torch.promote_types(logits.dtype, torch.float32)), out.cache
 
 
+def loop_compute_dtype(config: Any, dtype: str | torch.dtype,
+                       device: str | torch.device) -> tuple[torch.dtype, str | None]:
+    """The dtype a looped model computes in, and a note when ``--dtype auto`` casts its weights to a narrower one.
+
+    ``auto`` (:func:`~sst_interp.model.device_flags.auto_dtype`: bfloat16 on a GPU, float32 on the CPU) honours a
+    float64 folder on the CPU, whose exactness tests compute in float64: it computes in float64 there (a run still
+    stores its hidden states in float32). Where ``auto`` computes in a dtype narrower than the folder's weights (a
+    float32 or float64 folder in bfloat16 on a GPU) the note says what they were cast to. A named dtype is what the
+    caller asked for: no note.
+
+    Returns:
+        ``(torch dtype, note or None)``.
+    """
+    if not isinstance(dtype, str):
+        return dtype, None
+    if dtype != "auto":
+        return parse_dtype(dtype), None
+    folder = getattr(config, "dtype", None)
+    folder = parse_dtype(folder) if isinstance(folder, str) and folder in ("float32", "float64", "bfloat16",
+                                                                        "float16") else folder
+    chosen = parse_dtype(auto_dtype(str(device)))
+    if folder == torch.float64 and str(device).startswith("cpu"):
+        return torch.float64, None
+    if isinstance(folder, torch.dtype) and folder.is_floating_point and torch.finfo(folder).bits > \
+            torch.finfo(chosen).bits:
+        name = str(chosen).removeprefix("torch.")
+        return chosen, (f"[--dtype auto: the folder's {str(folder).removeprefix('torch.')} weights compute in {name} "
+                        f"on {device}; pass --dtype float32 to compute in float32]")
+    return chosen, None
+
+
 def load_loop_backbone(folder: str, loop: LoopDeclaration, dtype: str | torch.dtype = "float32",
-                       device: str | torch.device = "cpu",
-                       trust_remote_code: bool = False) -> tuple[nn.Module, Any]:
+                       device: str | torch.device = "cpu", trust_remote_code: bool = False,
+                       options: dict[str, str] | None = None,
+                       say: Callable[[str], None] | None = None) -> tuple[nn.Module, Any]:
     """Load the model of a looping family from local ``folder`` and its tokenizer: the causal LM transformers (or,
     with ``trust_remote_code``, the folder's own code) builds from its config; for a wrapper type of
     :attr:`LoopDeclaration.wrapped`, the text model alone, from the wrapper's ``text_config`` and the weights under
-    its prefix. A damaged folder is a :class:`UsageError` (:func:`~sst_interp.model.backbone.load_folder_part`).
+    its prefix.
+
+    Refused with a :class:`UsageError` before any weight is read: a config its config class refuses (Dory's layer
+    counts, an unknown cache mode: :func:`~sst_interp.model.backbone.load_folder_part`), an ``options`` setting the
+    family does not declare or a value its config class does not allow
+    (:func:`~sst_interp.model.loop_folder.apply_loop_options`), and
+    weights whose shapes do not fit the config (:func:`~sst_interp.model.loop_folder.check_weight_shapes`).
+
+    Args:
+        folder: the model folder.
+        loop: the family's declaration.
+        dtype: a dtype name, ``auto`` (:func:`loop_compute_dtype`) or a torch dtype.
+        device: where the model goes.
+        trust_remote_code: run the folder's own modelling code.
+        options: ``--loop-option`` settings, set on the config before the model is built.
+        say: receives the note of :func:`loop_compute_dtype`, if any.
 
     Returns:
         ``(model, tokenizer)``, the model in eval mode on ``device``.
     """
-    torch_dtype = parse_dtype(dtype) if isinstance(dtype, str) else dtype
-    tokenizer = load_folder_part(folder, "tokenizer", AutoTokenizer.from_pretrained, folder,
-                                 trust_remote_code=trust_remote_code)
     config = load_folder_part(folder, "config", AutoConfig.from_pretrained, folder,
                               trust_remote_code=trust_remote_code)
-    kwargs: dict[str, Any] = {"dtype": torch_dtype, "attn_implementation": "eager",
-                              "trust_remote_code": trust_remote_code}
     prefix = loop.wrapped.get(getattr(config, "model_type", None) or "")
+    text_config = config.text_config if prefix is not None else config
+    apply_loop_options(loop, text_config, dict(options or {}))
+    check_weight_shapes(folder, skeleton(folder, text_config, trust_remote_code), text_config, prefix)
+    torch_dtype, note = loop_compute_dtype(config, dtype, device)
+    if note is not None and say is not None:
+        say(note)
+    tokenizer = load_folder_part(folder, "tokenizer", AutoTokenizer.from_pretrained, folder,
+                                 trust_remote_code=trust_remote_code)
+    kwargs: dict[str, Any] = {"dtype": torch_dtype, "attn_implementation": "eager",
+                              "trust_remote_code": trust_remote_code, "config": text_config}
     if prefix is not None:
         # the wrapper's other weights (the vision tower) are deliberately left unread: transformers' report of them
         # as unexpected keys says nothing about the text model, so it is not shown
-        kwargs.update(config=config.text_config, key_mapping={"^" + prefix.replace(".", r"\."): "model."})
+        kwargs.update(key_mapping={"^" + prefix.replace(".", r"\."): "model."})
         before = hf_logging.get_verbosity()
         hf_logging.set_verbosity(logging.ERROR)
         try:
-            model = load_folder_part(folder, "weights", AutoModelForCausalLM.from_pretrained, folder, **kwargs)
+            model = load_folder_part(folder, "weights", _load_weights, folder, **kwargs)
         finally:
             hf_logging.set_verbosity(before)
     else:
-        model = load_folder_part(folder, "weights", AutoModelForCausalLM.from_pretrained, folder, **kwargs)
+        model = load_folder_part(folder, "weights", _load_weights, folder, **kwargs)
     return model.to(device).eval(), tokenizer
+
+
+def _load_weights(folder: str, **kwargs: Any) -> nn.Module:
+    """``AutoModelForCausalLM.from_pretrained``; its refusal of weights whose sizes do not fit the config (a
+    mismatch :func:`~sst_interp.model.loop_folder.check_weight_shapes` could not pair with a module of the model:
+    a checkpoint that names its tensors otherwise) is a ValueError, so that the folder is named in one line."""
+    try:
+        return AutoModelForCausalLM.from_pretrained(folder, **kwargs)
+    except RuntimeError as err:
+        if "mismatched_sizes" not in str(err):
+            raise
+        raise ValueError("its weights' sizes do not fit its config.json (transformers' loading report above names "
+                         "them); correct config.json") from err
 
 
 def generate_looped(model: LoopModel, prompts: list[list[int]], depth: int, config: GenerationConfig | None = None,

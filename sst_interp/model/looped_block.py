@@ -8,6 +8,7 @@ model passes (:class:`_PassCounter`), so one builder serves a family transformer
 
 from __future__ import annotations
 
+import difflib
 from collections.abc import Callable
 from typing import Any
 
@@ -29,6 +30,26 @@ def resolve_module(model: Any, path: str) -> Any:
                              f"has no {part!r} (it has {', '.join(have) or 'no submodules'})")
         module = child
     return module
+
+
+def declared(family: str, what: str, function: Callable[[Any], Any], config: Any) -> Any:
+    """``function(config)``: a declaration's own code (its ``layers`` or ``looped``) on the model's config. Its
+    failure is the declaration's fault, so it is a :class:`UsageError`: a config field the config lacks is named
+    with the nearest fields it has; any other error is named with its type."""
+    try:
+        return function(config)
+    except UsageError:
+        raise
+    except AttributeError as err:
+        field = getattr(err, "name", None) or str(err)
+        near = difflib.get_close_matches(str(field), sorted(vars(config)), n=3)
+        raise UsageError(f"{family}: the declaration's {what}(config) reads config field {field!r}, which the model's "
+                         f"config ({type(config).__name__}) does not have"
+                         f"{' (did you mean ' + ', '.join(near) + '?)' if near else ''}; fix the declaration") \
+            from err
+    except Exception as err:  # the user's code: any failure is bad input, named with its type
+        raise UsageError(f"{family}: the declaration's {what} failed on the model's config "
+                         f"({type(config).__name__}): {type(err).__name__}: {err}") from err
 
 
 class _PassCounter:
@@ -55,8 +76,8 @@ def looped_block(*, family: str, layers: Callable[[Any], list[str]], looped: Cal
                  depth_key: str, head: str, norm: str | None = None, model_types: tuple[str, ...] = (),
                  carries: str = "the looped block's output feeds its next pass", depth_meaning: str | None = None,
                  max_depth: int | None = None, lens_is_output: bool = False,
-                 settings: Callable[[Any], dict[str, Any]] | None = None, title: str = "",
-                 exact_dtype: str = "float32") -> LoopDeclaration:
+                 settings: Callable[[Any], dict[str, Any]] | None = None, options: tuple[str, ...] = (),
+                 title: str = "", exact_dtype: str = "float32") -> LoopDeclaration:
     """The declaration of a model whose layers run once, except one contiguous block that runs ``depth`` times per
     token inside one forward call (a prelude, a looped core, a coda: Dory, Huginn-style recurrent-depth models,
     ...). Everything is named by module path, so one declaration serves a family transformers ships and a model
@@ -78,6 +99,8 @@ def looped_block(*, family: str, layers: Callable[[Any], list[str]], looped: Cal
         lens_is_output: True only when nothing runs after the block, so the last pass's lens is the model's own
             distribution.
         settings: config -> the settings to write into the manifest (see :class:`LoopDeclaration`).
+        options: the config fields a user may set at inference with ``--loop-option KEY=VALUE`` (see
+            :class:`LoopDeclaration`).
         title: display name.
         exact_dtype: the dtype its exactness tests run in (for the families table).
     """
@@ -85,9 +108,12 @@ def looped_block(*, family: str, layers: Callable[[Any], list[str]], looped: Cal
         raise UsageError(f"{family}: looped_block needs layers (config -> module paths), looped (config -> (start, "
                          f"end)), depth_key (a config field name) and head (a module path)")
 
+    def names_of(config: Any) -> list[str]:
+        return list(declared(family, "layers", layers, config))
+
     def block(config: Any) -> tuple[int, int, int]:
-        names = list(layers(config))
-        start, end = (int(x) for x in looped(config))
+        names = names_of(config)
+        start, end = (int(x) for x in declared(family, "looped", looped, config))
         if not 0 <= start < end <= len(names):
             raise UsageError(f"{family}: the looped block {start}..{end - 1} is not within the {len(names)} layers "
                              f"declared ({', '.join(names[:4])}{', ...' if len(names) > 4 else ''})")
@@ -103,7 +129,7 @@ def looped_block(*, family: str, layers: Callable[[Any], list[str]], looped: Cal
         start, end, _ = block(model.config)
         counter = _PassCounter(model, depth_key)
         sites = []
-        for index, path in enumerate(layers(model.config)):
+        for index, path in enumerate(names_of(model.config)):
             module = resolve_module(model, path)
             if start <= index < end:
                 sites.append((module, lambda kwargs, index=index: (counter.next(index), index)))
@@ -116,9 +142,9 @@ def looped_block(*, family: str, layers: Callable[[Any], list[str]], looped: Cal
     def lens_sites(model: Any) -> list[tuple[Any, Callable[[dict[str, Any]], int]]]:
         _, end, _ = block(model.config)
         counter = _PassCounter(model, depth_key)
-        # every forward call runs the block's last layer exactly `depth` times, and the recorder counts every call
-        # (recorded or not), so the count modulo the depth is the pass
-        return [(resolve_module(model, layers(model.config)[end - 1]), lambda kwargs: counter.next(end - 1))]
+        # every forward call runs the block's last layer exactly `depth` times, so its calls counted modulo the depth
+        # are the passes (the recorder counts the lens's calls itself; the trace check holds this count to them)
+        return [(resolve_module(model, names_of(model.config)[end - 1]), lambda kwargs: counter.next(end - 1))]
 
     def lens_head(model: Any, state: Any) -> Any:
         normed = resolve_module(model, norm)(state) if norm else state
@@ -127,7 +153,7 @@ def looped_block(*, family: str, layers: Callable[[Any], list[str]], looped: Cal
     def check_model(model: Any) -> None:
         start, end, _ = block(model.config)
         missing = []
-        for path in [*layers(model.config), head, *([norm] if norm else [])]:
+        for path in [*names_of(model.config), head, *([norm] if norm else [])]:
             try:
                 resolve_module(model, path)
             except UsageError:
@@ -138,6 +164,10 @@ def looped_block(*, family: str, layers: Callable[[Any], list[str]], looped: Cal
                              f"(top-level modules: {', '.join(sorted(model._modules))})")
         if not hasattr(model.config, depth_key):
             raise UsageError(f"{family}: the model's config has no field {depth_key!r} (the declared depth_key)")
+        absent = [name for name in options if not hasattr(model.config, name)]
+        if absent:
+            raise UsageError(f"{family}: the model's config has no field {', '.join(map(repr, absent))} (declared "
+                             "in options)")
 
     return LoopDeclaration(
         family=family, model_types=tuple(model_types), carries=carries,
@@ -148,7 +178,7 @@ def looped_block(*, family: str, layers: Callable[[Any], list[str]], looped: Cal
         lens=(f"{norm + ' then ' if norm else ''}{head} on the looped block's output after each pass"
               + ("" if lens_is_output else " (a logit lens: the layers after the block do not run for it, so the "
                                            "last pass's reading is not the model's own distribution)")),
-        layer_names=lambda config: list(layers(config)), visits=visits, visit_sites=visit_sites,
+        layer_names=names_of, visits=visits, visit_sites=visit_sites,
         lens_sites=lens_sites, lens_head=lens_head,
         state_layer=lambda config: block(config)[1] - 1,
         # the state a pass hands on is the block's last layer's output, and the next pass reads it through the
@@ -160,8 +190,8 @@ def looped_block(*, family: str, layers: Callable[[Any], list[str]], looped: Cal
                        "unchanged. The pass after a frozen one repeats it: frozen at passes p..D - 1 (or at one pass "
                        "p < D), the model answers as at depth p (D - 1), where a pass reads nothing else that "
                        "differs between passes (Dory: each loop's own KV cache, or the last loop's)",
-        pass_input=lambda model: resolve_module(model, layers(model.config)[block(model.config)[0]]),
+        pass_input=lambda model: resolve_module(model, names_of(model.config)[block(model.config)[0]]),
         lens_norm=(lambda model: resolve_module(model, norm)) if norm else (lambda model: nn.Identity()),
-        lens_is_output=lens_is_output, settings=settings, check_model=check_model, title=title or family,
+        lens_is_output=lens_is_output, settings=settings, options=tuple(options), check_model=check_model, title=title or family,
         layer_meaning="the layers, in the order one pass runs them", exact_dtype=exact_dtype,
         iterations_meaning="D for the looped block, 1 elsewhere")

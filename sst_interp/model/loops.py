@@ -244,7 +244,9 @@ DORY_LOOP = looped_block(
                   "the n_output_layers after it run once",
     # the output layers follow the recurrent section: the lens reads the section, not the model's distribution
     lens_is_output=False,
-    settings=lambda config: {"recurrent_kv_cache_mode": str(config.recurrent_kv_cache_mode)},
+    # per_loop or last_loop, read by the model at every forward call: settable with --loop-option, and written into
+    # the manifest's loop.settings
+    options=("recurrent_kv_cache_mode",),
     exact_dtype="float64",
 )
 

@@ -10,13 +10,11 @@ manifest adds ``family`` and ``loop`` (docs/format.md, docs/families.md).
 
 from __future__ import annotations
 
-import json
+import sys
 from pathlib import Path
 from typing import Any
 
 import numpy as np
-import torch
-from transformers import AutoConfig, AutoModelForCausalLM
 
 from sst_interp import __version__
 from sst_interp.data import grade, load_questions, questions_to_frame, stop_strings
@@ -26,13 +24,11 @@ from sst_interp.interventions import patch_runs
 from sst_interp.interventions.loops import check_loop_spec, intervene_loop
 from sst_interp.interventions.sites import SITES_KEY
 from sst_interp.kernels.errors import UsageError
-from sst_interp.model.backbone import load_folder_part
 from sst_interp.model.devices import check_device
 from sst_interp.model.generation import GenerationConfig
 from sst_interp.model.loading import eos_token_ids
-from sst_interp.model.loop_file import load_loop_file, loop_file_sha256
+from sst_interp.model.loop_file import loop_file_sha256
 from sst_interp.model.loop_model import LoopModel, generate_looped, load_loop_backbone
-from sst_interp.model.loops import loop_for_model_type, native_loop
 from sst_interp.model.observers import ObserverGroup
 from sst_interp.record.batches import record_batches, sites_check
 from sst_interp.record.identity import questions_sha256
@@ -42,6 +38,7 @@ from sst_interp.record.plan import RecordPlan, capture_config, frozen, resolve_o
 from sst_interp.record.preflight import check_against_model
 from sst_interp.record.ranks import Ranks, ranks_from_environment
 from sst_interp.record.rundir import checked_space
+from sst_interp.record.trace_check import checked_trace
 from sst_interp.store import check_out
 
 #: What the SST-only flags mean for a looping family: each one refused with this reason.
@@ -51,59 +48,6 @@ SST_ONLY_FLAGS = {
     "prompt_mode": "--prompt-mode says how the prompt runs through the SST state stream",
     "gates": "--gates hooks the SST layers' FFN gate",
 }
-
-
-def native_family(model: str | None, loop: str | None = None, trust_remote_code: bool = False) -> Any:
-    """The :class:`~sst_interp.model.loop_declaration.LoopDeclaration` of a local model folder whose ``config.json`` names a
-    natively looping family, or the user's declaration ``loop`` (``FILE.py:NAME``, checked against a weightless copy
-    of the folder's model); None for SST backbones, GGUF files and hub ids (loaded as before). Refused (a
-    :class:`UsageError`, before any weight loads): a ``model_type`` no family serves, a bad ``--loop``, a folder
-    with its own code without ``trust_remote_code``, and ``--trust-remote-code`` or ``--loop`` for an SST."""
-
-    folder = Path(model) if model else None
-    config = folder / "config.json" if folder is not None and folder.is_dir() else None
-    if config is None or not config.is_file():
-        if loop is not None:
-            raise UsageError(f"--loop needs --model to be a local Hugging Face folder (with config.json), got "
-                             f"{model!r}")
-        if trust_remote_code:
-            raise UsageError("--trust-remote-code applies to a local --model folder with its own modelling code")
-        return None
-    try:
-        fields = json.loads(config.read_text())
-        model_type = fields.get("model_type")
-    except (json.JSONDecodeError, AttributeError, UnicodeDecodeError) as exc:
-        raise UsageError(f"{config} is not a readable Hugging Face config: {exc}") from exc
-    if fields.get("auto_map") and not trust_remote_code:
-        raise UsageError(f"{model} holds its own modelling code (config.json auto_map: "
-                         f"{', '.join(sorted(fields['auto_map']))}); pass --trust-remote-code to run it")
-    if loop is not None:
-        declaration = load_loop_file(loop)
-        check_declaration_on_model(declaration, str(folder), trust_remote_code)
-        return declaration
-    if fields.get("auto_map") and native_loop(model_type) is None:
-        raise UsageError(f"{model} is a model transformers does not ship (model_type {model_type!r}); declare its "
-                         "loop and pass --loop FILE.py:NAME (docs/bring-your-own.md)")
-    loop_for_model_type(model_type)
-    found = native_loop(model_type)
-    if found is None and trust_remote_code:
-        raise UsageError("--trust-remote-code applies to looped models (--loop, or a family's folder); an SST "
-                         "backbone is loaded without remote code")
-    return found
-
-
-def check_declaration_on_model(loop: Any, folder: str, trust_remote_code: bool) -> None:
-    """Refuse (UsageError) a declaration whose modules are not in ``folder``'s model: the model is built from its
-    config on the meta device (no weight is read or allocated) and the declaration's check runs on it."""
-
-    if loop.check_model is None:
-        return
-    config = load_folder_part(folder, "config", AutoConfig.from_pretrained, folder,
-                              trust_remote_code=trust_remote_code)
-    with torch.device("meta"):
-        skeleton = load_folder_part(folder, "modelling code", AutoModelForCausalLM.from_config, config,
-                                    trust_remote_code=trust_remote_code)
-    loop.check_model(skeleton)
 
 
 def check_family_options(options: RecordOptions, loop: Any, depths: list[int]) -> None:
@@ -148,6 +92,10 @@ def family_identity(options: RecordOptions, loop: Any, data_sha256: str) -> dict
         # identities of runs recorded before --loop existed are unchanged)
         identity.update(loop=options.loop, loop_sha256=loop_file_sha256(options.loop),
                         trust_remote_code=options.trust_remote_code)
+    if options.loop_options:
+        # a setting the family declares changeable at inference changes what every visit computes (only set when
+        # given, so the identities of runs recorded before --loop-option existed are unchanged)
+        identity.update(loop_options=dict(sorted(options.loop_options.items())))
     spec = options.intervention_spec()
     if spec is not None:
         identity.update(intervention=spec.to_dict(), intervention_runs=patch_runs(spec))
@@ -162,8 +110,11 @@ def record_family(options: RecordOptions, loop: Any) -> dict[int, float]:
     # the numerics fingerprint is checked once the model is loaded (_record_family_plan): it reads the model
     check_out(plan.out, plan.identity, later=("numerics",))
     device = check_device(plan.options.device)
-    backbone, tokenizer = load_loop_backbone(plan.options.model, loop, dtype=plan.options.dtype, device=device,
-                                             trust_remote_code=plan.options.trust_remote_code)
+    # the dtype as asked (auto honours a float64 folder on the CPU; a cast that narrows is said on stderr)
+    backbone, tokenizer = load_loop_backbone(plan.options.model, loop, dtype=options.dtype, device=device,
+                                             trust_remote_code=plan.options.trust_remote_code,
+                                             options=plan.options.loop_options,
+                                             say=lambda note: print(note, file=sys.stderr))
     return _record_family_plan(plan, LoopModel(backbone, loop), tokenizer)
 
 
@@ -212,12 +163,17 @@ def _record_family_loaded(plan: RecordPlan, model: Any, tokenizer: Any) -> dict[
     # the settings besides the flags that change the recorded numbers (threads, device, versions, ...): a resume
     # that would mix two numerics in one run is refused here, with the setting named, before anything is written;
     # family runs decode eager (--compile on is refused for them)
-    fingerprint = numerics_fingerprint(model, options.dtype, options.batch_size, "eager")
+    # the compute dtype, which --dtype auto may have kept wider than the stored one (a float64 folder on the CPU)
+    fingerprint = numerics_fingerprint(model, str(model.dtype).removeprefix("torch."), options.batch_size, "eager")
     check_numerics(out, fingerprint)
     identity = dict(plan.identity, numerics=fingerprint)
     check_against_model(options, model, tokenizer, questions)
     spec = check_family_spec(options, model)
+    # the declaration against the running model, before the run directory is created (once per model and
+    # declaration: a resume reuses the run's own)
+    trace = checked_trace(options, model, out)
     extra = family_manifest(options, model, tokenizer, config, depths)
+    extra["loop"]["trace"] = trace
     space = checked_space(out, questions, depths, options.allow_low_disk, full_positions=config.full_positions,
                           sketch_positions=config.sketch_positions, layers=model.num_layers, d=model.hidden_size,
                           dtype=options.dtype, top_k=options.top_k, sketch_k=extra["sketch_k"],

@@ -3,7 +3,9 @@ they are held.
 
 :class:`~sst_interp.record.options.RecordOptions` is the one declaration of ``record``'s options: every field carries
 its default and help (:func:`~sst_interp.kernels.fields.arg`), and ``python -m sst_interp.record`` builds its parser
-from it (:mod:`sst_interp.cli.record`). Three fields hold a value a user does not type directly:
+from it (:mod:`sst_interp.cli.record`). Three fields hold a value a user does not type directly (a fourth,
+``loop_options`` typed as repeated ``--loop-option KEY=VALUE``, is declared in :mod:`sst_interp.model.loop_options`
+because ``generate`` takes it too):
 
 - ``source_options`` (a dict of question-loader keywords) is typed as repeated ``--source-option KEY=VALUE``;
 - ``action_tokens`` (``(("<execute>", id), ("</execute>", id))``) is typed as one ``--action-tokens`` string;

@@ -1,7 +1,8 @@
 """The options of one recording (:class:`RecordOptions`): the typed library config that :func:`record` and
 :func:`record_questions` take, and the one declaration of the ``record`` command's flags (each field's default and
 help text; :mod:`sst_interp.cli.record` builds the parser from it, :mod:`sst_interp.record.forms` says how the
-three fields that are not typed as they are held are typed)."""
+three fields that are not typed as they are held are typed, :mod:`sst_interp.model.loop_options` the fourth,
+``--loop-option``, which ``generate`` takes too)."""
 
 from __future__ import annotations
 
@@ -28,6 +29,7 @@ from sst_interp.model.device_flags import (
     dtype_arg,
     max_memory_arg,
 )
+from sst_interp.model.loop_options import LOOP_OPTION_FLAGS
 from sst_interp.record.forms import ACTION_TOKEN_TEXTS, ACTION_TOKENS_FLAGS, SANDBOX_FLAGS, SOURCE_OPTION_FLAGS
 from sst_interp.sandbox.config import SandboxConfig
 
@@ -42,8 +44,9 @@ class RecordOptions:
     """Configuration of one recording, and the one declaration of the ``record`` command's flags.
 
     Each field is the flag of the same name (``_`` -> ``-``), declared with its default and help text; ``python -m
-    sst_interp.record --help`` is built from these declarations. Three fields are typed as other flags
-    (``source_options``, ``sandbox``, ``action_tokens``: :mod:`sst_interp.record.forms`). ``max_new_tokens`` None
+    sst_interp.record --help`` is built from these declarations. Four fields are typed as other flags
+    (``source_options``, ``sandbox``, ``action_tokens``: :mod:`sst_interp.record.forms`; ``loop_options``:
+    :mod:`sst_interp.model.loop_options`). ``max_new_tokens`` None
     is the question set's default and ``dtype`` ``auto`` is resolved for the device, both by :meth:`validate`;
     ``threads`` is recorded in the run's numerics fingerprint (:mod:`sst_interp.record.numerics`).
     """
@@ -62,6 +65,10 @@ class RecordOptions:
     trust_remote_code: bool = arg(False, help="run the modelling code in the --model folder (its config.json "
                                               "auto_map); off by default: a folder with its own code is refused "
                                               "without it")
+    loop_options: dict[str, str] = arg(default_factory=dict, flags=LOOP_OPTION_FLAGS,
+                                       help="settings the looped family declares changeable at inference, by name "
+                                            "(--loop-option KEY=VALUE; dory: recurrent_kv_cache_mode); part of the "
+                                            "run identity")
     checkpoint: str | None = arg(None, help="SST checkpoint folder, or a named checkpoint: demo-codeact | "
                                             "demo-codeact-baseline (default: demo-codeact under --protocol codeact "
                                             "when no --model is given, else an untrained SST)")

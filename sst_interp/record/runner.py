@@ -16,14 +16,16 @@ from typing import Any
 
 from sst_interp.interventions import SiteTally, check_spec
 from sst_interp.interventions.sites import SITES_KEY
+from sst_interp.kernels.errors import UsageError
 from sst_interp.kernels.paths import ensure_writable_folder
 from sst_interp.kernels.progress import progress
 from sst_interp.model.depth_policy import FixedDepth
 from sst_interp.model.loading import build_sst
+from sst_interp.model.loop_folder import native_family
 from sst_interp.record.batches import record_batches, sites_check
 from sst_interp.record.completion import decode_kind, record_batch, run_compiler
 from sst_interp.record.episodes import record_episode_batch
-from sst_interp.record.families import native_family, record_family
+from sst_interp.record.families import record_family
 from sst_interp.record.identity import manifest_extra
 from sst_interp.record.numerics import check_numerics, check_ranks_agree, cpu_threads, numerics_fingerprint
 from sst_interp.record.options import RecordOptions
@@ -44,6 +46,8 @@ def record(options: RecordOptions) -> dict[int, float]:
     family = native_family(options.model, options.loop, options.trust_remote_code)
     if family is not None:  # a natively looping family (HRM-Text, ...): its own forward, not the SST conversion
         return record_family(options, family)
+    if options.loop_options:
+        raise UsageError("--loop-option sets a looped family's setting; an SST has none (drop the flag)")
     ranks = ranks_from_environment()
     plan = plan_record(options, ranks)
     with process_group(ranks):

@@ -14,9 +14,10 @@ LOOP_FILE = HERE / "huginn_loops.py"
 CODE = ("configuration_toy_huginn.py", "modeling_toy_huginn.py")
 
 
-def save_toy_huginn(folder: Path, dtype: torch.dtype = torch.float32, seed: int = 0) -> Path:
+def save_toy_huginn(folder: Path, dtype: torch.dtype = torch.float32, seed: int = 0, **fields: int) -> Path:
     """Write the toy Huginn-style model (random weights, 1 prelude block, 2 core blocks repeated 3 times, 1 coda
-    block) with its code, an ``auto_map`` config and the character tokenizer into ``folder``."""
+    block; ``fields`` override the config's, e.g. ``n_spare=1`` for a block it never calls) with its code, an
+    ``auto_map`` config and the character tokenizer into ``folder``."""
     from transformers import AutoConfig, AutoModelForCausalLM
 
     from sst_interp.model.testing import char_tokenizer
@@ -28,7 +29,7 @@ def save_toy_huginn(folder: Path, dtype: torch.dtype = torch.float32, seed: int 
         "model_type": "toy_huginn", "architectures": ["ToyHuginnForCausalLM"],
         "auto_map": {"AutoConfig": "configuration_toy_huginn.ToyHuginnConfig",
                      "AutoModelForCausalLM": "modeling_toy_huginn.ToyHuginnForCausalLM"},
-        "pad_token_id": 0, "eos_token_id": 1, "bos_token_id": 2}))
+        "pad_token_id": 0, "eos_token_id": 1, "bos_token_id": 2, **fields}))
     config = AutoConfig.from_pretrained(folder, trust_remote_code=True)
     torch.manual_seed(seed)
     model = AutoModelForCausalLM.from_config(config, trust_remote_code=True).to(dtype)

@@ -36,7 +36,8 @@ class ToyBlock(nn.Module):
 
 
 class ToyHuginnForCausalLM(PreTrainedModel):
-    """The toy model: ``prelude``, ``core_block`` (looped), ``coda``, ``ln_f``, ``lm_head``."""
+    """The toy model: ``prelude``, ``core_block`` (looped), ``coda``, ``ln_f``, ``lm_head`` (and ``spare``, never
+    called)."""
 
     config_class = ToyHuginnConfig
     base_model_prefix = "transformer"
@@ -51,6 +52,8 @@ class ToyHuginnForCausalLM(PreTrainedModel):
         self.coda = nn.ModuleList(ToyBlock(config) for _ in range(config.n_coda))
         self.ln_f = nn.RMSNorm(d)
         self.lm_head = nn.Linear(d, config.vocab_size, bias=False)
+        # blocks the forward never calls (none unless the config asks): a declaration may name them by mistake
+        self.spare = nn.ModuleList(ToyBlock(config) for _ in range(config.n_spare))
         self.post_init()
 
     def get_input_embeddings(self) -> nn.Embedding:
