@@ -28,6 +28,7 @@ from sst_interp.model.loading import (
     resolve_prompt_mode,
 )
 from sst_interp.model.placement import parse_device_map, parse_max_memory
+from sst_interp.organism.tokenizer import check_organism_text
 
 
 @dataclass(frozen=True)
@@ -73,6 +74,7 @@ def complete_at_depths(config: GenerateConfig, say: Callable[[str], None] = prin
                      device_map=device_map, max_memory=parse_max_memory(config.max_memory))
     sst, tokenizer = build_sst(spec)
     prompt = codecs.decode(config.prompt, "unicode_escape") if "\\" in config.prompt else config.prompt
+    check_organism_text(tokenizer, prompt)  # an organism's tokenizer would turn what it lacks into <pad>
     prompt_ids = tokenizer(prompt).input_ids
     check_weights_placed(sst.backbone)
     ModelLimits.of(sst).check_new_tokens(config.max_new_tokens, len(prompt_ids))  # before any generation
