@@ -22,16 +22,31 @@ from transformers import HrmTextForCausalLM
 
 from sst_interp.checkpoints import resolve_model
 from sst_interp.cli.record import main as record_main
+from sst_interp.kernels.stats import wilson_interval
 from sst_interp.organism.carried import trained_spec
 from sst_interp.organism.looped import answer_predictions
 from sst_interp.organism.overshoot import overshoot_rows, overshoot_summary
-from sst_interp.organism.tables import format_table, tally_by_hop
+from sst_interp.organism.tables import DepthByHop, tally_by_hop
 from sst_interp.organism.task import split_items
 from sst_interp.organism.tokenizer import hops_tokenizer
 from sst_interp.probe.labels import labels_from_generations
 from sst_interp.store import Run
 
 DEPTHS = range(1, 6)
+
+
+def format_with_intervals(table: DepthByHop) -> str:
+    """The depth-by-hop table as Markdown, each cell its accuracy, 95% Wilson interval and counts."""
+    hops = sorted({h for row in table.values() for h in row})
+    lines = ["| depth | " + " | ".join(f"h={h}" for h in hops) + " |", "|---|" + "---|" * len(hops)]
+    for depth, row in table.items():
+        cells = []
+        for h in hops:
+            correct, total = row[h]
+            interval = wilson_interval(correct, total)
+            cells.append(f"{correct / total:.3f} [{interval.low:.2f}, {interval.high:.2f}] ({correct}/{total})")
+        lines.append(f"| {depth} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
 
 
 def must_halt(run: Run) -> str:
@@ -59,7 +74,7 @@ def main() -> None:
     answers = {depth: answer_predictions(model, tokenizer, questions, depth) for depth in DEPTHS}
     table = {depth: tally_by_hop(questions, answers[depth]) for depth in DEPTHS}
     print(f"depth-by-hop, {args.n} test questions ({spec}):\n")
-    print(format_table(table, intervals=True))
+    print(format_with_intervals(table))
     print("\none H-cycle past the sufficient depth ceil(k/2):\n")
     print("| hops | right at ceil(k/2) | can break (chain runs on) | break at +1 | landed on hop k+1 | on hop k+2 "
           "| as predicted | breaks where the chain ended |")

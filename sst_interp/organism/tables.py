@@ -11,7 +11,6 @@ import csv
 from collections.abc import Sequence
 from pathlib import Path
 
-from sst_interp.kernels.stats import wilson_interval
 from sst_interp.organism.task import HopsQuestion
 
 DepthByHop = dict[int, dict[int, tuple[int, int]]]
@@ -48,19 +47,11 @@ def read_table(path: Path) -> DepthByHop:
     return table
 
 
-def format_table(table: DepthByHop, intervals: bool = False) -> str:
-    """The table as Markdown: one row per depth, one column per hop count, accuracy and counts; with ``intervals``
-    also each cell's 95% Wilson interval (``0.975 [0.94, 0.99] (78/80)``)."""
+def format_table(table: DepthByHop) -> str:
+    """The table as Markdown: one row per depth, one column per hop count, accuracy and counts."""
     hops = sorted({h for row in table.values() for h in row})
     lines = ["| depth | " + " | ".join(f"h={h}" for h in hops) + " |", "|---|" + "---|" * len(hops)]
-
-    def cell(correct: int, total: int) -> str:
-        if not intervals:
-            return f"{correct / total:.3f} ({correct}/{total})"
-        interval = wilson_interval(correct, total)
-        return f"{correct / total:.3f} [{interval.low:.2f}, {interval.high:.2f}] ({correct}/{total})"
-
     for depth, row in table.items():
-        cells = [cell(*row[h]) for h in hops]
+        cells = [f"{row[h][0] / row[h][1]:.3f} ({row[h][0]}/{row[h][1]})" for h in hops]
         lines.append(f"| {depth} | " + " | ".join(cells) + " |")
     return "\n".join(lines)
