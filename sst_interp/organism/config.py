@@ -265,6 +265,11 @@ class SSTOrganismConfig(LoopedTrainConfig):
 
     def check(self) -> None:
         """Refuse values that cannot train (UsageError), before anything is written."""
+        given = [flag for flag, value in (("--counted", self.counted), ("--init", self.init is not None),
+                                          ("--table-depth", self.table_depth is not None)) if value]
+        if given:
+            raise UsageError(f"{', '.join(given)}: train-sst trains the plain hops task from scratch and tables its "
+                             "own --max-depth; these flags are train's (the looped organism)")
         self.backbone(self.out).check()
         for name in ("max_depth", "sst_steps", "sst_batch_size", "sst_validation", "eval_every", "patience",
                      "lora_r"):

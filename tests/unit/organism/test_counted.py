@@ -144,6 +144,14 @@ def test_bad_counted_or_init_flags_are_one_error_line_with_nothing_written(tmp_p
     assert not out.exists()
 
 
+def test_train_sst_refuses_the_looped_only_flags_with_nothing_written(tmp_path, capsys):
+    out = tmp_path / "sst"
+    fails_with_one_error_line(capsys, organism_main, ["train-sst", "--out", str(out), "--counted", "--beyond", "2",
+                                                      "--bindings", "10", "--max-depth", "3"],
+                              "--counted: train-sst trains the plain hops task")
+    assert not out.exists()
+
+
 @pytest.mark.usefixtures("one_thread")
 def test_an_init_of_another_shape_is_refused_with_nothing_written(tmp_path, capsys):
     out = tmp_path / "organism"
