@@ -26,10 +26,13 @@ NAMED_CHECKPOINTS: dict[str, str] = {
 #: name -> folder under ``sst_interp/checkpoints`` of a whole model (a Hugging Face folder ``--model`` accepts).
 #: ``hops-organism`` is the looped model organism trained on the hops task (docs/organism.md; its TRAINING.md);
 #: ``hops-sst-backbone`` the one-pass backbone of the SST organism, whose checkpoints are ``hops-sst`` (the SST,
-#: two-pass) and ``hops-sst-baseline`` (its matched baseline).
+#: two-pass) and ``hops-sst-baseline`` (its matched baseline); ``hops-overthink`` the looped organism that overthinks
+#: by construction (counted hops, trained at each question's sufficient depth only). Each folder's ``organism.json``
+#: declares the task spec it was trained on, which ``record --questions hops`` asks by default.
 NAMED_MODELS: dict[str, str] = {
     "hops-organism": "hops_organism",
     "hops-sst-backbone": "hops_sst_backbone",
+    "hops-overthink": "hops_overthink",
 }
 
 #: The checkpoint ``record --protocol codeact`` uses when neither --checkpoint nor --model is given.

@@ -2,10 +2,14 @@
 
 Each question's ``metadata`` holds what the analyses check the model against: ``hops`` (the bindings followed),
 ``chain`` (``chain[i]`` is the hop-i value), ``chains`` (the chance rate is ``1 / chains``), ``successors`` (every
-variable's own chain) and ``split``. The defaults are the spec the shipped organisms were trained on
-(:class:`sst_interp.organism.task.HopsSpec`), so ``--questions hops`` asks them the questions they were trained
-for; ``--source-option`` changes any field (``split``, ``n``, ``bindings``, ``min_hops``, ``max_hops``,
-``chains``, ``variables``, ``seed``).
+variable's own chain) and ``split``; a counted question (``?3c``) also ``counted``, ``beyond`` (bindings its chain
+runs past the answer) and ``overshoot`` (the values one and two hops past the answer, stopping at the chain's
+digit: what a model that keeps following the chain answers).
+
+The defaults here are :class:`sst_interp.organism.task.HopsSpec`'s; ``record --questions hops`` with an organism
+folder as ``--model`` asks the spec that organism was trained on (its ``organism.json``;
+:mod:`sst_interp.organism.carried`). ``--source-option`` changes any field (``split``, ``n``, ``bindings``,
+``min_hops``, ``max_hops``, ``chains``, ``variables``, ``seed``, ``counted``, ``beyond``).
 """
 
 from __future__ import annotations
@@ -14,7 +18,7 @@ import os
 
 from sst_interp.data.question import Question
 from sst_interp.kernels.errors import UsageError
-from sst_interp.organism.task import SPLITS, HopsSpec, split_items
+from sst_interp.organism.task import SPLITS, HopsQuestion, HopsSpec, as_flag, split_items
 
 DEFAULT_SPEC = HopsSpec()
 DEFAULT_SPLIT = "test"
@@ -24,7 +28,8 @@ DEFAULT_SIZE = 240
 def load_hops(path: str | os.PathLike[str] | None = None, split: str = DEFAULT_SPLIT, n: int = DEFAULT_SIZE,
               bindings: int = DEFAULT_SPEC.bindings, min_hops: int = DEFAULT_SPEC.min_hops,
               max_hops: int = DEFAULT_SPEC.max_hops, chains: int = DEFAULT_SPEC.chains,
-              variables: int = DEFAULT_SPEC.variables, seed: int = DEFAULT_SPEC.seed) -> list[Question]:
+              variables: int = DEFAULT_SPEC.variables, seed: int = DEFAULT_SPEC.seed,
+              counted: bool | str = DEFAULT_SPEC.counted, beyond: int = DEFAULT_SPEC.beyond) -> list[Question]:
     """The first ``n`` questions of ``split`` (balanced over hop counts), ids ``hops-<split>-<index>``.
 
     ``path`` is accepted for the loaders' common signature and ignored: the set is generated, not read.
@@ -32,7 +37,7 @@ def load_hops(path: str | os.PathLike[str] | None = None, split: str = DEFAULT_S
     """
     del path
     spec = HopsSpec(bindings=bindings, min_hops=min_hops, max_hops=max_hops, chains=chains, variables=variables,
-                    seed=seed)
+                    seed=seed, counted=as_flag(counted), beyond=beyond)
     if split not in SPLITS:
         raise UsageError(f"unknown hops split {split!r}; give --source-option split= one of {', '.join(SPLITS)}")
     return [
@@ -41,8 +46,19 @@ def load_hops(path: str | os.PathLike[str] | None = None, split: str = DEFAULT_S
             source="hops",
             prompt=q.prompt,
             reference=q.answer,
-            metadata={"hops": q.hops, "chain": list(q.chain), "chains": q.chains, "split": split,
-                      "successors": {v: list(c) for v, c in q.successors.items()}},
+            metadata=_metadata(q, split, spec.counted),
         )
         for index, q in enumerate(split_items(spec, split, n))
     ]
+
+
+def _metadata(question: HopsQuestion, split: str, counted: bool) -> dict[str, object]:
+    """A question's ground truth (the module docstring lists the keys); the plain task's keys only for a plain
+    question, so its questions table is the one recorded before counted hops existed."""
+    metadata: dict[str, object] = {"hops": question.hops, "chain": list(question.chain), "chains": question.chains,
+                                   "split": split,
+                                   "successors": {v: list(c) for v, c in question.successors.items()}}
+    if counted:
+        metadata.update(counted=True, beyond=question.beyond,
+                        overshoot=[question.overshoot(1), question.overshoot(2)])
+    return metadata

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from sst_interp.codeact.prompts import codeact_question
-from sst_interp.data import load_questions, questions_to_frame
+from sst_interp.data import questions_to_frame
 from sst_interp.data.question import select_questions
 from sst_interp.experiments.configs import layer_set
 from sst_interp.experiments.families import family_of
@@ -29,7 +29,7 @@ from sst_interp.record.completion import batch_generation_config
 from sst_interp.record.families import check_family_options, family_identity, record_family_questions
 from sst_interp.record.identity import model_spec, questions_sha256, run_identity, sandbox_config
 from sst_interp.record.options import RecordOptions
-from sst_interp.record.plan import resolve_options
+from sst_interp.record.plan import load_every, resolve_options
 from sst_interp.record.preflight import check_against_model
 from sst_interp.record.runner import record_questions
 from sst_interp.sandbox import check_backend
@@ -92,7 +92,7 @@ def prepare(base: RecordOptions) -> tuple[RecordOptions, list[Any], Any, bool, s
     loop = _family(base)
     if base.codeact:
         check_backend(sandbox_config(base))
-    every = load_questions(base.questions, base.data, **base.source_options)
+    every = load_every(base)
     if base.codeact:
         every = [codeact_question(q) for q in every]
     selected = select_questions(every, limit=base.limit, ids=base.ids)

@@ -33,6 +33,7 @@ from sst_interp.model.loop_folder import native_family
 from sst_interp.model.loop_model import LoopModel, generate_looped, load_loop_backbone
 from sst_interp.model.loop_trace import check_loop_trace
 from sst_interp.model.placement import parse_device_map, parse_max_memory
+from sst_interp.organism.tokenizer import check_organism_text
 
 
 @dataclass(frozen=True)
@@ -87,6 +88,7 @@ def complete_at_depths(config: GenerateConfig, say: Callable[[str], None] = prin
     spec = ModelSpec(model, resolve_checkpoint(config.checkpoint), config.state_scale, dtype, device,
                      device_map=device_map, max_memory=parse_max_memory(config.max_memory))
     sst, tokenizer = build_sst(spec)
+    check_organism_text(tokenizer, prompt)  # an organism's tokenizer would turn what it lacks into <pad>
     prompt_ids = tokenizer(prompt).input_ids
     check_weights_placed(sst.backbone)
     ModelLimits.of(sst).check_new_tokens(config.max_new_tokens, len(prompt_ids))  # before any generation
@@ -140,6 +142,7 @@ def _complete_looped(config: GenerateConfig, model: str, loop: LoopDeclaration, 
                                              say=lambda note: print(note, file=sys.stderr))
     looped = LoopModel(backbone, loop)
     check_loop_trace(looped)
+    check_organism_text(tokenizer, prompt)  # an organism's tokenizer would turn what it lacks into <pad>
     prompt_ids = list(tokenizer(prompt).input_ids)
     ModelLimits.of(looped).check_new_tokens(config.max_new_tokens, len(prompt_ids))
     generation = GenerationConfig(max_new_tokens=config.max_new_tokens, eos_token_ids=eos_token_ids(tokenizer, looped),

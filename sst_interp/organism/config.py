@@ -127,6 +127,9 @@ class OnePassShape:
         return Gemma3ForCausalLM(self.config())
 
 
+#: Training settings added after organisms were saved, with the value that means what those organisms did.
+_ADDED_LATER: dict[str, object] = {"family": "hrm_text", "counted": False, "beyond": 0, "init": None}
+
 #: The model families an organism is trained as: the looped HRM-Text, or the one-pass Gemma 3 backbone of the SST
 #: organism (``organism train-sst``).
 FAMILIES: tuple[str, ...] = ("hrm_text", "gemma3_text")
@@ -148,8 +151,14 @@ class LoopedTrainConfig:
     bindings: int = arg(HopsSpec.bindings, help="bindings per question")
     max_hops: int = arg(HopsSpec.max_hops, help="most hops of a question (hop counts are balanced 1..max)")
     chains: int = arg(HopsSpec.chains, help="chains per question (chance is 1/chains)")
+    counted: bool = arg(False, help="counted hops: the query states its hop count (?3c), its chain may run past it, "
+                                    "and each question is trained at its sufficient depth ceil(hops/2) only, never "
+                                    "deeper (the overthinking organism)")
+    beyond: int = arg(0, help="counted hops: the most bindings the query's chain runs past the counted hop")
     seed: int = arg(0, help="seed of the weights, the depth draws and the task")
     test_size: int = arg(480, help="test questions for the depth-by-hop table")
+    table_depth: int | None = arg(None, help="deepest depth of the test depth-by-hop table (default: --max-depth; "
+                                             "deeper shows what untrained iterations do)")
     follow_ups: int = arg(4, help="extra queries per training sequence, over the same bindings (each a supervised "
                                   "lookup; a recorded prompt asks one)")
     start_hops: int = arg(2, help="the curriculum's first hop ceiling (questions of 1..this many hops at first)")
@@ -157,6 +166,8 @@ class LoopedTrainConfig:
                                                 "deepest loop count reaches this (1 or more: all hops from the start)")
     factored_embeddings: bool = arg(True, help="train each binding's embedding as a free row plus its sides' "
                                                "shared factors (folded into a plain embedding when saved)")
+    init: str | None = arg(None, help="start from the weights of this organism (a folder train wrote, or a named "
+                                      "organism such as hops-organism; same shape) instead of random ones")
     checkpoint_every: int = arg(200, help="steps between resumable saves")
     threads: int | None = arg(None, help="torch threads (default: torch's own)")
     family: str = setting("hrm_text", help="hrm_text (the looped organism) or gemma3_text (a one-pass Gemma 3 of "
@@ -164,7 +175,8 @@ class LoopedTrainConfig:
 
     def spec(self) -> HopsSpec:
         """The task spec (bad combinations are a UsageError)."""
-        return HopsSpec(bindings=self.bindings, max_hops=self.max_hops, chains=self.chains, seed=self.seed)
+        return HopsSpec(bindings=self.bindings, max_hops=self.max_hops, chains=self.chains, seed=self.seed,
+                        counted=self.counted, beyond=self.beyond)
 
     def shape(self) -> LoopedShape | OnePassShape:
         """The architecture."""
@@ -183,9 +195,15 @@ class LoopedTrainConfig:
     def recorded(self) -> dict[str, object]:
         """The settings that decide the weights (what ``organism.json`` keeps, and a resume must match).
 
-        The looped family is left out, so that a folder written before ``family`` existed still resumes."""
+        Settings added later are left out at their old behaviour's value (the looped family, the plain task), so
+        that a folder written before they existed still resumes."""
         return {key: value for key, value in asdict(self).items()
-                if key not in ("out", "threads", "checkpoint_every") and not (key == "family" and value == "hrm_text")}
+                if key not in ("out", "threads", "checkpoint_every", "table_depth")
+                and not (key in _ADDED_LATER and value == _ADDED_LATER[key])}
+
+    def table_depths(self) -> range:
+        """The depths of the test depth-by-hop table."""
+        return range(1, (self.table_depth or self.max_depth) + 1)
 
     def check(self) -> None:
         """Refuse values that cannot train (UsageError), before anything is written."""
@@ -194,9 +212,18 @@ class LoopedTrainConfig:
                 raise UsageError(f"--{name.replace('_', '-')} must be at least 1, got {getattr(self, name)}")
         if not self.learning_rate > 0:
             raise UsageError(f"--learning-rate must be positive, got {self.learning_rate}")
+        if self.table_depth is not None and self.table_depth < 1:
+            raise UsageError(f"--table-depth must be at least 1, got {self.table_depth}")
         spec = self.spec()
         if not spec.min_hops <= self.start_hops <= spec.max_hops:
             raise UsageError(f"--start-hops {self.start_hops} is outside 1..--max-hops ({spec.max_hops})")
+        if self.init is not None and self.factored_embeddings:
+            raise UsageError("--init starts from trained embeddings, which factoring would zero; add "
+                             "--no-factored-embeddings")
+        if spec.counted and self.max_depth < spec.max_sufficient_depth:
+            raise UsageError(f"--max-depth {self.max_depth} is below the sufficient depth of {spec.max_hops}-hop "
+                             f"counted questions ({spec.max_sufficient_depth}); give --max-depth "
+                             f"{spec.max_sufficient_depth}")
         self.shape()
 
 
@@ -241,6 +268,11 @@ class SSTOrganismConfig(LoopedTrainConfig):
 
     def check(self) -> None:
         """Refuse values that cannot train (UsageError), before anything is written."""
+        given = [flag for flag, value in (("--counted", self.counted), ("--init", self.init is not None),
+                                          ("--table-depth", self.table_depth is not None)) if value]
+        if given:
+            raise UsageError(f"{', '.join(given)}: train-sst trains the plain hops task from scratch and tables its "
+                             "own --max-depth; these flags are train's (the looped organism)")
         self.backbone(self.out).check()
         for name in ("max_depth", "sst_steps", "sst_batch_size", "sst_validation", "eval_every", "patience",
                      "lora_r"):

@@ -17,7 +17,7 @@ import torch
 from transformers import HrmTextForCausalLM, PreTrainedTokenizerBase
 
 from sst_interp.organism.tables import DepthByHop, tally_by_hop
-from sst_interp.organism.task import QUERY, SEPARATOR, HopsQuestion
+from sst_interp.organism.task import QUERY, SEPARATOR, HopsQuestion, query_text
 
 IGNORE_INDEX = -100
 
@@ -36,24 +36,27 @@ def set_depth(model: HrmTextForCausalLM, depth: int) -> None:
     config.num_hidden_layers = config.num_layers_per_stack * depth * (config.L_cycles + 1)
 
 
-def training_text(question: HopsQuestion, follow_ups: Sequence[str] = ()) -> str:
-    """A training sequence: the prompt, its answer, then one more query per variable of ``follow_ups`` with its
-    answer (e.g. ``c=b a=7 b=a ?c7 ?a7``).
+def training_text(question: HopsQuestion, follow_ups: Sequence[str | tuple[str, int]] = ()) -> str:
+    """A training sequence: the prompt, its answer, then one more query per entry of ``follow_ups`` with its
+    answer (e.g. ``c=b a=7 b=a ?c7 ?a7``): a variable (answer: its chain's digit), or a counted query ``(variable,
+    k)`` (``?2c`` and the hop-k value).
 
     A recorded prompt is this sequence's prefix up to the first query's variable, so the extra queries only add
     supervised positions (each a lookup over the same bindings); they never change what the first query sees.
     """
     text = question.prompt + question.answer
-    for variable in follow_ups:
-        text += f"{SEPARATOR}{QUERY}{variable}{question.successors[variable][-1]}"
+    for entry in follow_ups:
+        variable, count = (entry, None) if isinstance(entry, str) else entry
+        chain = question.successors[variable]
+        text += SEPARATOR + query_text(variable, count) + (chain[-1] if count is None else chain[count])
     return text
 
 
 def encode_training(tokenizer: PreTrainedTokenizerBase, texts: Sequence[str]) -> tuple[torch.Tensor, torch.Tensor]:
     """Teacher-forcing ids and labels of :func:`training_text` sequences (all of one length).
 
-    Labels sit on every queried variable's column (target: the answer digit after it); every other column is
-    IGNORE_INDEX.
+    Labels sit on every queried variable's column (target: the answer after it, the token after the variable that
+    follows ``?`` or ``?k``); every other column is IGNORE_INDEX.
 
     Returns:
         input_ids and labels, both ``[batch, tokens]`` (``<bos>`` first).
@@ -65,8 +68,12 @@ def encode_training(tokenizer: PreTrainedTokenizerBase, texts: Sequence[str]) ->
     input_ids = torch.tensor(rows, dtype=torch.long)
     labels = torch.full_like(input_ids, IGNORE_INDEX)
     query = tokenizer.convert_tokens_to_ids(QUERY)
-    # every sequence has its queries at the same columns, because every prompt of a spec has one length
-    columns = (input_ids[0, :-2] == query).nonzero().flatten() + 1
+    # every sequence has its queries at the same columns, because every prompt of a spec has one length; a query's
+    # variable is the last token before its answer: ``?c`` or ``?3c``
+    digits = torch.tensor(tokenizer.convert_tokens_to_ids(list("0123456789")))
+    starts = (input_ids[0, :-2] == query).nonzero().flatten()
+    counted = torch.isin(input_ids[0, starts + 1], digits)
+    columns = starts + 1 + counted.long()
     labels[:, columns] = input_ids[:, columns + 1]
     return input_ids, labels
 

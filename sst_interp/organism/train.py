@@ -19,19 +19,21 @@ from dataclasses import asdict
 from pathlib import Path
 
 import torch
-from tqdm.auto import tqdm
 
+from sst_interp.checkpoints import resolve_model
 from sst_interp.kernels.errors import UsageError
+from sst_interp.kernels.progress import progress
+from sst_interp.organism.carried import ORGANISM_FILE
 from sst_interp.organism.config import LoopedTrainConfig
 from sst_interp.organism.embedding import bake_factored_embeddings, factor_embeddings
 from sst_interp.organism.looped import answer_loss, depth_by_hop, encode_training, set_depth, training_text
 from sst_interp.organism.tables import DepthByHop, format_table, read_table, write_table
-from sst_interp.organism.task import follow_up_queries, split_items, training_item
+from sst_interp.organism.task import (HopsSpec, counted_follow_ups, counted_training_item,
+                                      follow_up_queries, hops_at_depth, split_items, training_item)
 from sst_interp.organism.tokenizer import hops_tokenizer
 
 __all__ = ["check_out_folder", "format_table", "read_table", "train_looped", "write_table"]
 
-ORGANISM_FILE = "organism.json"
 STATE_FILE = "training_state.pt"
 LOG_FILE = "train_log.csv"
 TABLE_FILE = "depth_by_hop.csv"
@@ -71,6 +73,51 @@ def _learning_rate(config: LoopedTrainConfig, step: int) -> float:
     return config.learning_rate * min(1.0, (step + 1) / config.warmup_steps)
 
 
+def _batch(config: LoopedTrainConfig, spec: HopsSpec, step: int, ceiling: int, depth_rng: random.Random,
+           max_depth: int) -> tuple[list[str], int]:
+    """One step's training texts and its loop count.
+
+    The plain task draws the loop count uniformly from 1..max_depth and asks every hop count up to the ceiling at it.
+    Counted hops draw a depth among those the ceiling's hop counts need and ask only the hop counts whose sufficient
+    depth it is (queries and follow-ups alike), so no question is ever trained deeper than it needs.
+    """
+    if spec.counted:
+        depth = depth_rng.randint(1, spec.depth_of(ceiling))
+        hops = hops_at_depth(spec, depth, ceiling)
+        questions = [counted_training_item(spec, step * config.batch_size + j, depth, ceiling)
+                     for j in range(config.batch_size)]
+        follow = [counted_follow_ups(q, depth_rng, config.follow_ups, hops) for q in questions]
+    else:
+        questions = [training_item(spec, step * config.batch_size + j, ceiling) for j in range(config.batch_size)]
+        follow = [follow_up_queries(q, depth_rng, config.follow_ups, ceiling) for q in questions]
+        depth = depth_rng.randint(1, max_depth)
+    return [training_text(q, f) for q, f in zip(questions, follow)], depth
+
+
+def _deepest(spec: HopsSpec, ceiling: int, max_depth: int) -> int:
+    """The loop count whose batches drive the curriculum: the deepest one in use."""
+    return spec.depth_of(ceiling) if spec.counted else max_depth
+
+
+def initial_weights(config: LoopedTrainConfig, model: torch.nn.Module) -> None:
+    """Load ``--init``'s weights into ``model`` (a no-op without it); an organism of another shape or family, or a
+    folder holding no organism, is a UsageError."""
+    if config.init is None:
+        return
+    folder = Path(resolve_model(config.init))
+    if not (folder / ORGANISM_FILE).is_file() or not (folder / "model.safetensors").is_file():
+        raise UsageError(f"--init {config.init}: not an organism folder (no {ORGANISM_FILE} and model.safetensors); "
+                         "give a folder python -m sst_interp.organism train wrote, or hops-organism")
+    family = json.loads((folder / ORGANISM_FILE).read_text()).get("family", "hrm_text")
+    mine = model.state_dict()
+    weights = type(model).from_pretrained(folder, dtype=torch.float32).state_dict() if family == config.family else {}
+    # every tensor must match: a run that silently kept some random tensors would not be the organism it names
+    if set(weights) != set(mine) or any(weights[k].shape != mine[k].shape for k in mine):
+        raise UsageError(f"--init {config.init} is a {family} organism of another shape; give one trained with the "
+                         f"same --family and --hidden-size")
+    model.load_state_dict(weights)
+
+
 def train_looped(config: LoopedTrainConfig) -> DepthByHop:
     """Train (or resume) the looped organism (or, with ``family="gemma3_text"``, the one-pass backbone of the SST
     organism) into ``config.out``; returns the test depth-by-hop table.
@@ -86,6 +133,7 @@ def train_looped(config: LoopedTrainConfig) -> DepthByHop:
     spec, shape, tokenizer = config.spec(), config.shape(), hops_tokenizer()
     torch.manual_seed(config.seed)
     model = shape.build()
+    initial_weights(config, model)
     if config.factored_embeddings:
         factor_embeddings(model.get_input_embeddings())
     optimiser = torch.optim.AdamW(model.parameters(), lr=config.learning_rate, weight_decay=config.weight_decay)
@@ -109,15 +157,10 @@ def train_looped(config: LoopedTrainConfig) -> DepthByHop:
     began = time.perf_counter()
     with open(out / LOG_FILE, "a", newline="") as handle:
         log = csv.writer(handle)
-        for step in tqdm(range(start, config.steps), initial=start, total=config.steps, desc="organism",
-                         unit="step"):
-            texts = []
-            for j in range(config.batch_size):
-                question = training_item(spec, step * config.batch_size + j, ceiling)
-                texts.append(training_text(question, follow_up_queries(question, depth_rng, config.follow_ups,
-                                                                       ceiling)))
+        for step in progress(range(start, config.steps), initial=start, total=config.steps, desc="organism",
+                             unit="step"):
+            texts, depth = _batch(config, spec, step, ceiling, depth_rng, shape.max_depth)
             input_ids, labels = encode_training(tokenizer, texts)
-            depth = depth_rng.randint(1, shape.max_depth)
             set_depth(model, depth)
             for group in optimiser.param_groups:
                 group["lr"] = _learning_rate(config, step)
@@ -128,7 +171,7 @@ def train_looped(config: LoopedTrainConfig) -> DepthByHop:
             optimiser.step()
             log.writerow((step + 1, depth, ceiling, f"{loss.item():.6f}", f"{accuracy:.4f}",
                           f"{time.perf_counter() - began:.3f}"))
-            if depth == shape.max_depth:
+            if depth == _deepest(spec, ceiling, shape.max_depth):
                 running = (1 - _RUNNING_WEIGHT) * running + _RUNNING_WEIGHT * accuracy
                 if running >= config.curriculum_accuracy and ceiling < spec.max_hops:
                     ceiling, running = ceiling + 1, 0.0
@@ -139,7 +182,7 @@ def train_looped(config: LoopedTrainConfig) -> DepthByHop:
                             "running": running}, state_path)
     model.eval()
     bake_factored_embeddings(model.get_input_embeddings())
-    table = depth_by_hop(model, tokenizer, split_items(spec, "test", config.test_size), range(1, shape.max_depth + 1))
+    table = depth_by_hop(model, tokenizer, split_items(spec, "test", config.test_size), config.table_depths())
     set_depth(model, shape.max_depth)
     model.save_pretrained(out)
     tokenizer.save_pretrained(out)

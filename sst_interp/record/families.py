@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 
 from sst_interp import __version__
-from sst_interp.data import grade, load_questions, questions_to_frame, stop_strings
+from sst_interp.data import grade, questions_to_frame, stop_strings
 from sst_interp.data.question import select_questions
 from sst_interp.hooks import VisitRecorder
 from sst_interp.interventions import patch_runs
@@ -34,7 +34,7 @@ from sst_interp.record.batches import record_batches, sites_check
 from sst_interp.record.identity import questions_sha256
 from sst_interp.record.numerics import check_numerics, cpu_threads, numerics_fingerprint
 from sst_interp.record.options import RecordOptions
-from sst_interp.record.plan import RecordPlan, capture_config, frozen, resolve_options
+from sst_interp.record.plan import RecordPlan, capture_config, frozen, load_every, resolve_options
 from sst_interp.record.preflight import check_against_model
 from sst_interp.record.ranks import Ranks, ranks_from_environment
 from sst_interp.record.rundir import checked_space
@@ -137,7 +137,7 @@ def plan_family(options: RecordOptions, loop: Any, out: str | Path | None = None
         if ranks_from_environment().distributed or resolved.device_map != "none":
             raise UsageError(f"{loop.family} runs are recorded in one process on one device (no torchrun, "
                              "--device-map none)")
-        every = load_questions(resolved.questions, resolved.data, **resolved.source_options)
+        every = load_every(resolved)
         questions = select_questions(every, limit=resolved.limit, ids=resolved.ids)
         identity = family_identity(resolved, loop, questions_sha256(questions_to_frame(every)))
     return RecordPlan(options=resolved, depths=depths, out=Path(out) if out is not None else resolved.out_path(),

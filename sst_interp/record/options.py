@@ -56,7 +56,8 @@ class RecordOptions:
                                       "$SST_INTERP_DATA_DIR or the hub)")
     depths: list[int] = arg(default_factory=lambda: list(DEFAULT_DEPTHS), help="comma-separated flat iteration depths")
     model: str | None = arg(None, help="backbone: default (the embedded Gemma 3 270M) | local HF folder | .gguf file "
-                                       "| hub id | hops-organism (the shipped looped organism) | hops-sst-backbone (the SST organism's "
+                                       "| hub id | hops-organism (the shipped looped organism) | hops-overthink (the looped "
+                                       "organism that overthinks) | hops-sst-backbone (the SST organism's "
                                        "backbone) (default: default)")
     loop: str | None = arg(None, metavar="FILE.py:NAME",
                            help="a looped model transformers does not ship: the loop declaration NAME in your Python "

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -26,6 +27,7 @@ from sst_interp.interventions import patch_runs
 from sst_interp.kernels.errors import UsageError
 from sst_interp.model.devices import rank_device
 from sst_interp.model.loading import DEFAULT_PROMPT_MODE, demo_preset_note, resolve_prompt_mode
+from sst_interp.organism.carried import task_source_options
 from sst_interp.record.identity import make_depth_policy, model_spec, questions_sha256, run_identity, sandbox_config
 from sst_interp.record.options import RecordOptions
 from sst_interp.record.ranks import Ranks
@@ -108,6 +110,20 @@ def resolve_options(options: RecordOptions, *, default_checkpoint: bool = True) 
     return resolved, depths, notes
 
 
+def load_every(options: RecordOptions) -> list[Any]:
+    """Every question of ``options``' set, before ``--limit`` and ``--ids``.
+
+    ``--questions hops`` asked of an organism folder (``--model``) asks the spec it was trained on
+    (:func:`~sst_interp.organism.carried.task_source_options`); a ``--source-option`` that differs from it is used,
+    with one line on stderr saying so (after the questions load, so a refused spec prints its error line only).
+    """
+    source, note = task_source_options(options.questions, options.model, options.source_options)
+    every = load_questions(options.questions, options.data, **source)
+    if note is not None:
+        print(note, file=sys.stderr)
+    return every
+
+
 def capture_config(options: RecordOptions, gates: bool | None = None) -> Any:
     """The hooks' :class:`~sst_interp.hooks.RecordConfig` of ``options`` (``gates`` overrides ``--gates``)."""
 
@@ -137,7 +153,7 @@ def plan_record(options: RecordOptions, ranks: Ranks) -> RecordPlan:
                          "process: use one or the other")
     out = resolved.out_path()
     sandbox = checked_sandbox(resolved, out)
-    every = load_questions(resolved.questions, resolved.data, **resolved.source_options)
+    every = load_every(resolved)
     if resolved.codeact:
         every = [codeact_question(q) for q in every]
     selected = select_questions(every, limit=resolved.limit, ids=resolved.ids)

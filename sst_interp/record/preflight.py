@@ -13,7 +13,7 @@ from typing import Any
 from sst_interp.codeact.format import encode_with_actions
 from sst_interp.kernels.errors import UsageError
 from sst_interp.model.limits import ModelLimits, check_weights_placed
-from sst_interp.organism.tokenizer import is_hops_tokenizer
+from sst_interp.organism.tokenizer import check_organism_text, is_hops_tokenizer
 from sst_interp.record.identity import action_tokens
 from sst_interp.record.options import RecordOptions
 
@@ -39,7 +39,11 @@ def check_against_model(options: RecordOptions, sst: Any, tokenizer: Any, questi
 
 def check_task_tokenizer(tokenizer: Any, questions: Sequence[Any]) -> None:
     """Refuse ``hops`` questions for a model whose tokenizer is not the organism's: the task's characters would be
-    split, merged or mapped to other ids, and the model could not have been trained on them (UsageError)."""
+    split, merged or mapped to other ids, and the model could not have been trained on them (UsageError); and
+    refuse, for the organism's tokenizer, any prompt it cannot encode (it would map the characters it lacks to
+    ``<pad>``: :func:`~sst_interp.organism.tokenizer.check_organism_text`)."""
+    for question in questions:
+        check_organism_text(tokenizer, question.prompt, f"question {question.question_id}'s prompt")
     if not any(question.source == "hops" for question in questions):
         return
 

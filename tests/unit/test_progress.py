@@ -165,8 +165,7 @@ def test_off_a_terminal_the_libraries_bars_are_off_inside_the_block_only():
 
 
 def test_every_progress_bar_of_the_package_goes_through_the_helper():
-    """No module but the helper makes a tqdm bar (organism/train.py is issue 58's one left, see the report)."""
-    pending = {"sst_interp/organism/train.py"}
+    """No module but the helper makes a tqdm bar."""
     users = set()
     for path in itertools.chain(*(sorted((ROOT / folder).rglob("*.py")) for folder in ("sst_interp", "hooks",
                                                                                        "analyses"))):
@@ -175,7 +174,7 @@ def test_every_progress_bar_of_the_package_goes_through_the_helper():
                      else [node.module or ""] if isinstance(node, ast.ImportFrom) else [])
             if any(name.split(".")[0] == "tqdm" for name in names):
                 users.add(path.relative_to(ROOT).as_posix())
-    assert users == {"sst_interp/kernels/progress.py", *pending}
+    assert users == {"sst_interp/kernels/progress.py"}
 
 
 @pytest.mark.parametrize("total, updates, most", [(1000, 1000, 11), (48, 48, 11), (7, 7, 11), (100_000, 100_000, 11)])
