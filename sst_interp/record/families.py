@@ -34,6 +34,7 @@ from sst_interp.model.loop_file import load_loop_file, loop_file_sha256
 from sst_interp.model.loop_model import LoopModel, generate_looped, load_loop_backbone
 from sst_interp.model.loops import loop_for_model_type, native_loop
 from sst_interp.model.observers import ObserverGroup
+from sst_interp.record.attention import attention_identity, attention_manifest
 from sst_interp.record.batches import record_batches, sites_check
 from sst_interp.record.identity import questions_sha256
 from sst_interp.record.numerics import check_numerics, cpu_threads, numerics_fingerprint
@@ -151,6 +152,7 @@ def family_identity(options: RecordOptions, loop: Any, data_sha256: str) -> dict
     spec = options.intervention_spec()
     if spec is not None:
         identity.update(intervention=spec.to_dict(), intervention_runs=patch_runs(spec))
+    identity.update(attention_identity(options.attention, options.attention_top_k))
     return identity
 
 
@@ -304,4 +306,4 @@ def family_manifest(options: RecordOptions, model: Any, tokenizer: Any, config: 
         "package_version": __version__,
         "logits_every_iteration": True,
         "vocab_size": int(vocab) if vocab is not None else None,
-    }
+    } | attention_manifest(options.attention, options.attention_top_k, model.num_layers)

@@ -104,6 +104,9 @@ SHARD_CODECS: Mapping[str, Codec] = MappingProxyType({
     "sketch": Codec("zstd", 3, {"top_indices": "DELTA_BINARY_PACKED"}),
     # Not measured (the synthetic generator writes no gates); kept as before.
     "gates": Codec("zstd"),
+    # Key positions as deltas (consecutive in all-keys rows), weights with their bytes split by significance; see
+    # bench/bench_attention.py for the sizes it gives.
+    "attention": Codec("zstd", 1, {"key_positions": "DELTA_BINARY_PACKED", "weights": "BYTE_STREAM_SPLIT"}),
 })
 
 

@@ -31,7 +31,10 @@ from sst_interp.store.manifest import REPAIR_COMMAND
 
 #: What to run when the manifest is the file at fault.
 COORDS = {"hidden": ("turn", "position", "iteration", "layer"), "logits": ("turn", "position", "iteration"),
-          "sketch": ("turn", "position", "iteration", "layer"), "gates": ("turn", "position", "iteration", "layer")}
+          "sketch": ("turn", "position", "iteration", "layer"), "gates": ("turn", "position", "iteration", "layer"),
+          "attention": ("turn", "position", "iteration", "layer", "head")}
+#: Kinds that hold every recorded layer (attention holds the layers --attention chose, so it says nothing of
+#: num_layers).
 LAYERED = ("hidden", "sketch", "gates")
 
 
