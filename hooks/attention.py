@@ -6,7 +6,8 @@ A pass of the recorded window's full positions computes one query column (its la
 computed from the same query and key, :mod:`sst_interp.hooks.attention_weights`). A key is named by its index in the
 row's own context (prompt tokens from 0, then every token fed after them, across turns), read from the forward
 call's 2-D attention mask, whose columns the key columns end (a sliding-window layer's cache holds a suffix of
-them): padding and the columns of finished rows have no index and are dropped.
+them): padding and the columns of finished rows have no index and are dropped, and so are the keys the module's own
+mask hides from the query (beyond a sliding window), so "every key" is every key the query attends to.
 
 Where the (iteration, layer) of a call is known before it runs (SST: the pass's iteration, the layer's index) the
 weights are filed at once; a looped family's call is addressed by its visit, after it ran, so the recorder of the
@@ -91,7 +92,7 @@ class AttentionCapture:
             module = attention_module(layer_module, f"layer {layer}" if layer is not None else
                                       type(layer_module).__name__)
             modules.append(module)
-            hooks.forward(module, self._hook(layer_module, layer))
+            hooks.forward_with_kwargs(module, self._hook(layer_module, layer))
         self._kernel = KernelWeights(modules, attn_implementation).open()
 
     def close(self) -> None:
@@ -106,7 +107,7 @@ class AttentionCapture:
         self.mask = mask.detach() if isinstance(mask, torch.Tensor) else None
 
     def _hook(self, layer_module: nn.Module, layer: int | None):
-        def hook(module: nn.Module, args: Any, output: Any) -> None:
+        def hook(module: nn.Module, args: Any, kwargs: dict[str, Any], output: Any) -> None:
             if self.state.kind != "full" or self.state.position is None:
                 return
             if layer is not None and not self.config.keeps_layer(layer):
@@ -115,7 +116,7 @@ class AttentionCapture:
             if weights is None:
                 raise RuntimeError(f"{type(module).__name__} returned no attention weights (implementation "
                                    f"{implementation(getattr(module, 'config', None))!r})")
-            captured = self._select(weights.detach()[:, :, -1, :])
+            captured = self._select(weights.detach()[:, :, -1, :], kwargs.get("attention_mask"))
             if layer is None:
                 self._pending[id(layer_module)] = captured
             else:
@@ -133,8 +134,10 @@ class AttentionCapture:
         self._add(layer, *captured)
 
     # ------------------------------------------------------------------------------------------ selection
-    def _key_index(self, width: int) -> torch.Tensor:
-        """[B, width] context index of each key column (-1: padding, a finished row's column)."""
+    def _key_index(self, width: int, visible: Any) -> torch.Tensor:
+        """[B, width] context index of each key column the last query attends to (-1: padding, a finished row's
+        column, or outside the query's mask: beyond a sliding window). ``visible``: the attention module's
+        ``attention_mask`` keyword ([B, 1, T_q, width], boolean or additive), when it has one."""
         mask = self.mask
         if mask is None or mask.dim() != 2:
             raise RuntimeError("recording attention needs the forward call's 2-D attention_mask keyword")
@@ -142,18 +145,21 @@ class AttentionCapture:
             raise RuntimeError(f"an attention call has {width} key columns but its attention mask only "
                                f"{mask.shape[1]}")
         real = mask[:, -width:].bool()
+        if isinstance(visible, torch.Tensor) and visible.dim() == 4 and visible.shape[-1] == width:
+            row = visible[:, 0, -1, :]
+            real = real & (row if row.dtype == torch.bool else row == 0).to(real.device)
         index = mask.long().cumsum(-1)[:, -width:] - 1
         return torch.where(real, index, torch.full_like(index, -1))
 
-    def _select(self, weights: torch.Tensor) -> tuple[tuple[int, ...], torch.Tensor, torch.Tensor]:
-        """Heads and keys of the last query column ``weights`` [B, H, K]: (heads, weights [B, H', K'] float32, keys
-        [B, H' or 1, K'])."""
+    def _select(self, weights: torch.Tensor, visible: Any) -> tuple[tuple[int, ...], torch.Tensor, torch.Tensor]:
+        """Heads and keys of the last query column ``weights`` [B, H, K] (``visible``: the module's attention mask):
+        (heads, weights [B, H', K'] float32, keys [B, H' or 1, K'])."""
         heads = tuple(range(weights.shape[1])) if self.config.heads is None else self.config.heads
         if max(heads) >= weights.shape[1]:  # the preflight check refuses such a selection before recording
             raise RuntimeError(f"attention head {max(heads)} asked of a module with {weights.shape[1]} heads")
         if self.config.heads is not None:
             weights = weights[:, list(heads)]
-        keys = self._key_index(weights.shape[-1]).to(weights.device)[:, None, :]  # [B, 1, K]
+        keys = self._key_index(weights.shape[-1], visible).to(weights.device)[:, None, :]  # [B, 1, K]
         weights = weights.to(torch.float32, copy=True)
         k = self.config.top_k
         if k is None or k >= weights.shape[-1]:

@@ -97,6 +97,12 @@ class Run:
                 contract.check_columns(path / name, meta.schema.to_arrow_schema(), contract.TABLE_COLUMNS[name])
         return cls(path, manifest, shards)
 
+    @property
+    def shard_kinds(self) -> list[str]:
+        """The kinds of shard the run holds (``hidden``, ``logits``, ``sketch``, ``gates``, ``attention``), found in
+        its layout."""
+        return [kind for kind in sch.KINDS if any(s.kind == kind for s in self._shards)]
+
     def check_tables(self) -> Run:
         """Read every page of the run's tables (questions, generations, episodes) with their CRC checks and compare
         each one's sha256 with the one the writer recorded, so that a command reading them refuses a damaged table
@@ -270,7 +276,7 @@ class Run:
         arguments narrow the rows.
 
         Raises UsageError when the run recorded no attention, or a question is not recorded at ``depth``."""
-        if not any(s.kind == "attention" for s in self._shards):
+        if "attention" not in self.shard_kinds:
             raise UsageError(f"{self.path} recorded no attention; record it with python -m sst_interp.record "
                              "--attention LAYERS[:HEADS]")
         frames = []
