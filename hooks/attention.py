@@ -74,7 +74,8 @@ class AttentionCapture:
 
     def __init__(self, state: PassState, config: AttentionConfig) -> None:
         self.state, self.config = state, config
-        self.mask: torch.Tensor | None = None  # [B, T] the running forward call's attention mask
+        # the running forward call's attention mask [B, T]: each column's context index (-1: not a token of the row)
+        self.context: torch.Tensor | None = None
         self.entries: list[_Captured] = []
         self._pending: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}
         self._kernel: KernelWeights | None = None
@@ -104,7 +105,11 @@ class AttentionCapture:
 
     def _mask_hook(self, module: nn.Module, args: Any, kwargs: dict[str, Any]) -> None:
         mask = kwargs.get("attention_mask")
-        self.mask = mask.detach() if isinstance(mask, torch.Tensor) else None
+        if not isinstance(mask, torch.Tensor) or mask.dim() != 2:
+            self.context = None  # a call that is recorded needs one: _key_index says so
+            return
+        index = mask.detach().long().cumsum(-1) - 1
+        self.context = torch.where(mask.bool(), index, torch.full_like(index, -1))
 
     def _hook(self, layer_module: nn.Module, layer: int | None):
         def hook(module: nn.Module, args: Any, kwargs: dict[str, Any], output: Any) -> None:
@@ -138,18 +143,18 @@ class AttentionCapture:
         """[B, width] context index of each key column the last query attends to (-1: padding, a finished row's
         column, or outside the query's mask: beyond a sliding window). ``visible``: the attention module's
         ``attention_mask`` keyword ([B, 1, T_q, width], boolean or additive), when it has one."""
-        mask = self.mask
-        if mask is None or mask.dim() != 2:
+        context = self.context
+        if context is None:
             raise RuntimeError("recording attention needs the forward call's 2-D attention_mask keyword")
-        if width > mask.shape[1]:
+        if width > context.shape[1]:
             raise RuntimeError(f"an attention call has {width} key columns but its attention mask only "
-                               f"{mask.shape[1]}")
-        real = mask[:, -width:].bool()
+                               f"{context.shape[1]}")
+        index = context[:, -width:]
         if isinstance(visible, torch.Tensor) and visible.dim() == 4 and visible.shape[-1] == width:
             row = visible[:, 0, -1, :]
-            real = real & (row if row.dtype == torch.bool else row == 0).to(real.device)
-        index = mask.long().cumsum(-1)[:, -width:] - 1
-        return torch.where(real, index, torch.full_like(index, -1))
+            seen = (row if row.dtype == torch.bool else row == 0).to(index.device)
+            index = torch.where(seen, index, torch.full_like(index, -1))
+        return index
 
     def _select(self, weights: torch.Tensor, visible: Any) -> tuple[tuple[int, ...], torch.Tensor, torch.Tensor]:
         """Heads and keys of the last query column ``weights`` [B, H, K] (``visible``: the module's attention mask):

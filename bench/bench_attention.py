@@ -1,0 +1,137 @@
+"""Attention recording's cost against recording without it, side by side in one run.
+
+Run: ``python bench/bench_attention.py [--model default|tiny|hops-organism|PATH] [--questions demo] [--depth 2]
+[--batch 4] [--new-tokens 16] [--repeats 3] [--top-k 8]``
+
+Three conditions record the same batch, interleaved repeat by repeat (so load drift hits all alike):
+
+- ``record``: the recorder as ``record`` runs it (hidden states, sketches, per-iteration logits);
+- ``+ attention all``: the same with ``--attention all`` (every layer and head, every key the query attends to);
+- ``+ attention top-k``: the same with ``--attention all --attention-top-k K``.
+
+Each timing is one batch recorded end to end: generation with the recorder attached, the writer columns built, the
+batch written by a :class:`~sst_interp.store.RunWriter` (flushed, so the writer's encoding is counted). Printed: the
+median seconds per batch, its ratio to ``record``, and the bytes each condition wrote per question (the
+``attention/`` shards apart). SST backbones record through :class:`~sst_interp.hooks.Recorder`, looped families
+(``hops-organism``, an HRM-Text folder) through :class:`~sst_interp.hooks.VisitRecorder`, as ``record`` does. On a
+shared CPU machine run with OMP_NUM_THREADS=1: oversubscribed intra-op threads make timings erratic.
+"""
+
+from __future__ import annotations
+
+import argparse
+import platform
+import shutil
+import statistics
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from sst_interp.checkpoints import resolve_model
+from sst_interp.data import load_questions
+from sst_interp.hooks import AttentionConfig, RecordConfig, Recorder, VisitRecorder
+from sst_interp.model import GenerationConfig, SSTConfig, SSTModel, generate
+from sst_interp.model.backbone import load_backbone
+from sst_interp.model.loop_model import LoopModel, generate_looped, load_loop_backbone
+from sst_interp.record.families import native_family
+from sst_interp.store import RunWriter
+
+
+def build(model: str) -> tuple[Any, Any, Callable[..., Any]]:
+    """(model, tokenizer, record(prompts, ids, config) -> writer columns) for ``model``: an SST on a backbone
+    (``tiny``: a random 3-layer Gemma 3), or a looped family's folder."""
+    folder = resolve_model(model)
+    loop = native_family(folder) if model not in ("default", "tiny") else None
+    if loop is not None:
+        backbone, tokenizer = load_loop_backbone(folder, loop)
+        looped = LoopModel(backbone, loop)
+
+        def record_loop(prompts: list[list[int]], ids: list[str], config: RecordConfig, args: Any) -> dict:
+            with VisitRecorder.for_model(looped, ids, config) as recorder:
+                generate_looped(looped, prompts, args.depth, GenerationConfig(max_new_tokens=args.new_tokens),
+                                observer=recorder)
+            return recorder.columns()
+
+        return looped, tokenizer, record_loop
+    if model == "tiny":
+        from sst_interp.model.testing import char_tokenizer, tiny_gemma3
+
+        backbone, tokenizer = tiny_gemma3(dtype=torch.float32), char_tokenizer()
+    else:
+        backbone, tokenizer = load_backbone(folder, dtype="float32")
+    sst = SSTModel.from_backbone(backbone, SSTConfig(state_scale="hidden"))
+
+    def record_sst(prompts: list[list[int]], ids: list[str], config: RecordConfig, args: Any) -> dict:
+        generation = GenerationConfig(max_new_tokens=args.new_tokens, logits_every_iteration=True)
+        with Recorder.for_model(sst, ids, config) as recorder:
+            generate(sst, prompts, args.depth, generation, observer=recorder)
+        return recorder.columns()
+
+    return sst, tokenizer, record_sst
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--model", default="default")
+    parser.add_argument("--questions", default="demo")
+    parser.add_argument("--depth", type=int, default=2)
+    parser.add_argument("--batch", type=int, default=4)
+    parser.add_argument("--new-tokens", type=int, default=16)
+    parser.add_argument("--full-positions", type=int, default=10)
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--top-k", type=int, default=8)
+    args = parser.parse_args()
+
+    model, tokenizer, record_batch = build(args.model)
+    questions = load_questions(args.questions, limit=args.batch)
+    prompts = [list(tokenizer(q.prompt).input_ids) for q in questions]
+    base = dict(full_positions=args.full_positions, sketch_positions=64)
+    conditions = {
+        "record": RecordConfig(**base),
+        "+ attention all": RecordConfig(**base, attention=AttentionConfig()),
+        f"+ attention top-{args.top_k}": RecordConfig(**base, attention=AttentionConfig(top_k=args.top_k)),
+    }
+    extra = {"hidden_size": model.hidden_size, "num_layers": model.num_layers, "dtype": "float32", "top_k": 128,
+             "sketch_k": RecordConfig().resolved_sketch_k(model.hidden_size)}
+    root = Path(tempfile.mkdtemp(prefix="bench_attention_"))
+    samples: dict[str, list[float]] = {name: [] for name in conditions}
+    counter = iter(range(10**6))
+    try:
+        writers = {name: RunWriter.create_or_resume(root / f"run{i}", {"bench": name}, extra)
+                   for i, name in enumerate(conditions)}
+        for repeat in range(args.repeats + 1):  # the first round warms up and is not counted
+            for name, config in conditions.items():
+                ids = [f"{q.question_id}-{next(counter)}" for q in questions]
+                started = time.perf_counter()
+                columns = record_batch(prompts, ids, config, args)
+                writers[name].submit(args.depth, ids, **columns)
+                writers[name].flush()
+                if repeat:
+                    samples[name].append(time.perf_counter() - started)
+        for writer in writers.values():
+            writer.close()
+        print(f"model {args.model} ({type(model).__name__}, {model.num_layers} recorded layers, d {model.hidden_size}); "
+              f"{args.batch} questions x {args.new_tokens} new tokens at depth {args.depth}, {args.full_positions} "
+              f"full positions; {args.repeats} repeats; torch threads {torch.get_num_threads()}; "
+              f"{platform.processor() or platform.machine()}")
+        reference = statistics.median(samples["record"])
+        questions_recorded = args.batch * (args.repeats + 1)
+        print(f"{'condition':<22} {'s / batch':>10} {'ratio':>7} {'KB / question':>14} {'of which attention':>19}")
+        for i, name in enumerate(conditions):
+            folder = root / f"run{i}"
+            total = sum(f.stat().st_size for f in folder.rglob("*.parquet"))
+            attention = sum(f.stat().st_size for f in (folder / "attention").rglob("*.parquet")) \
+                if (folder / "attention").is_dir() else 0
+            median = statistics.median(samples[name])
+            print(f"{name:<22} {median:>10.3f} {median / reference:>7.2f} {total / questions_recorded / 1e3:>14.1f} "
+                  f"{attention / questions_recorded / 1e3:>19.1f}")
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()
