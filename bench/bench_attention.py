@@ -12,7 +12,8 @@ Three conditions record the same batch, interleaved repeat by repeat (so load dr
 Each timing is one batch recorded end to end: generation with the recorder attached, the writer columns built, the
 batch written by a :class:`~sst_interp.store.RunWriter` (flushed, so the writer's encoding is counted). Printed: the
 median seconds per batch, its ratio to ``record``, and the bytes each condition wrote per question (the
-``attention/`` shards apart). SST backbones record through :class:`~sst_interp.hooks.Recorder`, looped families
+``attention/`` shards apart), then the size of the ``attention all`` run's shards under each candidate codec (the
+choice in :data:`sst_interp.store.codecs.SHARD_CODECS` comes from it). SST backbones record through :class:`~sst_interp.hooks.Recorder`, looped families
 (``hops-organism``, an HRM-Text folder) through :class:`~sst_interp.hooks.VisitRecorder`, as ``record`` does. On a
 shared CPU machine run with OMP_NUM_THREADS=1: oversubscribed intra-op threads make timings erratic.
 """
@@ -20,6 +21,7 @@ shared CPU machine run with OMP_NUM_THREADS=1: oversubscribed intra-op threads m
 from __future__ import annotations
 
 import argparse
+import io
 import platform
 import shutil
 import statistics
@@ -29,6 +31,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import pyarrow as pa
+import pyarrow.parquet as pq
 import torch
 
 from sst_interp.checkpoints import resolve_model
@@ -39,6 +43,13 @@ from sst_interp.model.backbone import load_backbone
 from sst_interp.model.loop_model import LoopModel, generate_looped, load_loop_backbone
 from sst_interp.record.families import native_family
 from sst_interp.store import RunWriter
+from sst_interp.store.codecs import Codec, shard_codec
+
+#: The codecs compared on the recorded attention shards.
+CANDIDATES = (Codec("zstd", 1), Codec("zstd", 3), Codec("zstd", 1, {"key_positions": "DELTA_BINARY_PACKED"}),
+              Codec("zstd", 1, {"weights": "BYTE_STREAM_SPLIT"}),
+              Codec("zstd", 1, {"key_positions": "DELTA_BINARY_PACKED", "weights": "BYTE_STREAM_SPLIT"}),
+              Codec("zstd", 3, {"weights": "BYTE_STREAM_SPLIT"}))
 
 
 def build(model: str) -> tuple[Any, Any, Callable[..., Any]]:
@@ -129,8 +140,21 @@ def main() -> None:
             median = statistics.median(samples[name])
             print(f"{name:<22} {median:>10.3f} {median / reference:>7.2f} {total / questions_recorded / 1e3:>14.1f} "
                   f"{attention / questions_recorded / 1e3:>19.1f}")
+        compare_codecs(root / "run1" / "attention")
     finally:
         shutil.rmtree(root, ignore_errors=True)
+
+
+def compare_codecs(folder: Path) -> None:
+    """Print the bytes of every attention shard under ``folder`` rewritten with each of :data:`CANDIDATES`."""
+    table = pa.concat_tables([pq.read_table(f) for f in sorted(folder.rglob("*.parquet"))]).replace_schema_metadata(
+        None)
+    chosen = shard_codec("attention")
+    print(f"attention shards ({table.num_rows} rows) under each codec:")
+    for codec in CANDIDATES:
+        sink = io.BytesIO()
+        pq.write_table(table, sink, use_dictionary=["question_id"], **codec.writer_options(table.schema))
+        print(f"  {codec.label():<66} {len(sink.getvalue()) / 1e3:9.1f} KB{'  (the store uses it)' * (codec == chosen)}")
 
 
 if __name__ == "__main__":
