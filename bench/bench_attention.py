@@ -11,7 +11,9 @@ Three conditions record the same batch, interleaved repeat by repeat (so load dr
 
 Each timing is one batch recorded end to end: generation with the recorder attached, the writer columns built, the
 batch written by a :class:`~sst_interp.store.RunWriter` (flushed, so the writer's encoding is counted). Printed: the
-median seconds per batch, its ratio to ``record``, and the bytes each condition wrote per question (the
+median CPU seconds per batch (the process's, the writer thread's included: other jobs on a shared machine move the
+wall clock far more than they move this) and its ratio to ``record``, the median wall seconds and its ratio, and
+the bytes each condition wrote per question (the
 ``attention/`` shards apart), then the size of the ``attention all`` run's shards under each candidate codec (the
 choice in :data:`sst_interp.store.codecs.SHARD_CODECS` comes from it). SST backbones record through :class:`~sst_interp.hooks.Recorder`, looped families
 (``hops-organism``, an HRM-Text folder) through :class:`~sst_interp.hooks.VisitRecorder`, as ``record`` does. On a
@@ -110,6 +112,7 @@ def main() -> None:
              "sketch_k": RecordConfig().resolved_sketch_k(model.hidden_size)}
     root = Path(tempfile.mkdtemp(prefix="bench_attention_"))
     samples: dict[str, list[float]] = {name: [] for name in conditions}
+    walls: dict[str, list[float]] = {name: [] for name in conditions}
     counter = iter(range(10**6))
     try:
         writers = {name: RunWriter.create_or_resume(root / f"run{i}", {"bench": name}, extra)
@@ -117,29 +120,31 @@ def main() -> None:
         for repeat in range(args.repeats + 1):  # the first round warms up and is not counted
             for name, config in conditions.items():
                 ids = [f"{q.question_id}-{next(counter)}" for q in questions]
-                started = time.perf_counter()
+                started, wall = time.process_time(), time.perf_counter()
                 columns = record_batch(prompts, ids, config, args)
                 writers[name].submit(args.depth, ids, **columns)
                 writers[name].flush()
                 if repeat:
-                    samples[name].append(time.perf_counter() - started)
+                    samples[name].append(time.process_time() - started)
+                    walls[name].append(time.perf_counter() - wall)
         for writer in writers.values():
             writer.close()
         print(f"model {args.model} ({type(model).__name__}, {model.num_layers} recorded layers, d {model.hidden_size}); "
               f"{args.batch} questions x {args.new_tokens} new tokens at depth {args.depth}, {args.full_positions} "
               f"full positions; {args.repeats} repeats; torch threads {torch.get_num_threads()}; "
               f"{platform.processor() or platform.machine()}")
-        reference = statistics.median(samples["record"])
+        reference, wall_reference = statistics.median(samples["record"]), statistics.median(walls["record"])
         questions_recorded = args.batch * (args.repeats + 1)
-        print(f"{'condition':<22} {'s / batch':>10} {'ratio':>7} {'KB / question':>14} {'of which attention':>19}")
+        print(f"{'condition':<22} {'CPU s / batch':>13} {'ratio':>6} {'wall s / batch':>14} {'ratio':>6} "
+              f"{'KB / question':>14} {'of which attention':>19}")
         for i, name in enumerate(conditions):
             folder = root / f"run{i}"
             total = sum(f.stat().st_size for f in folder.rglob("*.parquet"))
             attention = sum(f.stat().st_size for f in (folder / "attention").rglob("*.parquet")) \
                 if (folder / "attention").is_dir() else 0
-            median = statistics.median(samples[name])
-            print(f"{name:<22} {median:>10.3f} {median / reference:>7.2f} {total / questions_recorded / 1e3:>14.1f} "
-                  f"{attention / questions_recorded / 1e3:>19.1f}")
+            median, wall = statistics.median(samples[name]), statistics.median(walls[name])
+            print(f"{name:<22} {median:>13.3f} {median / reference:>6.2f} {wall:>14.3f} {wall / wall_reference:>6.2f} "
+                  f"{total / questions_recorded / 1e3:>14.1f} {attention / questions_recorded / 1e3:>19.1f}")
         compare_codecs(root / "run1" / "attention")
     finally:
         shutil.rmtree(root, ignore_errors=True)

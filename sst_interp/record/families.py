@@ -40,7 +40,7 @@ from sst_interp.record.identity import questions_sha256
 from sst_interp.record.numerics import check_numerics, cpu_threads, numerics_fingerprint
 from sst_interp.record.options import RecordOptions
 from sst_interp.record.plan import RecordPlan, capture_config, frozen, resolve_options
-from sst_interp.record.preflight import check_against_model
+from sst_interp.record.preflight import attention_sizes, check_against_model
 from sst_interp.record.ranks import Ranks, ranks_from_environment
 from sst_interp.record.rundir import checked_space
 from sst_interp.store import check_out
@@ -223,7 +223,8 @@ def _record_family_loaded(plan: RecordPlan, model: Any, tokenizer: Any) -> dict[
     space = checked_space(out, questions, depths, options.allow_low_disk, full_positions=config.full_positions,
                           sketch_positions=config.sketch_positions, layers=model.num_layers, d=model.hidden_size,
                           dtype=options.dtype, top_k=options.top_k, sketch_k=extra["sketch_k"],
-                          max_new_tokens=options.max_new_tokens, gates=False, ffn_size=0)
+                          max_new_tokens=options.max_new_tokens, gates=False, ffn_size=0,
+                          **attention_sizes(options, model, tokenizer, questions))
 
     def one_batch(batch: list[Any], depth: int) -> tuple[dict[str, Any], dict[str, Any] | None]:
         rows, columns, meta = record_family_batch(model, tokenizer, batch, depth, options, config, spec)

@@ -56,19 +56,41 @@ def check_attention(options: RecordOptions, model: Any) -> None:
     if name not in READABLE:
         raise UsageError(f"--attention reads weights from eager or sdpa attention; this model runs {name!r} (load it "
                          "with attn_implementation='eager')")
-    if model.loop.visit_sites is None:  # SST: one decoder layer per recorded layer
-        chosen = range(count) if layers is None else layers
-        modules = [(f"layer {i}", attention_module(model.layers[i], f"layer {i}")) for i in chosen]
-    else:  # a looped family: a module may serve several recorded layers, so every visited module is checked
-        sites = {id(module): module for module, _ in model.loop.visit_sites(model.backbone)}.values()
-        modules = [(type(site).__name__, attention_module(site, type(site).__name__)) for site in sites]
-    if heads is None:
-        return
-    for where, module in modules:
+    modules = _attention_modules(model, layers)  # a layer without self_attn is refused here
+    for where, module in modules if heads is not None else []:
         have = attention_heads(module)
         if max(heads) >= have:
             raise UsageError(f"--attention asks for head {max(heads)}, but {where}'s attention has {have} heads "
                              f"(0..{have - 1}); pick heads below {have}")
+
+
+def _attention_modules(model: Any, layers: Sequence[int] | None) -> list[tuple[str, Any]]:
+    """(where, attention module) of the recorded ``layers`` (None: all) of an SST; of every visited layer module of a
+    looped family, where a module may serve several recorded layers."""
+    if model.loop.visit_sites is None:  # SST: one decoder layer per recorded layer
+        chosen = range(int(model.num_layers)) if layers is None else layers
+        return [(f"layer {i}", attention_module(model.layers[i], f"layer {i}")) for i in chosen]
+    sites = {id(module): module for module, _ in model.loop.visit_sites(model.backbone)}.values()
+    return [(type(site).__name__, attention_module(site, type(site).__name__)) for site in sites]
+
+
+def attention_sizes(options: RecordOptions, model: Any, tokenizer: Any, questions: Sequence[Any]) -> dict[str, int]:
+    """The disk estimate's attention keywords (:func:`sst_interp.store.space.bytes_per_question`): rows per recorded
+    (position, iteration), the recorded layers times their heads, and an upper bound of the keys of a row (K under
+    ``--attention-top-k``, else the longest prompt plus ``--max-new-tokens``, or CodeACT's context limit); nothing
+    without ``--attention``. Run after :func:`check_attention`."""
+    if options.attention is None:
+        return {}
+    layers, heads = parse_attention(options.attention)
+    count = int(model.num_layers) if layers is None else len(layers)
+    per_layer = len(heads) if heads is not None else max(attention_heads(m) for _, m in _attention_modules(model, layers))
+    if options.attention_top_k is not None:
+        keys = options.attention_top_k
+    elif options.codeact:
+        keys = options.max_context_tokens
+    else:
+        keys = _longest_prompt(options, tokenizer, questions, ModelLimits.of(model))[0] + options.max_new_tokens
+    return {"attention_rows": count * per_layer, "attention_keys": keys}
 
 
 def check_task_tokenizer(tokenizer: Any, questions: Sequence[Any]) -> None:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import shutil
 from pathlib import Path
 
 import numpy as np
@@ -89,6 +90,17 @@ def test_attention_shards_are_checksummed_verified_and_read_tidy(gemma: Path, ru
     assert analysis.attention().equals(rows)
     table = analysis.table("attention")
     assert set(table["layer"]) == {0, 2} and (table["remaining_mass_mean"].abs() < 1e-5).all()
+
+
+def test_a_damaged_attention_shard_fails_verification(runs: dict[str, Path], tmp_path: Path) -> None:
+    copy = tmp_path / "copy"
+    shutil.copytree(runs["attention"], copy)
+    shard = sorted((copy / "attention").rglob("*.parquet"))[0]
+    data = bytearray(shard.read_bytes())
+    data[len(data) // 3] ^= 0xFF
+    shard.write_bytes(bytes(data))
+    report = verify_run(copy)
+    assert [rel for rel, _ in report.damaged] == [shard.relative_to(copy).as_posix()]
 
 
 def test_recording_attention_changes_no_token_and_no_state(runs: dict[str, Path]) -> None:
