@@ -241,7 +241,7 @@ def _overlap(a: dict[str, tuple[int, int] | None], b: dict[str, tuple[int, int] 
 
 
 def duplicate_blocks(path: Path, shards: Sequence[ShardFile], full: bool) -> list[Finding]:
-    """Every (question, depth, turn, position, iteration[, layer]) block of each kind occurs once.
+    """Every (question, depth, turn, position, iteration[, layer[, head]]) block of each kind occurs once.
 
     ``full=False`` reads coordinates only where footers cannot rule a repeat out (a question in row groups whose
     coordinate ranges overlap, or in row groups of several questions); ``full=True`` reads every row group's
