@@ -19,6 +19,7 @@ HALTING_PROBE = "Halting probe"
 ALPHA_AND_TRAINING = "Learned blend coefficients and training"
 INTERVENTIONS = "Interventions"
 ACROSS_FAMILIES = "Across latent-iteration families"
+ATTENTION = "Attention per iteration"
 ABLATIONS_AND_EXTERNAL = "Ablations and external comparison"
 
 #: Every section, in the page's display order.
@@ -32,5 +33,6 @@ SECTIONS: tuple[str, ...] = (
     ALPHA_AND_TRAINING,
     INTERVENTIONS,
     ACROSS_FAMILIES,
+    ATTENTION,
     ABLATIONS_AND_EXTERNAL,
 )

@@ -17,6 +17,33 @@ def default_sketch_k(hidden_size: int) -> int:
 
 
 @dataclass(frozen=True)
+class AttentionConfig:
+    """Which attention weights to record (``record --attention``), at the full positions' queries.
+
+    Args:
+        layers: the recorded layers (indices of the run's layer axis) whose attention is kept; None: every layer.
+        heads: the heads kept in each of those layers; None: every head.
+        top_k: keep each (query, head)'s ``top_k`` keys by weight (and the mass the others hold); None: every key.
+    """
+
+    layers: tuple[int, ...] | None = None
+    heads: tuple[int, ...] | None = None
+    top_k: int | None = None
+
+    def __post_init__(self) -> None:
+        for name in ("layers", "heads"):
+            values = getattr(self, name)
+            if values is not None and (not values or min(values) < 0 or len(set(values)) != len(values)):
+                raise ValueError(f"attention {name} must be distinct indices >= 0, got {values}")
+        if self.top_k is not None and self.top_k < 1:
+            raise ValueError(f"attention top_k must be >= 1, got {self.top_k}")
+
+    def keeps_layer(self, layer: int) -> bool:
+        """Whether ``layer``'s attention is recorded."""
+        return self.layers is None or layer in self.layers
+
+
+@dataclass(frozen=True)
 class RecordConfig:
     """What to record during generation (docs/format.md).
 
@@ -31,6 +58,8 @@ class RecordConfig:
             positions, through a hook on each layer's ``mlp.gate_proj``.
         gate_sign_bits: with ``gates``, also keep the packed sign bits (numpy.packbits order) for flip rates.
         logits: record the per-iteration logit summaries.
+        attention: which attention weights to record at the full positions (:class:`AttentionConfig`); None:
+            none.
     """
 
     full_positions: int = 10
@@ -41,6 +70,7 @@ class RecordConfig:
     gates: bool = False
     gate_sign_bits: bool = True
     logits: bool = True
+    attention: AttentionConfig | None = None
 
     def __post_init__(self) -> None:
         if self.dtype not in HIDDEN_DTYPES:

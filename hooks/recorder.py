@@ -20,6 +20,8 @@ from typing import Any
 import torch
 from torch import nn
 
+from sst_interp.hooks.attention import AttentionCapture
+from sst_interp.hooks.attention_weights import implementation
 from sst_interp.hooks.capture import LayerCapture
 from sst_interp.hooks.config import PassState, RecordConfig
 from sst_interp.hooks.gates import GateCapture
@@ -35,10 +37,13 @@ class Recorder:
         hidden_size: d.
         question_ids: the question of each batch row, [B].
         config: :class:`RecordConfig`.
+        decoder: with ``config.attention``: the module whose calls carry the 2-D ``attention_mask`` keyword (the
+            decoder stack), which names each key; and the model's attention implementation.
     """
 
     def __init__(self, layers: Sequence[nn.Module], hidden_size: int, question_ids: Sequence[str],
-                 config: RecordConfig, layer_hooks: bool = True) -> None:
+                 config: RecordConfig, layer_hooks: bool = True, decoder: nn.Module | None = None,
+                 attn_implementation: str = "eager") -> None:
         self.config = config
         self.layer_hooks = layer_hooks
         self.question_ids = [str(q) for q in question_ids]
@@ -46,6 +51,10 @@ class Recorder:
         self.layers = LayerCapture(layers, self.state, config, hidden_size)
         self.logits = LogitCapture(self.state, config.top_k) if config.logits else None
         self.gates = GateCapture(layers, self.state, config.gate_sign_bits) if config.gates else None
+        self.attention = AttentionCapture(self.state, config.attention) if config.attention is not None else None
+        if self.attention is not None and (decoder is None or not layer_hooks):
+            raise ValueError("recording attention needs the layer hooks and the decoder module (Recorder.for_model)")
+        self._decoder, self._implementation, self._layer_modules = decoder, attn_implementation, list(layers)
         self.hooks = OwnedHooks()
         self.tokens: dict[tuple[int, int], torch.Tensor] = {}
 
@@ -55,7 +64,10 @@ class Recorder:
         """A Recorder on ``sst.layers`` with ``sst.hidden_size``. ``layer_hooks=False`` for a compiled session
         (:class:`~sst_interp.model.compiled.CompiledSession`), which hands every pass's layer outputs to
         :meth:`on_layer_outputs` instead."""
-        return cls(sst.layers, sst.hidden_size, question_ids, config, layer_hooks)
+        if config.attention is None:
+            return cls(sst.layers, sst.hidden_size, question_ids, config, layer_hooks)
+        return cls(sst.layers, sst.hidden_size, question_ids, config, layer_hooks, decoder=sst.backbone.get_decoder(),
+                   attn_implementation=implementation(sst.backbone.config))
 
     # ------------------------------------------------------------------------------------------ hooks
     def __enter__(self) -> Recorder:
@@ -64,14 +76,24 @@ class Recorder:
                 self.layers.attach(self.hooks)
             if self.gates is not None:
                 self.gates.attach(self.hooks)
+            if self.attention is not None:
+                sites = [(layer, index) for index, layer in enumerate(self._layer_modules)
+                         if self.config.attention.keeps_layer(index)]
+                self.attention.attach(self.hooks, self._decoder, sites, self._implementation)
         except BaseException:
-            self.hooks.close()
+            self.close()
             raise
         return self
 
+    def close(self) -> None:
+        """Remove every hook (and the attention kernel's wrapper); idempotent."""
+        self.hooks.close()
+        if self.attention is not None:
+            self.attention.close()
+
     def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
                  tb: TracebackType | None) -> None:
-        self.hooks.close()
+        self.close()
         self.state.kind = None
 
     # ------------------------------------------------------------------------------------------ observer
@@ -112,7 +134,8 @@ class Recorder:
 
     # ------------------------------------------------------------------------------------------ output
     def columns(self) -> dict[str, dict[str, Any]]:
-        """Writer columns per table (``hidden``, ``sketch``, ``logits``, ``gates``); empty tables are left out.
+        """Writer columns per table (``hidden``, ``sketch``, ``logits``, ``gates``, ``attention``); empty tables are
+        left out.
 
         ``hidden["values"]`` is [N, d] in the recorded dtype and ``sketch["top_indices"]`` [N, k] int32, both
         still on the model's device (on the CPU when a device map spreads the layers over several devices; the
@@ -124,4 +147,6 @@ class Recorder:
             out["logits"] = self.logits.columns(self.question_ids)
         if self.gates is not None:
             out["gates"] = self.gates.columns(self.question_ids)
+        if self.attention is not None:
+            out["attention"] = self.attention.columns(self.question_ids)
         return {name: cols for name, cols in out.items() if cols is not None}

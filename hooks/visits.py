@@ -20,6 +20,8 @@ from typing import Any
 import torch
 from torch import nn
 
+from sst_interp.hooks.attention import AttentionCapture
+from sst_interp.hooks.attention_weights import implementation
 from sst_interp.hooks.capture import _Entries, layer_output, rows_to_columns, top_abs_indices
 from sst_interp.hooks.config import PassState, RecordConfig
 from sst_interp.hooks.logits import LogitCapture
@@ -39,11 +41,14 @@ class VisitRecorder:
         hidden_size: d.
         question_ids: the question of each batch row, [B].
         config: :class:`RecordConfig`.
+        caller: with ``config.attention``: the module whose calls carry the 2-D ``attention_mask`` keyword (the
+            model), which names each key; and the model's attention implementation.
     """
 
     def __init__(self, visit_sites: Sequence[VisitSite], lens_sites: Sequence[LensSite],
                  lens_head: Callable[[torch.Tensor], torch.Tensor], hidden_size: int,
-                 question_ids: Sequence[str], config: RecordConfig) -> None:
+                 question_ids: Sequence[str], config: RecordConfig, caller: nn.Module | None = None,
+                 attn_implementation: str = "eager") -> None:
         self.config = config
         self.question_ids = [str(q) for q in question_ids]
         self.visit_sites, self.lens_sites, self.lens_head = list(visit_sites), list(lens_sites), lens_head
@@ -52,6 +57,10 @@ class VisitRecorder:
         self.sketch_k = config.resolved_sketch_k(hidden_size)
         self.hidden, self.sketch = _Entries(), _Entries()
         self.logits = LogitCapture(self.state, config.top_k) if config.logits else None
+        self.attention = AttentionCapture(self.state, config.attention) if config.attention is not None else None
+        if self.attention is not None and caller is None:
+            raise ValueError("recording attention needs the module whose calls carry the attention mask")
+        self._caller, self._implementation = caller, attn_implementation
         self.hooks = OwnedHooks()
         self.tokens: dict[tuple[int, int], torch.Tensor] = {}
         # visits of each recorded layer, and calls of each lens site, in the forward call in progress
@@ -63,7 +72,8 @@ class VisitRecorder:
         """A VisitRecorder on a :class:`~sst_interp.model.loop_model.LoopModel`'s declared sites."""
         loop = model.loop
         return cls(loop.visit_sites(model.backbone), loop.lens_sites(model.backbone), model.lens, model.hidden_size,
-                   question_ids, config)
+                   question_ids, config, caller=model.backbone,
+                   attn_implementation=implementation(model.backbone.config))
 
     def __enter__(self) -> VisitRecorder:
         try:
@@ -71,14 +81,25 @@ class VisitRecorder:
                 self.hooks.forward_with_kwargs(module, self._visit_hook(address))
             for site, (module, iteration) in enumerate(self.lens_sites):
                 self.hooks.forward_with_kwargs(module, self._lens_hook(site, iteration))
+            if self.attention is not None:
+                # each visited module once: its visits are addressed after the call, by the visit hook
+                modules = list({id(module): module for module, _ in self.visit_sites}.values())
+                self.attention.attach(self.hooks, self._caller, [(module, None) for module in modules],
+                                      self._implementation)
         except BaseException:
-            self.hooks.close()
+            self.close()
             raise
         return self
 
+    def close(self) -> None:
+        """Remove every hook (and the attention kernel's wrapper); idempotent."""
+        self.hooks.close()
+        if self.attention is not None:
+            self.attention.close()
+
     def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
                  tb: TracebackType | None) -> None:
-        self.hooks.close()
+        self.close()
         self.state.kind = None
 
     def _visit_hook(self, address: Callable[[dict[str, Any]], tuple[int, int]]):
@@ -87,6 +108,8 @@ class VisitRecorder:
             _, layer = address(kwargs)
             iteration = self.visits_in_call.get(layer, 0) + 1
             self.visits_in_call[layer] = iteration
+            if self.attention is not None:  # what the visit's attention kept is filed under the same address
+                self.attention.file(module, iteration, layer)
             kind = self.state.kind
             if kind is None:
                 return
@@ -139,9 +162,12 @@ class VisitRecorder:
             self.tokens[(self.state.turn, position)] = token_ids.detach().clone()
 
     def columns(self) -> dict[str, dict[str, Any]]:
-        """Writer columns per table (``hidden``, ``sketch``, ``logits``), as :meth:`Recorder.columns`."""
+        """Writer columns per table (``hidden``, ``sketch``, ``logits``, ``attention``), as
+        :meth:`Recorder.columns`."""
         out = {"hidden": rows_to_columns(self.hidden, self.state.active, self.question_ids, "values"),
                "sketch": rows_to_columns(self.sketch, self.state.active, self.question_ids, "top_indices")}
         if self.logits is not None:
             out["logits"] = self.logits.columns(self.question_ids)
+        if self.attention is not None:
+            out["attention"] = self.attention.columns(self.question_ids)
         return {name: cols for name, cols in out.items() if cols is not None}

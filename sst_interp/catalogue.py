@@ -23,6 +23,7 @@ from types import ModuleType
 from typing import Any
 
 from sst_interp.analyses import (
+    attention,
     basin_profiles,
     basins,
     by_question,
@@ -47,10 +48,11 @@ from sst_interp.probe import measurements as probe
 
 #: The modules that declare measurements, in the catalogue's order (the paper's, roughly: evaluation, basin shifts,
 #: logit dynamics, precision and convergence, the alpha and training figures, depth policies, families, the probe,
-#: the experiments, the comparisons of several runs).
+#: the experiments, the comparisons of several runs, the attention recorded per iteration).
 FAMILIES: tuple[ModuleType, ...] = (
     evaluation, repetition, convergent, episodes, basins, divergence, logit_dynamics, precision, convergence,
     by_question, basin_profiles, checkpoint_figures, depth_policies, families, probe, experiments, comparisons,
+    attention,
 )
 
 #: Every measurement.

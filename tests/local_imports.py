@@ -42,7 +42,6 @@ CLASSES: tuple[str, ...] = ("loaded", "needless", "deferred", "lazy", "stdlib")
 BUDGET = 120
 #: Function-local imports of the standard library not yet moved to the top, (path, module) -> why.
 PENDING_STDLIB: dict[tuple[str, str], str] = {
-    ("sst_interp/record/families.py", "contextlib"): "issue 58: the module is edited on another branch",
 }
 #: Every kept function-local import with what it keeps off its importer's path, one per line (``--write``).
 LISTING = Path(__file__).with_name("local_imports.txt")

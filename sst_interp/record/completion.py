@@ -33,9 +33,11 @@ def run_compiler(sst: Any, options: RecordOptions) -> Any:
     """The run's :class:`~sst_interp.model.compiled.StepCompiler` (None: decode eager), from ``--compile`` and what
     the run needs: CodeACT episodes, a device map, an intervention the step cannot carry
     (:func:`~sst_interp.interventions.compiled.spec_refusal`) or a hook-reading probe policy decode eager
-    (``--compile on`` there was refused by :meth:`RecordOptions.validate`)."""
+    (``--compile on`` there was refused by :meth:`RecordOptions.validate`), and so does a run that records attention
+    (the step runs no hooks)."""
 
-    if options.codeact or options.placement()[0] is not None or options.depth_policy.startswith("probe:"):
+    if options.codeact or options.placement()[0] is not None or options.depth_policy.startswith("probe:") or \
+            options.attention is not None:
         return None
     spec = options.intervention_spec()
     if spec is not None and spec_refusal(spec) is not None:

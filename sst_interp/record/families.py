@@ -30,12 +30,13 @@ from sst_interp.model.loading import eos_token_ids
 from sst_interp.model.loop_file import loop_file_sha256
 from sst_interp.model.loop_model import LoopModel, generate_looped, load_loop_backbone
 from sst_interp.model.observers import ObserverGroup
+from sst_interp.record.attention import attention_identity, attention_manifest
 from sst_interp.record.batches import record_batches, sites_check
 from sst_interp.record.identity import questions_sha256
 from sst_interp.record.numerics import check_numerics, cpu_threads, numerics_fingerprint
 from sst_interp.record.options import RecordOptions
 from sst_interp.record.plan import RecordPlan, capture_config, frozen, load_every, resolve_options
-from sst_interp.record.preflight import check_against_model
+from sst_interp.record.preflight import attention_sizes, check_against_model
 from sst_interp.record.ranks import Ranks, ranks_from_environment
 from sst_interp.record.rundir import checked_space
 from sst_interp.record.trace_check import checked_trace
@@ -99,6 +100,7 @@ def family_identity(options: RecordOptions, loop: Any, data_sha256: str) -> dict
     spec = options.intervention_spec()
     if spec is not None:
         identity.update(intervention=spec.to_dict(), intervention_runs=patch_runs(spec))
+    identity.update(attention_identity(options.attention, options.attention_top_k))
     return identity
 
 
@@ -177,7 +179,8 @@ def _record_family_loaded(plan: RecordPlan, model: Any, tokenizer: Any) -> dict[
     space = checked_space(out, questions, depths, options.allow_low_disk, full_positions=config.full_positions,
                           sketch_positions=config.sketch_positions, layers=model.num_layers, d=model.hidden_size,
                           dtype=options.dtype, top_k=options.top_k, sketch_k=extra["sketch_k"],
-                          max_new_tokens=options.max_new_tokens, gates=False, ffn_size=0)
+                          max_new_tokens=options.max_new_tokens, gates=False, ffn_size=0,
+                          **attention_sizes(options, model, tokenizer, questions))
 
     def one_batch(batch: list[Any], depth: int) -> tuple[dict[str, Any], dict[str, Any] | None]:
         rows, columns, meta = record_family_batch(model, tokenizer, batch, depth, options, config, spec)
@@ -196,8 +199,6 @@ def record_family_batch(model: Any, tokenizer: Any, batch: list[Any], depth: int
     """Generate one batch at ``depth`` with the :class:`~sst_interp.hooks.visits.VisitRecorder` attached, and the
     intervention ``spec`` applied when given; returns (generation rows, writer columns, the batch's manifest keys:
     the spec's site counts, or None)."""
-    from contextlib import nullcontext
-
     prompts = [list(tokenizer(q.prompt).input_ids) for q in batch]
     pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
     gen_config = GenerationConfig(max_new_tokens=options.max_new_tokens, eos_token_ids=eos_token_ids(tokenizer, model),
@@ -260,4 +261,4 @@ def family_manifest(options: RecordOptions, model: Any, tokenizer: Any, config: 
         "package_version": __version__,
         "logits_every_iteration": True,
         "vocab_size": int(vocab) if vocab is not None else None,
-    }
+    } | attention_manifest(options.attention, options.attention_top_k, model.num_layers)

@@ -18,6 +18,7 @@ from sst_interp.model.devices import check_device
 from sst_interp.model.loading import ModelSpec, eos_token_ids
 from sst_interp.model.placement import placement_summary
 from sst_interp.probe.policy import ProbeDepth
+from sst_interp.record.attention import attention_identity, attention_manifest
 from sst_interp.record.options import RecordOptions
 from sst_interp.sandbox.cgroup import memory_cap
 
@@ -80,6 +81,7 @@ def run_identity(options: RecordOptions, model_identity: dict[str, Any], data_sh
         top_k=options.top_k,
         gates=options.gates,
         batch_size=options.batch_size,
+        **attention_identity(options.attention, options.attention_top_k),
     )
     if options.codeact:
         identity.update(protocol="codeact", episode=episode_config(options).to_dict(), sandbox=options.sandbox.backend,
@@ -193,6 +195,7 @@ def manifest_extra(options: RecordOptions, sst: Any, tokenizer: Any, config: Any
     spec = options.intervention_spec()
     if spec is not None:
         extra["intervention"] = spec.to_dict()
+    extra.update(attention_manifest(options.attention, options.attention_top_k, sst.num_layers))
     return extra
 
 

@@ -30,6 +30,7 @@ from sst_interp.model.device_flags import (
     max_memory_arg,
 )
 from sst_interp.model.loop_options import LOOP_OPTION_FLAGS
+from sst_interp.record.attention import check_flags as check_attention_flags
 from sst_interp.record.forms import ACTION_TOKEN_TEXTS, ACTION_TOKENS_FLAGS, SANDBOX_FLAGS, SOURCE_OPTION_FLAGS
 from sst_interp.sandbox.config import SandboxConfig
 
@@ -86,6 +87,14 @@ class RecordOptions:
     sketch_k: int | None = arg(None, help="sketch size (default round(d * 1024 / 5376))")
     top_k: int = arg(128, help="K of the per-iteration top-K logits")
     gates: bool = arg(False, help="also record FFN gate activity")
+    attention: str | None = arg(None, metavar="LAYERS[:HEADS]",
+                                help="also record attention weights: each full position's query over its keys, per "
+                                     "(iteration, layer, head) of the layers and heads named (each 'all' or "
+                                     "comma-separated indices and ranges of the run's layer axis, e.g. all, 0,2-3:1; "
+                                     "HEADS defaults to all); the attention/ shards of docs/format.md")
+    attention_top_k: int | None = arg(None, metavar="K",
+                                      help="with --attention: keep each (query, head)'s K heaviest keys and the mass "
+                                           "of the others, instead of every key (for long contexts)")
     limit: int | None = arg(None, help="record only the first N questions")
     ids: list[str] | None = arg(None, metavar="ID,...", help="comma-separated question ids to record")
     prompt_mode: str | None = arg(None, help="two_pass | sequential | none: how the prompt and appended tool turns "
@@ -161,6 +170,9 @@ class RecordOptions:
         if self.codeact or self.placement()[0] is not None:
             raise UsageError("the compiled decode step serves single-turn completions on one device; "
                              "use --compile off")
+        if self.attention is not None:
+            raise UsageError("the compiled decode step runs no hooks, so it cannot record --attention; use --compile "
+                             "off (or auto)")
         refusal = setup_refusal(probe_policy=self.depth_policy.startswith("probe:"), device=self.device)
         if refusal is None and self.intervention is not None:
             from sst_interp.interventions.compiled import spec_refusal
@@ -254,6 +266,7 @@ class RecordOptions:
                 raise UsageError(f"--{name.replace('_', '-')} must be >= 0, got {getattr(self, name)}")
         if self.sketch_k is not None and self.sketch_k < 1:
             raise UsageError(f"--sketch-k must be at least 1, got {self.sketch_k}")
+        check_attention_flags(self.attention, self.attention_top_k)
         if self.threads is not None and self.threads < 1:
             raise UsageError(f"--threads must be at least 1, got {self.threads}")
         if self.limit is not None and self.limit < 1:

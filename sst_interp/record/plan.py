@@ -22,12 +22,13 @@ from typing import Any
 from sst_interp.codeact.prompts import codeact_question
 from sst_interp.data import load_questions, questions_to_frame
 from sst_interp.data.question import select_questions
-from sst_interp.hooks import RecordConfig
+from sst_interp.hooks import AttentionConfig, RecordConfig
 from sst_interp.interventions import patch_runs
 from sst_interp.kernels.errors import UsageError
 from sst_interp.model.devices import rank_device
 from sst_interp.model.loading import DEFAULT_PROMPT_MODE, demo_preset_note, resolve_prompt_mode
 from sst_interp.organism.carried import task_source_options
+from sst_interp.record.attention import attention_identity, parse_attention
 from sst_interp.record.identity import make_depth_policy, model_spec, questions_sha256, run_identity, sandbox_config
 from sst_interp.record.options import RecordOptions
 from sst_interp.record.ranks import Ranks
@@ -127,9 +128,13 @@ def load_every(options: RecordOptions) -> list[Any]:
 def capture_config(options: RecordOptions, gates: bool | None = None) -> Any:
     """The hooks' :class:`~sst_interp.hooks.RecordConfig` of ``options`` (``gates`` overrides ``--gates``)."""
 
+    attention = None
+    if options.attention is not None:
+        layers, heads = parse_attention(options.attention)
+        attention = AttentionConfig(layers=layers, heads=heads, top_k=options.attention_top_k)
     return RecordConfig(full_positions=options.full_positions, sketch_positions=options.sketch_positions,
                         sketch_k=options.sketch_k, top_k=options.top_k, dtype=options.dtype,
-                        gates=options.gates if gates is None else gates)
+                        gates=options.gates if gates is None else gates, attention=attention)
 
 
 def checked_sandbox(options: RecordOptions, out: Path) -> Any:
@@ -191,7 +196,7 @@ def plan_loaded(sst: Any, questions: list[Any], options: RecordOptions, out: str
 
 def loaded_identity(sst: Any, questions: list[Any], options: RecordOptions, spec: Any) -> dict[str, Any]:
     """The identity of a recording whose caller gave none: the model's name and SST config, the questions' hash,
-    the protocol, the answer budget, the prompt mode and the intervention."""
+    the protocol, the answer budget, the prompt mode, the intervention and the attention recorded."""
 
     identity = {"model": getattr(sst.backbone.config, "_name_or_path", type(sst.backbone).__name__),
                 "sst": sst.config.to_dict(), "questions": options.questions,
@@ -199,4 +204,5 @@ def loaded_identity(sst: Any, questions: list[Any], options: RecordOptions, spec
                 "max_new_tokens": options.max_new_tokens, "prompt_mode": options.prompt_mode}
     if spec is not None:
         identity.update(intervention=spec.to_dict(), intervention_runs=patch_runs(spec))
+    identity.update(attention_identity(options.attention, options.attention_top_k))
     return identity

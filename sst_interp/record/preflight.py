@@ -11,9 +11,12 @@ from collections.abc import Sequence
 from typing import Any
 
 from sst_interp.codeact.format import encode_with_actions
+from sst_interp.hooks import attention_heads, attention_module
+from sst_interp.hooks.attention_weights import READABLE, implementation
 from sst_interp.kernels.errors import UsageError
 from sst_interp.model.limits import ModelLimits, check_weights_placed
 from sst_interp.organism.tokenizer import check_organism_text, is_hops_tokenizer
+from sst_interp.record.attention import parse_attention
 from sst_interp.record.identity import action_tokens
 from sst_interp.record.options import RecordOptions
 
@@ -21,9 +24,10 @@ from sst_interp.record.options import RecordOptions
 def check_against_model(options: RecordOptions, sst: Any, tokenizer: Any, questions: Sequence[Any]) -> None:
     """Refuse flags the model cannot honour (UsageError): ``--top-k`` wider than the vocabulary, ``--sketch-k``
     above the hidden size, action token ids outside the vocabulary, a prompt plus ``--max-new-tokens`` beyond the
-    model's context, a CodeACT first turn longer than ``--max-context-tokens``, or a device map that put every
-    weight on the disk."""
+    model's context, a CodeACT first turn longer than ``--max-context-tokens``, a device map that put every
+    weight on the disk, or ``--attention`` asking for a layer or head the model lacks."""
     check_weights_placed(sst.backbone)
+    check_attention(options, sst)
     check_task_tokenizer(tokenizer, questions)
     limits = ModelLimits.of(sst)
     limits.check_top_k(options.top_k)
@@ -35,6 +39,58 @@ def check_against_model(options: RecordOptions, sst: Any, tokenizer: Any, questi
                          f"{question_id} ({longest} prompt tokens) plus --max-new-tokens "
                          f"{options.max_new_tokens}; give "
                          f"at least {longest + options.max_new_tokens}")
+
+
+def check_attention(options: RecordOptions, model: Any) -> None:
+    """Refuse (UsageError) an ``--attention`` the loaded model cannot give: a layer outside its recorded layer axis, a
+    head its attention modules lack, a layer without a ``self_attn`` module, or an attention implementation whose
+    weights cannot be read. ``model``: an SST or a :class:`~sst_interp.model.loop_model.LoopModel`."""
+    if options.attention is None:
+        return
+    layers, heads = parse_attention(options.attention)
+    count = int(model.num_layers)
+    if layers is not None and max(layers) >= count:
+        raise UsageError(f"--attention asks for layer {max(layers)}, but the {model.loop.family} model's recorded "
+                         f"layers are 0..{count - 1}; pick layers below {count}")
+    name = implementation(model.backbone.config)
+    if name not in READABLE:
+        raise UsageError(f"--attention reads weights from eager or sdpa attention; this model runs {name!r} (load it "
+                         "with attn_implementation='eager')")
+    modules = _attention_modules(model, layers)  # a layer without self_attn is refused here
+    for where, module in modules if heads is not None else []:
+        have = attention_heads(module)
+        if max(heads) >= have:
+            raise UsageError(f"--attention asks for head {max(heads)}, but {where}'s attention has {have} heads "
+                             f"(0..{have - 1}); pick heads below {have}")
+
+
+def _attention_modules(model: Any, layers: Sequence[int] | None) -> list[tuple[str, Any]]:
+    """(where, attention module) of the recorded ``layers`` (None: all) of an SST; of every visited layer module of a
+    looped family, where a module may serve several recorded layers."""
+    if model.loop.visit_sites is None:  # SST: one decoder layer per recorded layer
+        chosen = range(int(model.num_layers)) if layers is None else layers
+        return [(f"layer {i}", attention_module(model.layers[i], f"layer {i}")) for i in chosen]
+    sites = {id(module): module for module, _ in model.loop.visit_sites(model.backbone)}.values()
+    return [(type(site).__name__, attention_module(site, type(site).__name__)) for site in sites]
+
+
+def attention_sizes(options: RecordOptions, model: Any, tokenizer: Any, questions: Sequence[Any]) -> dict[str, int]:
+    """The disk estimate's attention keywords (:func:`sst_interp.store.space.bytes_per_question`): rows per recorded
+    (position, iteration), the recorded layers times their heads, and an upper bound of the keys of a row (K under
+    ``--attention-top-k``, else the longest prompt plus ``--max-new-tokens``, or CodeACT's context limit); nothing
+    without ``--attention``. Run after :func:`check_attention`."""
+    if options.attention is None:
+        return {}
+    layers, heads = parse_attention(options.attention)
+    count = int(model.num_layers) if layers is None else len(layers)
+    per_layer = len(heads) if heads is not None else max(attention_heads(m) for _, m in _attention_modules(model, layers))
+    if options.attention_top_k is not None:
+        keys = options.attention_top_k
+    elif options.codeact:
+        keys = options.max_context_tokens
+    else:
+        keys = _longest_prompt(options, tokenizer, questions, ModelLimits.of(model))[0] + options.max_new_tokens
+    return {"attention_rows": count * per_layer, "attention_keys": keys}
 
 
 def check_task_tokenizer(tokenizer: Any, questions: Sequence[Any]) -> None:

@@ -30,7 +30,7 @@ from sst_interp.record.identity import manifest_extra
 from sst_interp.record.numerics import check_numerics, check_ranks_agree, cpu_threads, numerics_fingerprint
 from sst_interp.record.options import RecordOptions
 from sst_interp.record.plan import RecordPlan, plan_loaded, plan_record
-from sst_interp.record.preflight import check_against_model
+from sst_interp.record.preflight import attention_sizes, check_against_model
 from sst_interp.record.ranks import Ranks, process_group, ranks_from_environment, share_of_work
 from sst_interp.record.rundir import checked_space, completed_before, open_run, run_summary
 from sst_interp.store import Run, check_out
@@ -119,7 +119,7 @@ def _record_loaded(plan: RecordPlan, sst: Any, tokenizer: Any, ranks: Ranks) -> 
     sizes = dict(full_positions=config.full_positions, sketch_positions=config.sketch_positions,
                  layers=sst.num_layers, d=sst.hidden_size, dtype=options.dtype, top_k=options.top_k,
                  sketch_k=extra["sketch_k"], max_new_tokens=options.max_new_tokens, gates=options.gates,
-                 ffn_size=extra.get("ffn_size") or 0)
+                 ffn_size=extra.get("ffn_size") or 0, **attention_sizes(options, sst, tokenizer, questions))
     space = ranks.run_on_main(lambda: checked_space(
         out, questions, depths, options.allow_low_disk,
         # an episode records up to max_turns model turns, each like one completion: count it as that many

@@ -104,6 +104,11 @@ SHARD_CODECS: Mapping[str, Codec] = MappingProxyType({
     "sketch": Codec("zstd", 3, {"top_indices": "DELTA_BINARY_PACKED"}),
     # Not measured (the synthetic generator writes no gates); kept as before.
     "gates": Codec("zstd"),
+    # From bench/bench_attention.py (bench/results/attention.log): the weights with their bytes split by
+    # significance, then zstd-1: 514.9 KB against 579.4 with zstd-1 alone on the default backbone's shards (111.3
+    # against 122.3 on hops-organism's); zstd-3 is no smaller (514.8, 111.6), and delta-encoding the key positions
+    # makes them larger (527.5, 111.5): zstd already finds the runs 0, 1, 2, ... of an all-keys row.
+    "attention": Codec("zstd", 1, {"weights": "BYTE_STREAM_SPLIT"}),
 })
 
 

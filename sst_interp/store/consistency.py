@@ -31,7 +31,10 @@ from sst_interp.store.manifest import REPAIR_COMMAND
 
 #: What to run when the manifest is the file at fault.
 COORDS = {"hidden": ("turn", "position", "iteration", "layer"), "logits": ("turn", "position", "iteration"),
-          "sketch": ("turn", "position", "iteration", "layer"), "gates": ("turn", "position", "iteration", "layer")}
+          "sketch": ("turn", "position", "iteration", "layer"), "gates": ("turn", "position", "iteration", "layer"),
+          "attention": ("turn", "position", "iteration", "layer", "head")}
+#: Kinds that hold every recorded layer (attention holds the layers --attention chose, so it says nothing of
+#: num_layers).
 LAYERED = ("hidden", "sketch", "gates")
 
 
@@ -238,7 +241,7 @@ def _overlap(a: dict[str, tuple[int, int] | None], b: dict[str, tuple[int, int] 
 
 
 def duplicate_blocks(path: Path, shards: Sequence[ShardFile], full: bool) -> list[Finding]:
-    """Every (question, depth, turn, position, iteration[, layer]) block of each kind occurs once.
+    """Every (question, depth, turn, position, iteration[, layer[, head]]) block of each kind occurs once.
 
     ``full=False`` reads coordinates only where footers cannot rule a repeat out (a question in row groups whose
     coordinate ranges overlap, or in row groups of several questions); ``full=True`` reads every row group's

@@ -166,6 +166,12 @@ def shard_columns(kind: str, layout: Mapping[str, Any], file_dtype: str | None) 
         return coords + _cols([("layer", INT)]) + [_sketch_indices(int(layout["hidden_size"]))]
     if kind == "gates":
         return coords + _cols([("layer", INT)]) + [Column("active_fraction", _float32, "float32")]
+    if kind == "attention":
+        return coords + _cols([("layer", INT), ("head", INT)]) + [
+            Column("key_positions", _list_of(_int32), "list<int32>"),
+            Column("weights", _list_of(_float32), "list<float32>"),
+            Column("remaining_mass", _float32, "float32"),
+        ]
     raise ValueError(f"unknown shard kind {kind!r}; expected one of {sch.KINDS}")
 
 

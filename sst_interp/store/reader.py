@@ -14,6 +14,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from sst_interp.kernels.errors import UsageError
 from sst_interp.store import manifest as mf
@@ -95,6 +96,12 @@ class Run:
                 meta = check_table_file(path / name)
                 contract.check_columns(path / name, meta.schema.to_arrow_schema(), contract.TABLE_COLUMNS[name])
         return cls(path, manifest, shards)
+
+    @property
+    def shard_kinds(self) -> list[str]:
+        """The kinds of shard the run holds (``hidden``, ``logits``, ``sketch``, ``gates``, ``attention``), found in
+        its layout."""
+        return [kind for kind in sch.KINDS if any(s.kind == kind for s in self._shards)]
 
     def check_tables(self) -> Run:
         """Read every page of the run's tables (questions, generations, episodes) with their CRC checks and compare
@@ -258,6 +265,30 @@ class Run:
                     bits = grid.scatter(packed, 0, np.uint8)
                 yield GateBlock(qid, t, *grid.axes, frac, bits)
 
+    def attention(self, depth: int | None = None, question_ids: Sequence[str] | None = None, turn: int | None = None,
+                  positions: Sequence[int] | None = None, iterations: Sequence[int] | None = None,
+                  layers: Sequence[int] | None = None, heads: Sequence[int] | None = None) -> pd.DataFrame:
+        """The recorded attention (``record --attention``) as tidy rows, one per (question, depth, turn, query
+        position, iteration, layer, head, key): ``question_id``, ``depth``, ``turn``, ``position``, ``iteration``,
+        ``layer``, ``head``, ``key_position`` (the key's index in the row's context: prompt tokens from 0, then
+        each token fed after them), ``weight``, and ``remaining_mass`` (of the (query, head) row: 1 - the sum of its
+        stored weights; the mass on keys a top-k run left out). ``depth`` None reads every depth; the other
+        arguments narrow the rows.
+
+        Raises UsageError when the run recorded no attention, or a question is not recorded at ``depth``."""
+        if "attention" not in self.shard_kinds:
+            raise UsageError(f"{self.path} recorded no attention; record it with python -m sst_interp.record "
+                             "--attention LAYERS[:HEADS]")
+        frames = []
+        for k in (self.depths if depth is None else [int(depth)]):
+            for _qid, table in self._tables("attention", k, question_ids):
+                table = filter_rows(table, turn=turn, position=positions, iteration=iterations, layer=layers,
+                                    head=heads)
+                frames.append(attention_rows(table, k))
+        if not frames:
+            return attention_rows(sch.attention_schema().empty_table(), 0)
+        return pd.concat(frames, ignore_index=True)
+
     def _tables(self, kind: str, depth: int, question_ids: Sequence[str] | None) -> Iterator[tuple[str, pa.Table]]:
         """Yield (question id, that question's rows of ``kind`` at ``depth``), reading only the row groups that hold
         it (one, for the writer's shards)."""
@@ -299,6 +330,26 @@ class Run:
     def to_json(self) -> str:
         """The manifest as JSON text."""
         return json.dumps(self.manifest, indent=1)
+
+
+def attention_rows(table: pa.Table, depth: int) -> pd.DataFrame:
+    """Attention shard rows ``table`` (one per query and head) exploded into one row per key, tidy (see
+    :meth:`Run.attention`)."""
+    keys, weights = table.column("key_positions"), table.column("weights")
+    lengths = pc.list_value_length(keys).to_numpy(zero_copy_only=False).astype(np.int64) if table.num_rows \
+        else np.zeros(0, np.int64)
+
+    def repeated(name: str) -> np.ndarray:
+        return np.repeat(table.column(name).to_numpy(zero_copy_only=False), lengths)
+
+    return pd.DataFrame({
+        "question_id": np.repeat(np.asarray(table.column("question_id").to_pylist(), dtype=object), lengths),
+        "depth": np.full(int(lengths.sum()), depth, dtype=np.int64),
+        **{name: repeated(name).astype(np.int64) for name in ("turn", "position", "iteration", "layer", "head")},
+        "key_position": np.asarray(pc.list_flatten(keys).to_numpy(zero_copy_only=False), dtype=np.int64),
+        "weight": np.asarray(pc.list_flatten(weights).to_numpy(zero_copy_only=False), dtype=np.float32),
+        "remaining_mass": repeated("remaining_mass").astype(np.float32),
+    })
 
 
 def _check_sha256(target: Path, recorded: dict[str, Any] | None) -> None:

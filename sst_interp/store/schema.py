@@ -11,6 +11,10 @@ Hidden values are lossless: float32 as ``fixed_size_list<float32>[d]``; bfloat16
 Sketch indices (``top_indices``, each in [0, d)) are ``fixed_size_list<uint16>[k]`` when d < 65,536 and
 ``fixed_size_list<int32>[k]`` otherwise; runs written before the narrowing hold int32 for any d and stay valid.
 Readers get int32 either way (:func:`decode_fixed_list` widens exactly), so -1 can mark a missing cell.
+
+Attention rows (``record --attention``) are one per (question, turn, position, iteration, layer, head): the keys the
+query attended to (``key_positions``, each key's index in the row's own context) and their ``weights`` as
+variable-length lists, and the ``remaining_mass`` the stored keys leave out (1 - their sum).
 """
 
 from __future__ import annotations
@@ -23,7 +27,7 @@ import pyarrow as pa
 SCHEMA_VERSION = 1
 DTYPE_KEY = b"sst_interp.dtype"
 HIDDEN_DTYPES = ("float32", "bfloat16")
-KINDS = ("hidden", "logits", "sketch", "gates")
+KINDS = ("hidden", "logits", "sketch", "gates", "attention")
 #: Sketch indices are stored as uint16 for hidden sizes below this (every index < d then fits in 16 bits).
 UINT16_INDEX_LIMIT = 65536
 
@@ -144,6 +148,24 @@ def gates_schema(with_sign_bits: bool) -> pa.Schema:
     if with_sign_bits:
         fields.append(("sign_bits", pa.binary()))
     return pa.schema(fields)
+
+
+def attention_schema() -> pa.Schema:
+    """Schema of ``attention/depth=D/*.parquet``: one row per (question, turn, position, iteration, layer, head),
+    its keys' context indices and weights as variable-length lists (all keys, or the top-k by weight)."""
+    return pa.schema(
+        [
+            ("question_id", pa.string()),
+            ("turn", _COORD),
+            ("position", _COORD),
+            ("iteration", _COORD),
+            ("layer", _COORD),
+            ("head", _COORD),
+            ("key_positions", pa.list_(pa.int32())),
+            ("weights", pa.list_(pa.float32())),
+            ("remaining_mass", pa.float32()),
+        ]
+    )
 
 
 def check_dtype(dtype: str) -> None:

@@ -44,14 +44,15 @@ class SpaceEstimate:
 
 def bytes_per_question(depths: Sequence[int], full_positions: int, sketch_positions: int, layers: int, d: int,
                        dtype: str, top_k: int, sketch_k: int, max_new_tokens: int, gates: bool = False,
-                       ffn_size: int = 0, turns: int = 1) -> int:
+                       ffn_size: int = 0, turns: int = 1, attention_rows: int = 0, attention_keys: int = 0) -> int:
     """Upper estimate of the bytes one question takes over all ``depths`` (uncompressed values).
 
     At depth k a recorded position has k iterations; full states cost ``layers * d * (4 or 2)`` bytes per
     (position, iteration); sketches ``layers * sketch_k * (2 or 4)`` (uint16 indices when d < 65,536, else int32;
     the writer's delta encoding stores sorted indices in less); logits ``top_k * 12 + 8`` for every recorded
-    position; gates ``layers * (4 + ffn_size / 8)`` for full positions when enabled; plus a fixed Parquet
-    overhead per depth and table. Positions are capped at ``max_new_tokens`` (position 0 is always recorded
+    position; gates ``layers * (4 + ffn_size / 8)`` for full positions when enabled; attention ``attention_rows``
+    (recorded layers x heads) rows of ``attention_keys`` keys (8 bytes each: position and weight) per full position
+    when recorded; plus a fixed Parquet overhead per depth and table. Positions are capped at ``max_new_tokens`` (position 0 is always recorded
     in full).
     """
     value_bytes = 4 if dtype == "float32" else 2
@@ -65,8 +66,10 @@ def bytes_per_question(depths: Sequence[int], full_positions: int, sketch_positi
     )
     if gates:
         per_iteration += full * layers * (4 + (ffn_size + 7) // 8 + ROW_OVERHEAD_BYTES)
+    if attention_rows:
+        per_iteration += full * attention_rows * (attention_keys * 8 + 4 + ROW_OVERHEAD_BYTES)
     generation_bytes = max_new_tokens * 4 + 512
-    fixed = TABLE_OVERHEAD_BYTES * (4 if gates else 3)
+    fixed = TABLE_OVERHEAD_BYTES * (3 + bool(gates) + bool(attention_rows))
     return int(sum(turns * (int(k) * per_iteration + generation_bytes) + fixed for k in depths))
 
 

@@ -7,6 +7,8 @@ writer thread). ``question_id`` [N] str, ``turn``/``position``/``iteration``/``l
 - logits: ``argmax`` [N], ``top_ids`` [N, K], ``top_logprobs`` [N, K], ``entropy`` [N], ``tracked_logprobs`` [N, K]
 - sketch: ``top_indices`` [N, k] ints in [0, d) (stored as uint16 when d < 65,536, else int32; see schema)
 - gates: ``active_fraction`` [N], optional ``sign_bits`` (list of N bytes, or a uint8 array [N, n_bytes])
+- attention: ``head`` [N] besides the coordinates, ``offsets`` [N + 1] (row i's keys are the flat entries
+  ``offsets[i]:offsets[i + 1]``), ``key_positions`` [M] and ``weights`` [M] flat, ``remaining_mass`` [N]
 """
 
 from __future__ import annotations
@@ -30,8 +32,9 @@ SORT_KEYS = {
     "logits": ("turn", "position", "iteration"),
     "sketch": ("turn", "position", "iteration", "layer"),
     "gates": ("turn", "position", "iteration", "layer"),
+    "attention": ("turn", "position", "iteration", "layer", "head"),
 }
-STATISTICS = ["question_id", "turn", "position", "iteration", "layer"]
+STATISTICS = ["question_id", "turn", "position", "iteration", "layer", "head"]
 
 
 def build_shard_table(
@@ -95,6 +98,9 @@ def build_shard_table(
         if bits is not None:
             arrays["sign_bits"] = pa.array(_bytes_rows(bits, order if not sorted_already else None), pa.binary())
         schema = sch.gates_schema(bits is not None)
+    elif kind == "attention":
+        arrays.update(_attention_arrays(columns, n, None if sorted_already else order))
+        schema = sch.attention_schema()
     else:
         raise ValueError(f"unknown shard kind {kind!r}; expected one of {sch.KINDS}")
     for name, array in arrays.items():
@@ -111,6 +117,25 @@ def _check_width(kind: str, array: np.ndarray, expected: Any) -> int:
     if expected is not None and int(expected) != array.shape[1]:
         raise ValueError(f"{kind} rows have width {array.shape[1]} but the run records {expected}")
     return int(array.shape[1])
+
+
+def _attention_arrays(columns: Mapping[str, Any], n: int, order: np.ndarray | None) -> dict[str, pa.Array]:
+    """The list columns of an attention shard from flat values and row ``offsets`` [n + 1], rows taken in ``order``
+    (None: as given)."""
+    offsets = np.asarray(sch.to_numpy(columns["offsets"]), dtype=np.int64)
+    keys = np.asarray(sch.to_numpy(columns["key_positions"]), dtype=np.int32)
+    weights = np.asarray(sch.to_numpy(columns["weights"]), dtype=np.float32)
+    if offsets.shape != (n + 1,) or offsets[0] != 0 or (np.diff(offsets) < 0).any() or offsets[-1] != len(keys) \
+            or len(weights) != len(keys):
+        raise ValueError(f"attention offsets must run from 0 to the {len(keys)} flat keys in {n} rows, and there must "
+                         f"be one weight per key ({len(weights)})")
+    lists = {"key_positions": pa.ListArray.from_arrays(pa.array(offsets.astype(np.int32)), pa.array(keys)),
+             "weights": pa.ListArray.from_arrays(pa.array(offsets.astype(np.int32)), pa.array(weights))}
+    remaining = pa.array(np.asarray(sch.to_numpy(columns["remaining_mass"]), dtype=np.float32), type=pa.float32())
+    out = {**lists, "remaining_mass": remaining}
+    if order is not None:
+        out = {name: array.take(pa.array(order)) for name, array in out.items()}
+    return out
 
 
 def _bytes_rows(bits: Any, order: np.ndarray | None) -> list[bytes]:

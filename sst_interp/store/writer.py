@@ -197,7 +197,7 @@ class RunWriter:
 
     def submit(self, depth: int, question_ids: Sequence[str], generations: Any = None, hidden: Any = None,
                logits: Any = None, sketch: Any = None, gates: Any = None, episodes: Any = None,
-               meta: dict[str, Any] | None = None) -> None:
+               meta: dict[str, Any] | None = None, attention: Any = None) -> None:
         """Queue one batch for writing; it is committed (and ``completed(depth)`` includes it) once written.
 
         ``episodes`` (CodeACT runs): one row per question of the batch, for ``episodes.parquet``. ``meta``: JSON
@@ -222,8 +222,8 @@ class RunWriter:
             if again:
                 raise ValueError(f"questions already recorded at depth {depth}: {again[:5]}")
             self._pending.setdefault(depth, set()).update(ids)
-        shards = {k: v for k, v in (("hidden", hidden), ("logits", logits), ("sketch", sketch), ("gates", gates))
-                  if v is not None}
+        shards = {k: v for k, v in (("hidden", hidden), ("logits", logits), ("sketch", sketch), ("gates", gates),
+                                    ("attention", attention)) if v is not None}
         job = _Job(depth, ids, generations, shards, episodes, dict(meta) if meta else None)
         while True:
             try:

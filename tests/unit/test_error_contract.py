@@ -192,6 +192,10 @@ CASES = [
          (*REC, *CODEACT, "--max-context-tokens", "60", "--out", "{out}"), "cannot hold the first turn"),
     Case("sketch-k-above-hidden-size", "record", (*REC, "--sketch-k", "100000", "--out", "{out}"),
          "more than the model's hidden size 32"),
+    Case("attention-layer-the-model-lacks", "record", (*REC, "--attention", "7", "--out", "{out}"),
+         "--attention asks for layer 7"),
+    Case("attention-head-the-model-lacks", "record", (*REC, "--attention", "0:5", "--out", "{out}"),
+         "--attention asks for head 5"),
     Case("device-map-every-weight-on-disk", "record",
          (*REC, "--device-map", "auto", "--max-memory", "cpu=1KiB", "--out", "{out}"), "offload the whole model",
          subprocess=True),  # a real process: accelerate's warning goes through logging, which pytest captures

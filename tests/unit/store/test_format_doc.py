@@ -1,6 +1,6 @@
 """docs/format.md lists exactly the columns, and their types, that a freshly recorded run has.
 
-A tiny random model records a completion run with every shard kind (``--gates``); each file's Parquet schema is
+A tiny random model records a completion run with every shard kind (``--gates``, ``--attention``); each file's Parquet schema is
 compared with the first table under that file's heading in docs/format.md. The CodeACT-only columns (episodes,
 and what CodeACT adds to generations) are compared with the schemas the writer uses for them.
 """
@@ -72,7 +72,7 @@ def fresh_run(tmp_path_factory) -> Path:
     model = save_tiny_model(root / "model")
     out = root / "run"
     record_main(FAST + ["--top-k", str(TOP_K), "--model", str(model), "--out", str(out), "--depths", "1,2",
-                        "--limit", "2", "--batch-size", "2", "--demo-preset", "--gates"])
+                        "--limit", "2", "--batch-size", "2", "--demo-preset", "--gates", "--attention", "all"])
     return out
 
 

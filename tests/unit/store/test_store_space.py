@@ -33,6 +33,14 @@ def test_bytes_per_question_hand_computed() -> None:
     assert half == 1 * (1000 * 2 + 24) + (12 + 8 + 24) + (4 + 512) + 3 * 4096
 
 
+def test_attention_adds_its_rows_at_the_full_positions() -> None:
+    # 2 full positions x (1 + 2) iterations x 6 rows (layers x heads) x (10 keys x 8 B + 4 + 24), one more table
+    sizes = dict(depths=[1, 2], full_positions=2, sketch_positions=3, layers=2, d=4, dtype="float32", top_k=2,
+                 sketch_k=1, max_new_tokens=4)
+    extra = bytes_per_question(**sizes, attention_rows=6, attention_keys=10) - bytes_per_question(**sizes)
+    assert extra == 2 * 3 * 6 * (10 * 8 + 4 + 24) + 2 * 4096
+
+
 def test_estimate_compares_with_free_space(tmp_path, monkeypatch) -> None:
     usage = namedtuple("usage", "total used free")
     monkeypatch.setattr(shutil, "disk_usage", lambda p: usage(10**9, 0, 20_000))
