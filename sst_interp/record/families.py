@@ -11,6 +11,7 @@ manifest adds ``family`` and ``loop`` (docs/format.md, docs/families.md).
 from __future__ import annotations
 
 import sys
+from contextlib import nullcontext
 from pathlib import Path
 from typing import Any
 
