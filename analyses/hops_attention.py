@@ -68,9 +68,10 @@ def attention_by_hop(run: Run, depth: int) -> pd.DataFrame:
 
 
 def hop_reads(frame: pd.DataFrame, predicted: dict[tuple[int, int], int]) -> pd.DataFrame:
-    """Per (iteration, layer) with a predicted hop ``p = predicted[(iteration, layer)]``: over the questions with at
-    least ``p`` hops, the head whose heaviest key is hop ``p``'s binding most often, that fraction, and the hop that
-    head reads most often.
+    """Per (iteration, layer) with a predicted hop ``p = predicted[(iteration, layer)]``, over the questions with at
+    least ``p`` hops: the head whose heaviest key is hop ``p``'s binding most often and that fraction
+    (``reads_predicted``); and what the block does read: the head whose heaviest key is on the question's chain most
+    often (``chain_head``), the hop it reads most often (``chain_head_reads``) and that hop's share of its reads.
 
     Args:
         frame: :func:`attention_by_hop`.
@@ -84,11 +85,13 @@ def hop_reads(frame: pd.DataFrame, predicted: dict[tuple[int, int], int]) -> pd.
         cells = cells[cells["hops"] >= hop]
         if cells.empty:
             continue
-        by_head = cells.groupby("head")["hop_read"]
-        share = by_head.apply(lambda reads: float((reads == hop).mean()))
-        best = int(share.idxmax())
-        modal = int(cells[cells["head"] == best]["hop_read"].mode().iloc[0])
-        rows.append((int(iteration), int(layer), hop, int(cells["question_id"].nunique()), best, float(share[best]),
-                     modal))
+        reads = cells.groupby("head")["hop_read"]
+        share = reads.apply(lambda values: float((values == hop).mean()))
+        on_chain = reads.apply(lambda values: float((values >= 1).mean()))
+        chain_head = int(on_chain.idxmax())
+        chain_reads = cells[cells["head"] == chain_head]["hop_read"]
+        modal = int(chain_reads.mode().iloc[0])
+        rows.append((int(iteration), int(layer), hop, int(cells["question_id"].nunique()), int(share.idxmax()),
+                     float(share.max()), chain_head, modal, float((chain_reads == modal).mean())))
     return pd.DataFrame(rows, columns=["iteration", "layer", "predicted_hop", "questions", "best_head",
-                                       "reads_predicted", "best_head_reads"])
+                                       "reads_predicted", "chain_head", "chain_head_reads", "chain_head_share"])

@@ -47,7 +47,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.command == "validate":
         import pandas as pd
 
-        from sst_interp.experiments.organism_validation import RESOLUTION_FILE, ROW_FILES, markdown
+        from sst_interp.experiments.organism_validation import RESOLUTION_FILE, markdown
         from sst_interp.experiments.organism_validation import validate as run_validation
         from sst_interp.reporting.fig_organism import write_organism_figure
         from sst_interp.store import Run
@@ -55,9 +55,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         config = config_from_namespace(ValidateConfig, args)
         rows = run_validation(config, study.open)
         chains = json.loads(Run.open(config.run).questions()["metadata"].iloc[0])["chains"]
-        write_organism_figure(pd.read_csv(config.out / RESOLUTION_FILE), rows[ROW_FILES.index("patching")].detail,
+        write_organism_figure(pd.read_csv(config.out / RESOLUTION_FILE), rows["patching"].detail,
                               config.out, chance=1 / chains)
-        print(markdown(rows))
+        print(markdown(list(rows.values())))
         return 0
     from sst_interp.organism.train import train_looped
 

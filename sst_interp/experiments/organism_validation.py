@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import json
 import math
+import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
@@ -190,9 +191,9 @@ def attention_row(run, depth: int) -> ValidationRow:
         "(analyses.hops_attention, record --attention)",
         "iteration i's L block reads hop 2i-1's binding and its H block hop 2i's (some head's heaviest key is that "
         "binding for >= 0.8 of the questions that have the hop)",
-        "; ".join(f"i={r.iteration} {'LH'[r.layer]}: hop {r.predicted_hop} by head {r.best_head} in "
-                  f"{r.reads_predicted:.2f} (that head reads hop {r.best_head_reads} most; n {r.questions})"
-                  for r in table.itertuples()),
+        "; ".join(f"i={r.iteration} {'LH'[r.layer]}: hop {r.predicted_hop} read in {r.reads_predicted:.2f} "
+                  f"(head {r.best_head}); the block reads hop {r.chain_head_reads} (head {r.chain_head}, "
+                  f"{r.chain_head_share:.2f}; n {r.questions})" for r in table.itertuples()),
         bool((table["reads_predicted"] >= 0.8).all()), table)
 
 
@@ -362,8 +363,10 @@ def _fraction(value: float) -> str:
     return "-" if math.isnan(value) else f"{value:.2f}"
 
 
-ROW_FILES = ("staged_capacity", "lens", "probe", "overlap", "depth_policies", "prompt_columns", "patching", "window",
-             "attribution", "causal_ordering", "reorganisation", "later_iterations", "convergent", "precision")
+#: the Sec. 5 rows' names, in :func:`~sst_interp.experiments.sec5_validation.sec5_rows`' order
+SEC5_ROWS = ("causal_ordering", "reorganisation", "later_iterations", "convergent", "precision")
+ROW_FILES = ("staged_capacity", "lens", "probe", "overlap", "depth_policies", "prompt_columns", "attention",
+             "patching", "window", "attribution", *SEC5_ROWS)
 #: the lens' answer-on-top fraction per hop count and iteration (the figure's left panel)
 RESOLUTION_FILE = "answer_resolution.csv"
 
@@ -402,9 +405,10 @@ def organism_attribution(folder: Path, depth: int, questions: int, out: Path) ->
     return run_attribution(setup, out, AttributionConfig(depth=depth, positions=1, verify_top=cells))[VERIFIED]
 
 
-def validate(config, open_analysis: Callable[[Path], Measured]) -> list[ValidationRow]:
+def validate(config, open_analysis: Callable[[Path], Measured]) -> dict[str, ValidationRow]:
     """Every row on ``config.run`` (recorded from ``config.model``); writes ``validation.md`` and one CSV per row
-    into ``config.out`` and returns the rows.
+    (named as in :data:`ROW_FILES`) into ``config.out`` and returns the rows by name, in that order. The attention row
+    is there only when the run recorded attention (``record --attention all``).
 
     Args:
         config: a :class:`~sst_interp.organism.config.ValidateConfig`.
@@ -425,21 +429,28 @@ def validate(config, open_analysis: Callable[[Path], Measured]) -> list[Validati
     # the depth-by-hop table and the prompt-column row on many fresh test questions (the run's are too few per cell)
     fresh = split_items(spec, "test", config.table_questions)
     predicted = {d: answer_predictions(backbone, tokenizer, fresh, d) for d in range(1, depth + 1)}
-    rows = [staged_capacity_row({d: tally_by_hop(fresh, p) for d, p in predicted.items()}, 1 / spec.chains),
-            lens_row(run, depth), probe_row(run, depth, config.folds), overlap_row(run, depth),
-            depth_policy_row(run), prompt_columns_row(fresh, predicted[1])]
+    rows = {"staged_capacity": staged_capacity_row({d: tally_by_hop(fresh, p) for d, p in predicted.items()},
+                                                   1 / spec.chains),
+            "lens": lens_row(run, depth), "probe": probe_row(run, depth, config.folds),
+            "overlap": overlap_row(run, depth), "depth_policies": depth_policy_row(run),
+            "prompt_columns": prompt_columns_row(fresh, predicted[1])}
+    if "attention" in run.manifest:
+        rows["attention"] = attention_row(run, depth)
+    else:
+        print("note: the run holds no attention, so validation.md has no attention row; record with --attention all",
+              file=sys.stderr)
     questions = split_items(spec, "test", config.patch_questions)
-    rows.append(patching_row(flip_table(patch_by_iteration(LoopModel(backbone, loop), tokenizer, questions, depth,
-                                                           config.seed, max_pairs=config.patch_pairs))))
+    rows["patching"] = patching_row(flip_table(patch_by_iteration(LoopModel(backbone, loop), tokenizer, questions,
+                                                                  depth, config.seed, max_pairs=config.patch_pairs)))
     config.out.mkdir(parents=True, exist_ok=True)
-    rows.append(window_row(*organism_window(folder, depth, config.attribution_questions, config.out / "window")))
-    rows.append(attribution_row(organism_attribution(folder, depth, config.attribution_questions,
-                                                     config.out / "attribution")))
-    rows.extend(sec5_rows(open_analysis(config.run), SEQUENTIAL))
+    rows["window"] = window_row(*organism_window(folder, depth, config.attribution_questions, config.out / "window"))
+    rows["attribution"] = attribution_row(organism_attribution(folder, depth, config.attribution_questions,
+                                                               config.out / "attribution"))
+    rows.update(zip(SEC5_ROWS, sec5_rows(open_analysis(config.run), SEQUENTIAL)))
     answer_resolution(run, depth).to_csv(config.out / RESOLUTION_FILE, index=False)
-    for name, row in zip(ROW_FILES, rows):
+    for name, row in rows.items():
         row.detail.to_csv(config.out / f"{name}.csv", index=False)
-    staircase = rows[ROW_FILES.index("patching")].detail
     (config.out / "validation.md").write_text(
-        markdown(rows) + "\n\n## The patching staircase, n per cell\n\n" + staircase_markdown(staircase) + "\n")
+        markdown(list(rows.values())) + "\n\n## The patching staircase, n per cell\n\n"
+        + staircase_markdown(rows["patching"].detail) + "\n")
     return rows

@@ -58,7 +58,7 @@ def organism():
 def recorded(tmp_path_factory):
     out = tmp_path_factory.mktemp("hops") / "run"
     assert record_main(["--model", "hops-organism", "--questions", "hops", "--source-option", "n=96", "--depths",
-                        "1,2,3,4", "--device", "cpu", "--out", str(out)]) == 0
+                        "1,2,3,4", "--device", "cpu", "--attention", "all", "--out", str(out)]) == 0
     return Run.open(out)
 
 
@@ -116,6 +116,17 @@ def test_the_paper_sec5_families_against_sequential_lookups(recorded):
     assert (later.detail["iteration"] >= 2).all() and later.detail["still_computing"].mean() >= 0.5  # 0.64
     assert convergent.recovered and convergent.measured.startswith("0 convergent of ")
     assert precision.recovered
+
+
+def test_attention_reads_the_chain_one_binding_per_block_with_a_lag(recorded):
+    row = validation.attention_row(recorded, 4)
+    table = row.detail.set_index(["iteration", "layer"])
+    # iteration 1 as the sequential hypothesis says: the L block reads hop 1's binding, the H block hop 2's
+    assert table.at[(1, 0), "reads_predicted"] == 1.0 and table.at[(1, 1), "reads_predicted"] >= 0.9
+    # from iteration 2 the L block re-reads the hop the H block before it read (hop 2i-2), not hop 2i-1
+    assert table.at[(2, 0), "chain_head_reads"] == 2 and table.at[(2, 0), "reads_predicted"] < 0.2
+    assert table.at[(2, 1), "chain_head_reads"] == 3  # and the H block reads hop 2i-1
+    assert not row.recovered
 
 
 def test_the_lens_shows_answers_not_intermediate_variables(recorded):
@@ -219,15 +230,15 @@ def test_the_organism_rarely_overthinks(recorded):
 
 def test_validate_draws_its_figure_from_the_patching_row(recorded, tmp_path, monkeypatch):
     """The command's last step, without the 12 minutes of rows: given the rows (here the committed ones of
-    bench/organism/validation, in ROW_FILES order), ``validate`` prints the table and draws the figure from the lens
-    and the patching row, wherever that row sits."""
+    bench/organism/validation, by name), ``validate`` prints the table and draws the figure from the lens and the
+    patching row."""
     committed = ROOT / "bench" / "organism" / "validation"
 
     def rows_from_bench(config, open_analysis):
         config.out.mkdir(parents=True)
         shutil.copy(committed / validation.RESOLUTION_FILE, config.out / validation.RESOLUTION_FILE)
-        return [validation.ValidationRow(name, "", "", False, pd.read_csv(committed / f"{name}.csv"))
-                for name in validation.ROW_FILES]
+        return {name: validation.ValidationRow(name, "", "", False, pd.read_csv(committed / f"{name}.csv"))
+                for name in validation.ROW_FILES if (committed / f"{name}.csv").is_file()}
 
     monkeypatch.setattr(validation, "validate", rows_from_bench)
     out = tmp_path / "validation"
