@@ -39,12 +39,18 @@ class DictionaryMeta:
         run: the training run's path, as given.
         run_identity: sha256 of the run's identity (:func:`~sst_interp.features.sites.run_identity`).
         model: the run's family, model and checkpoint sha256 (:func:`~sst_interp.features.sites.run_model`).
-        depth, layer, layer_name, iterations: the site.
-        d_in: the state width; width: the number of features; k: the sparsity asked for.
+        depth: the run depth the states were read at.
+        layer: the recorded layer of the site.
+        layer_name: the module behind it in a family run (``loop.layers``), None for an SST run.
+        iterations: the iterations covered.
+        d_in: the state width.
+        width: the number of features.
+        k: the sparsity asked for (active features per state).
         tokens: per iteration (a string key), the distinct states trained on.
         questions: the training questions (the run's questions less the held-out ones).
         samples: states the training stepped through (steps x batch size; several passes when the run is small).
-        holdout, seed: the held-out fraction and the seed (of the weights, the held-out choice and the shuffling).
+        holdout: the fraction of the run's questions held out of training.
+        seed: the seed of the weights, the held-out choice and the shuffling.
         training: the optimiser settings (steps, batch size, lr, the architecture's coefficients, device).
         files: sha256 of each SAELens file.
         versions: sae_lens and sst_interp versions.
