@@ -22,11 +22,12 @@ from __future__ import annotations
 
 import os
 import shutil
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from importlib.metadata import version
 from pathlib import Path
 
 import torch
+from sae_lens.saes import TrainingSAE
 from sae_lens.training.sae_trainer import SAETrainer
 
 from sst_interp.features.architectures import trainer_config, training_sae
@@ -115,14 +116,14 @@ def _train_one(run: Run, site: StateSite, iterations: tuple[int, ...], options: 
     return _write(sae, meta, target)
 
 
-def _write(sae: object, meta: DictionaryMeta, target: Path) -> Trained:
+def _write(sae: TrainingSAE, meta: DictionaryMeta, target: Path) -> Trained:
     """SAELens' inference files and the sidecar into a temporary sibling of ``target``, renamed into place."""
     staging = target.with_name(f".{target.name}.tmp-{os.getpid()}")
     shutil.rmtree(staging, ignore_errors=True)
     try:
-        sae.save_inference_model(staging)  # type: ignore[attr-defined]
+        sae.save_inference_model(staging)
         files = {name: sha256(staging / name) for name in SAE_FILES}
-        meta = DictionaryMeta(**{**meta.__dict__, "files": files})
+        meta = replace(meta, files=files)
         (staging / SIDECAR).write_text(meta.to_json(), encoding="utf-8")
         target.parent.mkdir(parents=True, exist_ok=True)
         if target.exists():
