@@ -69,6 +69,17 @@ class _FirstLogits:
         """Nothing to do."""
 
 
+def family_loop(run: Run) -> Any:
+    """The loop declaration of a natively looping family's run. UsageError for an SST run (not spliced here yet) and
+    for a family this package has no declaration of (a bring-your-own loop)."""
+    family = str(run.manifest.get("family", "sst"))
+    loop = next((loop for loop in LOOPS if loop.family == family and loop.visit_sites is not None), None)
+    if loop is None:
+        raise UsageError(f"--splice reruns natively looping families (HRM-Text, Inkling-2 Loop, Dory); {run.path} is "
+                         f"a {family} run: pass --no-splice")
+    return loop
+
+
 def model_folder(run: Run, model: str | None) -> str:
     """The model to splice into: ``model`` (a folder, or a named model such as ``hops-organism``), else the folder
     the run's identity names. UsageError when neither is a folder."""
@@ -80,15 +91,11 @@ def model_folder(run: Run, model: str | None) -> str:
     return str(folder)
 
 
-def load_family_model(run: Run, folder: str, device: str) -> tuple[LoopModel, Any]:
-    """The natively looping model of a family run, and its tokenizer. UsageError for an SST run (not supported
-    here yet) and for a family this package has no declaration of (a bring-your-own loop)."""
-    family = str(run.manifest.get("family", "sst"))
-    loop = next((loop for loop in LOOPS if loop.family == family and loop.visit_sites is not None), None)
-    if loop is None:
-        raise UsageError(f"--splice reruns natively looping families (HRM-Text, Inkling-2 Loop, ...); {run.path} is "
-                         f"a {family} run: pass --no-splice")
-    backbone, tokenizer = load_loop_backbone(folder, loop, device=device)
+def load_family_model(run: Run, model: str | None, device: str) -> tuple[LoopModel, Any]:
+    """The natively looping model of a family run (``model``, else the folder its identity names), checked in that
+    order (:func:`family_loop`, :func:`model_folder`), and its tokenizer."""
+    loop = family_loop(run)
+    backbone, tokenizer = load_loop_backbone(model_folder(run, model), loop, device=device)
     return LoopModel(backbone, loop), tokenizer
 
 

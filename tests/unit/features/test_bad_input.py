@@ -120,6 +120,12 @@ def test_comparing_against_dictionaries_of_another_width(capsys, shared_dictiona
                      "--out", str(tmp_path / "e")], "compared at equal width", shared_dictionary, tmp_path)
 
 
+def test_a_splice_of_a_run_that_cannot_be_rerun(capsys, shared_dictionary, tmp_path):
+    """The planted run is an SST run (no family): its quality numbers need no model, its splice is refused."""
+    refuses(capsys, ["evaluate", "--dictionary", str(shared_dictionary), "--out", str(tmp_path / "e")],
+            "is a sst run: pass --no-splice", shared_dictionary, tmp_path)
+
+
 def test_an_empty_dictionary_folder(capsys, tmp_path):
     empty = tmp_path / "empty"
     empty.mkdir()

@@ -45,6 +45,10 @@ def test_a_saved_dictionary_loads_in_sae_lens_unchanged(shared_dictionary: Path,
     assert torch.equal(sae.encode(states), ours.encode(states))
     assert torch.equal(sae.decode(sae.encode(states)), ours.reconstruct(states))
     assert json.loads((shared_dictionary / "cfg.json").read_text())["architecture"] == "topk"
+    # saved with unit decoder rows and rescale_acts_by_decoder_norm kept, so SAELens' fold (which it refuses for a
+    # TopK SAE without that flag) is allowed and changes no activation
+    folded = SAE.load_from_disk(shared_dictionary, fold_W_dec_norm=True)
+    torch.testing.assert_close(folded.encode(states), sae.encode(states), rtol=1e-5, atol=1e-5)
 
 
 def test_the_sidecar_records_the_run_site_tokens_and_seed(shared_dictionary: Path, planted_run: Path):

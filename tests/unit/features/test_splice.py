@@ -40,13 +40,13 @@ class _Identity:
 
 def test_an_identity_reconstruction_splices_in_the_clean_numbers(hrm_run: Path):
     from sst_interp.features.sites import resolve_site
-    from sst_interp.features.splice import load_family_model, model_folder, splice_columns, splice_table
+    from sst_interp.features.splice import load_family_model, splice_columns, splice_table
     from sst_interp.store import Run
 
     run = Run.open(hrm_run)
     site = resolve_site(run, 3, depth=2)
     ids = run.question_ids(2)
-    model, tokenizer = load_family_model(run, model_folder(run, None), "cpu")
+    model, tokenizer = load_family_model(run, None, "cpu")
     table = splice_table(run, _Identity(), site, ids, model, tokenizer, batch_size=4)
     assert table[["iteration", "condition"]].values.tolist() == [[0, "clean"], [1, "spliced"], [1, "zero"],
                                                                 [2, "spliced"], [2, "zero"]]
