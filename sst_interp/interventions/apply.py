@@ -28,7 +28,7 @@ their reference states from a recorded run (:mod:`~sst_interp.interventions.refe
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from typing import Any
@@ -80,11 +80,14 @@ class Intervener:
         capture: streams to keep at every site of every emitting pass, after the rules ran (``state_in``,
             ``blended``, ``layer_out``; ``logits`` keeps each pass's logits where the LM head ran); read them with
             :meth:`captured`.
+        functions: the Python functions ``map`` rules name: name -> f, values [B, d] -> [B, d] (float32 or the
+            model's dtype in, any float dtype out; the result is cast to the stream's dtype).
     """
 
     def __init__(self, sst: Any, spec: InterventionSpec | Sequence[InterventionSpec],
                  question_ids: Sequence[str | None] | None = None, *, alongside: int | None = None,
-                 capture: Sequence[str] = ()) -> None:
+                 capture: Sequence[str] = (),
+                 functions: Mapping[str, Callable[[torch.Tensor], torch.Tensor]] | None = None) -> None:
         self.sst = sst
         self.per_row = not isinstance(spec, InterventionSpec)
         specs = list(spec) if self.per_row else [spec]
@@ -112,6 +115,7 @@ class Intervener:
         if bad:
             raise UsageError(f"cannot capture {bad}; capture one of {', '.join(CAPTURABLE)}")
         self._kept: dict[str, dict[tuple[int, int, int, int], torch.Tensor]] = {name: {} for name in self._capture}
+        self._functions = dict(functions or {})
         self._validate()
         recorded = [i.operation for i in self.spec.interventions if not i.operation.live]
         self._patches = {op: PatchSource(op) for op in recorded if op.kind in ("patch", "resample")}
@@ -124,6 +128,10 @@ class Intervener:
             item, where = rule.item, self._where(rule)
             if item.operation.kind == "add":
                 self._directions[item.operation] = load_direction(item.operation)
+            if item.operation.kind == "map" and item.operation.function not in self._functions:
+                raise UsageError(f"{where}: 'map' names the function {item.operation.function!r}, which was not handed "
+                                 f"over; pass functions={{{item.operation.function!r}: f}} "
+                                 f"(given: {sorted(self._functions) or 'none'})")
             if item.operation.kind in ("patch", "resample") and not item.operation.live and self.question_ids is None:
                 raise UsageError(f"{where}: {item.operation.kind!r} reads states per question: pass question_ids")
             if item.operation.source == CLEAN_SOURCE and self.alongside is None:
@@ -234,6 +242,13 @@ class Intervener:
             wide = torch.promote_types(value.dtype, torch.float32)  # bf16 adds in float32 and rounds once
             direction = self._directions[item.operation].to(device=value.device, dtype=wide)
             return (value.to(wide) + item.operation.scale * direction).to(value.dtype)
+        if kind == "map":
+            changed = self._functions[str(item.operation.function)](value[:, -1])
+            if tuple(changed.shape) != (value.shape[0], value.shape[-1]):
+                raise UsageError(f"the 'map' function {item.operation.function!r} returned shape "
+                                 f"{tuple(changed.shape)} for values of shape {tuple(value[:, -1].shape)}; it must "
+                                 f"keep the shape [B, d]")
+            return changed.to(device=value.device, dtype=value.dtype)[:, None, :]
         if item.operation.live:
             return _toward(value, original[self._source_rows(item.operation, value.shape[0]).to(value.device)],
                            item.operation.scale)
@@ -398,7 +413,7 @@ def intervene(sst: Any, spec: InterventionSpec | Sequence[InterventionSpec],
               question_ids: Sequence[str | None] | None = None, **options: Any) -> Iterator[Intervener]:
     """Install an :class:`Intervener` on ``sst`` for the block (removed on exit, also on error); pass it to
     ``generate`` as the observer (or inside an :class:`~sst_interp.model.observers.ObserverGroup`). ``spec`` is one
-    spec for every row or one per row; ``options`` are the Intervener's (``alongside``, ``capture``)."""
+    spec for every row or one per row; ``options`` are the Intervener's (``alongside``, ``capture``, ``functions``)."""
     context = sst.context
     if context.intervention is not None:
         raise UsageError("an intervention is already active on this model; nest specs by joining their lists")

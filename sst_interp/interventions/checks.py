@@ -75,6 +75,9 @@ def patch_runs(spec: InterventionSpec) -> dict[str, str]:
     line): record lays its batches out itself, and a row number would name whichever question landed in it."""
     out = {}
     for item in spec.interventions:
+        if item.operation.kind == "map":
+            raise UsageError(f"a 'map' intervention runs the Python function {item.operation.function!r}, which a "
+                             f"recording cannot take from a spec file; use intervene(..., functions=...) in Python")
         if item.operation.live:
             raise UsageError(f"a live patch (source={item.operation.source!r}) reads a row of one Python batch, but a "
                              f"recording lays its batches out itself; record the source prompts and patch from that "

@@ -15,7 +15,7 @@ this pass's h. One rule per site reproduces the eager values bit for bit at scal
 ``add``; a scale between, or several rules at one site, round in another order (float32 rounding).
 
 Refused on the compiled path (:func:`spec_refusal`, :func:`intervener_refusal`; one line naming ``--compile off``):
-live sources (another row, clean twins), ``capture=``, and two ``mean``/``resample`` rules on ``state_in`` that can
+live sources (another row, clean twins), ``map`` (a Python function), ``capture=``, and two ``mean``/``resample`` rules on ``state_in`` that can
 meet at one site (the step holds one reference state per layer).
 """
 
@@ -33,6 +33,9 @@ from sst_interp.kernels.errors import UsageError
 def spec_refusal(spec: InterventionSpec) -> str | None:
     """Why ``spec`` cannot run on the compiled step (one line naming ``--compile off``), or None when it can."""
     for number, item in enumerate(spec.interventions, 1):
+        if item.operation.kind == "map":
+            return (f"intervention {number}: a 'map' runs the Python function {item.operation.function!r} on the "
+                    f"stream and cannot run compiled; use --compile off")
         if item.operation.live:
             return (f"intervention {number}: a live patch (source={item.operation.source!r}) reads another row inside "
                     f"the forward pass and cannot run compiled; use --compile off")

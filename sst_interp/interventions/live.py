@@ -23,7 +23,7 @@ every call and after the block.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
 from typing import Any
 
@@ -46,16 +46,19 @@ class LiveIntervention:
         capture: streams to return as tensors (:data:`~sst_interp.interventions.apply.CAPTURABLE`); more can be
             named with :meth:`capture` before generating.
         question_ids: the question of each row, for patches that read a recorded run.
+        functions: the Python functions ``map`` rules name (:class:`~sst_interp.interventions.apply.Intervener`).
     """
 
     def __init__(self, sst: Any, spec: InterventionSpec | Sequence[InterventionSpec], capture: Sequence[str] = (),
-                 question_ids: Sequence[str | None] | None = None) -> None:
+                 question_ids: Sequence[str | None] | None = None,
+                 functions: Mapping[str, Callable[[torch.Tensor], torch.Tensor]] | None = None) -> None:
         if not hasattr(sst, "context"):
             raise UsageError(f"sst.intervene works on an SSTModel; for {type(sst).__name__} use "
                              f"sst_interp.interventions.loops.intervene_loop")
         self.sst = sst
         self.spec = spec
         self.question_ids = question_ids
+        self.functions = dict(functions or {})
         specs = [spec] if isinstance(spec, InterventionSpec) else list(spec)
         for one in specs:  # a spec this model cannot take fails at construction, before any generation
             if not isinstance(one, InterventionSpec):
@@ -101,7 +104,8 @@ class LiveIntervention:
         batch = list(prompts) + (list(prompts) if self.alongside else [])
         ids = None if self.question_ids is None else (list(self.question_ids)
                                                       + ([None] * rows if self.alongside else []))
-        options = {"alongside": rows if self.alongside else None, "capture": tuple(self._streams)}
+        options = {"alongside": rows if self.alongside else None, "capture": tuple(self._streams),
+                   "functions": self.functions}
         with intervene(self.sst, self.spec, ids, **options) as intervener:
             intervener.check_batch(len(batch))  # refused before the first pass
             result = generate(self.sst, batch, depth, config, observer=intervener, decode_fn=decode_fn)

@@ -6,7 +6,7 @@ position) are completed per visit: each hook on a visit module learns its (itera
 as the recorder does (:attr:`~sst_interp.model.loop_declaration.LoopDeclaration.visit_sites`). The family's one stream is
 ``layer_out``, the visit's output, which is what a family run records at (turn, position, iteration, layer):
 
-- ``zero``, ``add``, ``mean``, ``patch``, ``resample``: the visit's output becomes the new value (the same
+- ``zero``, ``add``, ``mean``, ``patch``, ``resample``, ``map``: the visit's output becomes the new value (the same
   arithmetic as for an SST, :meth:`Intervener._operate`); the next block, the carried state and the recorder read it;
 - ``freeze``: the carried state is kept as the visit read it, and the visit's own output is unchanged
   (:attr:`~sst_interp.model.loop_declaration.LoopDeclaration.freeze_meaning`): on HRM-Text z_L or z_H after the stack's
@@ -29,7 +29,7 @@ Usage::
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from typing import Any
 
@@ -92,14 +92,16 @@ class LoopIntervener(Intervener):
         model: the LoopModel (its declaration and config validate the spec).
         spec: what to change.
         question_ids: the question of each batch row (``patch``, ``resample``).
+        functions: the Python functions ``map`` rules name (:class:`~sst_interp.interventions.apply.Intervener`).
     """
 
-    def __init__(self, model: Any, spec: InterventionSpec, question_ids: Sequence[str | None] | None = None) -> None:
+    def __init__(self, model: Any, spec: InterventionSpec, question_ids: Sequence[str | None] | None = None,
+                 functions: Mapping[str, Callable[[torch.Tensor], torch.Tensor]] | None = None) -> None:
         self.model = model
         self._pass: tuple[int, int] | None = None  # (turn, position) of the forward call in progress
         self._carried: dict[Any, torch.Tensor] = {}  # per carried state, its latest value's last column
         self._carry_calls = 0
-        super().__init__(model, spec, question_ids)
+        super().__init__(model, spec, question_ids, functions=functions)
         loop = model.loop
         self._freeze_layers = set(loop.freeze_layers(model.config)) if loop.freeze_layers is not None else set()
         self.hooks = OwnedHooks()
@@ -198,12 +200,13 @@ class LoopIntervener(Intervener):
 
 
 @contextmanager
-def intervene_loop(model: Any, spec: InterventionSpec,
-                   question_ids: Sequence[str | None] | None = None) -> Iterator[LoopIntervener]:
+def intervene_loop(model: Any, spec: InterventionSpec, question_ids: Sequence[str | None] | None = None,
+                   functions: Mapping[str, Callable[[torch.Tensor], torch.Tensor]] | None = None
+                   ) -> Iterator[LoopIntervener]:
     """A :class:`LoopIntervener` on ``model`` for the block (its hooks removed on exit, also on error); pass it to
     :func:`~sst_interp.model.loop_model.generate_looped` as the observer, before a recorder in an
-    :class:`~sst_interp.model.observers.ObserverGroup`."""
-    intervener = LoopIntervener(model, spec, question_ids)
+    :class:`~sst_interp.model.observers.ObserverGroup`. ``functions``: those ``map`` rules name."""
+    intervener = LoopIntervener(model, spec, question_ids, functions)
     intervener.install()
     try:
         yield intervener

@@ -28,6 +28,12 @@ Operations:
   question with ``seed`` (the same question always draws the same other question); ``depth`` and
   ``source_iteration`` as for ``patch``.
 
+- ``map``: the stream's value v becomes ``f(v)``, where f is a Python function of the rows' values ([B, d] -> [B, d])
+  handed to the Intervener under the operation's ``function`` name (``intervene(sst, spec, functions={name: f})``,
+  ``intervene_loop(model, spec, functions=...)``): a dictionary's reconstruction spliced in
+  (:mod:`sst_interp.features.splice`), or any edit of a state that a constant cannot express. Python only: a recording
+  (``record --intervention``) and the compiled step cannot take a function.
+
 ``patch``, ``mean`` and ``resample`` with ``scale`` s other than 1 move the value only part of the way:
 value + s * (reference - value) (s = 0: unchanged; attribution patching's first-order check scales patches so).
 
@@ -49,7 +55,7 @@ from typing import Any
 from sst_interp.kernels.errors import UsageError
 
 STREAMS: tuple[str, ...] = ("state_in", "alpha", "blended", "layer_out")
-OPERATIONS: tuple[str, ...] = ("zero", "add", "set_alpha", "freeze", "patch", "mean", "resample")
+OPERATIONS: tuple[str, ...] = ("zero", "add", "set_alpha", "freeze", "patch", "mean", "resample", "map")
 #: Operations that read a reference run's recorded states (its ``hidden`` shards: the layers' outputs).
 READS_RUN: tuple[str, ...] = ("patch", "mean", "resample")
 #: The live source that is a clean pass of the same prompt run alongside (``Operation.source``); an integer names a
@@ -58,7 +64,7 @@ CLEAN_SOURCE = "clean"
 _STREAMS_OF: dict[str, tuple[str, ...]] = {
     "zero": ("state_in", "blended", "layer_out"), "add": ("state_in", "blended", "layer_out"),
     "set_alpha": ("alpha",), "freeze": ("layer_out",), "patch": ("layer_out",), "mean": ("layer_out", "state_in"),
-    "resample": ("layer_out", "state_in"),
+    "resample": ("layer_out", "state_in"), "map": ("state_in", "blended", "layer_out"),
 }
 
 
@@ -118,11 +124,17 @@ class Operation:
     source_iteration: int | None = None
     seed: int | None = None
     source: int | str | None = None
+    function: str | None = None
 
     def __post_init__(self) -> None:
         if self.kind not in OPERATIONS:
             raise UsageError(f"unknown intervention operation {self.kind!r}; use one of {', '.join(OPERATIONS)}")
         self._check_source()
+        if (self.kind == "map") != (self.function is not None):
+            raise UsageError("a 'map' intervention names its Python function (function=NAME, handed over as "
+                             "functions={NAME: f}); function belongs to 'map' alone"
+                             if self.kind == "map" else
+                             f"function={self.function!r} belongs to a 'map' intervention, not to {self.kind!r}")
         if self.kind == "add" and (self.direction is None) == (self.direction_file is None):
             raise UsageError("an 'add' intervention needs exactly one of direction (a list of d numbers) and "
                              "direction_file (a .npy file)")

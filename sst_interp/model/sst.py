@@ -168,17 +168,17 @@ class SSTModel(nn.Module):
             ctx.mode, ctx.given, ctx.carry, ctx.capture, ctx.capture_kind = "off", {}, {}, None, "output"
             # ctx.intervention is owned by the Intervener's context manager, not by the state mode
 
-    def intervene(self, spec: Any, capture: Any = (), question_ids: Any = None) -> Any:
+    def intervene(self, spec: Any, capture: Any = (), question_ids: Any = None, functions: Any = None) -> Any:
         """Interventions from Python: ``with sst.intervene(spec_or_specs, capture=["layer_out"]) as iv:
         iv.generate(prompts, depth, config)``, then ``iv.captured("layer_out")`` [rows, positions, iterations,
         layers, d]. ``spec`` is an InterventionSpec for every row or a list of them, one per row; live sources
-        (``Operation("patch", source=j)`` or ``source="clean"``) read the same generation. See
-        :class:`~sst_interp.interventions.live.LiveIntervention`."""
+        (``Operation("patch", source=j)`` or ``source="clean"``) read the same generation; ``functions`` are the Python
+        functions ``map`` rules name. See :class:`~sst_interp.interventions.live.LiveIntervention`."""
         # what sst_interp.interventions registered on import (intervention_hook), so the model never imports it
         if intervention_hook.factory is None:
             raise UsageError("sst.intervene needs sst_interp.interventions (where InterventionSpec lives): import it "
                              "first")
-        return intervention_hook.factory(self, spec, capture=capture, question_ids=question_ids)
+        return intervention_hook.factory(self, spec, capture=capture, question_ids=question_ids, functions=functions)
 
     def zero_states(self, batch_size: int) -> dict[int, torch.Tensor]:
         """A zero carried state for every stateful layer: {l: [B, d]} in the backbone's dtype, on layer l's device."""

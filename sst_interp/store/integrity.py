@@ -116,6 +116,16 @@ def read_row_group(handle: pq.ParquetFile, target: Path, group: int, columns: li
         raise damaged(target, err) from err
 
 
+def read_file(target: Path, metadata: pq.FileMetaData | None = None) -> pa.Table:
+    """Every row group of a shard with its pages CRC-checked, through one ``ParquetFile`` (about 3x faster than
+    :func:`read_table`'s dataset path on shards of many small row groups); damage is a CorruptRunError."""
+    handle = open_parquet(target, metadata)
+    try:
+        return handle.read()
+    except (OSError, *DECODE_ERRORS) as err:
+        raise damaged(target, err) from err
+
+
 def read_table(target: Path, columns: list[str] | None = None) -> pa.Table:
     """A whole (small) Parquet table with its pages CRC-checked; damage is a CorruptRunError naming ``target``."""
     try:

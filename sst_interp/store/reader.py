@@ -21,6 +21,7 @@ from sst_interp.store import manifest as mf
 from sst_interp.store import schema as sch
 from sst_interp.store import consistency, contract, discovery, integrity
 from sst_interp.store.blocks import BF16_NAN, GateBlock, HiddenBlock, LogitBlock, RawHiddenBlock, SketchBlock
+from sst_interp.store.chunks import HiddenChunk, read_chunks
 from sst_interp.store.discovery import QuestionIndex, ShardFile
 from sst_interp.store.errors import CorruptRunError
 from sst_interp.store.rebuild import has_run_files
@@ -218,6 +219,16 @@ class Run:
                     rows = bf16_rows(part.column("values"), self.hidden_size)
                     raw = grid.arrange(rows, BF16_NAN, np.uint16)
                 yield RawHiddenBlock(qid, t, *grid.axes, raw, self.dtype, grid.complete)
+
+    def hidden_rows(self, depth: int, layers: Sequence[int] | None = None, iterations: Sequence[int] | None = None,
+                    positions: Sequence[int] | None = None, turn: int | None = None) -> Iterator[HiddenChunk]:
+        """Yield the hidden states at ``depth`` one shard file at a time, as rows with their coordinates
+        (:class:`~sst_interp.store.chunks.HiddenChunk`: values [N, d] float32), narrowed to the given coordinates
+        (None: all) and to the questions completed at the depth. For consumers that stream every state of a site
+        (a dictionary's training set) at the rate the shards read; :meth:`hidden` arranges one question at a time."""
+        files = [(s.rel, s.metadata) for s in self._shards if s.kind == "hidden" and s.depth == int(depth)]
+        yield from read_chunks(self.path, files, self.hidden_size, self.dtype, set(self.question_ids(depth)),
+                               layers=layers, iterations=iterations, positions=positions, turn=turn)
 
     def logits(self, depth: int, question_ids: Sequence[str] | None = None,
                turn: int | None = None) -> Iterator[LogitBlock]:

@@ -86,6 +86,10 @@ COMMANDS = {
                          "--max-depth", "1", "--test-size", "6", "--follow-ups", "0", "--threads", "1"),
                         "organism/depth_by_hop.csv"),
     "explore": Command("sst-explore", "sst_interp.explore", ("{synthetic}", "--port", "0"), serves=True),
+    "features": Command("sst-features", "sst_interp.features",
+                        ("train", "--run", "{synthetic}", "--layer", "0", "--iterations", "1", "--steps", "2", "--batch-size", "8",
+                         "--buffer", "16", "--width", "16", "--k", "2", "--device", "cpu", "--out", "{out}/features"),
+                        "features/iteration-1/sst_interp_dictionary.json"),
 }
 #: Every way to start each command: ("sst-record", argv prefix) and ("-m sst_interp.record", argv prefix).
 FORMS = [pytest.param(name, [str(BIN / c.script)], id=c.script) for name, c in COMMANDS.items() if c.script] + \

@@ -45,7 +45,7 @@ FLOORS: dict[int, tuple[str, ...]] = {
     2: ("store", "sandbox", "hooks", "data", "outputs", "synthetic", "organism"),
     3: ("model",),
     4: ("analyses", "codeact", "interventions"),
-    5: ("probe", "train"),
+    5: ("probe", "train", "features"),
     6: ("record", "experiments", "reporting", "explore", "catalogue", "study"),
     7: ("cli", "commands"),
 }

@@ -50,7 +50,7 @@ COMMANDS = [
     ["sst_interp.intervene"], *(["sst_interp.intervene", sub] for sub in ("window", "trace", "steer")),
     *(["sst_interp.probe", sub] for sub in ("train", "evaluate", "sweep", "loocv", "ablate", "policies")),
     *(["sst_interp.store", sub] for sub in ("verify", "repair")),
-    ["sst_interp.explore"],
+    ["sst_interp.explore"], ["sst_interp.features"], *(["sst_interp.features", sub] for sub in ("train", "evaluate")),
 ]
 
 
@@ -73,6 +73,18 @@ def _loaded_after(code: str) -> dict[str, bool]:
 def test_the_analyses_import_neither_torch_nor_scikit_learn(code):
     loaded = _loaded_after(code)
     assert not loaded["torch"] and not loaded["sklearn"], f"{code!r} loaded {loaded}"
+
+
+def test_sae_lens_stays_off_every_command_line_and_the_features_package():
+    """SAELens (an optional extra that pulls transformer-lens, wandb and datasets) loads only when a dictionary is
+    trained or read: no command module loads it (what --help runs), nor does importing the features package or its
+    options."""
+    commands = sorted(p.stem for p in (ROOT / "sst_interp" / "cli").glob("*.py") if p.stem != "__init__")
+    code = "; ".join([*(f"import sst_interp.cli.{name}" for name in commands), "import sst_interp.features",
+                      "import sst_interp.features.options", "import sys",
+                      "print([m for m in ('sae_lens', 'torch') if m in sys.modules])"])
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, check=True)
+    assert out.stdout.strip() == "[]"
 
 
 def test_a_submodule_of_interventions_loads_only_itself():
@@ -114,7 +126,7 @@ def test_the_help_probe_sees_a_heavy_import():
 
 @pytest.mark.parametrize("package", ["sst_interp.model", "sst_interp.train", "sst_interp.probe", "sst_interp.record",
                                      "sst_interp.reporting", "sst_interp.store", "sst_interp.analyses",
-                                     "sst_interp.data", "sst_interp.interventions"])
+                                     "sst_interp.data", "sst_interp.interventions", "sst_interp.features"])
 def test_every_lazily_exported_name_resolves(package):
     module = importlib.import_module(package)
     for name in module.__all__:

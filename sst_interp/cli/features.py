@@ -1,0 +1,71 @@
+"""``python -m sst_interp.features`` (also ``sst-features``): sparse dictionaries on a run's states.
+
+    python -m sst_interp.features train --run runs/hops --layer 1 --layout shared      # one dictionary over the loop
+    python -m sst_interp.features train --run runs/hops --layer 1                      # one per iteration
+    python -m sst_interp.features evaluate --dictionary runs/hops/features/layer1-shared-topk --run runs/hops-test
+
+``train`` streams the run's full hidden states at the site and fits SAELens SAEs (TopK, BatchTopK, JumpReLU) with
+its trainer, saved in SAELens' format (``SAE.load_from_disk(folder)`` loads them) beside a sidecar naming the run,
+site, iterations, token count and seed. ``evaluate`` prints and writes the per-iteration quality table: FVE, L0,
+dead and dense features, sharing across the loop, the cost against per-iteration dictionaries (``--against``) and
+the spliced-in accuracy and loss. Needs the ``features`` extra (``pip install -e ".[features]"``, SAELens). Bad
+input prints one ``error: ...`` line and exits 2, with nothing written.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+from collections.abc import Sequence
+
+from sst_interp.cli.args import CliParser, add_config_flags, config_from_namespace, config_parser
+from sst_interp.features.options import EvaluateOptions, TrainOptions
+from sst_interp.kernels.errors import UsageError, cli_entry
+
+#: Subcommand -> (its help, its options).
+SUBCOMMANDS: dict[str, tuple[str, type]] = {
+    "train": ("train dictionaries on a run's states at a (layer, iterations) site", TrainOptions),
+    "evaluate": ("score dictionaries per iteration: FVE, L0, dead and dense features, spliced-in accuracy and loss",
+                 EvaluateOptions),
+}
+
+
+def build_parser() -> CliParser:
+    """The argument parser: one subcommand each, with its options' flags."""
+    parser = config_parser("python -m sst_interp.features", __doc__.split("\n\n")[0])
+    sub = parser.add_subparsers(dest="command", required=True)
+    for name, (text, options) in SUBCOMMANDS.items():
+        add_config_flags(sub.add_parser(name, help=text, description=text), options)
+    return parser
+
+
+def _require_sae_lens() -> None:
+    """Refuse (one line) when the optional SAELens extra is not installed."""
+    if importlib.util.find_spec("sae_lens") is None:
+        raise UsageError('the features commands need SAELens: pip install -e ".[features]" (sae-lens>=6.54,<7)')
+
+
+@cli_entry
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of ``python -m sst_interp.features`` and ``sst-features``."""
+    args = build_parser().parse_args(argv)
+    _require_sae_lens()
+    if args.command == "train":
+        # the jobs (torch, SAELens) are imported after the flags are parsed: --help stays fast
+        from sst_interp.features.train import train_dictionaries
+
+        for trained in train_dictionaries(config_from_namespace(TrainOptions, args)):
+            m = trained.meta
+            print(f"wrote {trained.path} ({m.architecture}, {m.d_in} -> {m.width}, iterations {list(m.iterations)}, "
+                  f"{sum(m.tokens.values())} states)")
+        return 0
+    from sst_interp.features.evaluate import evaluate_dictionaries
+
+    result = evaluate_dictionaries(config_from_namespace(EvaluateOptions, args))
+    print(result.table.to_string(index=False, float_format=lambda x: f"{x:.3f}"))
+    print(f"wrote {result.out}")
+    return 0
+
+
+def console() -> int:
+    """The ``sst-features`` console script."""
+    return main()

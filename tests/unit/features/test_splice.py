@@ -1,0 +1,78 @@
+"""Spliced-in accuracy and loss on a tiny HRM-Text run: a reconstruction that is the identity gives exactly the clean
+numbers at every iteration (the splice goes through the intervention layer's ``map`` and changes nothing else),
+zeroing the state moves the loss, and ``evaluate`` writes the per-iteration table with the splice columns."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pandas as pd
+import pytest
+import torch
+
+from sst_interp.cli.features import main
+from sst_interp.cli.record import main as record_main
+from tests.unit.conftest import FAST, save_tiny_model
+from tests.unit.features.conftest import train
+
+pytestmark = pytest.mark.usefixtures("one_thread")
+
+
+@pytest.fixture(scope="module")
+def hrm_run(tmp_path_factory) -> Path:
+    root = tmp_path_factory.mktemp("hrm")
+    model = save_tiny_model(root / "model", "hrm_text")
+    out = root / "run"
+    torch.set_num_threads(1)
+    assert record_main([*FAST, "--model", str(model), "--depths", "2", "--limit", "6", "--out", str(out)]) == 0
+    return out
+
+
+class _Identity:
+    """A DictionarySet's surface whose reconstruction of every iteration is the state itself."""
+
+    def __getitem__(self, iteration):
+        return self
+
+    def reconstruct(self, states: torch.Tensor) -> torch.Tensor:
+        return states.clone()
+
+
+def test_an_identity_reconstruction_splices_in_the_clean_numbers(hrm_run: Path):
+    from sst_interp.features.sites import resolve_site
+    from sst_interp.features.splice import load_family_model, splice_columns, splice_table
+    from sst_interp.store import Run
+
+    run = Run.open(hrm_run)
+    site = resolve_site(run, 3, depth=2)
+    ids = run.question_ids(2)
+    model, tokenizer = load_family_model(run, None, "cpu")
+    table = splice_table(run, _Identity(), site, ids, model, tokenizer, batch_size=4)
+    assert table[["iteration", "condition"]].values.tolist() == [[0, "clean"], [1, "spliced"], [1, "zero"],
+                                                                [2, "spliced"], [2, "zero"]]
+    clean = table.iloc[0]
+    spliced = table[table.condition == "spliced"]
+    assert (spliced["accuracy"] == clean.accuracy).all() and (spliced["loss"] == clean.loss).all()
+    # the clean loss is that of the run's own first tokens: small but not zero for a random model
+    assert 0 < clean.loss < 20 and (table["questions"] == len(ids)).all()
+    zero = table[table.condition == "zero"]
+    assert (zero["loss"] != clean.loss).any()
+    columns = splice_columns(table).set_index("iteration")
+    for iteration in (1, 2):  # (zero - spliced) / (zero - clean): 1 exactly where zeroing costs anything
+        gap = columns.at[iteration, "loss_zero"] - columns.at[iteration, "loss_clean"]
+        assert columns.at[iteration, "loss_recovered"] == 1.0 if gap > 0 else pd.isna(columns.at[iteration,
+                                                                                                "loss_recovered"])
+
+
+def test_evaluate_writes_the_per_iteration_table_with_the_splice(hrm_run: Path, tmp_path: Path, capsys):
+    dictionary = tmp_path / "dictionary"
+    train(hrm_run, dictionary, layer=3, layout="shared", steps=20, batch_size=16, width=32, k=4, holdout=0.5,
+          buffer=64)
+    out = tmp_path / "evaluation"
+    assert main(["evaluate", "--dictionary", str(dictionary), "--out", str(out), "--batch-size", "4"]) == 0
+    table = pd.read_parquet(out / "quality.parquet")
+    assert table["iteration"].tolist() == [1, 2] and (table["layout"] == "shared").all()
+    assert {"fve", "l0", "dead", "dense", "jaccard_next", "births", "accuracy_spliced", "loss_zero",
+            "loss_recovered"} <= set(table.columns)
+    assert pd.read_csv(out / "quality.csv")["iteration"].tolist() == [1, 2]
+    assert "accuracy_spliced" in capsys.readouterr().out
