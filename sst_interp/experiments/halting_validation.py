@@ -28,7 +28,7 @@ from sklearn.model_selection import StratifiedKFold, cross_val_score
 from sklearn.pipeline import make_pipeline
 from sklearn.preprocessing import StandardScaler
 
-from sst_interp.experiments.validation_row import ValidationRow
+from sst_interp.experiments.validation_row import ValidationRow, markdown
 from sst_interp.kernels.errors import UsageError
 from sst_interp.probe.dataset import ProbeData, load_probe_data_layers
 from sst_interp.probe.evaluate import evaluate_probe
@@ -112,12 +112,12 @@ def loocv_row(run: Run, layer: int, permutations: int = 0, seed: int = 0) -> Val
     calibrated = row["p_permutation"] if permutations else row["p_binomial"]
     return ValidationRow(
         f"calibrated LOOCV of the halting probe at layer {layer} (probe.loocv, paper app:halting_loocv)",
-        "held-out MUST HALT questions are halted right far above the base rate (p < 0.05)",
+        "held-out MUST HALT questions are halted right far above the base rate (p <= 0.05)",
         f"{int(row['loocv_correct'])} of {int(row['folds'])} held out right ({row['accuracy']:.3f}; base rate "
         f"{row['base_rate']:.3f}); binomial p {row['p_binomial']:.1g}"
         + (f"; permutation p {row['p_permutation']:.3g} ({int(row['permutations'])} drawn: {row['permutation_stop']})"
            if permutations else "; no permutations drawn (--halting-permutations 0)"),
-        bool(calibrated < 0.05), table)
+        bool(calibrated <= 0.05), table)
 
 
 def essential_row(run: Run, layer: int, seed: int = 0) -> ValidationRow:
@@ -140,9 +140,12 @@ def essential_row(run: Run, layer: int, seed: int = 0) -> ValidationRow:
     runs_on = np.repeat(truth["beyond"].to_numpy() > 0, len(depths))
     rng = np.random.default_rng(seed)
     random_dims = np.sort(rng.choice(data.hidden_size, size=len(essential), replace=False))
+    rest = np.setdiff1d(np.arange(data.hidden_size), essential)
     rows = []
+    sets = [("essential", essential), ("random", random_dims), ("all", np.arange(data.hidden_size))]
+    sets += [("rest", rest)] if len(rest) else []
     for name, target in (("count_done", done), ("chain_runs_on", runs_on)):
-        for dims_name, dims in (("essential", essential), ("random", random_dims), ("all", np.arange(data.hidden_size))):
+        for dims_name, dims in sets:
             rows.append((name, dims_name, len(dims), _readout(states[:, dims], target, seed),
                          float(max(target.mean(), 1 - target.mean()))))
     table = pd.DataFrame(rows, columns=["target", "dimensions", "n_dimensions", "heldout_accuracy", "majority"])
@@ -165,3 +168,32 @@ def _readout(x: np.ndarray, y: np.ndarray, seed: int) -> float:
     model = make_pipeline(StandardScaler(), LogisticRegression(max_iter=1000))
     folds = StratifiedKFold(READOUT_FOLDS, shuffle=True, random_state=seed)
     return float(cross_val_score(model, x, y, cv=folds).mean())
+
+
+#: The rows' names (their CSV files), in order.
+HALTING_ROWS = ("halting", "loocv", "essential")
+
+
+def validate_halting(config) -> dict[str, ValidationRow]:
+    """Every halting row on ``config.run``; writes ``halting.md`` and one CSV per row into ``config.out``.
+
+    Args:
+        config: a :class:`~sst_interp.organism.config.HaltingConfig`.
+    """
+    config.check()
+    run = Run.open(config.run)
+    Truth.of(run)  # a run of another task is refused before any probe trains
+    recorded = list(range(int(run.manifest["num_layers"])))
+    layers = list(config.layers) or recorded
+    for layer in [*layers, config.loocv_layer]:
+        if layer != -1 and layer not in recorded:
+            raise UsageError(f"layer {layer} is outside the run's layers 0..{recorded[-1]}; pick one of them")
+    layer = recorded[-1] if config.loocv_layer == -1 else config.loocv_layer
+    rows = {"halting": halting_row(run, layers),
+            "loocv": loocv_row(run, layer, config.permutations, config.seed),
+            "essential": essential_row(run, layer, config.seed)}
+    config.out.mkdir(parents=True, exist_ok=True)
+    for name, row in rows.items():
+        row.detail.to_csv(config.out / f"{name}.csv", index=False)
+    (config.out / "halting.md").write_text(markdown(list(rows.values()), "prediction (the task's truth)") + "\n")
+    return rows

@@ -27,9 +27,9 @@ class ValidationRow:
     detail: pd.DataFrame
 
 
-def markdown(rows: list[ValidationRow]) -> str:
-    """The validation table as Markdown (one line per row)."""
-    lines = ["| measurement | prediction (sequential lookups) | measured | recovered |", "|---|---|---|---|"]
+def markdown(rows: list[ValidationRow], prediction: str = "prediction (sequential lookups)") -> str:
+    """The validation table as Markdown (one line per row); ``prediction`` heads the prediction column."""
+    lines = [f"| measurement | {prediction} | measured | recovered |", "|---|---|---|---|"]
     for row in rows:
         lines.append(f"| {row.measurement} | {row.prediction} | {row.measured} | "
                      f"{'yes' if row.recovered else 'no'} |")

@@ -310,3 +310,27 @@ class ValidateConfig:
                 or self.folds < 2:
             raise UsageError("--patch-questions, --patch-pairs, --attribution-questions and --table-questions must "
                              "be at least 1 and --folds at least 2")
+
+
+@dataclass(frozen=True)
+class HaltingConfig:
+    """``python -m sst_interp.organism halting``: the paper's halting probe (Sec. 6) on a run of an overthinking
+    organism (``hops-overthink``), against the task's truth of which answers one more H-cycle breaks."""
+
+    run: Path = arg(help="a run recorded from hops-overthink with --questions hops at depths 1..D (flat)")
+    out: Path = arg(help="folder for halting.md and one CSV per row (created; existing files are replaced)")
+    layers: list[int] = arg(default_factory=list, help="layers of the probe sweep (default: every recorded layer)")
+    loocv_layer: int = arg(-1, help="the layer of the LOOCV and the essential dimensions (-1: the last layer)")
+    permutations: int = arg(19, help="the most label permutations of the calibrated LOOCV (each retrains every "
+                                     "fold: about a minute on the organism's 240 questions; 19 reach p = 0.05; 0: "
+                                     "the binomial test only)")
+    seed: int = arg(0, help="seed of the permutations and of the random dimensions beside the essential set")
+
+    def check(self) -> None:
+        """Refuse values that cannot run (UsageError), before anything loads."""
+        if not (self.run / "manifest.json").is_file():
+            raise UsageError(f"--run {self.run} is not a run directory (no manifest.json); record one with "
+                             "python -m sst_interp.record --model hops-overthink --questions hops --depths 1,2,3,4,5")
+        if self.permutations < 0:
+            raise UsageError(f"--permutations must be 0 or more, got {self.permutations}")
+
