@@ -144,7 +144,8 @@ def attention_view(source: RunSource, qid: str, depth: int, turn: int, position:
     """What the attention panel shows at ``iteration`` (None: the first recorded) of one query position.
 
     Returns ``{available: false, message}`` when the run recorded no attention or none at this position, else
-    ``iterations`` [I] (the recorded ones, for the selector), ``iteration``, ``top_k`` (None: every key stored),
+    ``query_token`` (the piece the position chose), ``iterations`` [I] (the recorded ones, for the selector),
+    ``iteration``, ``top_k`` (None: every key stored),
     ``keys`` [T] (the piece of each key index the query sees), ``key_kinds`` [T], ``prompt_tokens``,
     ``keys_note``, ``layer_names`` (``{layer: name}`` of a looped family's manifest, else empty) and ``rows``: one
     per recorded (layer, head), ``{layer, head, keys [K], weights [K], remaining_mass, heaviest}`` with the
@@ -167,6 +168,7 @@ def attention_view(source: RunSource, qid: str, depth: int, turn: int, position:
     if tokens.empty or not 0 <= position < len(tokens.iloc[0]):
         raise UsageError(f"{qid!r} depth {depth} has no position {position} in turn {turn} (its turns: "
                          f"{dict(zip(gens['turn'].tolist(), map(len, gens['token_ids'])))} tokens)")
+    chosen = int(tokens.iloc[0][position])
     data = read_position(source, qid, depth, turn, position)
     if not data.rows:
         return _unavailable(f"no attention recorded at position {position} of {qid!r} depth {depth} turn {turn}")
@@ -185,9 +187,11 @@ def attention_view(source: RunSource, qid: str, depth: int, turn: int, position:
                      "weights": [float(w) for w in weights], "remaining_mass": plain(rest, None),
                      "heaviest": [{"key": int(keys[j]), "piece": _piece(layout, int(keys[j])),
                                    "weight": float(weights[j])} for j in order]})
-    names = (run.manifest.get("loop") or {}).get("layers") or []
+    loop = run.manifest.get("loop")
+    names = (loop.get("layers") if isinstance(loop, dict) else None) or []
     return {"available": True, "question_id": qid, "depth": depth, "turn": turn, "position": position,
-            "iteration": iteration, "iterations": iterations, "top_k": recorded.get("top_k"),
+            "query_token": source.tokens.pieces([chosen])[0], "iteration": iteration, "iterations": iterations,
+            "top_k": recorded.get("top_k"),
             "keys": layout.pieces, "key_kinds": layout.kinds, "prompt_tokens": layout.prompt_tokens,
             "keys_note": layout.note, "layer_names": {str(i): str(n) for i, n in enumerate(names)}, "rows": rows}
 

@@ -431,13 +431,17 @@ function renderAttention(view) {
   const lensRow = document.querySelector(`#lens tr[data-iteration="${view.iteration}"]`);
   if (lensRow) lensRow.classList.add("it-sel");
   const topK = view.top_k;
+  // a key missing from a row: left out by top-k, or (every key stored) outside the layer's sliding window
+  const absent = topK ? "not stored" : "not attended (outside the layer's window)";
+  const anyAbsent = view.rows.some(r => r.keys.length < view.keys.length);
   $("attn-info").replaceChildren(
-    `position ${view.position}: ${view.rows.length} heads over ${view.keys.length} keys (` +
+    `query: position ${view.position} (it chose ${visible(view.query_token)}) · ${view.rows.length} heads over ` +
+    `${view.keys.length} keys (` +
     (topK ? `the ${topK} heaviest stored per head; rest: the mass on the others` : "every key stored") +
     ") · weight ",
     el("span", {class: "swatch", style: `background: ${weightColour(0)}; outline: 1px solid #ccc`}), " 0 to ",
     el("span", {class: "swatch", style: `background: ${weightColour(1)}`}), " 1",
-    ...(topK ? [" · ", el("span", {class: "swatch absent"}), " not stored"] : []));
+    ...(anyAbsent ? [" · ", el("span", {class: "swatch absent"}), " " + absent] : []));
   note.textContent = view.keys_note || "";
   note.hidden = !view.keys_note;
   const narrow = view.keys.length > 24;
@@ -458,7 +462,7 @@ function renderAttention(view) {
     const weight = new Map(row.keys.map((k, j) => [k, row.weights[j]]));
     const cells = view.keys.map((piece, k) => {
       if (!weight.has(k)) {
-        return el("td", {class: "w absent", "data-key": k, title: `${visible(piece)} (key ${k}): not stored`});
+        return el("td", {class: "w absent", "data-key": k, title: `${visible(piece)} (key ${k}): ${absent}`});
       }
       const w = weight.get(k);
       return el("td", {class: "w", "data-key": k, "data-weight": w, style: `background: ${weightColour(w)}`,

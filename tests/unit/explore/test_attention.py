@@ -32,6 +32,7 @@ def test_the_weights_are_run_attentions_and_the_keys_are_the_prompts_tokens(orga
     client = client_for(organism_runs[kind])
     tokenizer = hops_tokenizer()
     prompts = run.questions().set_index("question_id")["prompt"]
+    answers = run.generations().set_index(["question_id", "depth"])["token_ids"]
     for qid in run.question_ids(2):
         stored = run.attention(2, [qid], turn=0, positions=[0])
         seen = set()
@@ -43,6 +44,7 @@ def test_the_weights_are_run_attentions_and_the_keys_are_the_prompts_tokens(orga
             tokens = tokenizer.convert_ids_to_tokens(tokenizer(prompts[qid])["input_ids"])
             assert view["keys"] == tokens and view["key_kinds"] == ["prompt"] * len(tokens)
             assert view["keys_note"] is None
+            assert view["query_token"] == tokenizer.convert_ids_to_tokens([int(answers[(qid, 2)][0])])[0]
             rows = stored[stored["iteration"] == iteration]
             assert [(r["layer"], r["head"]) for r in view["rows"]] == \
                 sorted(set(zip(rows["layer"].tolist(), rows["head"].tolist())))
