@@ -11,6 +11,7 @@ Routes (every view of the page has its own URL: ``/?q=ID&depth=D&turn=T&pos=P&a=
 ``GET /api/position``      the position view (``q, depth, turn, pos``)
 ``GET /api/halting``       the halting view (``q``)
 ``GET /api/lens``          the per-layer logit lens (``q, depth, turn, pos``; loads the model on first use)
+``GET /api/attention``     each recorded head's attention at one position and iteration (``q, depth, turn, pos, it``)
 ``GET /static/...``        the page's script and style; ``plotly.min.js`` from the installed plotly wheel
 ``GET /report/...``        the report folder given with ``--report``
 =========================  =============================================================================
@@ -33,6 +34,7 @@ from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 
 from sst_interp.kernels.errors import UsageError
+from sst_interp.explore.attention import attention_view
 from sst_interp.explore.config import ExploreConfig
 from sst_interp.explore.glossary import glossary_page
 from sst_interp.explore.halting import ProbeScorer, halting_view
@@ -164,6 +166,11 @@ class Explorer:
         return lens_view(self.source, self.lens, _qid(request), _int(request, "depth"), _int(request, "turn", 0),
                          _int(request, "pos"))
 
+    def attention(self, request: Request) -> dict[str, Any]:
+        iteration = _int(request, "it") if request.query_params.get("it") else None
+        return attention_view(self.source, _qid(request), _int(request, "depth"), _int(request, "turn", 0),
+                              _int(request, "pos"), iteration)
+
 
 def _qid(request: Request) -> str:
     qid = request.query_params.get("q")
@@ -202,6 +209,7 @@ def create_app(explorer: Explorer) -> Starlette:
         Route("/api/position", _json(explorer.position)),
         Route("/api/halting", _json(explorer.halting)),
         Route("/api/lens", _json(explorer.layer_lens)),
+        Route("/api/attention", _json(explorer.attention)),
     ]
     if explorer.config.report is not None:
         routes.append(Mount("/report", StaticFiles(directory=explorer.config.report, html=True), name="report"))

@@ -65,6 +65,15 @@ class TokenText:
         finally:
             self._ready.set()
 
+    def encode(self, text: str) -> list[int] | None:
+        """``text``'s token ids as the run's tokenizer encodes it (its special tokens added, as ``record`` encodes a
+        prompt), or None without a tokenizer."""
+        if self._started:
+            self._ready.wait(timeout=30)
+        if self._tokenizer is None:
+            return None
+        return list(self._tokenizer.encode(text).ids)
+
     def pieces(self, ids: Sequence[int]) -> list[str]:
         """One display piece per id: a CodeACT action token's name, else the tokenizer's piece (``⟨id⟩`` without one;
         -1, an unrecorded argmax, is ``∅``)."""

@@ -183,7 +183,11 @@ function renderTokens(turn, depth, colour, hmax) {
     if (recorded) {
       span.addEventListener("mouseenter", ev => showTip(ev, depth, turn.turn, tok.position));
       span.addEventListener("mouseleave", () => { $("tip").hidden = true; });
-      span.addEventListener("click", () => { setParams({depth, turn: turn.turn, pos: tok.position}); route(); });
+      // the attention panel's iteration is kept while the depth stays (another depth may not have it)
+      span.addEventListener("click", () => {
+        const it = String(depth) === params().get("depth") ? params().get("it") : null;
+        setParams({depth, turn: turn.turn, pos: tok.position, it}); route();
+      });
     }
     box.append(span);
   }
@@ -365,6 +369,12 @@ async function loadPosition(q, depth, turn, pos) {
     Plotly.purge("tracked-plot");
   } else {
     lensTable(view.lens, $("lens"));
+    // a lens row selects its iteration for the attention panel
+    for (const row of $("lens").querySelectorAll("tr[data-iteration]")) {
+      row.classList.add("pick");
+      row.title = "show the attention at this iteration";
+      row.addEventListener("click", () => selectIteration(row.dataset.iteration));
+    }
     const tr = view.lens.tracked;
     Plotly.react("tracked-plot", tr.ids.slice(0, 5).map((id, j) => ({x: view.lens.iterations,
       y: tr.logprobs.map(r => r[j]), mode: "lines+markers", name: visible(tr.pieces[j])})),
@@ -372,6 +382,101 @@ async function loadPosition(q, depth, turn, pos) {
        margin: {l: 50, r: 10, t: 30, b: 40}, xaxis: axis("iteration", {dtick: 1}), yaxis: axis("log-prob (nats)")},
       {displayModeBar: false});
   }
+}
+
+// ------------------------------------------------------------------------------------------------ attention
+// White to navy by weight (0 to 1, linear): a key's colour is its share of the head's attention.
+function weightColour(w) {
+  const t = Math.max(0, Math.min(1, w)), to = [31, 78, 156];
+  return `rgb(${to.map(v => Math.round(255 + t * (v - 255))).join(", ")})`;
+}
+async function loadAttention(q, depth, turn, pos) {
+  const it = params().get("it");
+  const view = await api(`/api/attention?q=${encodeURIComponent(q)}&depth=${depth}&turn=${turn}&pos=${pos}` +
+                         (it ? `&it=${it}` : ""));
+  renderAttention(view);
+}
+function selectIteration(it) {
+  const p = params();
+  setParams({it}, false);
+  loadAttention(p.get("q"), p.get("depth"), p.get("turn") || 0, p.get("pos")).catch(() => {});
+}
+// One row per recorded (layer, head), grouped by layer: the keys the query sees as a heat strip (the key tokens
+// head the columns), the heaviest keys named, and under top-k the mass on the keys not stored.
+function renderAttention(view) {
+  const box = $("attention-box"), note = $("attn-note");
+  document.querySelectorAll("#lens tr.it-sel").forEach(n => n.classList.remove("it-sel"));
+  if (!view.available) {
+    box.dataset.available = "0";
+    $("attn-title").textContent = "attention";
+    $("attn-controls").hidden = true;
+    note.textContent = view.message;
+    note.hidden = false;
+    $("attn-table").replaceChildren();
+    return;
+  }
+  box.dataset.available = "1";
+  box.dataset.iteration = view.iteration;
+  box.dataset.pos = view.position;
+  $("attn-title").textContent = `attention at iteration ${view.iteration}`;
+  $("attn-controls").hidden = false;
+  const select = $("attn-iteration");
+  select.replaceChildren(...view.iterations.map(i => el("option", {value: i, text: i})));
+  select.value = view.iteration;
+  const at = view.iterations.indexOf(view.iteration);
+  $("attn-prev").disabled = at <= 0;
+  $("attn-next").disabled = at >= view.iterations.length - 1;
+  $("attn-prev").dataset.to = view.iterations[at - 1] ?? "";
+  $("attn-next").dataset.to = view.iterations[at + 1] ?? "";
+  const lensRow = document.querySelector(`#lens tr[data-iteration="${view.iteration}"]`);
+  if (lensRow) lensRow.classList.add("it-sel");
+  const topK = view.top_k;
+  // a key missing from a row: left out by top-k, or (every key stored) outside the layer's sliding window
+  const absent = topK ? "not stored" : "not attended (outside the layer's window)";
+  const anyAbsent = view.rows.some(r => r.keys.length < view.keys.length);
+  $("attn-info").replaceChildren(
+    `query: position ${view.position} (it chose ${visible(view.query_token)}) · ${view.rows.length} heads over ` +
+    `${view.keys.length} keys (` +
+    (topK ? `the ${topK} heaviest stored per head; rest: the mass on the others` : "every key stored") +
+    ") · weight ",
+    el("span", {class: "swatch", style: `background: ${weightColour(0)}; outline: 1px solid #ccc`}), " 0 to ",
+    el("span", {class: "swatch", style: `background: ${weightColour(1)}`}), " 1",
+    ...(anyAbsent ? [" · ", el("span", {class: "swatch absent"}), " " + absent] : []));
+  note.textContent = view.keys_note || "";
+  note.hidden = !view.keys_note;
+  const narrow = view.keys.length > 24;
+  const head = el("tr", {}, el("th", {class: "attn-label", text: "layer · head"}),
+    ...view.keys.map((piece, k) => el("th", {class: "key " + view.key_kinds[k] + (narrow ? " vertical" : ""),
+                                             "data-key": k, title: `key ${k} (${view.key_kinds[k]})`,
+                                             text: visible(piece)})),
+    el("th", {text: "heaviest keys"}), ...(topK ? [el("th", {text: "rest"})] : []));
+  const rows = [head];
+  let layer = null;
+  for (const row of view.rows) {
+    if (row.layer !== layer) {
+      layer = row.layer;
+      const name = view.layer_names[String(layer)];
+      rows.push(el("tr", {class: "attn-layer"}, el("th", {colspan: view.keys.length + 3,
+                                                          text: `layer ${layer}` + (name ? ` · ${name}` : "")})));
+    }
+    const weight = new Map(row.keys.map((k, j) => [k, row.weights[j]]));
+    const cells = view.keys.map((piece, k) => {
+      if (!weight.has(k)) {
+        return el("td", {class: "w absent", "data-key": k, title: `${visible(piece)} (key ${k}): ${absent}`});
+      }
+      const w = weight.get(k);
+      return el("td", {class: "w", "data-key": k, "data-weight": w, style: `background: ${weightColour(w)}`,
+                       title: `${visible(piece)} (key ${k}): ${fmt(w, 4)}`});
+    });
+    const heaviest = el("td", {class: "heaviest"}, ...row.heaviest.map(h =>
+      el("span", {class: "hk", "data-key": h.key, "data-weight": h.weight, title: `key ${h.key}`,
+                  text: `${visible(h.piece)} ${fmt(h.weight, 2)}`})));
+    rows.push(el("tr", {class: "attn-row", "data-layer": row.layer, "data-head": row.head},
+                 el("th", {class: "attn-label", text: `L${row.layer} · head ${row.head}`}), ...cells, heaviest,
+                 ...(topK ? [el("td", {class: "rest", "data-rest": row.remaining_mass,
+                                      text: fmt(row.remaining_mass, 3)})] : [])));
+  }
+  $("attn-table").replaceChildren(...rows);
 }
 
 // The per-layer lens loads the model on the server, so it is fetched only while its box is open.
@@ -441,6 +546,7 @@ async function route() {
   } catch (err) { return; }
   if (p.get("pos") !== null && p.get("depth") !== null) {
     try { await loadPosition(q, p.get("depth"), p.get("turn") || 0, p.get("pos")); } catch (err) { /* banner */ }
+    try { await loadAttention(q, p.get("depth"), p.get("turn") || 0, p.get("pos")); } catch (err) { /* banner */ }
     try { await loadLayerLens(); } catch (err) { /* banner */ }
   } else {
     $("position").hidden = true;
@@ -461,6 +567,10 @@ function wire() {
     $(id).addEventListener("change", () => { setParams({a: $("div-a").value, b: $("div-b").value}, false);
                                              markDivergence(state.question, Number($("div-a").value),
                                                             Number($("div-b").value)); });
+  }
+  $("attn-iteration").addEventListener("change", () => selectIteration($("attn-iteration").value));
+  for (const id of ["attn-prev", "attn-next"]) {
+    $(id).addEventListener("click", () => { if ($(id).dataset.to) selectIteration($(id).dataset.to); });
   }
   $("layer-lens-box").addEventListener("toggle", () => { loadLayerLens().catch(() => {}); });
   window.addEventListener("popstate", route);

@@ -53,8 +53,9 @@ def serving(config: ExploreConfig) -> Iterator[tuple[str, Explorer]]:
 
 
 @contextmanager
-def browser(width: int = 1600, height: int = 1000) -> Iterator[object]:
-    """A headless Chromium WebDriver (quit on exit)."""
+def browser(width: int = 1600, height: int = 1000, scale: float = 1) -> Iterator[object]:
+    """A headless Chromium WebDriver (quit on exit); ``scale``: device pixels per CSS pixel (2 for a screenshot that
+    stays sharp when the docs show it at its width)."""
     from selenium import webdriver
     from selenium.webdriver.chrome.options import Options
     from selenium.webdriver.chrome.service import Service
@@ -62,7 +63,7 @@ def browser(width: int = 1600, height: int = 1000) -> Iterator[object]:
     options = Options()
     options.binary_location = CHROMIUM
     for flag in ("--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
-                 f"--window-size={width},{height}"):
+                 f"--window-size={width},{height}", f"--force-device-scale-factor={scale}"):
         options.add_argument(flag)
     driver = webdriver.Chrome(service=Service(chromedriver()), options=options)
     try:

@@ -2,11 +2,13 @@
 run, filter the list, click a question, hover a token, open a position, and check the numbers the page shows
 against the Run API and the synthetic run's planted truth; then a tiny recorded run with its own tokenizer.
 
-``SST_INTERP_SCREENSHOT=docs/explore.png`` also writes the screenshot the README shows.
+``SST_INTERP_SCREENSHOT=docs/explore.png`` also writes the screenshot the README shows;
+``SST_INTERP_ATTENTION_SCREENSHOT=docs/img/explore-attention.png`` the attention panel docs/explorer.md shows.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 from pathlib import Path
@@ -114,6 +116,10 @@ def test_the_planted_run_in_the_browser(planted, tmp_path):
         assert status == ("low-overlap" if low else "stable")
         query = parse_qs(urlparse(driver.current_url).query)
         assert (query["depth"], query["turn"], query["pos"]) == (["4"], ["0"], ["0"])
+        # the planted run recorded no attention: the panel says so in one line, and how to record it
+        assert driver.find_element(By.ID, "attention-box").get_attribute("data-available") == "0"
+        assert "recorded no attention" in driver.find_element(By.ID, "attn-note").text
+        assert "--attention all" in driver.find_element(By.ID, "attn-note").text
         target = os.environ.get("SST_INTERP_SCREENSHOT")
         # move the hover off the transcript so the screenshot shows the position view whole
         _hover(driver, "#qtitle")
@@ -178,7 +184,7 @@ def organism_run(tmp_path_factory):
 
     out = tmp_path_factory.mktemp("organism") / "run"
     assert record_main(["--model", "hops-organism", "--questions", "hops", "--source-option", "n=24", "--depths",
-                        "1,2,3,4", "--device", "cpu", "--out", str(out)]) == 0
+                        "1,2,3,4", "--device", "cpu", "--attention", "all", "--out", str(out)]) == 0
     return out
 
 
@@ -210,3 +216,63 @@ def test_the_organism_resolves_a_hop_per_iteration_in_the_browser(organism_run, 
         target = os.environ.get("SST_INTERP_ORGANISM_SCREENSHOT")
         if target:
             shutil.copyfile(tmp_path / "organism.png", target)
+
+
+def _attention_at(driver, iteration: int) -> bool:
+    box = driver.find_element(By.ID, "attention-box")
+    return box.get_attribute("data-iteration") == str(iteration) and bool(
+        driver.find_elements(By.CSS_SELECTOR, "#attn-table tr.attn-row"))
+
+
+def _heaviest(driver, layer: int, head: int) -> tuple[int, str]:
+    """The (key index, key token) the panel names first for ``(layer, head)``."""
+    first = driver.find_element(By.CSS_SELECTOR, f'#attn-table tr.attn-row[data-layer="{layer}"][data-head="{head}"] '
+                                                 "td.heaviest .hk")
+    key = int(first.get_attribute("data-key"))
+    header = driver.find_element(By.CSS_SELECTOR, f'#attn-table th.key[data-key="{key}"]')
+    return key, header.get_attribute("textContent")
+
+
+def test_the_attention_panel_shows_the_organism_reading_its_chain_hop_by_hop(organism_run, tmp_path):
+    """At the answer column the organism's L block head 0 reads hop 1's binding (``chain[0]=chain[1]``) at
+    iteration 1 and hop 2's at iteration 2 (``organism validate``'s attention row): the panel names that key first,
+    with the weights ``Run.attention`` holds. ``SST_INTERP_ATTENTION_SCREENSHOT=docs/img/explore-attention.png``
+    writes the panel's screenshot."""
+    from selenium.webdriver.support.ui import Select
+
+    run = Run.open(organism_run)
+    questions = run.questions()
+    metadata = [json.loads(m) for m in questions["metadata"]]
+    qi = next(i for i, m in enumerate(metadata) if m["hops"] >= 4)
+    qid, chain = questions["question_id"].iloc[qi], metadata[qi]["chain"]
+    block = next(i for i, name in enumerate(run.manifest["loop"]["layers"]) if "L_module" in name)
+    stored = run.attention(4, [qid], turn=0, positions=[0])
+    with served(ExploreConfig(run=organism_run, fit_gmm=False)) as url, browser(1600, 1400, scale=2) as driver:
+        driver.get(f"{url}?q={qid}")
+        _wait(driver, lambda d: d.find_element(By.ID, "qtitle").text.startswith(qid))
+        driver.find_element(By.CSS_SELECTOR, '.tok[data-depth="4"][data-pos="0"]').click()  # the answer
+        _wait(driver, lambda d: _attention_at(d, 1))
+        Select(driver.find_element(By.ID, "attn-iteration")).select_by_value("1")
+        _wait(driver, lambda d: _attention_at(d, 1))
+        assert driver.find_element(By.ID, "attn-title").text == "attention at iteration 1"
+        assert _heaviest(driver, block, 0)[1] == f"{chain[0]}={chain[1]}"  # hop 1's binding
+        # the strip's weights are the stored ones, every key of the prompt
+        cells = driver.find_elements(By.CSS_SELECTOR, f'#attn-table tr.attn-row[data-layer="{block}"][data-head="0"] '
+                                                      "td.w")
+        want = stored[(stored["iteration"] == 1) & (stored["layer"] == block) & (stored["head"] == 0)]
+        assert [int(c.get_attribute("data-key")) for c in cells] == want["key_position"].tolist()
+        assert [float(c.get_attribute("data-weight")) for c in cells] == \
+            pytest.approx(want["weight"].tolist(), abs=1e-7)
+        # step to iteration 2: the same head reads hop 2's binding
+        driver.find_element(By.ID, "attn-next").click()
+        _wait(driver, lambda d: _attention_at(d, 2))
+        assert parse_qs(urlparse(driver.current_url).query)["it"] == ["2"]
+        assert _heaviest(driver, block, 0)[1] == f"{chain[1]}={chain[2]}"
+        assert len(driver.find_elements(By.CSS_SELECTOR, "#attn-table tr.attn-row")) == \
+            len(stored.groupby(["layer", "head"]))
+        panel = driver.find_element(By.ID, "attention-box")
+        driver.execute_script("arguments[0].scrollIntoView()", panel)
+        panel.screenshot(str(tmp_path / "attention.png"))
+        target = os.environ.get("SST_INTERP_ATTENTION_SCREENSHOT")
+        if target:
+            shutil.copyfile(tmp_path / "attention.png", target)
