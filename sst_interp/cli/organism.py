@@ -3,7 +3,7 @@
     python -m sst_interp.organism train --out organisms/looped      # the looped (HRM-Text) organism, ~20 min on 2 cores
     python -m sst_interp.organism train-sst --out organisms/sst     # the SST organism and its matched baseline
     python -m sst_interp.organism validate --run runs/hops --out reports/organism   # every measurement vs the task
-    python -m sst_interp.organism halting --run runs/overthink --out reports/halting  # the halting probe vs the truth
+    python -m sst_interp.organism overthink --run runs/overthink --out reports/overthink  # halting probe vs the truth
 
 ``train`` prints the depth-by-hop accuracy table on the test split at the end (also written to ``depth_by_hop.csv``);
 ``train-sst`` prints three: the one-pass backbone's, the SST's at each iteration count, and the matched baseline's
@@ -19,7 +19,7 @@ from collections.abc import Sequence
 from sst_interp import study
 from sst_interp.cli.args import add_config_flags, config_from_namespace, config_parser
 from sst_interp.kernels.errors import cli_entry
-from sst_interp.organism.config import HaltingConfig, LoopedTrainConfig, SSTOrganismConfig, ValidateConfig
+from sst_interp.organism.config import OverthinkConfig, LoopedTrainConfig, SSTOrganismConfig, ValidateConfig
 from sst_interp.organism.tables import format_table
 
 
@@ -36,9 +36,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     validate = commands.add_parser("validate", help="check every measurement on a recorded organism run against the "
                                                     "task's known hops")
     add_config_flags(validate, ValidateConfig)
-    halting = commands.add_parser("halting", help="the paper's halting probe on an overthinking organism's run, "
-                                                  "against the task's truth of which answers break")
-    add_config_flags(halting, HaltingConfig)
+    overthink = commands.add_parser("overthink", help="the paper's halting probe and Sec. 5 families on an "
+                                                      "overthinking organism's run, against the task's truth")
+    add_config_flags(overthink, OverthinkConfig)
     args = parser.parse_args(argv)
     if args.command == "train-sst":
         from sst_interp.train.organism import train_sst_organism
@@ -48,12 +48,12 @@ def main(argv: Sequence[str] | None = None) -> int:
                   "baseline": "the matched baseline (no state stream)"}
         print("\n\n".join(f"{titles[name]}:\n{format_table(table)}" for name, table in tables.items()))
         return 0
-    if args.command == "halting":
-        from sst_interp.experiments.halting_validation import validate_halting
+    if args.command == "overthink":
+        from sst_interp.experiments.halting_validation import PREDICTION_HEADING, validate_overthink
         from sst_interp.experiments.validation_row import markdown
 
-        rows = validate_halting(config_from_namespace(HaltingConfig, args))
-        print(markdown(list(rows.values()), "prediction (the task's truth)"))
+        rows = validate_overthink(config_from_namespace(OverthinkConfig, args), study.open)
+        print(markdown(list(rows.values()), PREDICTION_HEADING))
         return 0
     if args.command == "validate":
         import pandas as pd

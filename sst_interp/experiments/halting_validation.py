@@ -13,13 +13,18 @@ the chain ends at the answer. The paper's method end to end, each step scored ag
 - :func:`essential_row`: the input-dimension ablation's essential set, and whether those dimensions carry the
   mechanism: a held-out linear read-out of "this depth has done the count" (``2 d >= k``) and "the chain runs on"
   (``beyond > 0``) from them, beside the same number of random dimensions.
+
+:func:`validate_overthink` adds the paper's Sec. 5 families against the same truth
+(:data:`~sst_interp.experiments.sec5_validation.OVERSHOOT`).
 """
 
 from __future__ import annotations
 
 import json
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -28,6 +33,7 @@ from sklearn.model_selection import StratifiedKFold, cross_val_score
 from sklearn.pipeline import make_pipeline
 from sklearn.preprocessing import StandardScaler
 
+from sst_interp.experiments.sec5_validation import OVERSHOOT, SEC5_ROWS, Measured, sec5_rows
 from sst_interp.experiments.validation_row import ValidationRow, markdown
 from sst_interp.kernels.errors import UsageError
 from sst_interp.probe.dataset import ProbeData, load_probe_data_layers
@@ -170,15 +176,17 @@ def _readout(x: np.ndarray, y: np.ndarray, seed: int) -> float:
     return float(cross_val_score(model, x, y, cv=folds).mean())
 
 
-#: The rows' names (their CSV files), in order.
-HALTING_ROWS = ("halting", "loocv", "essential")
+#: The rows' names (their CSV files), in order: the halting probe's, then the Sec. 5 families'.
+OVERTHINK_ROWS = ("halting", "loocv", "essential", *SEC5_ROWS)
 
 
-def validate_halting(config) -> dict[str, ValidationRow]:
-    """Every halting row on ``config.run``; writes ``halting.md`` and one CSV per row into ``config.out``.
+def validate_overthink(config, open_analysis: Callable[[Path], Measured]) -> dict[str, ValidationRow]:
+    """Every row on ``config.run`` (an overthinking organism's run): the halting probe's three and the paper's Sec. 5
+    families against the overshoot mechanism; writes ``overthink.md`` and one CSV per row into ``config.out``.
 
     Args:
-        config: a :class:`~sst_interp.organism.config.HaltingConfig`.
+        config: a :class:`~sst_interp.organism.config.OverthinkConfig`.
+        open_analysis: ``study.open`` (a floor above this module, so passed in), for the Sec. 5 rows.
     """
     config.check()
     run = Run.open(config.run)
@@ -192,8 +200,13 @@ def validate_halting(config) -> dict[str, ValidationRow]:
     rows = {"halting": halting_row(run, layers),
             "loocv": loocv_row(run, layer, config.permutations, config.seed),
             "essential": essential_row(run, layer, config.seed)}
+    rows.update(zip(SEC5_ROWS, sec5_rows(open_analysis(config.run), OVERSHOOT)))
     config.out.mkdir(parents=True, exist_ok=True)
     for name, row in rows.items():
         row.detail.to_csv(config.out / f"{name}.csv", index=False)
-    (config.out / "halting.md").write_text(markdown(list(rows.values()), "prediction (the task's truth)") + "\n")
+    (config.out / "overthink.md").write_text(markdown(list(rows.values()), PREDICTION_HEADING) + "\n")
     return rows
+
+
+#: The prediction column's heading in ``overthink.md``.
+PREDICTION_HEADING = "prediction (the task's truth: overshoot where the chain runs on)"

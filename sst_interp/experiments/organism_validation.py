@@ -50,7 +50,7 @@ from sst_interp.experiments.attribution import VERIFIED, run_attribution
 from sst_interp.experiments.configs import AttributionConfig, WindowConfig
 from sst_interp.experiments.window import condition_name, run_window
 from sst_interp.experiments.hops_patching import flip_table, patch_by_iteration
-from sst_interp.experiments.sec5_validation import SEQUENTIAL, Measured, sec5_rows
+from sst_interp.experiments.sec5_validation import SEC5_ROWS, SEQUENTIAL, Measured, sec5_rows
 from sst_interp.experiments.validation_row import ValidationRow, markdown
 from sst_interp.kernels.errors import UsageError
 from sst_interp.kernels.stats import mann_whitney, wilson_interval
@@ -363,8 +363,6 @@ def _fraction(value: float) -> str:
     return "-" if math.isnan(value) else f"{value:.2f}"
 
 
-#: the Sec. 5 rows' names, in :func:`~sst_interp.experiments.sec5_validation.sec5_rows`' order
-SEC5_ROWS = ("causal_ordering", "reorganisation", "later_iterations", "convergent", "precision")
 ROW_FILES = ("staged_capacity", "lens", "probe", "overlap", "depth_policies", "prompt_columns", "attention",
              "patching", "window", "attribution", *SEC5_ROWS)
 #: the lens' answer-on-top fraction per hop count and iteration (the figure's left panel)

@@ -23,13 +23,14 @@ Rows (paper Sec. 5, "Logit dynamics" (4)-(8), and the precision paragraph of Sec
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Protocol
 
 import pandas as pd
 
-from sst_interp.analyses.hops import lens_by_hop, question_truth
+from sst_interp.analyses.hops import lens_by_hop
 from sst_interp.experiments.validation_row import ValidationRow
 from sst_interp.store import Run
 
@@ -49,20 +50,31 @@ class Mechanism:
 
     Args:
         name: how the rows name it (e.g. "sequential lookups, two per H-cycle").
-        still_computing: ``(hops, iteration) -> bool``: whether a question of ``hops`` hops is still being computed
-            at the answer column between iteration ``iteration`` and ``iteration + 1``.
+        still_computing: ``(question, iteration) -> bool``: whether the question (its truth: ``hops``, and for
+            counted hops ``beyond``, the bindings its chain runs past the answer) is still being computed at the
+            answer column between iteration ``iteration`` and ``iteration + 1``.
         rule: the predicate in words (e.g. "h > 2 i").
     """
 
     name: str
-    still_computing: Callable[[int, int], bool]
+    still_computing: Callable[[pd.Series, int], bool]
     rule: str
 
 
 #: hops-organism: iteration i has read 2 i bindings (the L and the H block), so an h-hop chain is finished after
 #: ceil(h / 2) iterations.
-SEQUENTIAL = Mechanism("sequential lookups, two per H-cycle", lambda hops, iteration: hops > 2 * iteration,
-                       "h > 2 i")
+SEQUENTIAL = Mechanism("sequential lookups, two per H-cycle", lambda truth, i: truth["hops"] > 2 * i, "h > 2 i")
+#: hops-overthink: the same lookups, trained only up to each question's sufficient depth ceil(k/2), so the pointer
+#: keeps advancing after it wherever the chain runs on past the answer (beyond > 0).
+OVERSHOOT = Mechanism("lookups that keep advancing past the count where the chain runs on",
+                      lambda truth, i: truth["hops"] > 2 * i or truth["beyond"] > 0, "k > 2 i, or the chain runs on")
+
+
+def mechanism_truth(run: Run) -> pd.DataFrame:
+    """question_id -> ``hops`` and, for counted hops, ``beyond`` (0 where the questions have none)."""
+    metadata = run.questions().set_index("question_id")["metadata"].map(json.loads)
+    return pd.DataFrame({"hops": metadata.map(lambda m: int(m["hops"])),
+                         "beyond": metadata.map(lambda m: int(m.get("beyond", 0)))})
 
 
 def _value(table: pd.DataFrame, quantity: str, statistic: str = "value", **where: str) -> float:
@@ -95,8 +107,8 @@ def causal_ordering_row(analysis: Measured, mechanism: Mechanism = SEQUENTIAL) -
     exceptions = int(table["exceptions_argmax_flip_before_low_overlap"])
     answers = _answers_by_depth(analysis.run)
     diverging = answers.index[answers.nunique(axis=1) > 1]
-    hops = question_truth(analysis.run)["hops"]
-    computing = [mechanism.still_computing(int(hops[q]), 1) for q in diverging]
+    truth = mechanism_truth(analysis.run)
+    computing = [bool(mechanism.still_computing(truth.loc[q], 1)) for q in diverging]
     share = sum(computing) / len(computing) if computing else float("nan")
     detail = table.rename("questions").reset_index()
     return ValidationRow(
@@ -128,7 +140,7 @@ def reorganisation_row(analysis: Measured) -> ValidationRow:
         f"top-100 tokens replaced, median {lo['tokens_replaced_median']:.1f} ({lo['records']:.0f} low-overlap "
         f"argmax changes) against {st['tokens_replaced_median']:.1f} ({st['records']:.0f} stable), Mann-Whitney p "
         f"{p:.1g}; the new winner's original rank at most {lo['new_winner_original_rank_max']:.0f} and "
-        f"{st['new_winner_original_rank_max']:.0f} (the organism's answers are always among its top 3)",
+        f"{st['new_winner_original_rank_max']:.0f}",
         bool(lo["tokens_replaced_median"] > st["tokens_replaced_median"] and p < 0.01), detail)
 
 
@@ -146,7 +158,9 @@ def later_iterations_row(analysis: Measured, mechanism: Mechanism = SEQUENTIAL) 
     lens["next_top"] = lens.groupby("question_id")["top_token"].shift(-1)
     later = lens[(lens["iteration"] >= 2) & lens["next_top"].notna()]
     changes = later[later["top_token"] != later["next_top"]]
-    expected = [mechanism.still_computing(int(r.hops), int(r.iteration)) for r in changes.itertuples()]
+    truth = mechanism_truth(analysis.run)
+    expected = [bool(mechanism.still_computing(truth.loc[r.question_id], int(r.iteration)))
+                for r in changes.itertuples()]
     share = sum(expected) / len(expected) if expected else float("nan")
     detail = changes.assign(still_computing=expected)[["question_id", "hops", "iteration", "top_token", "next_top",
                                                        "still_computing"]]
@@ -165,13 +179,15 @@ def convergent_row(analysis: Measured) -> ValidationRow:
     """Convergent reasoning (tab:convergent_reasoning) on a one-token task: four depths that all answer right give
     one trace, so the measurement must count no question with four distinct traces."""
     table = analysis.data("convergent_reasoning")
-    all_correct = _value(table, "questions_correct_at_all_4_depths")
-    convergent = _value(table, "with_4_pairwise_distinct_text_traces_convergent_reasoning")
+    depths = len(analysis.run.depths)
+    all_correct = _value(table, f"questions_correct_at_all_{depths}_depths")
+    convergent = _value(table, f"with_{depths}_pairwise_distinct_text_traces_convergent_reasoning")
     return ValidationRow(
         "convergent reasoning (tab:convergent_reasoning)",
-        "none: a one-token answer cannot reach the right answer by four distinct paths, so every question right at "
-        "all depths is deterministic repetition (the row checks that the measurement invents no convergence)",
-        f"{convergent:.0f} convergent of {all_correct:.0f} questions right at all four depths",
+        "none: a one-token answer cannot reach the right answer by distinct paths at every depth, so every question "
+        "right at all depths is deterministic repetition (the row checks that the measurement invents no "
+        "convergence)",
+        f"{convergent:.0f} convergent of {all_correct:.0f} questions right at all {depths} depths",
         bool(convergent == 0), table)
 
 
@@ -189,6 +205,10 @@ def precision_row(analysis: Measured) -> ValidationRow:
         f"median delta-to-precision ratio {float(pooled['median']):.3g} over {int(pooled['n_values'])} values; "
         f"fraction above 1 at least {lowest:.3f} at every layer",
         bool(lowest >= 0.9), table)
+
+
+#: the rows' names (their CSV files), in :func:`sec5_rows`' order
+SEC5_ROWS = ("causal_ordering", "reorganisation", "later_iterations", "convergent", "precision")
 
 
 def sec5_rows(analysis: Measured, mechanism: Mechanism = SEQUENTIAL) -> list[ValidationRow]:

@@ -313,12 +313,13 @@ class ValidateConfig:
 
 
 @dataclass(frozen=True)
-class HaltingConfig:
-    """``python -m sst_interp.organism halting``: the paper's halting probe (Sec. 6) on a run of an overthinking
-    organism (``hops-overthink``), against the task's truth of which answers one more H-cycle breaks."""
+class OverthinkConfig:
+    """``python -m sst_interp.organism overthink``: the paper's halting probe (Sec. 6) and its Sec. 5 families on a
+    run of an overthinking organism (``hops-overthink``), against the task's truth of which answers one more H-cycle
+    breaks."""
 
     run: Path = arg(help="a run recorded from hops-overthink with --questions hops at depths 1..D (flat)")
-    out: Path = arg(help="folder for halting.md and one CSV per row (created; existing files are replaced)")
+    out: Path = arg(help="folder for overthink.md and one CSV per row (created; existing files are replaced)")
     layers: list[int] = arg(default_factory=list, help="layers of the probe sweep (default: every recorded layer)")
     loocv_layer: int = arg(-1, help="the layer of the LOOCV and the essential dimensions (-1: the last layer)")
     permutations: int = arg(19, help="the most label permutations of the calibrated LOOCV (each retrains every "
