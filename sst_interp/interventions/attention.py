@@ -79,13 +79,15 @@ def check_attention_rules(spec: InterventionSpec, model: Any, shortest_prompt: i
     sites = attention_sites(model)
     for number, item in rules:
         where = f"intervention {number} ({item.operation.kind} on attention)"
-        chosen = [(module, layer) for _, module, layer in sites
+        chosen = [module for _, module, layer in sites
                   if layer is None or item.site.layers is None or layer in item.site.layers]
-        have = max(attention_heads(module, USER) for module, _ in chosen)
-        if item.site.heads is not None and max(item.site.heads) >= have:
+        have = max((attention_heads(module, USER) for module in chosen), default=None)  # None: no such layer
+        if item.site.heads is not None and have is not None and max(item.site.heads) >= have:
             raise UsageError(f"{where}: head {max(item.site.heads)} does not exist; the attention of the layers "
                              f"it names has {have} heads (0-{have - 1})")
-        if item.operation.kind == "set" and shortest_prompt is not None:
+        # the bound holds at turn 0; a later turn's query sees the earlier turns too
+        if item.operation.kind == "set" and shortest_prompt is not None and (item.site.turns is None
+                                                                              or 0 in item.site.turns):
             context = shortest_prompt + min(item.site.positions or (0,))
             outside = [key for key in item.operation.attend_to if key >= context]
             if outside:
@@ -128,14 +130,15 @@ class AttentionPatcher:
     @classmethod
     def for_sst(cls, intervener: Any, sst: Any) -> AttentionPatcher:
         """A patcher on every layer of an SST: a call's coordinates are the pass's and the layer's index."""
-        layer_of = {id(module): layer for _, module, layer in attention_sites(sst)}
+        sites = attention_sites(sst)
+        layer_of = {id(module): layer for _, module, layer in sites}
 
         def locate(module: nn.Module) -> Where | None:
             coords = intervener._coords
             return None if coords is None else (*coords, layer_of[id(module)])
 
-        modules = [module for _, module, _ in attention_sites(sst)]
-        return cls(intervener, modules, locate, sst.backbone.get_decoder(), implementation(sst.backbone.config))
+        return cls(intervener, [module for _, module, _ in sites], locate, sst.backbone.get_decoder(),
+                   implementation(sst.backbone.config))
 
     @classmethod
     def for_loop(cls, intervener: Any, model: Any) -> AttentionPatcher:
@@ -150,8 +153,9 @@ class AttentionPatcher:
         # the declaration's address of every call, counted by these hooks' own counter
         visits = [(module, attention_module(module, type(module).__name__, USER), address)
                   for module, address in model.loop.visit_sites(model.backbone)]
-        return cls(intervener, [module for _, module, _ in attention_sites(model)], locate, model.backbone,
-                   implementation(model.backbone.config), visits, visiting)
+        modules = list({id(attention): attention for _, attention, _ in visits}.values())
+        return cls(intervener, modules, locate, model.backbone, implementation(model.backbone.config), visits,
+                   visiting)
 
     # ------------------------------------------------------------------------------------------ install
     def install(self) -> AttentionPatcher:

@@ -326,6 +326,26 @@ def test_a_head_or_key_the_model_lacks_is_refused(name):
     beyond = InterventionSpec.of(Site("attention", positions=0, iterations=1), Operation("set", attend_to=6))
     with pytest.raises(UsageError, match="key position 6 is outside what row 0's query attends to"):
         run(model, beyond)
+    if is_sst(model):  # a key of the context that a sliding-window layer's query does not see
+        hidden = InterventionSpec.of(Site("attention", layers=0, positions=0, iterations=1),
+                                     Operation("set", attend_to=0))
+        with pytest.raises(UsageError, match=r"key position 0 is outside .* layer 0\) \(keys 2-5\)"):
+            run(model, hidden)
+
+
+def test_a_clean_twin_alongside_patches_each_head_with_its_own_pattern_bit_for_bit():
+    model = build("sst")
+    spec = InterventionSpec.of(Site("attention", heads=[0, 1]), Operation("patch", source="clean"))
+    with model.intervene(InterventionSpec(), capture=["layer_out", "logits"]) as iv:
+        clean = iv.generate(PROMPTS, 3, CONFIG)
+        expected = {name: iv.captured(name) for name in ("layer_out", "logits")}
+    with model.intervene(spec, capture=["layer_out", "logits"]) as iv:
+        patched = iv.generate(PROMPTS, 3, CONFIG)
+        assert patched.token_ids == clean.token_ids
+        assert torch.equal(iv.captured("layer_out"), expected["layer_out"])
+        # the LM head runs on twice the rows: the same to rounding
+        torch.testing.assert_close(iv.captured("logits"), expected["logits"], rtol=0, atol=1e-12, equal_nan=True)
+    assert iv.site_report()[0]["sites"] == len(PROMPTS) * NEW_TOKENS * 3 * model.num_layers  # twins never count
 
 
 def test_a_live_patch_between_rows_of_other_lengths_is_refused():
