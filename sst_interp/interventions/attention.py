@@ -72,10 +72,7 @@ def check_attention_rules(spec: InterventionSpec, model: Any, shortest_prompt: i
     rules = attention_rules(spec)
     if not rules:
         return
-    name = implementation(model.backbone.config)
-    if name not in READABLE:
-        raise UsageError(f"attention rules replace the weights of eager or sdpa attention; this model runs {name!r} "
-                         "(load it with attn_implementation='eager')")
+    _check_implementation(implementation(model.backbone.config))
     sites = attention_sites(model)
     for number, item in rules:
         where = f"intervention {number} ({item.operation.kind} on attention)"
@@ -116,15 +113,14 @@ class AttentionPatcher:
                  caller: nn.Module, attn_implementation: str,
                  visits: Sequence[tuple[nn.Module, nn.Module, Callable[[dict[str, Any]], tuple[int, int]]]] = (),
                  visiting: dict[int, tuple[int, int]] | None = None) -> None:
-        if attn_implementation not in READABLE:
-            raise UsageError(f"attention rules replace the weights of eager or sdpa attention; this model runs "
-                             f"{attn_implementation!r} (load it with attn_implementation='eager')")
+        _check_implementation(attn_implementation)
         self.intervener, self.locate, self.caller = intervener, locate, caller
         self.hooks = OwnedHooks()
         self.context: torch.Tensor | None = None  # the running forward call's context index per column [B, T]
         self._watched = {id(module) for module in modules}
         self._rules = [rule for rule in intervener._rules if rule.site.stream == ATTENTION]
         self._swap = KernelSwap(modules, attn_implementation, self._wrap)
+        self._eager = attn_implementation == "eager"
         self._visits, self._visiting = list(visits), visiting if visiting is not None else {}
 
     @classmethod
@@ -198,15 +194,16 @@ class AttentionPatcher:
                 raise UsageError(f"attention rules replace the weights of a model without attention dropout; "
                                  f"{type(module).__name__} is training with dropout (call model.eval())")
             output, weights = original(module, query, key, value, attention_mask, **kwargs)
-            if weights is None:  # sdpa: the weights of its query and key, softmax at least as wide as the query
+            if self._eager:
+                last = weights[:, :, -1, :]  # [B, H, K]
+            else:  # sdpa (whatever weights a recorder's wrapper added): the weights of its own query and key,
+                # the softmax at least as wide as the query
                 wide = torch.promote_types(query.dtype, torch.float32)
                 last = weights_from_qk(module, query, key, attention_mask, softmax_dtype=wide, **kwargs)[:, :, -1, :]
-            else:
-                last = weights[:, :, -1, :]  # [B, H, K]
             keys = key_index(self.context, last.shape[-1], attention_mask, USER).to(last.device)  # [B, K]
             pattern, changed = self._pattern(rules, where, last, keys)
             values = _repeat_kv(value, query.shape[1])
-            if weights is not None:
+            if self._eager:
                 # the kernel's weights, laid out as it laid them out, with the last query column replaced: the
                 # same matmul then gives the kernel's own output wherever nothing changed
                 new = weights.new_empty_strided(weights.size(), weights.stride())
@@ -277,6 +274,12 @@ class AttentionPatcher:
                              f"positions {at}; patch between rows whose contexts have one length (finished rows "
                              f"attend to fewer keys)")
         return last[source]
+
+
+def _check_implementation(name: str) -> None:
+    if name not in READABLE:
+        raise UsageError(f"attention rules replace the weights of eager or sdpa attention; this model runs {name!r} "
+                         "(load it with attn_implementation='eager')")
 
 
 def _at(where: Where) -> str:

@@ -15,8 +15,9 @@ this pass's h. One rule per site reproduces the eager values bit for bit at scal
 ``add``; a scale between, or several rules at one site, round in another order (float32 rounding).
 
 Refused on the compiled path (:func:`spec_refusal`, :func:`intervener_refusal`; one line naming ``--compile off``):
-attention rules, live sources (another row, clean twins), ``capture=``, and two ``mean``/``resample`` rules on ``state_in`` that can
-meet at one site (the step holds one reference state per layer).
+attention rules (the step does not reach the attention function), live sources (another row, clean twins),
+``capture=``, and two ``mean``/``resample`` rules on ``state_in`` that can meet at one site (the step holds one
+reference state per layer).
 """
 
 from __future__ import annotations

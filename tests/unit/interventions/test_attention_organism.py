@@ -85,7 +85,8 @@ def test_redirecting_the_head_that_reads_hop_1_changes_the_answer_and_a_bystande
         counts["questions"] += 1
         counts["changed"] += redirected != question.answer
         counts["distractor"] += redirected == question.successors[head][-1]
-        counts["same_binding"] += _answer(model, tokenizer, ids, _attend(0, binding[question.chain[0]])) != question.answer
+        same = _answer(model, tokenizer, ids, _attend(0, binding[question.chain[0]]))  # hop 1's own binding
+        counts["same_binding"] += same != question.answer
         counts["bystander"] += _answer(model, tokenizer, ids, _attend(2, binding[head])) != question.answer
     assert counts["questions"] == QUESTIONS  # depth 4 answers every one of them
     assert counts["changed"] >= 24 and counts["distractor"] >= 22  # measured 29 and 27 of 48

@@ -17,7 +17,7 @@ keeps what the attention function returned to the module at every call of one at
 from __future__ import annotations
 
 import sys
-from contextlib import contextmanager, nullcontext
+from contextlib import ExitStack, contextmanager, nullcontext
 
 import numpy as np
 import pytest
@@ -239,26 +239,41 @@ def test_a_live_patch_gives_the_head_the_source_rows_pattern_over_its_own_values
     value, output, weights, _ = calls[call]
     source_pattern = clean[call][2][1, HEAD, -1]  # row 1's clean pattern [K]
     assert not torch.equal(source_pattern, clean[call][2][0, HEAD, -1])
-    torch.testing.assert_close(output[0, -1, HEAD], source_pattern @ value[0, HEAD // (output.shape[2] // value.shape[1])],
-                               rtol=0, atol=1e-12)
+    own_values = value[0, HEAD // (output.shape[2] // value.shape[1])]  # row 0's values of the head [K, hd]
+    torch.testing.assert_close(output[0, -1, HEAD], source_pattern @ own_values, rtol=0, atol=1e-12)
     assert torch.equal(weights[0, HEAD, -1], source_pattern)  # the module returns the pattern it used
     assert torch.equal(output[1], clean[call][1][1])  # the source row itself is left alone
     assert report[0]["sites"] == 2  # both rows are changed (row 1 from itself)
 
 
-def test_a_recorder_alongside_records_the_pattern_the_layer_used():
-    model = build("hrm_text")
+@pytest.mark.parametrize("name, recorder_first", [("hrm_text", False), ("sst", True), ("sst-sdpa", True),
+                                                   ("sst-sdpa", False)])
+def test_a_recorder_alongside_records_the_pattern_the_layer_used(name, recorder_first):
+    # under sdpa the recorder wraps the kernel too: either wrapper may be the outer one
+    model = build(name)
     config = RecordConfig(full_positions=2, sketch_positions=0, top_k=2, attention=AttentionConfig(heads=(HEAD,)))
-    spec = InterventionSpec.of(Site("attention", layers=2, iterations=1, positions=1, heads=HEAD),
+    # position 0: the SST's two-pass prompt pass 2 has a query per prompt column, only the last one replaced
+    spec = InterventionSpec.of(Site("attention", layers=2, iterations=1, positions=0, heads=HEAD),
                                Operation("set", attend_to=[3, 5], weights=[0.5, 0.5]))
-    with intervene_loop(model, spec) as intervener, VisitRecorder.for_model(model, ["q"], config) as recorder:
-        generate_looped(model, PROMPTS[:1], 2, CONFIG, observer=ObserverGroup(intervener, recorder))
+    recording = (Recorder if is_sst(model) else VisitRecorder).for_model(model, ["q"], config)
+    changing = intervene(model, spec) if is_sst(model) else intervene_loop(model, spec)
+    go = generate if is_sst(model) else generate_looped
+    with ExitStack() as stack:
+        if recorder_first:
+            recorder, intervener = stack.enter_context(recording), stack.enter_context(changing)
+        else:
+            intervener = stack.enter_context(changing)
+            recorder = stack.enter_context(recording)
+        result = go(model, PROMPTS[:1], 2, CONFIG, observer=ObserverGroup(intervener, recorder))
+    with (intervene(model, spec) if is_sst(model) else intervene_loop(model, spec)) as alone:
+        assert go(model, PROMPTS[:1], 2, CONFIG, observer=alone).token_ids == result.token_ids  # recording changes
+        # nothing
     table = recorder.columns()["attention"]
     for n in range(len(table["head"])):
         lo, hi = table["offsets"][n], table["offsets"][n + 1]
         pattern = dict(zip(table["key_positions"][lo:hi].tolist(), table["weights"][lo:hi].tolist()))
-        if (table["position"][n], table["iteration"][n], table["layer"][n]) == (1, 1, 2):
-            assert pattern == {k: (0.5 if k in (3, 5) else 0.0) for k in range(len(PROMPTS[0]) + 1)}
+        if (table["position"][n], table["iteration"][n], table["layer"][n]) == (0, 1, 2):
+            assert pattern == {k: (0.5 if k in (3, 5) else 0.0) for k in range(len(PROMPTS[0]))}
         else:
             assert sorted(w for w in pattern.values() if w > 0) != [0.5, 0.5]
 
