@@ -30,23 +30,58 @@ from sst_interp.kernels.errors import UsageError
 from sst_interp.kernels.owned import OwnedHooks
 
 
-def attention_module(layer: nn.Module, where: str) -> nn.Module:
+def attention_module(layer: nn.Module, where: str, user: str = "--attention") -> nn.Module:
     """The attention module of a decoder layer: its ``self_attn`` (every family transformers ships names it so); a
-    layer without one is a :class:`UsageError` naming ``where``."""
+    layer without one is a :class:`UsageError` naming ``where`` and ``user``, what needed it (the flag, a rule)."""
     module = getattr(layer, "self_attn", None)
     if not isinstance(module, nn.Module):
-        raise UsageError(f"--attention reads each layer's self_attn module; {where} ({type(layer).__name__}) has "
-                         "none, so its attention cannot be recorded (drop --attention)")
+        raise UsageError(f"{user} reads each layer's self_attn module; {where} ({type(layer).__name__}) has "
+                         f"none, so its attention cannot be reached (drop {user})")
     return module
 
 
-def attention_heads(module: nn.Module) -> int:
+def attention_heads(module: nn.Module, user: str = "--attention") -> int:
     """How many query heads an attention module has (its ``num_heads``, else its config's ``num_attention_heads``)."""
     heads = getattr(module, "num_heads", None) or getattr(getattr(module, "config", None), "num_attention_heads", None)
     if heads is None:
         raise UsageError(f"cannot tell how many heads {type(module).__name__} has (no num_heads, no "
-                         "config.num_attention_heads); drop --attention")
+                         f"config.num_attention_heads); drop {user}")
     return int(heads)
+
+
+def context_index(mask: Any) -> torch.Tensor | None:
+    """Each column's index in its row's own context, from a forward call's 2-D ``attention_mask`` [B, T] (1: a token
+    of the row): [B, T] int64, -1 where the column is no token of the row (padding, a finished row's column); None
+    when ``mask`` is not a 2-D tensor."""
+    if not isinstance(mask, torch.Tensor) or mask.dim() != 2:
+        return None
+    index = mask.detach().long().cumsum(-1) - 1
+    return torch.where(mask.bool(), index, torch.full_like(index, -1))
+
+
+def key_index(context: torch.Tensor | None, width: int, visible: Any, what: str) -> torch.Tensor:
+    """[B, width] context index of each key column of an attention call that the call's last query attends to (-1:
+    padding, a finished row's column, or outside the query's mask: beyond a sliding window).
+
+    Args:
+        context: :func:`context_index` of the forward call the attention call is part of (its key columns end
+            its columns: a sliding-window layer's cache holds a suffix of them); None is a RuntimeError naming
+            ``what`` (the call needs the 2-D mask).
+        width: the attention call's key columns.
+        visible: the attention call's ``attention_mask`` ([B, 1, T_q, width], boolean or additive), when it has
+            one.
+    """
+    if context is None:
+        raise RuntimeError(f"{what} needs the forward call's 2-D attention_mask keyword")
+    if width > context.shape[1]:
+        raise RuntimeError(f"an attention call has {width} key columns but its attention mask only "
+                           f"{context.shape[1]}")
+    index = context[:, -width:]
+    if isinstance(visible, torch.Tensor) and visible.dim() == 4 and visible.shape[-1] == width:
+        row = visible[:, 0, -1, :]
+        seen = (row if row.dtype == torch.bool else row == 0).to(index.device)
+        index = torch.where(seen, index, torch.full_like(index, -1))
+    return index
 
 
 @dataclass
@@ -104,12 +139,7 @@ class AttentionCapture:
         self._pending.clear()
 
     def _mask_hook(self, module: nn.Module, args: Any, kwargs: dict[str, Any]) -> None:
-        mask = kwargs.get("attention_mask")
-        if not isinstance(mask, torch.Tensor) or mask.dim() != 2:
-            self.context = None  # a call that is recorded needs one: _key_index says so
-            return
-        index = mask.detach().long().cumsum(-1) - 1
-        self.context = torch.where(mask.bool(), index, torch.full_like(index, -1))
+        self.context = context_index(kwargs.get("attention_mask"))  # None: a recorded call says so (_key_index)
 
     def _hook(self, layer_module: nn.Module, layer: int | None):
         def hook(module: nn.Module, args: Any, kwargs: dict[str, Any], output: Any) -> None:
@@ -143,18 +173,7 @@ class AttentionCapture:
         """[B, width] context index of each key column the last query attends to (-1: padding, a finished row's
         column, or outside the query's mask: beyond a sliding window). ``visible``: the attention module's
         ``attention_mask`` keyword ([B, 1, T_q, width], boolean or additive), when it has one."""
-        context = self.context
-        if context is None:
-            raise RuntimeError("recording attention needs the forward call's 2-D attention_mask keyword")
-        if width > context.shape[1]:
-            raise RuntimeError(f"an attention call has {width} key columns but its attention mask only "
-                               f"{context.shape[1]}")
-        index = context[:, -width:]
-        if isinstance(visible, torch.Tensor) and visible.dim() == 4 and visible.shape[-1] == width:
-            row = visible[:, 0, -1, :]
-            seen = (row if row.dtype == torch.bool else row == 0).to(index.device)
-            index = torch.where(seen, index, torch.full_like(index, -1))
-        return index
+        return key_index(self.context, width, visible, "recording attention")
 
     def _select(self, weights: torch.Tensor, visible: Any) -> tuple[tuple[int, ...], torch.Tensor, torch.Tensor]:
         """Heads and keys of the last query column ``weights`` [B, H, K] (``visible``: the module's attention mask):

@@ -7,11 +7,14 @@ softmax weights; ``sdpa`` returns None in their place. :class:`KernelWeights` pu
 function for as long as it is open: the wrapper calls the original kernel (its output, and so every token and state,
 is unchanged) and, for the modules it watches, adds the weights of the last query column, computed from the same
 tensors by eager attention's own arithmetic (:func:`weights_from_qk`). The wrapper is owned: :meth:`KernelWeights.close`
-restores the registry as it was, also after an exception.
+restores the registry as it was, also after an exception. :class:`KernelSwap` is the owned swap itself, for any
+wrapper of the function a module calls (under eager, its modeling module's ``eager_attention_forward``); the
+attention interventions (:mod:`sst_interp.interventions.attention`) replace the weights through it.
 """
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Callable, Iterable
 from types import TracebackType
 from typing import Any
@@ -37,7 +40,7 @@ def additive_mask(mask: torch.Tensor | None, dtype: torch.dtype) -> torch.Tensor
 def weights_from_qk(module: nn.Module, query: torch.Tensor, key: torch.Tensor, attention_mask: torch.Tensor | None,
                     scaling: float | None = None, softcap: float | None = None,
                     position_bias: torch.Tensor | None = None, sinks: torch.Tensor | None = None,
-                    **_: Any) -> torch.Tensor:
+                    softmax_dtype: torch.dtype = torch.float32, **_: Any) -> torch.Tensor:
     """The attention weights of the last query column, by eager attention's arithmetic (transformers'
     ``eager_attention_forward`` of Gemma 3, HRM-Text, Dory and Inkling-2 Loop): scores ``q k^T * scaling``, soft-capped
     when ``softcap`` is given, plus the position bias and the additive mask, softmax in float32 (with the sink logit
@@ -48,6 +51,8 @@ def weights_from_qk(module: nn.Module, query: torch.Tensor, key: torch.Tensor, a
         query: [B, H, T_q, hd]; key: [B, H_kv, T_k, hd] (grouped-query heads are repeated, as ``repeat_kv`` does).
         attention_mask: [B, 1, T_q, T_k] boolean (True = attend) or additive, or None.
         position_bias, sinks: [.., T_q, T_k] and [B, H, T_q, 1] when the family has them.
+        softmax_dtype: the softmax's dtype (float32 as eager's; the attention interventions pass the wider of the
+            query's and float32, so that a float64 sdpa model's own weights are reproduced to float64 rounding).
 
     Returns:
         [B, H, 1, T_k] in the query's dtype.
@@ -68,14 +73,84 @@ def weights_from_qk(module: nn.Module, query: torch.Tensor, key: torch.Tensor, a
     if mask is not None:
         scores = scores + mask[..., -1:, :]
     if sinks is not None:
-        combined = torch.cat([scores, sinks[..., -1:, :]], dim=-1).float()
+        combined = torch.cat([scores, sinks[..., -1:, :]], dim=-1).to(softmax_dtype)
         return torch.softmax(combined, dim=-1)[..., :-1].to(query.dtype)
-    return torch.softmax(scores, dim=-1, dtype=torch.float32).to(query.dtype)
+    return torch.softmax(scores, dim=-1, dtype=softmax_dtype).to(query.dtype)
 
 
 def implementation(config: Any) -> str:
     """The attention implementation a model's config names (``eager`` when it names none)."""
     return str(getattr(config, "_attn_implementation", None) or "eager")
+
+
+class KernelSwap:
+    """While open, the attention function that ``modules`` call under ``attn_implementation`` is ``wrap(original)``:
+    under ``eager`` the ``eager_attention_forward`` of each module's own modeling module (transformers' attention
+    modules fall back to that global when the config names eager), otherwise the registry entry of
+    ``ALL_ATTENTION_FUNCTIONS``. Owned: :meth:`close` restores every entry as it was, also after an exception; the
+    wrapper must pass the calls of other modules through unchanged (every model of the process reaches it).
+
+    Args:
+        modules: the attention modules whose calls the wrapper serves.
+        attn_implementation: the models' implementation.
+        wrap: ``original -> kernel`` with the kernel's signature ``(module, query, key, value, attention_mask,
+            **kwargs) -> (output, weights)``.
+    """
+
+    def __init__(self, modules: Iterable[nn.Module], attn_implementation: str,
+                 wrap: Callable[[Callable[..., Any]], Callable[..., Any]]) -> None:
+        self.name, self.wrap = attn_implementation, wrap
+        self._namespaces = sorted({type(module).__module__ for module in modules})
+        self._restore: list[Callable[[], None]] = []
+
+    def open(self) -> KernelSwap:
+        """Install the wrapper; idempotent. An eager modeling module without ``eager_attention_forward`` is a
+        :class:`UsageError` (nothing stays installed)."""
+        if self._restore:
+            return self
+        try:
+            if self.name == "eager":
+                for name in self._namespaces:
+                    self._swap_global(sys.modules[name])
+            else:
+                self._swap_registry()
+        except BaseException:
+            self.close()
+            raise
+        return self
+
+    def _swap_global(self, namespace: Any) -> None:
+        original = getattr(namespace, "eager_attention_forward", None)
+        if not callable(original):
+            raise UsageError(f"{namespace.__name__} has no eager_attention_forward to wrap, so its eager attention "
+                             "cannot be reached; load the model with attn_implementation='sdpa'")
+        setattr(namespace, "eager_attention_forward", self.wrap(original))
+        self._restore.append(lambda: setattr(namespace, "eager_attention_forward", original))
+
+    def _swap_registry(self) -> None:
+        local = ALL_ATTENTION_FUNCTIONS._local_mapping
+        had, previous = self.name in local, local.get(self.name)
+        ALL_ATTENTION_FUNCTIONS[self.name] = self.wrap(ALL_ATTENTION_FUNCTIONS[self.name])
+
+        def restore() -> None:
+            if had:
+                ALL_ATTENTION_FUNCTIONS[self.name] = previous
+            else:
+                del ALL_ATTENTION_FUNCTIONS[self.name]
+
+        self._restore.append(restore)
+
+    def close(self) -> None:
+        """Restore what :meth:`open` replaced, last first (idempotent)."""
+        while self._restore:
+            self._restore.pop()()
+
+    def __enter__(self) -> KernelSwap:
+        return self.open()
+
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> None:
+        self.close()
 
 
 class KernelWeights:
@@ -92,20 +167,12 @@ class KernelWeights:
         if attn_implementation not in READABLE:
             raise UsageError(f"--attention reads weights from eager or sdpa attention; this model runs "
                              f"{attn_implementation!r} (load it with attn_implementation='eager')")
+        modules = list(modules)
         self.watched = {id(module) for module in modules}
         self.name = attn_implementation
-        self._installed = False
-        self._had_local = False
-        self._previous: Callable[..., Any] | None = None
+        self._swap = KernelSwap(modules, attn_implementation, self._wrap)
 
-    def open(self) -> KernelWeights:
-        """Install the wrapper (sdpa only); idempotent."""
-        if self.name == "eager" or self._installed:
-            return self
-        local = ALL_ATTENTION_FUNCTIONS._local_mapping
-        self._had_local = self.name in local
-        self._previous = local.get(self.name)
-        original = ALL_ATTENTION_FUNCTIONS[self.name]
+    def _wrap(self, original: Callable[..., Any]) -> Callable[..., Any]:
         watched = self.watched
 
         def kernel(module: nn.Module, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
@@ -115,19 +182,17 @@ class KernelWeights:
                 weights = weights_from_qk(module, query, key, attention_mask, **kwargs)
             return output, weights
 
-        ALL_ATTENTION_FUNCTIONS[self.name] = kernel
-        self._installed = True
+        return kernel
+
+    def open(self) -> KernelWeights:
+        """Install the wrapper (sdpa only); idempotent."""
+        if self.name != "eager":
+            self._swap.open()
         return self
 
     def close(self) -> None:
         """Restore the registry entry as it was (idempotent)."""
-        if not self._installed:
-            return
-        if self._had_local:
-            ALL_ATTENTION_FUNCTIONS[self.name] = self._previous
-        else:
-            del ALL_ATTENTION_FUNCTIONS[self.name]
-        self._installed = False
+        self._swap.close()
 
     def __enter__(self) -> KernelWeights:
         return self.open()

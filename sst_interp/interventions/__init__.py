@@ -1,5 +1,5 @@
-"""Interventions on the state stream: change a stream at chosen (turn, position, iteration, layer) sites while a
-model generates or records, and compare with the clean run.
+"""Interventions on the state stream and on attention patterns: change a stream at chosen (turn, position, iteration,
+layer) sites while a model generates or records, and compare with the clean run.
 
 - :mod:`~sst_interp.interventions.spec`: sites, operations and specs (JSON/YAML);
 - :mod:`~sst_interp.interventions.apply`: :func:`intervene` and the :class:`Intervener` that carries a spec out;
@@ -8,6 +8,8 @@ model generates or records, and compare with the clean run.
 - :mod:`~sst_interp.interventions.references`: the recorded-run states ``patch``, ``mean`` and ``resample`` read;
 - :mod:`~sst_interp.interventions.live`: ``with sst.intervene(...) as iv``: live patch sources (another row, a clean
   pass alongside), per-row specs and the streams back as tensors;
+- :mod:`~sst_interp.interventions.attention`: the ``attention`` stream, chosen heads' post-softmax weights replaced
+  inside the attention function (a live source row's pattern, a given one, uniform), on the SST and the families;
 - :mod:`~sst_interp.interventions.compiled`: the same rules as tensors inside the compiled decode step, and what it
   refuses;
 - :mod:`~sst_interp.interventions.sites`: how many sites each rule changed, and the refusal of a rule that changed

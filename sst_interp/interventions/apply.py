@@ -23,7 +23,9 @@ a row mask; ``set_alpha`` then hands the layer a per-row alpha), and :meth:`Inte
 rules); with ``alongside`` n the rows n..2n-1 are clean twins, never changed, that ``source="clean"`` reads.
 
 The spec is checked first (:mod:`~sst_interp.interventions.checks`); ``patch``, ``mean`` and ``resample`` read
-their reference states from a recorded run (:mod:`~sst_interp.interventions.references`).
+their reference states from a recorded run (:mod:`~sst_interp.interventions.references`). Rules on the ``attention``
+stream are carried out inside each layer's attention by an
+:class:`~sst_interp.interventions.attention.AttentionPatcher`, which :func:`intervene` installs and removes.
 """
 
 from __future__ import annotations
@@ -36,11 +38,12 @@ from typing import Any
 import torch
 
 from sst_interp.kernels.errors import UsageError
+from sst_interp.interventions.attention import AttentionPatcher, attention_rules, check_attention_rules
 from sst_interp.interventions.checks import check_spec, load_direction
 from sst_interp.interventions.compiled import fill_edits, intervener_refusal
 from sst_interp.interventions.references import MeanSource, PatchSource, reference_values
 from sst_interp.interventions.spec import (CLEAN_SOURCE, READS_RUN, Intervention, InterventionSpec, Operation,
-                                            Site)
+                                            Site, toward)
 
 
 #: what an Intervener can capture: the per-row streams of a layer, and the logits of a pass
@@ -124,6 +127,7 @@ class Intervener:
     # ------------------------------------------------------------------------------------------ set-up
     def _validate(self) -> None:
         check_spec(self.spec, self.sst.num_layers, self.sst.hidden_size)
+        check_attention_rules(self.spec, self.sst)
         for rule in self._rules:
             item, where = rule.item, self._where(rule)
             if item.operation.kind == "add":
@@ -250,14 +254,14 @@ class Intervener:
                                  f"keep the shape [B, d]")
             return changed.to(device=value.device, dtype=value.dtype)[:, None, :]
         if item.operation.live:
-            return _toward(value, original[self._source_rows(item.operation, value.shape[0]).to(value.device)],
+            return toward(value, original[self._source_rows(item.operation, value.shape[0]).to(value.device)],
                            item.operation.scale)
         if kind in READS_RUN:
             reference, rows = self._reference(rule, layer)
             reference = reference.to(device=value.device)[:, None, :]
             reference = self._read(reference) if item.site.stream == "state_in" else reference
             rows = rows.to(value.device)[:, None, None]
-            return torch.where(rows, _toward(value, reference.to(value.dtype), item.operation.scale), value)
+            return torch.where(rows, toward(value, reference.to(value.dtype), item.operation.scale), value)
         raise AssertionError(f"operation {kind} has no tensor form")
 
     def _reference(self, rule: _Rule, layer: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -418,15 +422,12 @@ def intervene(sst: Any, spec: InterventionSpec | Sequence[InterventionSpec],
     if context.intervention is not None:
         raise UsageError("an intervention is already active on this model; nest specs by joining their lists")
     intervener = Intervener(sst, spec, question_ids, **options)
+    # attention rules wrap the attention function the layers call (installed whole or not at all)
+    patcher = AttentionPatcher.for_sst(intervener, sst).install() if attention_rules(intervener.spec) else None
     context.intervention = intervener
     try:
         yield intervener
     finally:
         context.intervention = None
-
-
-def _toward(value: torch.Tensor, reference: torch.Tensor, scale: float) -> torch.Tensor:
-    """value + scale * (reference - value): the reference itself (exactly) at scale 1, ``value`` at 0."""
-    if scale == 1.0:
-        return reference
-    return value + float(scale) * (reference - value)
+        if patcher is not None:
+            patcher.close()

@@ -15,8 +15,9 @@ this pass's h. One rule per site reproduces the eager values bit for bit at scal
 ``add``; a scale between, or several rules at one site, round in another order (float32 rounding).
 
 Refused on the compiled path (:func:`spec_refusal`, :func:`intervener_refusal`; one line naming ``--compile off``):
-live sources (another row, clean twins), ``map`` (a Python function), ``capture=``, and two ``mean``/``resample`` rules on ``state_in`` that can
-meet at one site (the step holds one reference state per layer).
+attention rules (the step does not reach the attention function), live sources (another row, clean twins), ``map``
+(a Python function), ``capture=``, and two ``mean``/``resample`` rules on ``state_in`` that can meet at one site (the
+step holds one reference state per layer).
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ from typing import Any
 
 import torch
 
-from sst_interp.interventions.spec import READS_RUN, InterventionSpec, Site
+from sst_interp.interventions.spec import ATTENTION, READS_RUN, InterventionSpec, Site
 from sst_interp.kernels.errors import UsageError
 
 
@@ -36,6 +37,9 @@ def spec_refusal(spec: InterventionSpec) -> str | None:
         if item.operation.kind == "map":
             return (f"intervention {number}: a 'map' runs the Python function {item.operation.function!r} on the "
                     f"stream and cannot run compiled; use --compile off")
+        if item.site.stream == ATTENTION:
+            return (f"intervention {number}: an attention pattern is replaced inside the attention function, which "
+                    f"the compiled step does not reach; use --compile off")
         if item.operation.live:
             return (f"intervention {number}: a live patch (source={item.operation.source!r}) reads another row inside "
                     f"the forward pass and cannot run compiled; use --compile off")

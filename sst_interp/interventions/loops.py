@@ -14,6 +14,10 @@ as the recorder does (:attr:`~sst_interp.model.loop_declaration.LoopDeclaration.
   read; on a looped block (Dory, bring your own: ``loop.pass_input``) the next pass's first layer reads the input
   this pass's first layer read.
 
+The ``attention`` stream (a visit's attention pattern: ``patch`` from a live source row, ``set``, ``uniform``) is
+carried out inside the visited layer's attention (:mod:`~sst_interp.interventions.attention`), at the visit's (turn,
+position, iteration, layer).
+
 Only the last column of a call is changed (at position 0, the prefill, the prompt's last token): the columns before
 it are the prompt, which no site addresses. The exception is a ``freeze`` on Inkling-2 Loop or a looped block, which
 keeps the carried state of every column of the call (the prompt's at the prefill): a later pass attends over the
@@ -37,8 +41,9 @@ import torch
 from torch import nn
 
 from sst_interp.interventions.apply import Intervener
+from sst_interp.interventions.attention import AttentionPatcher, attention_rules
 from sst_interp.interventions.checks import check_spec
-from sst_interp.interventions.spec import Intervention, InterventionSpec
+from sst_interp.interventions.spec import ATTENTION, Intervention, InterventionSpec
 from sst_interp.kernels.errors import UsageError
 from sst_interp.kernels.owned import OwnedHooks
 from sst_interp.model.loops import hrm_address
@@ -61,9 +66,9 @@ def check_loop_spec(spec: InterventionSpec, loop: Any, config: Any, hidden_size:
     for number, item in enumerate(spec.interventions, 1):
         site, kind = item.site, item.operation.kind
         where = f"intervention {number} ({kind})"
-        if site.stream != FAMILY_STREAM:
+        if site.stream not in (FAMILY_STREAM, ATTENTION):
             raise UsageError(f"{where}: stream {site.stream!r} is inside an SST layer; {loop.family} intervenes on "
-                             f"{FAMILY_STREAM!r}, a visit's output")
+                             f"{FAMILY_STREAM!r}, a visit's output, and on {ATTENTION!r}, its attention pattern")
         for layer in site.layers or ():
             if layer in looped or site.iterations is None:
                 continue
@@ -105,6 +110,7 @@ class LoopIntervener(Intervener):
         loop = model.loop
         self._freeze_layers = set(loop.freeze_layers(model.config)) if loop.freeze_layers is not None else set()
         self.hooks = OwnedHooks()
+        self._attention: AttentionPatcher | None = None
 
     def _validate(self) -> None:
         check_loop_spec(self.spec, self.model.loop, self.model.config, self.model.hidden_size)
@@ -113,6 +119,8 @@ class LoopIntervener(Intervener):
     # ------------------------------------------------------------------------------------------ observer
     def on_pass_start(self, info: Any) -> None:
         """Observer: a forward call (every iteration of ``info.position``) begins."""
+        if self._active is None:
+            self.check_batch(int(info.active.shape[0]))
         self._pass = None if info.position is None else (int(info.turn), int(info.position))
         self._active = info.active
         self._depth = int(info.depth)
@@ -126,9 +134,12 @@ class LoopIntervener(Intervener):
 
     # ------------------------------------------------------------------------------------------ hooks
     def install(self) -> None:
-        """Hook the family's visit modules and its carried-state modules (removed by :meth:`remove`)."""
+        """Hook the family's visit modules and its carried-state modules, and for attention rules the visits'
+        attention (:class:`~sst_interp.interventions.attention.AttentionPatcher`); removed by :meth:`remove`."""
         backbone = self.model.backbone
         try:
+            if attention_rules(self.spec):
+                self._attention = AttentionPatcher.for_loop(self, self.model).install()
             for module, address in self.model.loop.visit_sites(backbone):
                 self.hooks.forward_with_kwargs(module, self._visit_hook(address), prepend=True)
             if any(item.operation.kind == "freeze" for item in self.spec.interventions):
@@ -138,12 +149,15 @@ class LoopIntervener(Intervener):
                     raise UsageError(f"{self.model.loop.family} declares no carried state a freeze can keep")
                 install(self, backbone)
         except BaseException:
-            self.hooks.close()
+            self.remove()
             raise
 
     def remove(self) -> None:
-        """Remove every hook (idempotent)."""
+        """Remove every hook and restore the attention function (idempotent)."""
         self.hooks.close()
+        if self._attention is not None:
+            self._attention.close()
+            self._attention = None
 
     def _at(self, iteration: int) -> bool:
         """Set the coordinates of a visit of ``iteration`` in the call in progress; False outside a token's call."""

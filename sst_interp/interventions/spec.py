@@ -37,6 +37,18 @@ Operations:
 ``patch``, ``mean`` and ``resample`` with ``scale`` s other than 1 move the value only part of the way:
 value + s * (reference - value) (s = 0: unchanged; attribution patching's first-order check scales patches so).
 
+The ``attention`` stream is the post-softmax attention pattern of the site's ``heads`` (None: all) of the layer's
+attention, at the query of the pass's last column (the position's own query), over the keys the query attends to;
+a key is named by its index in the row's own context (prompt tokens from 0, then every token fed after them), as
+``record --attention`` records it. Three operations replace the pattern, inside the attention computation (the
+layer then reads pattern' @ V: :mod:`~sst_interp.interventions.attention`):
+
+- ``patch`` with a live ``source`` (a batch row, or ``clean``): the pattern the same heads had, at the same site, in
+  the source row's pass (its values stay this row's);
+- ``set``: all weight on the keys ``attend_to`` (key positions), with ``weights`` (default: equal; used as given,
+  not renormalised) and every other key 0;
+- ``uniform``: equal weight on every key the query's mask allows (padding and keys beyond a sliding window get 0).
+
 ``mean`` and ``resample`` also apply to ``state_in`` at iterations >= 2: the blend then reads S(C_ref), where
 C_ref is the state ``run`` carried into the same iteration (its recorded ``layer_out`` of iteration - 1 at the
 same position and layer: the carried state under the update ``direct``, the only one they accept), while the
@@ -48,14 +60,18 @@ resample baseline: the stream is replaced by a typical (or another question's) s
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
 from sst_interp.kernels.errors import UsageError
 
-STREAMS: tuple[str, ...] = ("state_in", "alpha", "blended", "layer_out")
-OPERATIONS: tuple[str, ...] = ("zero", "add", "set_alpha", "freeze", "patch", "mean", "resample", "map")
+#: the attention pattern of chosen heads (``Site.heads``), post-softmax, at a site's query
+ATTENTION = "attention"
+STREAMS: tuple[str, ...] = ("state_in", "alpha", "blended", "layer_out", ATTENTION)
+OPERATIONS: tuple[str, ...] = ("zero", "add", "set_alpha", "freeze", "patch", "mean", "resample", "map", "set",
+                               "uniform")
 #: Operations that read a reference run's recorded states (its ``hidden`` shards: the layers' outputs).
 READS_RUN: tuple[str, ...] = ("patch", "mean", "resample")
 #: The live source that is a clean pass of the same prompt run alongside (``Operation.source``); an integer names a
@@ -63,8 +79,9 @@ READS_RUN: tuple[str, ...] = ("patch", "mean", "resample")
 CLEAN_SOURCE = "clean"
 _STREAMS_OF: dict[str, tuple[str, ...]] = {
     "zero": ("state_in", "blended", "layer_out"), "add": ("state_in", "blended", "layer_out"),
-    "set_alpha": ("alpha",), "freeze": ("layer_out",), "patch": ("layer_out",), "mean": ("layer_out", "state_in"),
-    "resample": ("layer_out", "state_in"), "map": ("state_in", "blended", "layer_out"),
+    "set_alpha": ("alpha",), "freeze": ("layer_out",), "patch": ("layer_out", ATTENTION),
+    "mean": ("layer_out", "state_in"), "resample": ("layer_out", "state_in"),
+    "map": ("state_in", "blended", "layer_out"), "set": (ATTENTION,), "uniform": (ATTENTION,),
 }
 
 
@@ -84,25 +101,30 @@ def _coords(values: Any, name: str) -> tuple[int, ...] | None:
 
 @dataclass(frozen=True)
 class Site:
-    """Where an operation applies: a stream and (turn, position, iteration, layer) sets, ``None`` meaning all."""
+    """Where an operation applies: a stream and (turn, position, iteration, layer) sets, ``None`` meaning all; on the
+    ``attention`` stream also the ``heads`` of the layer's attention (``None``: every head)."""
 
     stream: str
     layers: tuple[int, ...] | None = None
     positions: tuple[int, ...] | None = None
     iterations: tuple[int, ...] | None = None
     turns: tuple[int, ...] | None = None
+    heads: tuple[int, ...] | None = None
 
     def __post_init__(self) -> None:
         if self.stream not in STREAMS:
             raise UsageError(f"unknown intervention stream {self.stream!r}; use one of {', '.join(STREAMS)}")
-        for name in ("layers", "positions", "iterations", "turns"):
+        for name in ("layers", "positions", "iterations", "turns", "heads"):
             object.__setattr__(self, name, _coords(getattr(self, name), name))
         if self.iterations is not None and min(self.iterations) < 1:
             raise UsageError(f"intervention site iterations are 1-based, got {list(self.iterations)}")
-        for name in ("layers", "positions", "turns"):
+        for name in ("layers", "positions", "turns", "heads"):
             values = getattr(self, name)
             if values is not None and min(values) < 0:
                 raise UsageError(f"intervention site {name} must be >= 0, got {list(values)}")
+        if self.heads is not None and self.stream != ATTENTION:
+            raise UsageError(f"intervention site heads belong to the {ATTENTION!r} stream, not {self.stream!r}; "
+                             f"drop heads or use stream {ATTENTION!r}")
 
     def matches(self, turn: int, position: int, iteration: int, layer: int) -> bool:
         """Whether the coordinates of one layer's pass fall inside the site."""
@@ -125,6 +147,8 @@ class Operation:
     seed: int | None = None
     source: int | str | None = None
     function: str | None = None
+    attend_to: tuple[int, ...] | None = None
+    weights: tuple[float, ...] | None = None
 
     def __post_init__(self) -> None:
         if self.kind not in OPERATIONS:
@@ -135,6 +159,7 @@ class Operation:
                              "functions={NAME: f}); function belongs to 'map' alone"
                              if self.kind == "map" else
                              f"function={self.function!r} belongs to a 'map' intervention, not to {self.kind!r}")
+        self._check_pattern()
         if self.kind == "add" and (self.direction is None) == (self.direction_file is None):
             raise UsageError("an 'add' intervention needs exactly one of direction (a list of d numbers) and "
                              "direction_file (a .npy file)")
@@ -143,12 +168,42 @@ class Operation:
         if self.kind == "set_alpha" and self.value is None:
             raise UsageError("a 'set_alpha' intervention needs value (the blend coefficient, e.g. 0)")
         if self.kind in READS_RUN and not self.run and self.source is None:
-            raise UsageError(f"a {self.kind!r} intervention needs run (the run directory to read the states from)")
+            raise UsageError(f"a {self.kind!r} intervention needs run (the run directory to read the states from)"
+                             + (" or a live source (source=ROW)" if self.kind == "patch" else ""))
         if self.source_iteration is not None and (self.kind not in ("patch", "resample")
                                                   or int(self.source_iteration) < 1):
             raise UsageError(f"source_iteration (1-based) belongs to 'patch' and 'resample' operations, got "
                              f"{self.source_iteration!r} "
                              f"on {self.kind!r}")
+
+    def _check_pattern(self) -> None:
+        """``attend_to`` (key positions, distinct, >= 0) and its ``weights`` (as many, finite, >= 0) belong to
+        ``set``, which needs ``attend_to``."""
+        if self.kind != "set":
+            extra = [name for name in ("attend_to", "weights") if getattr(self, name) is not None]
+            if extra:
+                raise UsageError(f"{', '.join(extra)} belong to the 'set' operation (an attention pattern), not "
+                                 f"{self.kind!r}")
+            return
+        keys = _coords(self.attend_to, "attend_to") if self.attend_to is not None else None
+        if keys is None:
+            raise UsageError("a 'set' intervention needs attend_to (the key positions that get the weight, e.g. 5 "
+                             "or [3, 7])")
+        given = [self.attend_to] if isinstance(self.attend_to, int) else list(self.attend_to)
+        if min(keys) < 0 or len(keys) != len(given):
+            raise UsageError(f"attend_to lists key positions (each >= 0, each once), got {given}")
+        object.__setattr__(self, "attend_to", tuple(int(k) for k in given))
+        if self.weights is None:
+            return
+        weights = [self.weights] if isinstance(self.weights, (int, float)) else list(self.weights)
+        try:
+            weights = [float(w) for w in weights]
+        except (TypeError, ValueError) as err:
+            raise UsageError(f"weights must be numbers, got {self.weights!r}") from err
+        if len(weights) != len(given) or not all(math.isfinite(w) and w >= 0 for w in weights):
+            raise UsageError(f"weights give one finite weight >= 0 per key of attend_to ({len(given)}), got "
+                             f"{weights}")
+        object.__setattr__(self, "weights", tuple(weights))
 
     @property
     def live(self) -> bool:
@@ -182,6 +237,9 @@ class Intervention:
         if self.site.stream not in allowed:
             raise UsageError(f"operation {self.operation.kind!r} applies to the stream(s) {', '.join(allowed)}, "
                              f"not {self.site.stream!r}")
+        if self.site.stream == ATTENTION and self.operation.kind == "patch" and not self.operation.live:
+            raise UsageError("a 'patch' of the attention stream reads a live source row of the same batch (source=ROW "
+                             "or 'clean'); a recorded run's attention is not read")
         if self.site.stream == "state_in" and self.operation.kind in READS_RUN and not self.operation.live:
             # the state iteration i reads is the one recorded at iteration i - 1; iteration 1 reads the previous
             # position's (or the prompt's), which a recording does not hold as a carried state
@@ -243,6 +301,13 @@ class InterventionSpec:
         except (ValueError, yaml.YAMLError) as err:
             raise UsageError(f"{path}: not a valid spec file: {' '.join(str(err).split())}") from err
         return cls.from_dict(data)
+
+
+def toward(value: Any, reference: Any, scale: float) -> Any:
+    """value + scale * (reference - value) (tensors): the reference itself (exactly) at scale 1, ``value`` at 0."""
+    if scale == 1.0:
+        return reference
+    return value + float(scale) * (reference - value)
 
 
 def _build(kind: type, data: Any, number: int) -> Any:

@@ -7,12 +7,13 @@ directory is created or resumed, so a value beyond the model is one ``error:`` l
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from sst_interp.codeact.format import encode_with_actions
 from sst_interp.hooks import attention_heads, attention_module
 from sst_interp.hooks.attention_weights import READABLE, implementation
+from sst_interp.interventions.attention import check_attention_rules
 from sst_interp.kernels.errors import UsageError
 from sst_interp.model.limits import ModelLimits, check_weights_placed
 from sst_interp.organism.tokenizer import check_organism_text, is_hops_tokenizer
@@ -25,7 +26,8 @@ def check_against_model(options: RecordOptions, sst: Any, tokenizer: Any, questi
     """Refuse flags the model cannot honour (UsageError): ``--top-k`` wider than the vocabulary, ``--sketch-k``
     above the hidden size, action token ids outside the vocabulary, a prompt plus ``--max-new-tokens`` beyond the
     model's context, a CodeACT first turn longer than ``--max-context-tokens``, a device map that put every
-    weight on the disk, or ``--attention`` asking for a layer or head the model lacks."""
+    weight on the disk, ``--attention`` asking for a layer or head the model lacks, or an ``--intervention``
+    attention rule naming a head the model lacks or a key outside the shortest prompt's context."""
     check_weights_placed(sst.backbone)
     check_attention(options, sst)
     check_task_tokenizer(tokenizer, questions)
@@ -34,6 +36,9 @@ def check_against_model(options: RecordOptions, sst: Any, tokenizer: Any, questi
     limits.check_sketch_k(options.sketch_k)
     longest, question_id = _longest_prompt(options, tokenizer, questions, limits)
     limits.check_new_tokens(options.max_new_tokens, max(longest, 1))
+    spec = options.intervention_spec()
+    if spec is not None and questions:  # attention rules: heads the model has, keys inside every prompt's context
+        check_attention_rules(spec, sst, min(map(_prompt_length(options, tokenizer), (q.prompt for q in questions))))
     if options.codeact and longest + options.max_new_tokens > options.max_context_tokens:
         raise UsageError(f"--max-context-tokens {options.max_context_tokens} cannot hold the first turn of "
                          f"{question_id} ({longest} prompt tokens) plus --max-new-tokens "
@@ -108,18 +113,20 @@ def check_task_tokenizer(tokenizer: Any, questions: Sequence[Any]) -> None:
                          "a folder written by python -m sst_interp.organism train (or train-sst's backbone/)")
 
 
+def _prompt_length(options: RecordOptions, tokenizer: Any) -> Callable[[str], int]:
+    """The tokens of a prompt as the recording will encode it (CodeACT: with its action tokens)."""
+    if options.codeact:
+        actions = action_tokens(options)
+        return lambda text: len(encode_with_actions(text, tokenizer, actions)[0])
+    return lambda text: len(tokenizer(text).input_ids)
+
+
 def _longest_prompt(options: RecordOptions, tokenizer: Any, questions: Sequence[Any],
                     limits: ModelLimits) -> tuple[int, str | None]:
     """(tokens, question id) of the longest prompt as the recording will encode it (0, None without questions)."""
     if options.codeact:
-        actions = action_tokens(options)
-        limits.check_token_ids(dict(actions), "--action-tokens")
-
-        def length(text: str) -> int:
-            return len(encode_with_actions(text, tokenizer, actions)[0])
-    else:
-        def length(text: str) -> int:
-            return len(tokenizer(text).input_ids)
+        limits.check_token_ids(dict(action_tokens(options)), "--action-tokens")
+    length = _prompt_length(options, tokenizer)
     longest, which = 0, None
     for question in questions:
         n = length(question.prompt)
