@@ -38,6 +38,7 @@ import torch
 from sst_interp.kernels.errors import UsageError
 from sst_interp.interventions.checks import check_spec, load_direction
 from sst_interp.interventions.compiled import fill_edits, intervener_refusal
+from sst_interp.interventions.feature_edits import FeatureDictionaries, feature_edit
 from sst_interp.interventions.references import MeanSource, PatchSource, reference_values
 from sst_interp.interventions.spec import (CLEAN_SOURCE, READS_RUN, Intervention, InterventionSpec, Operation,
                                             Site)
@@ -116,6 +117,7 @@ class Intervener:
             raise UsageError(f"cannot capture {bad}; capture one of {', '.join(CAPTURABLE)}")
         self._kept: dict[str, dict[tuple[int, int, int, int], torch.Tensor]] = {name: {} for name in self._capture}
         self._functions = dict(functions or {})
+        self._dictionaries = FeatureDictionaries()  # the feature rules' dictionaries, each loaded once
         self._validate()
         recorded = [i.operation for i in self.spec.interventions if not i.operation.live]
         self._patches = {op: PatchSource(op) for op in recorded if op.kind in ("patch", "resample")}
@@ -132,6 +134,8 @@ class Intervener:
                 raise UsageError(f"{where}: 'map' names the function {item.operation.function!r}, which was not handed "
                                  f"over; pass functions={{{item.operation.function!r}: f}} "
                                  f"(given: {sorted(self._functions) or 'none'})")
+            if item.operation.kind == "feature":
+                self._dictionaries.check(item, int(self.sst.hidden_size), where)
             if item.operation.kind in ("patch", "resample") and not item.operation.live and self.question_ids is None:
                 raise UsageError(f"{where}: {item.operation.kind!r} reads states per question: pass question_ids")
             if item.operation.source == CLEAN_SOURCE and self.alongside is None:
@@ -249,6 +253,10 @@ class Intervener:
                                  f"{tuple(changed.shape)} for values of shape {tuple(value[:, -1].shape)}; it must "
                                  f"keep the shape [B, d]")
             return changed.to(device=value.device, dtype=value.dtype)[:, None, :]
+        if kind == "feature":
+            source = (original[self._source_rows(item.operation, value.shape[0]).to(value.device), -1]
+                      if item.operation.live else None)
+            return feature_edit(self._dictionaries[item.operation], item.operation, value[:, -1], source)[:, None, :]
         if item.operation.live:
             return _toward(value, original[self._source_rows(item.operation, value.shape[0]).to(value.device)],
                            item.operation.scale)

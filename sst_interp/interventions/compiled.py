@@ -36,6 +36,9 @@ def spec_refusal(spec: InterventionSpec) -> str | None:
         if item.operation.kind == "map":
             return (f"intervention {number}: a 'map' runs the Python function {item.operation.function!r} on the "
                     f"stream and cannot run compiled; use --compile off")
+        if item.operation.kind == "feature":
+            return (f"intervention {number}: a 'feature' edit encodes the stream with its dictionary in Python and "
+                    f"cannot run compiled; use --compile off")
         if item.operation.live:
             return (f"intervention {number}: a live patch (source={item.operation.source!r}) reads another row inside "
                     f"the forward pass and cannot run compiled; use --compile off")
