@@ -34,7 +34,7 @@ def check_spec(spec: InterventionSpec, num_layers: int, hidden_size: int) -> Non
             if tuple(direction.shape) != (hidden_size,):
                 raise UsageError(f"intervention {number}: the direction has shape {tuple(direction.shape)}; this "
                                  f"model's states have d = {hidden_size}")
-        if item.operation.kind in READS_RUN and not item.operation.live:
+        if (item.operation.kind in READS_RUN or item.operation.run is not None) and not item.operation.live:
             _check_reference(number, item, hidden_size)
 
 
@@ -90,7 +90,7 @@ def patch_runs(spec: InterventionSpec) -> dict[str, str]:
                 raise UsageError(f"feature: {sidecar.parent} holds no dictionary ({SIDECAR} missing); pass a folder "
                                  f"written by python -m sst_interp.features train")
             out[str(sidecar.parent)] = hashlib.sha256(sidecar.read_bytes()).hexdigest()
-        if item.operation.kind in READS_RUN and not item.operation.live:
+        if (item.operation.kind in READS_RUN or item.operation.run is not None) and not item.operation.live:
             folder = Path(str(item.operation.run)).resolve()
             manifest = folder / "manifest.json"
             if not manifest.is_file():

@@ -37,7 +37,8 @@ Operations:
 - ``feature``: features ``features`` of the sparse dictionary in the folder ``dictionary`` (trained at this layer and
   iteration, :mod:`sst_interp.features`) change, by ``mode``: ``ablate`` (activation 0), ``steer`` (activation +
   ``scale``, or set to ``value`` when given) or ``patch`` (the activation the live ``source`` row has at the same
-  site, moved ``scale`` of the way). The reconstruction error is kept: the value x becomes x + (a'_F - a_F) W_dec[F]
+  site, or the state ``run`` recorded there for the row's question at ``depth`` as for ``patch``, moved ``scale`` of
+  the way). The reconstruction error is kept: the value x becomes x + (a'_F - a_F) W_dec[F]
   over the touched features F only, so a feature left as it is changes nothing, bit for bit
   (:mod:`~sst_interp.interventions.feature_edits`).
 
@@ -188,16 +189,17 @@ class Operation:
             raise UsageError(f"features: list one or more feature indices >= 0, got {list(chosen)}")
         object.__setattr__(self, "features", chosen)
         object.__setattr__(self, "dictionary", str(self.dictionary))
+        reads_run = ("run", "depth") if self.mode == "patch" and self.run is not None else ()
         extra = [name for name in ("direction", "direction_file", "run", "depth", "seed")
-                 if getattr(self, name) is not None]
+                 if getattr(self, name) is not None and name not in reads_run]
         if extra:
-            raise UsageError(f"a 'feature' intervention takes dictionary, features, mode, scale, value and source; "
-                             f"drop {', '.join(extra)}")
+            raise UsageError(f"a 'feature' intervention takes dictionary, features, mode, scale, value and source (or "
+                             f"run and depth for a patch); drop {', '.join(extra)}")
         if self.value is not None and self.mode != "steer":
             raise UsageError(f"value sets a feature's activation under mode 'steer', not {self.mode!r}")
-        if (self.mode == "patch") != (self.source is not None):
-            raise UsageError("a feature patch reads the activations of a live source row (source=ROW or 'clean'); "
-                             "source belongs to mode 'patch' alone" if self.mode == "patch" else
+        if (self.mode == "patch") != ((self.source is not None) != (self.run is not None)):
+            raise UsageError("a feature patch reads the activations of a live source row (source=ROW or 'clean') or of "
+                             "a recorded run (run=DIR): give exactly one" if self.mode == "patch" else
                              f"source={self.source!r} belongs to mode 'patch', not {self.mode!r}")
 
     def _check_source(self) -> None:

@@ -26,7 +26,7 @@ from sst_interp.model.generation import GenerationConfig  # noqa: E402
 from sst_interp.model.loop_model import LoopModel, generate_looped  # noqa: E402
 from sst_interp.model.testing import tiny_hrm_text  # noqa: E402
 from tests.unit.interventions.feature_dictionary import write_dictionary  # noqa: E402
-from tests.unit.interventions.test_interventions import DEPTH, sst_model  # noqa: E402
+from tests.unit.interventions.test_interventions import IDS, recorded, sst_model, write_run  # noqa: E402
 from tests.unit.interventions.test_live import STREAMS, assert_same, run_live  # noqa: E402
 
 pytestmark = pytest.mark.usefixtures("one_thread")
@@ -115,6 +115,22 @@ def test_a_set_value_and_a_live_patch_move_the_state_by_the_change_of_activation
     assert torch.equal(edited[1], x[1])
 
 
+def test_a_feature_patch_from_a_recorded_run_equals_the_live_patch_of_the_same_states(folder, tmp_path):
+    # float32: the Recorder stores float32, so a float32 model's recorded states are its live values exactly
+    sst = sst_model(torch.float32)
+    clean_tokens, clean = recorded(sst)
+    write_run(tmp_path / "ref", sst, clean)
+    features = (2, 5, 11)
+    from_run = InterventionSpec.of(ONE, _feature(folder, features=features, mode="patch", run=str(tmp_path / "ref")))
+    run_tokens, run_columns = recorded(sst, interventions=from_run, question_ids=[IDS[1], None])  # row 0 reads q1
+    live = [InterventionSpec.of(ONE, _feature(folder, features=features, mode="patch", source=1)), InterventionSpec()]
+    live_tokens, live_columns = recorded(sst, interventions=live)
+    assert live_tokens == run_tokens
+    assert torch.equal(live_columns["hidden"]["values"], run_columns["hidden"]["values"])
+    assert not torch.equal(live_columns["hidden"]["values"], clean["hidden"]["values"])
+    assert set(patch_runs(from_run)) == {str(folder.resolve()), str((tmp_path / "ref").resolve())}
+
+
 def _looped(model, spec):
     with intervene_loop(model, spec) as intervener:
         result = generate_looped(model, [[2, 17, 40, 9, 33]], 2, GenerationConfig(max_new_tokens=3),
@@ -163,7 +179,10 @@ def test_each_dictionary_loads_once_per_intervener(folder, monkeypatch):
     (lambda f: Operation("feature", dictionary=str(f), features=[], mode="ablate"), "one or more feature"),
     (lambda f: Operation("feature", dictionary=str(f), features=[1], mode="ablate", value=1.0), "under mode 'steer'"),
     (lambda f: Operation("feature", dictionary=str(f), features=[1], mode="steer", source=1), "belongs to mode"),
-    (lambda f: Operation("feature", dictionary=str(f), features=[1], mode="patch"), "live source row"),
+    (lambda f: Operation("feature", dictionary=str(f), features=[1], mode="patch"), "give exactly one"),
+    (lambda f: Operation("feature", dictionary=str(f), features=[1], mode="patch", source=1, run="x"),
+     "give exactly one"),
+    (lambda f: Operation("feature", dictionary=str(f), features=[1], mode="steer", depth=2), "drop depth"),
     (lambda f: Operation("feature", dictionary=str(f), features=[1], mode="ablate", run="x"), "drop run"),
     (lambda f: Operation("zero", features=[1]), "belong to a 'feature' intervention"),
 ])
