@@ -76,7 +76,11 @@ class FeatureDictionary:
             raise UsageError(f"feature: {sidecar} is damaged ({type(err).__name__}: {err}); retrain the "
                              f"dictionary") from err
         # SAELens is the features extra: imported only when a spec holds a feature operation
-        from sae_lens import SAE
+        try:
+            from sae_lens import SAE
+        except ImportError as err:
+            raise UsageError(f"feature: loading the dictionary {path} needs SAELens, the features extra: pip install "
+                             f"-e \".[features]\"") from err
 
         try:
             sae = SAE.load_from_disk(path, device="cpu")

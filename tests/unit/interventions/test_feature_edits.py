@@ -12,6 +12,7 @@ import json
 import pytest
 import torch
 import yaml
+from safetensors.torch import load_file
 
 pytest.importorskip("sae_lens")
 
@@ -47,15 +48,11 @@ def _feature(folder, **options) -> Operation:
 
 def _hand_activations(folder, x: torch.Tensor) -> torch.Tensor:
     """ReLU(x W_enc + b_enc) from the saved weights, [B, width] float64."""
-    from safetensors.torch import load_file
-
     weights = load_file(str(folder / "sae_weights.safetensors"))
     return torch.relu(x @ weights["W_enc"].double() + weights["b_enc"].double())
 
 
 def _decoder(folder) -> torch.Tensor:
-    from safetensors.torch import load_file
-
     return load_file(str(folder / "sae_weights.safetensors"))["W_dec"].double()
 
 
