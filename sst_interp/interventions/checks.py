@@ -71,8 +71,9 @@ def recorded_questions(run: Any) -> list[str]:
 
 
 def patch_runs(spec: InterventionSpec) -> dict[str, str]:
-    """{run directory: sha256 of its manifest} of every run a spec reads states from (patch, mean, resample; part of
-    a run's identity), and {dictionary folder: sha256 of its sidecar} of every ``feature`` operation's dictionary. A recording calls it for its identity, so it also refuses live sources there (UsageError, one
+    """{run directory: sha256 of its manifest} of every run a spec reads states from (patch, mean, resample, a
+    feature patch from a run) and {dictionary folder: sha256 of its sidecar} of every ``feature`` operation (part of
+    a run's identity). A recording calls it for its identity, so it also refuses live sources there (UsageError, one
     line): record lays its batches out itself, and a row number would name whichever question landed in it."""
     out = {}
     for item in spec.interventions:

@@ -14,9 +14,9 @@ from sst_interp.features.meta import SAE_FILES, SIDECAR, DictionaryMeta, sha256
 
 def write_dictionary(folder: Path, d_in: int, width: int, *, layer: int, iterations: tuple[int, ...], seed: int = 0,
                      W_dec: torch.Tensor | None = None, W_enc: torch.Tensor | None = None, b_enc: float = 0.05) -> Path:
-    """A ReLU dictionary d_in -> width at (layer, iterations): encoder ReLU(x @ W_enc + b_enc) (default W_enc = W_dec^T and
-    b_enc 0.05: most features fire on a random state), decoder rows W_dec (default seeded Gaussian; rows scaled to
-    unit norm), b_dec 0."""
+    """A ReLU dictionary d_in -> width at (layer, iterations): encoder ReLU(x @ W_enc + b_enc) (default W_enc =
+    W_dec^T and b_enc 0.05: most features fire on a random state), decoder rows W_dec (default seeded Gaussian; rows
+    scaled to unit norm), b_dec 0."""
     generator = torch.Generator().manual_seed(seed)
     sae = StandardSAE(StandardSAEConfig(d_in=d_in, d_sae=width, apply_b_dec_to_input=False, dtype="float32"))
     decoder = torch.randn(width, d_in, generator=generator) if W_dec is None else W_dec.float()
