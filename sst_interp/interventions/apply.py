@@ -41,6 +41,7 @@ from sst_interp.kernels.errors import UsageError
 from sst_interp.interventions.attention import AttentionPatcher, attention_rules, check_attention_rules
 from sst_interp.interventions.checks import check_spec, load_direction
 from sst_interp.interventions.compiled import fill_edits, intervener_refusal
+from sst_interp.interventions.feature_edits import FeatureDictionaries, feature_edit
 from sst_interp.interventions.references import MeanSource, PatchSource, reference_values
 from sst_interp.interventions.spec import (CLEAN_SOURCE, READS_RUN, Intervention, InterventionSpec, Operation,
                                             Site, toward)
@@ -119,9 +120,10 @@ class Intervener:
             raise UsageError(f"cannot capture {bad}; capture one of {', '.join(CAPTURABLE)}")
         self._kept: dict[str, dict[tuple[int, int, int, int], torch.Tensor]] = {name: {} for name in self._capture}
         self._functions = dict(functions or {})
+        self._dictionaries = FeatureDictionaries()  # the feature rules' dictionaries, each loaded once
         self._validate()
         recorded = [i.operation for i in self.spec.interventions if not i.operation.live]
-        self._patches = {op: PatchSource(op) for op in recorded if op.kind in ("patch", "resample")}
+        self._patches = {op: PatchSource(op) for op in recorded if _per_question(op)}
         self._means = {op: MeanSource(op) for op in recorded if op.kind == "mean"}
 
     # ------------------------------------------------------------------------------------------ set-up
@@ -136,7 +138,9 @@ class Intervener:
                 raise UsageError(f"{where}: 'map' names the function {item.operation.function!r}, which was not handed "
                                  f"over; pass functions={{{item.operation.function!r}: f}} "
                                  f"(given: {sorted(self._functions) or 'none'})")
-            if item.operation.kind in ("patch", "resample") and not item.operation.live and self.question_ids is None:
+            if item.operation.kind == "feature":
+                self._dictionaries.check(item, int(self.sst.hidden_size), where)
+            if _per_question(item.operation) and self.question_ids is None:
                 raise UsageError(f"{where}: {item.operation.kind!r} reads states per question: pass question_ids")
             if item.operation.source == CLEAN_SOURCE and self.alongside is None:
                 raise UsageError(f"{where}: source 'clean' reads a clean pass run alongside; generate with "
@@ -228,7 +232,7 @@ class Intervener:
             changed = self._operate(rule, layer, last, original)
             rows = self._rows(rule)
             last = changed if rows is None else torch.where(rows.to(value.device)[:, None, None], changed, last)
-            if rule.operation.kind not in ("patch", "resample") or rule.operation.live:
+            if not _per_question(rule.operation):
                 self._count(rule, self._changed_rows(rule))  # recorded patches count the rows they patch themselves
         self._keep(stream, layer, last[:, -1])
         if value.shape[1] == 1:
@@ -253,6 +257,15 @@ class Intervener:
                                  f"{tuple(changed.shape)} for values of shape {tuple(value[:, -1].shape)}; it must "
                                  f"keep the shape [B, d]")
             return changed.to(device=value.device, dtype=value.dtype)[:, None, :]
+        if kind == "feature":
+            dictionary = self._dictionaries[item.operation]
+            if item.operation.run is None:
+                source = (original[self._source_rows(item.operation, value.shape[0]).to(value.device), -1]
+                          if item.operation.live else None)
+                return feature_edit(dictionary, item.operation, value[:, -1], source)[:, None, :]
+            reference, rows = self._reference(rule, layer)
+            changed = feature_edit(dictionary, item.operation, value[:, -1], reference.to(value.device))
+            return torch.where(rows.to(value.device)[:, None], changed, value[:, -1])[:, None, :]
         if item.operation.live:
             return toward(value, original[self._source_rows(item.operation, value.shape[0]).to(value.device)],
                            item.operation.scale)
@@ -431,3 +444,16 @@ def intervene(sst: Any, spec: InterventionSpec | Sequence[InterventionSpec],
         context.intervention = None
         if patcher is not None:
             patcher.close()
+
+
+def _per_question(operation: Operation) -> bool:
+    """Whether ``operation`` reads a recorded run per question (and counts the rows it patches itself)."""
+    return not operation.live and (operation.kind in ("patch", "resample")
+                                   or (operation.kind == "feature" and operation.run is not None))
+
+
+def _toward(value: torch.Tensor, reference: torch.Tensor, scale: float) -> torch.Tensor:
+    """value + scale * (reference - value): the reference itself (exactly) at scale 1, ``value`` at 0."""
+    if scale == 1.0:
+        return reference
+    return value + float(scale) * (reference - value)

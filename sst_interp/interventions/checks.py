@@ -15,6 +15,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from sst_interp.interventions.feature_edits import SIDECAR
 from sst_interp.interventions.spec import READS_RUN, Intervention, InterventionSpec, Operation
 from sst_interp.kernels.errors import UsageError
 from sst_interp.store import Run
@@ -33,7 +34,7 @@ def check_spec(spec: InterventionSpec, num_layers: int, hidden_size: int) -> Non
             if tuple(direction.shape) != (hidden_size,):
                 raise UsageError(f"intervention {number}: the direction has shape {tuple(direction.shape)}; this "
                                  f"model's states have d = {hidden_size}")
-        if item.operation.kind in READS_RUN and not item.operation.live:
+        if (item.operation.kind in READS_RUN or item.operation.run is not None) and not item.operation.live:
             _check_reference(number, item, hidden_size)
 
 
@@ -70,7 +71,8 @@ def recorded_questions(run: Any) -> list[str]:
 
 
 def patch_runs(spec: InterventionSpec) -> dict[str, str]:
-    """{run directory: sha256 of its manifest} of every run a spec reads states from (patch, mean, resample; part of
+    """{run directory: sha256 of its manifest} of every run a spec reads states from (patch, mean, resample, a
+    feature patch from a run) and {dictionary folder: sha256 of its sidecar} of every ``feature`` operation (part of
     a run's identity). A recording calls it for its identity, so it also refuses live sources there (UsageError, one
     line): record lays its batches out itself, and a row number would name whichever question landed in it."""
     out = {}
@@ -82,7 +84,14 @@ def patch_runs(spec: InterventionSpec) -> dict[str, str]:
             raise UsageError(f"a live patch (source={item.operation.source!r}) reads a row of one Python batch, but a "
                              f"recording lays its batches out itself; record the source prompts and patch from that "
                              f"run (run=...), or use sst.intervene in Python")
-        if item.operation.kind in READS_RUN and not item.operation.live:
+        if item.operation.kind == "feature":
+            # the sidecar records the sha256 of the SAELens files, so its own hash names the weights
+            sidecar = Path(str(item.operation.dictionary)).resolve() / SIDECAR
+            if not sidecar.is_file():
+                raise UsageError(f"feature: {sidecar.parent} holds no dictionary ({SIDECAR} missing); pass a folder "
+                                 f"written by python -m sst_interp.features train")
+            out[str(sidecar.parent)] = hashlib.sha256(sidecar.read_bytes()).hexdigest()
+        if (item.operation.kind in READS_RUN or item.operation.run is not None) and not item.operation.live:
             folder = Path(str(item.operation.run)).resolve()
             manifest = folder / "manifest.json"
             if not manifest.is_file():

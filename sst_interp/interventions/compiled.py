@@ -40,6 +40,9 @@ def spec_refusal(spec: InterventionSpec) -> str | None:
         if item.site.stream == ATTENTION:
             return (f"intervention {number}: an attention pattern is replaced inside the attention function, which "
                     f"the compiled step does not reach; use --compile off")
+        if item.operation.kind == "feature":
+            return (f"intervention {number}: a 'feature' edit encodes the stream with its dictionary in Python and "
+                    f"cannot run compiled; use --compile off")
         if item.operation.live:
             return (f"intervention {number}: a live patch (source={item.operation.source!r}) reads another row inside "
                     f"the forward pass and cannot run compiled; use --compile off")

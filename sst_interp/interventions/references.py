@@ -33,7 +33,7 @@ def reference_values(operation: Operation, source: Any, question_ids: Sequence[s
         rows = len(question_ids) if question_ids is not None else int(active.shape[0]) if active is not None else 1
         return source.value(generated_depth, turn, position, iteration, layer)[None, :].expand(rows, -1)
     assert question_ids is not None
-    questions = (list(question_ids) if operation.kind == "patch"
+    questions = (list(question_ids) if operation.kind in ("patch", "feature")
                  else [None if q is None else source.other(q, operation.seed or 0, operation.depth or generated_depth,
                                                            turn, position) for q in question_ids])
     return source.values(questions, generated_depth, turn, position, operation.source_iteration or iteration, layer,

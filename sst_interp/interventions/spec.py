@@ -34,6 +34,14 @@ Operations:
   (:mod:`sst_interp.features.splice`), or any edit of a state that a constant cannot express. Python only: a recording
   (``record --intervention``) and the compiled step cannot take a function.
 
+- ``feature``: features ``features`` of the sparse dictionary in the folder ``dictionary`` (trained at this layer and
+  iteration, :mod:`sst_interp.features`) change, by ``mode``: ``ablate`` (activation 0), ``steer`` (activation +
+  ``scale``, or set to ``value`` when given) or ``patch`` (the activation the live ``source`` row has at the same
+  site, or the state ``run`` recorded there for the row's question at ``depth`` as for ``patch``, moved ``scale`` of
+  the way). The reconstruction error is kept: the value x becomes x + (a'_F - a_F) W_dec[F]
+  over the touched features F only, so a feature left as it is changes nothing, bit for bit
+  (:mod:`~sst_interp.interventions.feature_edits`).
+
 ``patch``, ``mean`` and ``resample`` with ``scale`` s other than 1 move the value only part of the way:
 value + s * (reference - value) (s = 0: unchanged; attribution patching's first-order check scales patches so).
 
@@ -71,7 +79,9 @@ from sst_interp.kernels.errors import UsageError
 ATTENTION = "attention"
 STREAMS: tuple[str, ...] = ("state_in", "alpha", "blended", "layer_out", ATTENTION)
 OPERATIONS: tuple[str, ...] = ("zero", "add", "set_alpha", "freeze", "patch", "mean", "resample", "map", "set",
-                               "uniform")
+                               "uniform", "feature")
+#: What a ``feature`` operation does to its features.
+FEATURE_MODES: tuple[str, ...] = ("ablate", "steer", "patch")
 #: Operations that read a reference run's recorded states (its ``hidden`` shards: the layers' outputs).
 READS_RUN: tuple[str, ...] = ("patch", "mean", "resample")
 #: The live source that is a clean pass of the same prompt run alongside (``Operation.source``); an integer names a
@@ -82,6 +92,7 @@ _STREAMS_OF: dict[str, tuple[str, ...]] = {
     "set_alpha": ("alpha",), "freeze": ("layer_out",), "patch": ("layer_out", ATTENTION),
     "mean": ("layer_out", "state_in"), "resample": ("layer_out", "state_in"),
     "map": ("state_in", "blended", "layer_out"), "set": (ATTENTION,), "uniform": (ATTENTION,),
+    "feature": ("layer_out",),  # a dictionary is trained on the recorded states: the layers' outputs
 }
 
 
@@ -149,10 +160,14 @@ class Operation:
     function: str | None = None
     attend_to: tuple[int, ...] | None = None
     weights: tuple[float, ...] | None = None
+    dictionary: str | None = None
+    features: tuple[int, ...] | None = None
+    mode: str | None = None
 
     def __post_init__(self) -> None:
         if self.kind not in OPERATIONS:
             raise UsageError(f"unknown intervention operation {self.kind!r}; use one of {', '.join(OPERATIONS)}")
+        self._check_feature()
         self._check_source()
         if (self.kind == "map") != (self.function is not None):
             raise UsageError("a 'map' intervention names its Python function (function=NAME, handed over as "
@@ -210,12 +225,46 @@ class Operation:
         """Whether the operation reads another row of the same generation (``source``) instead of a recorded run."""
         return self.source is not None
 
+    def _check_feature(self) -> None:
+        named = [name for name in ("dictionary", "features", "mode") if getattr(self, name) is not None]
+        if self.kind != "feature":
+            if named:
+                raise UsageError(f"{', '.join(named)} belong to a 'feature' intervention, not to {self.kind!r}")
+            return
+        if self.dictionary is None or self.features is None or self.mode not in FEATURE_MODES:
+            raise UsageError(f"a 'feature' intervention needs dictionary (a folder), features (a list of feature "
+                             f"indices) and mode (one of {', '.join(FEATURE_MODES)}), got dictionary="
+                             f"{self.dictionary!r}, features={self.features!r}, mode={self.mode!r}")
+        features = [self.features] if isinstance(self.features, int) else self.features
+        try:
+            chosen = tuple(sorted({int(f) for f in features}))
+        except (TypeError, ValueError) as err:
+            raise UsageError(f"features: expected feature indices, got {self.features!r}") from err
+        if not chosen or min(chosen) < 0:
+            raise UsageError(f"features: list one or more feature indices >= 0, got {list(chosen)}")
+        object.__setattr__(self, "features", chosen)
+        object.__setattr__(self, "dictionary", str(self.dictionary))
+        reads_run = ("run", "depth") if self.mode == "patch" and self.run is not None else ()
+        extra = [name for name in ("direction", "direction_file", "run", "depth", "seed")
+                 if getattr(self, name) is not None and name not in reads_run]
+        if extra:
+            raise UsageError(f"a 'feature' intervention takes dictionary, features, mode, scale, value and source (or "
+                             f"run and depth for a patch); drop {', '.join(extra)}")
+        if self.value is not None and self.mode != "steer":
+            raise UsageError(f"value sets a feature's activation under mode 'steer', not {self.mode!r}")
+        if (self.mode == "patch") != ((self.source is not None) != (self.run is not None)):
+            raise UsageError("a feature patch reads the activations of a live source row (source=ROW or 'clean') or of "
+                             "a recorded run (run=DIR): give exactly one" if self.mode == "patch" else
+                             f"source={self.source!r} belongs to mode 'patch', not {self.mode!r}")
+
     def _check_source(self) -> None:
         source = self.source
         if source is None:
             return
         if isinstance(source, bool) or not (source == CLEAN_SOURCE or (isinstance(source, int) and source >= 0)):
             raise UsageError(f"source must be a batch row (an integer >= 0) or {CLEAN_SOURCE!r}, got {source!r}")
+        if self.kind == "feature":
+            return
         if self.kind != "patch":
             raise UsageError(f"a live source (source={source!r}) belongs to 'patch'; {self.kind!r} cannot use it "
                              f"(mean and resample read a recorded run)")
