@@ -576,23 +576,27 @@ function renderFeatures(view) {
   box.dataset.available = "1";
   box.dataset.iteration = view.iteration;
   $("feat-title").textContent = `features at iteration ${view.iteration}`;
-  $("feat-info").textContent = `${view.active} of ${view.width} features active at layer ${view.layer}` +
-    (view.layer_name ? ` (${view.layer_name})` : "") + ` · ${view.layout} dictionary ${view.dictionary} · the ` +
-    `${view.rows.length} largest, with their activation at every iteration (0: inactive)`;
+  // the dictionary by its folder's name (the full path on hover): a long path would set the panel's width
+  const name = view.dictionary.replace(/\/+$/, "").split("/").pop();
+  $("feat-info").replaceChildren(`${view.active} of ${view.width} features active at layer ${view.layer}` +
+    (view.layer_name ? ` (${view.layer_name})` : "") + ` · ${view.layout} dictionary `,
+    el("span", {class: "dict-name", title: view.dictionary, text: name}),
+    ` · the ${view.rows.length} largest, with their activation at every iteration (0: inactive; click an ` +
+    "iteration to show it)");
   note.textContent = view.note || "";
   note.hidden = !view.note;
   const chosen = view.iterations.indexOf(view.iteration);
   const head = el("tr", {}, el("th", {text: "feature"}),
     ...view.iterations.map((it, j) => el("th", {class: "it-pick" + (j === chosen ? " it-sel" : ""), "data-iteration": it,
                                                title: "show this iteration", text: `it ${it}`})),
-    el("th", {text: "through the loop"}));
+    el("th", {text: "through the loop", title: "each row scaled to its own largest activation; red: the shown iteration"}));
   const peak = Math.max(...view.rows.flatMap(r => r.activations), 1e-12);
   const rows = view.rows.map(r => el("tr", {class: "feat-row", "data-feature": r.feature},
     el("td", {class: "feat", text: `f${r.feature}`}),
     ...r.activations.map((v, j) => el("td", {class: j === chosen ? "it-sel" : "", "data-iteration": view.iterations[j],
                                              "data-activation": v, text: v === 0 ? "0" : fmt(v, 2),
-                                             style: `background: ${weightColour(0.6 * v / peak)}` +
-                                                    (v / peak > 0.75 ? "; color: #fff" : "")})),
+                                             // light enough for dark text at every value
+                                             style: `background: ${weightColour(0.45 * v / peak)}`})),
     el("td", {class: "spark"}, sparkline(r.activations, chosen))));
   $("feat-table").replaceChildren(head, ...rows);
   for (const th of $("feat-table").querySelectorAll("th.it-pick")) {
