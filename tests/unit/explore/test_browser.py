@@ -308,7 +308,8 @@ def test_the_features_panel_follows_the_top_features_through_the_loop(organism_r
     from sst_interp.features import DictionarySet
 
     run = Run.open(organism_run)
-    qid = run.question_ids(4)[3]
+    qid = "hops-test-0003"  # the question docs/explorer.md's screenshots show
+    assert qid in run.question_ids(4)
     acts = DictionarySet.load(organism_dictionary).encode_run(run, question_ids=[qid])
     at = (acts.rows["position"] == 0).to_numpy()
     dense = acts.activations[np.flatnonzero(at)].toarray()[np.argsort(acts.rows["iteration"][at].to_numpy())]
