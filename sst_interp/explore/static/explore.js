@@ -587,9 +587,11 @@ function renderFeatures(view) {
   note.hidden = !view.note;
   const chosen = view.iterations.indexOf(view.iteration);
   const head = el("tr", {}, el("th", {text: "feature"}),
-    ...view.iterations.map((it, j) => el("th", {class: "it-pick" + (j === chosen ? " it-sel" : ""), "data-iteration": it,
-                                               title: "show this iteration", text: `it ${it}`})),
-    el("th", {text: "through the loop", title: "each row scaled to its own largest activation; red: the shown iteration"}));
+    ...view.iterations.map((it, j) => el("th", {class: "it-pick" + (j === chosen ? " it-sel" : ""),
+                                               "data-iteration": it, title: "show this iteration",
+                                               text: `it ${it}`})),
+    el("th", {text: "through the loop",
+              title: "each row scaled to its own largest activation; red: the shown iteration"}));
   const peak = Math.max(...view.rows.flatMap(r => r.activations), 1e-12);
   const rows = view.rows.map(r => el("tr", {class: "feat-row", "data-feature": r.feature},
     el("td", {class: "feat", text: `f${r.feature}`}),
