@@ -20,6 +20,7 @@ ALPHA_AND_TRAINING = "Learned blend coefficients and training"
 INTERVENTIONS = "Interventions"
 ACROSS_FAMILIES = "Across latent-iteration families"
 ATTENTION = "Attention per iteration"
+FEATURES = "Sparse features through the loop"
 ABLATIONS_AND_EXTERNAL = "Ablations and external comparison"
 
 #: Every section, in the page's display order.
@@ -34,5 +35,6 @@ SECTIONS: tuple[str, ...] = (
     INTERVENTIONS,
     ACROSS_FAMILIES,
     ATTENTION,
+    FEATURES,
     ABLATIONS_AND_EXTERNAL,
 )

@@ -2,7 +2,8 @@
 
 Each family module declares its entries next to its functions, as ``MEASUREMENTS`` (and, where it has requirements
 of its own, ``REQUIREMENTS``): the analyses' families, the halting probe's (:mod:`sst_interp.probe.measurements`),
-the intervention experiments' (:mod:`sst_interp.experiments.measurements`) and the comparisons of several runs
+the intervention experiments' (:mod:`sst_interp.experiments.measurements`), the sparse dictionaries'
+(:mod:`sst_interp.features.measurements`) and the comparisons of several runs
 (:mod:`sst_interp.analyses.comparisons`). This module sits above all of them (floor 6 of docs/architecture.md,
 below the analysis objects) and imports each one by plain import, so what it holds is exactly what those modules
 declare:
@@ -44,15 +45,17 @@ from sst_interp.analyses import (
 from sst_interp.analyses.availability import UnknownMeasurement, spellings, stripped, unknown
 from sst_interp.analyses.measurement import Measurement
 from sst_interp.experiments import measurements as experiments
+from sst_interp.features import measurements as features
 from sst_interp.probe import measurements as probe
 
 #: The modules that declare measurements, in the catalogue's order (the paper's, roughly: evaluation, basin shifts,
 #: logit dynamics, precision and convergence, the alpha and training figures, depth policies, families, the probe,
-#: the experiments, the comparisons of several runs, the attention recorded per iteration).
+#: the experiments, the comparisons of several runs, the attention recorded per iteration, the sparse dictionaries'
+#: features).
 FAMILIES: tuple[ModuleType, ...] = (
     evaluation, repetition, convergent, episodes, basins, divergence, logit_dynamics, precision, convergence,
     by_question, basin_profiles, checkpoint_figures, depth_policies, families, probe, experiments, comparisons,
-    attention,
+    attention, features,
 )
 
 #: Every measurement.

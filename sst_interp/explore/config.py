@@ -22,6 +22,8 @@ class ExploreConfig:
     baseline: Path | None = arg(None, help="a matched baseline run: overthinks and recoveries are counted against it "
                                            "(default: against the run's smallest flat depth)")
     probe: Path | None = arg(None, help="a saved halting probe (probe train's folder or file) for the halting view")
+    dictionary: Path | None = arg(None, help="a sparse dictionary folder (python -m sst_interp.features train) for "
+                                             "the features view")
     report: Path | None = arg(None, help="the report folder (python -m sst_interp.report --out) to link artefacts from")
     host: str = arg(DEFAULT_HOST, help="interface to bind (default 127.0.0.1: this machine only)")
     port: int = arg(DEFAULT_PORT, help="TCP port (0 picks a free one)")

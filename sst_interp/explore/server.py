@@ -12,6 +12,8 @@ Routes (every view of the page has its own URL: ``/?q=ID&depth=D&turn=T&pos=P&a=
 ``GET /api/halting``       the halting view (``q``)
 ``GET /api/lens``          the per-layer logit lens (``q, depth, turn, pos``; loads the model on first use)
 ``GET /api/attention``     each recorded head's attention at one position and iteration (``q, depth, turn, pos, it``)
+``GET /api/features``      the dictionary's top features at one position and iteration, with their activation at
+                           every iteration (``q, depth, turn, pos, it``; ``--dictionary``)
 ``GET /static/...``        the page's script and style; ``plotly.min.js`` from the installed plotly wheel
 ``GET /report/...``        the report folder given with ``--report``
 =========================  =============================================================================
@@ -36,6 +38,7 @@ from starlette.staticfiles import StaticFiles
 from sst_interp.kernels.errors import UsageError
 from sst_interp.explore.attention import attention_view
 from sst_interp.explore.config import ExploreConfig
+from sst_interp.explore.features import DictionaryLoader, check_dictionary, features_view
 from sst_interp.explore.glossary import glossary_page
 from sst_interp.explore.halting import ProbeScorer, halting_view
 from sst_interp.explore.layer_lens import LensLoader, lens_view
@@ -104,7 +107,7 @@ def list_filter(request: Request) -> ListFilter:
 
 
 class Explorer:
-    """The app's state: the run source, the optional probe, the report folder.
+    """The app's state: the run source, the optional probe and dictionary, the report folder.
 
     Args:
         config: the explorer's configuration (paths already checked by :func:`open_explorer`).
@@ -120,6 +123,7 @@ class Explorer:
             scorer = ProbeScorer(config.probe, self.source.run.hidden_size)
         self.scorer = scorer
         self.lens = LensLoader()
+        self.dictionary = DictionaryLoader(config.dictionary) if config.dictionary is not None else None
 
     # ------------------------------------------------------------------------------------------ endpoints
     def run_summary(self, request: Request) -> dict[str, Any]:
@@ -135,6 +139,7 @@ class Explorer:
                 "threshold_ready": threshold.ready,
                 "baseline": str(self.source.baseline.path) if self.source.baseline is not None else None,
                 "probe": str(self.config.probe) if self.config.probe is not None else None,
+                "dictionary": str(self.config.dictionary) if self.config.dictionary is not None else None,
                 "report": report_links(self.config.report), "tokenizer": self.source.tokens.source,
                 "model": model_banner(run.manifest)}
 
@@ -170,6 +175,11 @@ class Explorer:
         iteration = _int(request, "it") if request.query_params.get("it") else None
         return attention_view(self.source, _qid(request), _int(request, "depth"), _int(request, "turn", 0),
                               _int(request, "pos"), iteration)
+
+    def features(self, request: Request) -> dict[str, Any]:
+        iteration = _int(request, "it") if request.query_params.get("it") else None
+        return features_view(self.source, self.dictionary, _qid(request), _int(request, "depth"),
+                             _int(request, "turn", 0), _int(request, "pos"), iteration)
 
 
 def _qid(request: Request) -> str:
@@ -210,6 +220,7 @@ def create_app(explorer: Explorer) -> Starlette:
         Route("/api/halting", _json(explorer.halting)),
         Route("/api/lens", _json(explorer.layer_lens)),
         Route("/api/attention", _json(explorer.attention)),
+        Route("/api/features", _json(explorer.features)),
     ]
     if explorer.config.report is not None:
         routes.append(Mount("/report", StaticFiles(directory=explorer.config.report, html=True), name="report"))
@@ -225,6 +236,8 @@ def open_explorer(config: ExploreConfig) -> Explorer:
     """
     check_report(config.report)
     explorer = Explorer(config)
+    if config.dictionary is not None:
+        check_dictionary(config.dictionary, explorer.source.run)
     for name in ("questions", "generations", "episodes"):
         explorer.source.table(name)  # every page read with its checksum: a damaged table stops here
     explorer.source.start_background()

@@ -68,8 +68,8 @@ class ArtefactSpec:
         family: page section (one of :data:`FAMILIES`).
         caption: one line on what the artefact shows.
         scope: "report", "run", "checkpoint", "training" or "comparison" (module docstring).
-        needs: inputs whose content keys the cache: any of "run", "runs", "baseline", "probe", "checkpoint",
-            "training", "experiments", "external".
+        needs: inputs whose content keys the cache: any of "run", "runs", "baseline", "probe", "dictionary",
+            "checkpoint", "training", "experiments", "external".
         compute: ``(context, target) -> ArtefactData | NotApplicable``; ``target`` is the run name, the checkpoint
             path or None.
         draw: figures only: ``ArtefactData -> Figure``.

@@ -110,6 +110,8 @@ class Fingerprints:
             return self.path(base.path) if base else None
         if need == "probe":
             return self.path(inputs.probe)
+        if need == "dictionary":
+            return self.path(inputs.dictionary)
         if need == "checkpoint":
             if art.spec.scope == "checkpoint":
                 return self.path(Path(art.target)) if art.target else None

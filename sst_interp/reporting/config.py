@@ -35,6 +35,8 @@ class ReportConfig:
     baselines: tuple[Path, ...] = arg((), flag="baseline", repeat=True,
                                       help="matched-baseline run directory (repeatable; paired by shared questions)")
     probe: Path | None = arg(None, help="saved halting probe (default: train one on each run with MUST HALT labels)")
+    dictionary: Path | None = arg(None, help="sparse dictionary folder (python -m sst_interp.features train) for the "
+                                             "feature measurements (default: they are skipped)")
     checkpoint: Path | None = arg(None, help="SST checkpoint folder or name (demo-codeact) for the alpha figures "
                                              "(default: the one the run's manifest names)")
     training_logs: tuple[Path, ...] = arg((), flag="training_log", repeat=True,

@@ -60,7 +60,8 @@ class ReportContext:
                 return matrix.alpha if matrix is not None else None
 
             return RunAnalysis(item.run, base.run if base is not None else None, baseline_depth=depth,
-                               name=item.benchmark, alpha=alpha, probe=self.inputs.probe)
+                               name=item.benchmark, alpha=alpha, probe=self.inputs.probe,
+                               dictionary=self.inputs.dictionary)
 
         return self.memo(("analysis", item.name), build)
 

@@ -91,6 +91,7 @@ class ReportInputs:
         runs: the SST runs, in the order given.
         baselines: {run name: the matched baseline run}.
         probe: saved probe path or None.
+        dictionary: sparse dictionary folder or None.
         checkpoints: {run name: SST checkpoint folder} (runs without one are absent).
         missing_checkpoints: {run name: why no checkpoint} for runs without one.
         training: the training logs.
@@ -102,6 +103,7 @@ class ReportInputs:
     runs: tuple[RunInput, ...]
     baselines: dict[str, RunInput] = field(default_factory=dict)
     probe: Path | None = None
+    dictionary: Path | None = None
     checkpoints: dict[str, Path] = field(default_factory=dict)
     missing_checkpoints: dict[str, str] = field(default_factory=dict)
     training: TrainingLogs = TrainingLogs()
@@ -281,6 +283,9 @@ def resolve_inputs(config: ReportConfig) -> ReportInputs:
     if config.probe is not None and not Path(config.probe).exists():
         raise UsageError(f"--probe {config.probe} does not exist; pass a probe folder saved by "
                          "`python -m sst_interp.probe train`")
+    if config.dictionary is not None and not Path(config.dictionary).is_dir():
+        raise UsageError(f"--dictionary {config.dictionary} is not a folder; pass a dictionary folder saved by "
+                         "`python -m sst_interp.features train`")
     checkpoints, missing = _checkpoints(runs, _named(config.checkpoint))
     pair_runs({item.name: item.run for item in runs})  # an ablation set recorded under other conditions: refused
     external = external_path(config.external) if config.external is not None else None
@@ -288,6 +293,7 @@ def resolve_inputs(config: ReportConfig) -> ReportInputs:
         runs=tuple(runs),
         baselines=_match_baselines(runs, baselines),
         probe=Path(config.probe) if config.probe is not None else None,
+        dictionary=Path(config.dictionary) if config.dictionary is not None else None,
         checkpoints=checkpoints,
         missing_checkpoints=missing,
         training=resolve_training_logs(tuple(_named(p) for p in config.training_logs)),

@@ -16,6 +16,7 @@ from sst_interp.reporting import (
     fig_comparisons,
     fig_depth,
     fig_evaluation,
+    fig_features,
     fig_monitoring,
     fig_probe,
 )
@@ -29,6 +30,7 @@ STYLES: dict[str, Callable[[ArtefactData], Any]] = {
     "policy_histogram": fig_depth.draw_histogram,
     "halt_signal": fig_probe.draw_halt_signal,
     "feature_grid": fig_probe.draw_feature_grid,
+    "feature_trajectories": fig_features.draw_trajectories,
     "alpha_ribbon": fig_alpha.draw_ribbon,
     "alpha_pca": fig_alpha.draw_pca,
     "alpha_panels_raw": fig_alpha.draw_panels_raw,

@@ -50,7 +50,7 @@ __all__ = sorted([*_EXPORTS, "open"])
 
 def open(run: str | Path | Run, baseline: str | Path | Run | None = None,  # noqa: A001 - the notebook entry point
          baseline_depth: int | None = None, name: str | None = None, alpha: Any = None,
-         probe: str | Path | None = None) -> RunAnalysis:
+         probe: str | Path | None = None, dictionary: str | Path | None = None) -> RunAnalysis:
     """The paper's measurements of one run: a :class:`~sst_interp.study.objects.RunAnalysis`.
 
     Args:
@@ -63,6 +63,8 @@ def open(run: str | Path | Run, baseline: str | Path | Run | None = None,  # noq
             tab:precision_proof's analytic bound.
         probe: a halting probe saved by ``python -m sst_interp.probe train``, for the probe's tables (without one
             they train a 10-neuron probe on the run's MUST HALT labels, which needs at least 2 such questions).
+        dictionary: a sparse dictionary folder saved by ``python -m sst_interp.features train``, for the feature
+            measurements (``a.feature_sets()``, ``a.feature_basin_shifts()``, ``a.feature_trajectories()``).
 
     Then ``a.available()`` (what this run supports, and why not the rest), ``a.data(label)`` (tidy data;
     ``question=``/``depth=`` for a figure's question), ``a.table(label)``, ``a.notes(label)``, one method per
@@ -70,4 +72,5 @@ def open(run: str | Path | Run, baseline: str | Path | Run | None = None,  # noq
     """
     from sst_interp.study.objects import open_run
 
-    return open_run(run, baseline, baseline_depth=baseline_depth, name=name, alpha=alpha, probe=probe)
+    return open_run(run, baseline, baseline_depth=baseline_depth, name=name, alpha=alpha, probe=probe,
+                    dictionary=dictionary)

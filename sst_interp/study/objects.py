@@ -227,11 +227,14 @@ class RunAnalysis(Measured):
             needed), for tab:precision_proof's analytic bound; optional.
         probe: a saved halting probe (``python -m sst_interp.probe train``) for the probe's tables; without one
             they train a 10-neuron probe on the run's MUST HALT labels (paper recipe) at the held-out sweep's layer.
+        dictionary: a sparse dictionary folder (``python -m sst_interp.features train``) for the feature
+            measurements (feature_sets, feature_basin_shifts, feature_trajectories); without one they are
+            unavailable.
     """
 
     def __init__(self, run: str | Path | Run, baseline: str | Path | Run | None = None,
                  baseline_depth: int | None = None, name: str | None = None, alpha: Any = None,
-                 probe: str | Path | None = None) -> None:
+                 probe: str | Path | None = None, dictionary: str | Path | None = None) -> None:
         self.run = as_run(run)
         self.baseline = as_run(baseline) if baseline is not None else None
         self.baseline_depth = baseline_depth if baseline_depth is not None or self.baseline is None else min(
@@ -239,6 +242,7 @@ class RunAnalysis(Measured):
         self.name = name or str(self.run.manifest.get("questions") or self.run.path.name)
         self.alpha = alpha
         self.probe = Path(probe) if probe is not None else None
+        self.dictionary = Path(dictionary) if dictionary is not None else None
         super().__init__()
 
     def __repr__(self) -> str:
@@ -420,7 +424,8 @@ def _regime(name: str) -> str:
 
 
 def open_run(run: str | Path | Run, baseline: str | Path | Run | None = None, baseline_depth: int | None = None,
-             name: str | None = None, alpha: Any = None, probe: str | Path | None = None) -> RunAnalysis:
+             name: str | None = None, alpha: Any = None, probe: str | Path | None = None,
+             dictionary: str | Path | None = None) -> RunAnalysis:
     """The paper's measurements of one run (``study.open``): a :class:`RunAnalysis`.
 
     Args:
@@ -433,12 +438,16 @@ def open_run(run: str | Path | Run, baseline: str | Path | Run | None = None, ba
             tab:precision_proof's analytic bound.
         probe: a halting probe saved by ``python -m sst_interp.probe train``, for the probe's tables (without one
             they train a 10-neuron probe on the run's MUST HALT labels, which needs at least 2 such questions).
+        dictionary: a sparse dictionary folder saved by ``python -m sst_interp.features train`` (shared or
+            per-iteration), for the feature measurements (``a.feature_sets()``, ``a.feature_basin_shifts()``,
+            ``a.feature_trajectories()``).
 
     Then ``a.available()`` (what this run supports, and why not the rest), ``a.data(label)`` (tidy data;
     ``question=``/``depth=`` for a figure's question), ``a.table(label)``, ``a.notes(label)``, one method per
     measurement (``a.staged_breakdown()``), and ``a.measurements()`` (every label with its title and columns).
     """
-    return RunAnalysis(run, baseline, baseline_depth=baseline_depth, name=name, alpha=alpha, probe=probe)
+    return RunAnalysis(run, baseline, baseline_depth=baseline_depth, name=name, alpha=alpha, probe=probe,
+                       dictionary=dictionary)
 
 
 def open_checkpoint(checkpoint: str | Path) -> CheckpointAnalysis:

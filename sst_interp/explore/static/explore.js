@@ -400,6 +400,7 @@ function selectIteration(it) {
   const p = params();
   setParams({it}, false);
   loadAttention(p.get("q"), p.get("depth"), p.get("turn") || 0, p.get("pos")).catch(() => {});
+  loadFeatures(p.get("q"), p.get("depth"), p.get("turn") || 0, p.get("pos")).catch(() => {});
 }
 // One row per recorded (layer, head), grouped by layer: the keys the query sees as a heat strip (the key tokens
 // head the columns), the heaviest keys named, and under top-k the mass on the keys not stored.
@@ -528,6 +529,83 @@ async function loadHalting(q) {
     {displayModeBar: false});
 }
 
+// ------------------------------------------------------------------------------------------------ features
+// Shown only when the explorer was started with --dictionary. The iteration is the attention panel's (``it``).
+async function loadFeatures(q, depth, turn, pos) {
+  const box = $("features-box");
+  if (!state.run || !state.run.dictionary) { box.hidden = true; return; }
+  box.hidden = false;
+  const it = params().get("it");
+  const view = await api(`/api/features?q=${encodeURIComponent(q)}&depth=${depth}&turn=${turn}&pos=${pos}` +
+                         (it ? `&it=${it}` : ""));
+  renderFeatures(view);
+}
+// A feature's activation over the iterations as a small line (0 at the bottom, the row's largest at the top), the
+// chosen iteration marked.
+function sparkline(values, chosen) {
+  const w = 96, h = 22, pad = 3, top = Math.max(...values, 1e-12);
+  const x = j => pad + (values.length > 1 ? j * (w - 2 * pad) / (values.length - 1) : (w - 2 * pad) / 2);
+  const y = v => h - pad - (v / top) * (h - 2 * pad);
+  const ns = "http://www.w3.org/2000/svg";
+  const svg = document.createElementNS(ns, "svg");
+  svg.setAttribute("width", w); svg.setAttribute("height", h); svg.setAttribute("class", "sparkline");
+  const line = document.createElementNS(ns, "polyline");
+  line.setAttribute("points", values.map((v, j) => `${x(j)},${y(v)}`).join(" "));
+  line.setAttribute("fill", "none"); line.setAttribute("stroke", "#1f4e9c"); line.setAttribute("stroke-width", "1.5");
+  svg.append(line);
+  values.forEach((v, j) => {
+    const dot = document.createElementNS(ns, "circle");
+    dot.setAttribute("cx", x(j)); dot.setAttribute("cy", y(v)); dot.setAttribute("r", j === chosen ? 3 : 1.6);
+    dot.setAttribute("fill", j === chosen ? "#d93025" : "#1f4e9c");
+    svg.append(dot);
+  });
+  return svg;
+}
+function renderFeatures(view) {
+  const note = $("feat-note");
+  if (!view.available) {
+    $("features-box").dataset.available = "0";
+    $("feat-title").textContent = "features";
+    $("feat-info").textContent = "";
+    note.textContent = view.message;
+    note.hidden = false;
+    $("feat-table").replaceChildren();
+    return;
+  }
+  const box = $("features-box");
+  box.dataset.available = "1";
+  box.dataset.iteration = view.iteration;
+  $("feat-title").textContent = `features at iteration ${view.iteration}`;
+  // the dictionary by its folder's name (the full path on hover): a long path would set the panel's width
+  const name = view.dictionary.replace(/\/+$/, "").split("/").pop();
+  $("feat-info").replaceChildren(`${view.active} of ${view.width} features active at layer ${view.layer}` +
+    (view.layer_name ? ` (${view.layer_name})` : "") + ` · ${view.layout} dictionary `,
+    el("span", {class: "dict-name", title: view.dictionary, text: name}),
+    ` · the ${view.rows.length} largest, with their activation at every iteration (0: inactive; click an ` +
+    "iteration to show it)");
+  note.textContent = view.note || "";
+  note.hidden = !view.note;
+  const chosen = view.iterations.indexOf(view.iteration);
+  const head = el("tr", {}, el("th", {text: "feature"}),
+    ...view.iterations.map((it, j) => el("th", {class: "it-pick" + (j === chosen ? " it-sel" : ""),
+                                               "data-iteration": it, title: "show this iteration",
+                                               text: `it ${it}`})),
+    el("th", {text: "through the loop",
+              title: "each row scaled to its own largest activation; red: the shown iteration"}));
+  const peak = Math.max(...view.rows.flatMap(r => r.activations), 1e-12);
+  const rows = view.rows.map(r => el("tr", {class: "feat-row", "data-feature": r.feature},
+    el("td", {class: "feat", text: `f${r.feature}`}),
+    ...r.activations.map((v, j) => el("td", {class: j === chosen ? "it-sel" : "", "data-iteration": view.iterations[j],
+                                             "data-activation": v, text: v === 0 ? "0" : fmt(v, 2),
+                                             // light enough for dark text at every value
+                                             style: `background: ${weightColour(0.45 * v / peak)}`})),
+    el("td", {class: "spark"}, sparkline(r.activations, chosen))));
+  $("feat-table").replaceChildren(head, ...rows);
+  for (const th of $("feat-table").querySelectorAll("th.it-pick")) {
+    th.addEventListener("click", () => selectIteration(th.dataset.iteration));
+  }
+}
+
 // ------------------------------------------------------------------------------------------------ routing
 async function route() {
   clearError();
@@ -547,6 +625,7 @@ async function route() {
   if (p.get("pos") !== null && p.get("depth") !== null) {
     try { await loadPosition(q, p.get("depth"), p.get("turn") || 0, p.get("pos")); } catch (err) { /* banner */ }
     try { await loadAttention(q, p.get("depth"), p.get("turn") || 0, p.get("pos")); } catch (err) { /* banner */ }
+    try { await loadFeatures(q, p.get("depth"), p.get("turn") || 0, p.get("pos")); } catch (err) { /* banner */ }
     try { await loadLayerLens(); } catch (err) { /* banner */ }
   } else {
     $("position").hidden = true;

@@ -3,7 +3,8 @@ run, filter the list, click a question, hover a token, open a position, and chec
 against the Run API and the synthetic run's planted truth; then a tiny recorded run with its own tokenizer.
 
 ``SST_INTERP_SCREENSHOT=docs/explore.png`` also writes the screenshot the README shows;
-``SST_INTERP_ATTENTION_SCREENSHOT=docs/img/explore-attention.png`` the attention panel docs/explorer.md shows.
+``SST_INTERP_ATTENTION_SCREENSHOT=docs/img/explore-attention.png`` the attention panel docs/explorer.md shows;
+``SST_INTERP_FEATURES_SCREENSHOT=docs/img/explore-features.png`` the features panel.
 """
 
 from __future__ import annotations
@@ -276,3 +277,66 @@ def test_the_attention_panel_shows_the_organism_reading_its_chain_hop_by_hop(org
         target = os.environ.get("SST_INTERP_ATTENTION_SCREENSHOT")
         if target:
             shutil.copyfile(tmp_path / "attention.png", target)
+
+
+@pytest.fixture(scope="module")
+def organism_dictionary(organism_run, tmp_path_factory):
+    """A shared TopK dictionary on the organism run's L block (layer 0) at depth 4, every iteration."""
+    pytest.importorskip("sae_lens")
+    import torch
+
+    from sst_interp.features.options import TrainOptions
+    from sst_interp.features.train import train_dictionaries
+
+    out = tmp_path_factory.mktemp("organism-dictionary") / "shared"
+    torch.set_num_threads(1)
+    train_dictionaries(TrainOptions(run=organism_run, layer=0, layout="shared", width=256, k=8, steps=200,
+                                    batch_size=128, lr=0.003, device="cpu", out=out))
+    return out
+
+
+def _features_at(driver, iteration: int) -> bool:
+    box = driver.find_element(By.ID, "features-box")
+    return box.get_attribute("data-iteration") == str(iteration) and bool(
+        driver.find_elements(By.CSS_SELECTOR, "#feat-table tr.feat-row"))
+
+
+def test_the_features_panel_follows_the_top_features_through_the_loop(organism_run, organism_dictionary, tmp_path):
+    """Started with --dictionary, the answer column's panel lists the top features at the chosen iteration with
+    the activation at every iteration that encode_run gives; picking another iteration in the table moves both the
+    features and the attention panel there. ``SST_INTERP_FEATURES_SCREENSHOT=docs/img/explore-features.png``."""
+    from sst_interp.features import DictionarySet
+
+    run = Run.open(organism_run)
+    qid = "hops-test-0003"  # the question docs/explorer.md's screenshots show
+    assert qid in run.question_ids(4)
+    acts = DictionarySet.load(organism_dictionary).encode_run(run, question_ids=[qid])
+    at = (acts.rows["position"] == 0).to_numpy()
+    dense = acts.activations[np.flatnonzero(at)].toarray()[np.argsort(acts.rows["iteration"][at].to_numpy())]
+    config = ExploreConfig(run=organism_run, dictionary=organism_dictionary, fit_gmm=False)
+    with served(config) as url, browser(1600, 1400, scale=2) as driver:
+        driver.get(f"{url}?q={qid}")
+        _wait(driver, lambda d: d.find_element(By.ID, "qtitle").text.startswith(qid))
+        driver.find_element(By.CSS_SELECTOR, '.tok[data-depth="4"][data-pos="0"]').click()
+        _wait(driver, lambda d: _features_at(d, 1))
+        for iteration in (1, 3):
+            if iteration != 1:
+                driver.find_element(By.CSS_SELECTOR, f'#feat-table th.it-pick[data-iteration="{iteration}"]').click()
+                _wait(driver, lambda d: _features_at(d, iteration) and _attention_at(d, iteration))
+                assert parse_qs(urlparse(driver.current_url).query)["it"] == [str(iteration)]
+            chosen = dense[iteration - 1]
+            want = sorted(np.flatnonzero(chosen), key=lambda f: (-chosen[f], f))[:8]
+            rows = driver.find_elements(By.CSS_SELECTOR, "#feat-table tr.feat-row")
+            assert [int(r.get_attribute("data-feature")) for r in rows] == [int(f) for f in want]
+            for row in rows:
+                cells = row.find_elements(By.CSS_SELECTOR, "td[data-activation]")
+                f = int(row.get_attribute("data-feature"))
+                assert [float(c.get_attribute("data-activation")) for c in cells] == \
+                    pytest.approx(dense[:, f].tolist(), rel=1e-6)
+            assert driver.find_element(By.ID, "feat-title").text == f"features at iteration {iteration}"
+        panel = driver.find_element(By.ID, "features-box")
+        driver.execute_script("arguments[0].scrollIntoView()", panel)
+        panel.screenshot(str(tmp_path / "features.png"))
+        target = os.environ.get("SST_INTERP_FEATURES_SCREENSHOT")
+        if target:
+            shutil.copyfile(tmp_path / "features.png", target)

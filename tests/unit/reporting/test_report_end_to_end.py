@@ -57,7 +57,9 @@ def test_every_planned_artefact_is_produced_and_non_empty(report):
     # one SST run and bare training logs: no ablation pair, no --external, no saved training configs
     comparisons = {"tab_alpha_init_ablation", "tab_ema_variant_ablation", "tab_hyperparameters", "fig_sst_vs_nobias_loss",
                    "tab_external_gsm8k", "tab_external_gpqa", "tab_external_comparison"}
-    unsupplied = {"tab_episode_conduct", *experiments, *comparisons}
+    # the planted run recorded no attention, and the report is given no --dictionary
+    recorded_or_given = {"tab_attention", "tab_feature_sets", "tab_feature_basin_shifts", "fig_feature_trajectories"}
+    unsupplied = {"tab_episode_conduct", *experiments, *comparisons, *recorded_or_given}
     planned = [s.name for s in all_specs() if s.name not in unsupplied]
     assert result.names("failed") == []
     assert result.names("skipped") == [s.name for s in all_specs() if s.name in unsupplied]
