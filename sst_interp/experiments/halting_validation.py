@@ -122,7 +122,7 @@ def loocv_row(run: Run, layer: int, permutations: int = 0, seed: int = 0) -> Val
         f"{int(row['loocv_correct'])} of {int(row['folds'])} held out right ({row['accuracy']:.3f}; base rate "
         f"{row['base_rate']:.3f}); binomial p {row['p_binomial']:.1g}"
         + (f"; permutation p {row['p_permutation']:.3g} ({int(row['permutations'])} drawn: {row['permutation_stop']})"
-           if permutations else "; no permutations drawn (--halting-permutations 0)"),
+           if permutations else "; no permutations drawn (--permutations 0)"),
         bool(calibrated <= 0.05), table)
 
 
