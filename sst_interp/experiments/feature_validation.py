@@ -20,6 +20,7 @@ A row that finds nothing is a finding: the thresholds are the predictions, not t
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -32,10 +33,11 @@ from sst_interp.analyses.overlap import topk_overlap
 from sst_interp.experiments.validation_row import ValidationRow
 from sst_interp.features.dictionary import Dictionary
 from sst_interp.features.live import live_states
+from sst_interp.features.live_train import load_organism
 from sst_interp.hooks.config import default_sketch_k
 from sst_interp.model.loop_model import LoopModel
 from sst_interp.organism.looped import encode_prompts
-from sst_interp.organism.task import HopsQuestion
+from sst_interp.organism.task import HopsQuestion, HopsSpec, split_items
 from sst_interp.organism.tokenizer import hops_tokenizer
 
 #: Hops resolved by one iteration (an H-cycle: the L block, then the H block).
@@ -122,13 +124,13 @@ def sequential_slot(hop: int) -> tuple[int, int]:
 
 def pointer_row(questions: Sequence[HopsQuestion], states: Mapping[tuple[int, int], np.ndarray],
                 activations: Mapping[tuple[int, int], np.ndarray], label: str = "trained", folds: int = 5,
-                min_questions: int = 20) -> ValidationRow:
+                min_questions: int = 20, max_hop: int | None = None) -> ValidationRow:
     """Features read the pointer (module docstring): one detail row per (block, hop, iteration) with at least
-    ``min_questions`` questions that have the hop."""
+    ``min_questions`` questions that have the hop (hops up to ``max_hop``, default every one)."""
     hops = np.array([q.hops for q in questions])
     rows = []
     for (block, iteration), acts in sorted(activations.items()):
-        for hop in range(1, int(hops.max()) + 1):
+        for hop in range(1, min(int(hops.max()), max_hop or int(hops.max())) + 1):
             have = np.flatnonzero(hops >= hop)
             if len(have) < max(min_questions, folds):
                 continue
@@ -183,10 +185,34 @@ def basin_row(questions: Sequence[HopsQuestion], states: Mapping[tuple[int, int]
 
 
 def feature_rows(model: LoopModel, dictionaries: Mapping[int, Dictionary], questions: Sequence[HopsQuestion],
-                 depth: int, label: str = "trained", folds: int = 5) -> dict[str, ValidationRow]:
+                 depth: int, label: str = "trained", folds: int = 5, max_hop: int | None = None
+                 ) -> dict[str, ValidationRow]:
     """The pointer and basin rows of ``model`` with ``dictionaries`` (block -> shared dictionary) on ``questions``
-    at ``depth`` (>= 2), named ``features_pointer_<label>`` and ``features_basin_<label>``."""
+    at ``depth`` (>= 2), named ``features_pointer_<label>`` and ``features_basin_<label>``; the pointer row reads
+    hops up to ``max_hop`` (default every one)."""
     states = answer_states(model, questions, depth, tuple(sorted(dictionaries)))
     activations = encode(dictionaries, states)
-    return {f"features_pointer_{label}": pointer_row(questions, states, activations, label, folds),
+    return {f"features_pointer_{label}": pointer_row(questions, states, activations, label, folds,
+                                                     max_hop=max_hop),
             f"features_basin_{label}": basin_row(questions, states, activations, label, tuple(sorted(dictionaries)))}
+
+
+#: The dictionaries' folders under ``organism validate --features``: the organism's, and the two controls.
+FEATURE_LABELS = ("trained", "untrained", "shuffled")
+
+
+def organism_feature_rows(root: Path, model: str, spec: HopsSpec, depth: int, questions: int, folds: int = 5
+                          ) -> dict[str, ValidationRow]:
+    """Every feature row of ``organism validate --features ROOT``: ROOT/<label>/layer<b> for each of
+    :data:`FEATURE_LABELS` that is there (the untrained control runs the organism's initial weights)."""
+    items = split_items(spec, "test", questions)
+    rows: dict[str, ValidationRow] = {}
+    for label in FEATURE_LABELS:
+        folders = {b: root / label / f"layer{b}" for b in (0, 1)}
+        if not all(folder.is_dir() for folder in folders.values()):
+            continue
+        dictionaries = {b: Dictionary.load(folder) for b, folder in folders.items()}
+        seed = dictionaries[0].meta.seed
+        loop_model, _, _ = load_organism(model, untrained=label == "untrained", seed=seed)
+        rows.update(feature_rows(loop_model, dictionaries, items, depth, label, folds))
+    return rows
