@@ -8,11 +8,13 @@ import numpy as np
 import pytest
 import torch
 
+from sst_interp.cli.organism import main as organism_main
 from sst_interp.experiments import feature_validation as fv
 from sst_interp.features.dictionary import Dictionary
 from sst_interp.features.live_train import load_organism, train_live
 from sst_interp.features.options import TrainOptions
 from sst_interp.organism.task import split_items
+from tests.unit.conftest import fails_with_one_error_line
 
 pytest.importorskip("sae_lens")
 pytestmark = [pytest.mark.usefixtures("one_thread"), pytest.mark.slow]
@@ -79,3 +81,13 @@ def test_jaccard_distance_and_feature_aucs_on_known_values():
     np.testing.assert_allclose(fv.jaccard_distance(a, b), [1 - 1 / 3, 0.0])
     acts = np.array([[0.0, 1], [0, 2], [1, 0], [2, 0]])
     np.testing.assert_allclose(fv.feature_aucs(acts, np.array([False, False, True, True])), [1.0, 0.0])
+
+
+def test_validate_refuses_a_features_folder_without_trained_dictionaries(tmp_path, capsys):
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "manifest.json").write_text("{}")
+    out = tmp_path / "out"
+    fails_with_one_error_line(capsys, organism_main, ["validate", "--run", str(run), "--out", str(out), "--features",
+                                                      str(tmp_path / "feats")], "holds no trained/layer0 dictionary")
+    assert not out.exists()
