@@ -46,6 +46,9 @@ LOOKUPS_PER_ITERATION = 2
 BEST = 4
 #: How far below the full-state probe the best-4 read-out may sit and still "read the pointer".
 PROBE_MARGIN = 0.05
+#: How far above the majority value the best-4 read-out must be to read anything (a chance-level read-out matches a
+#: chance-level probe, and reads no pointer).
+ABOVE_MAJORITY = 0.2
 POINTER_COLUMNS = ("label", "block", "hop", "iteration", "questions", "values", "majority", "best1_auc",
                    "best1_accuracy", "best4_accuracy", "probe_accuracy", "sequential")
 
@@ -147,11 +150,12 @@ def pointer_row(questions: Sequence[HopsQuestion], states: Mapping[tuple[int, in
         "at the answer column, held out over question folds, beside a full-state linear probe on the same folds "
         "(experiments.feature_validation)",
         f"at the sequential slot (iteration ceil(j/2), L block for odd j, H for even) the best-4 read-out reaches the "
-        f"probe (within {PROBE_MARGIN})",
+        f"probe (within {PROBE_MARGIN}) and beats the majority value by {ABOVE_MAJORITY}",
         "; ".join(f"j={r.hop} ({r.block}, i={r.iteration}, n {r.questions}): AUC {r.best1_auc:.2f}, best1 "
                   f"{r.best1_accuracy:.2f}, best4 {r.best4_accuracy:.2f}, probe {r.probe_accuracy:.2f}, majority "
                   f"{r.majority:.2f}" for r in slots.itertuples()),
-        bool(len(gaps) and (gaps >= -PROBE_MARGIN).all()), frame)
+        bool(len(gaps) and (gaps >= -PROBE_MARGIN).all()
+             and (slots["best4_accuracy"] >= slots["majority"] + ABOVE_MAJORITY).all()), frame)
 
 
 def jaccard_distance(a: np.ndarray, b: np.ndarray) -> np.ndarray:
