@@ -64,6 +64,7 @@ def test_the_untrained_organism_reads_no_pointer(rows):
     cell = _cell(rows, "untrained", "L", 1, 1)
     trained = _cell(rows, "trained", "L", 1, 1)
     assert cell["best4_accuracy"] < trained["best4_accuracy"] - 0.3
+    assert not rows["features_pointer_untrained"].recovered  # a chance read-out beside a chance probe reads nothing
 
 
 def test_the_basin_row_scores_both_measures_on_the_same_questions(rows):
