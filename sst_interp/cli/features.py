@@ -2,6 +2,7 @@
 
     python -m sst_interp.features train --run runs/hops --layer 1 --layout shared      # one dictionary over the loop
     python -m sst_interp.features train --run runs/hops --layer 1                      # one per iteration
+    python -m sst_interp.features train --live hops-organism --layer 0 --layout shared --out feats/L  # every position
     python -m sst_interp.features evaluate --dictionary runs/hops/features/layer1-shared-topk --run runs/hops-test
 
 ``train`` streams the run's full hidden states at the site and fits SAELens SAEs (TopK, BatchTopK, JumpReLU) with
@@ -51,9 +52,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     _require_sae_lens()
     if args.command == "train":
         # the jobs (torch, SAELens) are imported after the flags are parsed: --help stays fast
-        from sst_interp.features.train import train_dictionaries
+        from sst_interp.features.live_train import train_any
 
-        for trained in train_dictionaries(config_from_namespace(TrainOptions, args)):
+        for trained in train_any(config_from_namespace(TrainOptions, args)):
             m = trained.meta
             print(f"wrote {trained.path} ({m.architecture}, {m.d_in} -> {m.width}, iterations {list(m.iterations)}, "
                   f"{sum(m.tokens.values())} states)")

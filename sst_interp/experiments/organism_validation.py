@@ -49,6 +49,7 @@ from sst_interp.experiments import setup as experiment_setup
 from sst_interp.experiments.attribution import VERIFIED, run_attribution
 from sst_interp.experiments.configs import AttributionConfig, WindowConfig
 from sst_interp.experiments.window import condition_name, run_window
+from sst_interp.experiments.feature_validation import organism_feature_rows
 from sst_interp.experiments.hops_patching import flip_table, patch_by_iteration
 from sst_interp.experiments.sec5_validation import SEC5_ROWS, SEQUENTIAL, Measured, sec5_rows
 from sst_interp.experiments.validation_row import ValidationRow, markdown
@@ -445,6 +446,9 @@ def validate(config, open_analysis: Callable[[Path], Measured]) -> dict[str, Val
     rows["attribution"] = attribution_row(organism_attribution(folder, depth, config.attribution_questions,
                                                                config.out / "attribution"))
     rows.update(zip(SEC5_ROWS, sec5_rows(open_analysis(config.run), SEQUENTIAL)))
+    if config.features is not None:
+        rows.update(organism_feature_rows(config.features, str(folder), spec, depth, config.feature_questions,
+                                          config.folds))
     answer_resolution(run, depth).to_csv(config.out / RESOLUTION_FILE, index=False)
     for name, row in rows.items():
         row.detail.to_csv(config.out / f"{name}.csv", index=False)

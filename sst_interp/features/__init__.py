@@ -6,9 +6,11 @@ Modules, one concern each:
 * :mod:`~sst_interp.features.sites` -- a (layer, iterations) site of a run, checked; the run's identity;
 * :mod:`~sst_interp.features.states` -- a site's states streamed a shard file at a time; the held-out questions;
 * :mod:`~sst_interp.features.batches` -- the endless shuffled batches SAELens' trainer reads;
+* :mod:`~sst_interp.features.live` -- a live looped model's states at every prompt position, and their batches;
 * :mod:`~sst_interp.features.architectures` -- the SAELens training SAEs (TopK, BatchTopK, JumpReLU) and trainer
   settings;
 * :mod:`~sst_interp.features.train` -- training and writing dictionaries (per-iteration or shared);
+* :mod:`~sst_interp.features.live_train` -- training on a live organism (``train --live``) and its controls;
 * :mod:`~sst_interp.features.meta` -- the sidecar beside SAELens' files, and the checks a folder passes;
 * :mod:`~sst_interp.features.dictionary` -- :class:`Dictionary`, :class:`DictionarySet`: load, encode, encode a run;
 * :mod:`~sst_interp.features.quality` -- FVE, L0, dead and dense features, sharing across the loop;

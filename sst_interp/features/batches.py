@@ -77,16 +77,23 @@ class StateBatches:
             self.epochs += 1
 
     def _batches(self) -> Iterator[torch.Tensor]:
-        pending: list[np.ndarray] = [np.empty((0, self.run.hidden_size), dtype=np.float32)]
-        held = 0
-        for values, whole in self._chunks():
-            pending.append(values)
-            held += len(values)
-            if held < self.buffer and not whole:
-                continue
-            mixed = np.concatenate(pending)
-            mixed = mixed[self._rng.permutation(len(mixed))]
-            full = len(mixed) // self.batch_size * self.batch_size
-            for start in range(0, full, self.batch_size):
-                yield torch.from_numpy(mixed[start:start + self.batch_size])
-            pending, held = [mixed[full:]], len(mixed) - full
+        return shuffled_batches(self._chunks(), self.run.hidden_size, self.batch_size, self.buffer, self._rng)
+
+
+def shuffled_batches(chunks: Iterator[tuple[np.ndarray, bool]], width: int, batch_size: int, buffer: int,
+                     rng: np.random.Generator) -> Iterator[torch.Tensor]:
+    """Batches [batch_size, width] float32 of the rows of ``chunks`` (``(values [n, width], whole)``), mixed in a
+    buffer of ``buffer`` rows: a chunk flagged ``whole`` is a complete pass, shuffled by itself."""
+    pending: list[np.ndarray] = [np.empty((0, width), dtype=np.float32)]
+    held = 0
+    for values, whole in chunks:
+        pending.append(values)
+        held += len(values)
+        if held < buffer and not whole:
+            continue
+        mixed = np.concatenate(pending)
+        mixed = mixed[rng.permutation(len(mixed))]
+        full = len(mixed) // batch_size * batch_size
+        for start in range(0, full, batch_size):
+            yield torch.from_numpy(mixed[start:start + batch_size])
+        pending, held = [mixed[full:]], len(mixed) - full

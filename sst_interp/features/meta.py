@@ -54,6 +54,9 @@ class DictionaryMeta:
         training: the optimiser settings (steps, batch size, lr, the architecture's coefficients, device).
         files: sha256 of each SAELens file.
         versions: sae_lens and sst_interp versions.
+        source: a dictionary trained on a live model (``train --live``): the model folder, its checkpoint's
+            sha256, whether its initial weights were used, the task spec, the split, the prompts, the depth, the
+            states per iteration, the seed, and whether each state's dimensions were permuted; empty for a run.
     """
 
     layout: str
@@ -76,6 +79,7 @@ class DictionaryMeta:
     training: dict[str, Any] = field(default_factory=dict)
     files: dict[str, str] = field(default_factory=dict)
     versions: dict[str, str] = field(default_factory=dict)
+    source: dict[str, Any] = field(default_factory=dict)
 
     def to_json(self) -> str:
         """The sidecar's text (with ``format`` and ``format_version``)."""
@@ -90,7 +94,7 @@ class DictionaryMeta:
             raise UsageError(f"{where} is not a dictionary sidecar of this version (format {data.get('format')!r} "
                              f"version {data.get('format_version')!r}; expected {FORMAT!r} {FORMAT_VERSION}); "
                              f"retrain with python -m sst_interp.features train")
-        names = [f.name for f in fields(cls)]
+        names = [f.name for f in fields(cls) if f.name in data or f.name != "source"]  # older sidecars lack source
         missing = [name for name in names if name not in data]
         if missing:
             raise UsageError(f"{where} lacks {', '.join(missing)}: a damaged sidecar; retrain the dictionary")

@@ -24,8 +24,18 @@ ARCHITECTURES: tuple[str, ...] = typing.get_args(Architecture)
 class TrainOptions:
     """Options of ``train`` (one flag per field)."""
 
-    run: Path = arg(help="run directory whose full hidden states (hidden/ shards) the dictionary is trained on")
     layer: int = arg(help="the recorded layer of the site, 0-based (on HRM-Text: 0 the L block, 1 the H block)")
+    run: Path | None = arg(None, help="run directory whose full hidden states (hidden/ shards) the dictionary is "
+                                      "trained on (or --live)")
+    live: str | None = arg(None, help="train on a live organism instead of a run: an organism folder or "
+                                      "hops-organism, run on its task's --split prompts at --depth, every position")
+    split: str = arg("train", help="--live: the task split whose prompts the model runs (train, validation, test)")
+    questions: int = arg(2000, help="--live: prompts drawn from --split (their states at every position and "
+                                    "iteration are the training states)")
+    untrained: bool = arg(False, help="--live: the organism's initial weights (its shape built under --seed), not "
+                                      "its trained ones: the control without a mechanism")
+    shuffle_dims: bool = arg(False, help="--live: permute the dimensions of each state (its own permutation) "
+                                         "before training: the control without a mechanism")
     iterations: list[int] | None = arg(None, help="comma-separated iterations of the site (default: every iteration "
                                                   "the run recorded at the layer and depth)")
     depth: int | None = arg(None, help="the run depth whose states are read (default: the run's largest)")

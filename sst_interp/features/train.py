@@ -74,6 +74,13 @@ def train_dictionaries(options: TrainOptions) -> list[Trained]:
     before the first step, so a refusal writes nothing.
     """
     check_options(options)
+    if (options.run is None) == (options.live is None):
+        raise UsageError("pass exactly one of --run (a recorded run) and --live (an organism folder or "
+                         "hops-organism)")
+    if options.live is not None:
+        raise UsageError("--live training is sst_interp.features.live_train.train_live (train_any picks it)")
+    if options.untrained or options.shuffle_dims:
+        raise UsageError("--untrained and --shuffle-dims are controls of --live training; drop them with --run")
     run = Run.open(options.run)
     site = resolve_site(run, options.layer, options.iterations, options.depth, shared=options.layout == "shared")
     out = options.out or default_out(options)
@@ -95,12 +102,9 @@ def _train_one(run: Run, site: StateSite, iterations: tuple[int, ...], options: 
                device: str, questions: int) -> Trained:
     """Fit one dictionary on ``iterations`` of ``site`` and write it to ``target`` (whole or not at all)."""
     width = options.width or 8 * run.hidden_size
-    torch.manual_seed(options.seed)
-    sae = training_sae(options.architecture, run.hidden_size, width, options.k, options.l0_coefficient, device)
     batches = StateBatches(run, site, iterations, Split("train", options.holdout, options.seed), options.batch_size,
                            options.buffer, options.seed)
-    trainer = SAETrainer(trainer_config(options.steps, options.batch_size, options.lr, device), sae, batches)
-    sae = trainer.fit()
+    sae, samples = fit(options, run.hidden_size, width, batches, device)
     if batches.epochs == 0:  # training ended inside the first pass: the distinct states are those read so far
         print(f"  note: {options.steps} steps read only part of the training states once", flush=True)
     meta = DictionaryMeta(
@@ -108,15 +112,28 @@ def _train_one(run: Run, site: StateSite, iterations: tuple[int, ...], options: 
         model=run_model(run), depth=site.depth, layer=site.layer, layer_name=site.layer_name,
         iterations=tuple(iterations), d_in=run.hidden_size, width=width, k=options.k,
         tokens={str(i): int(batches.tokens[i]) for i in iterations}, questions=int(questions),
-        samples=int(trainer.n_training_samples), holdout=options.holdout, seed=options.seed,
-        training={"steps": options.steps, "batch_size": options.batch_size, "lr": options.lr,
-                  "lr_end": options.lr / 10, "l0_coefficient": options.l0_coefficient, "buffer": options.buffer,
-                  "device": device, "epochs": batches.epochs},
+        samples=samples, holdout=options.holdout, seed=options.seed,
+        training=training_settings(options, device, batches.epochs),
         versions={"sae_lens": version("sae-lens"), "sst_interp": version("sst-interp")})
-    return _write(sae, meta, target)
+    return write(sae, meta, target)
 
 
-def _write(sae: TrainingSAE, meta: DictionaryMeta, target: Path) -> Trained:
+def fit(options: TrainOptions, d_in: int, width: int, batches: object, device: str) -> tuple[TrainingSAE, int]:
+    """SAELens' trainer on ``batches`` (an endless iterator of [batch_size, d_in] tensors): the trained SAE and the
+    samples it stepped through."""
+    torch.manual_seed(options.seed)
+    sae = training_sae(options.architecture, d_in, width, options.k, options.l0_coefficient, device)
+    trainer = SAETrainer(trainer_config(options.steps, options.batch_size, options.lr, device), sae, batches)
+    return trainer.fit(), int(trainer.n_training_samples)
+
+
+def training_settings(options: TrainOptions, device: str, epochs: int) -> dict[str, object]:
+    """The sidecar's ``training``: the optimiser settings."""
+    return {"steps": options.steps, "batch_size": options.batch_size, "lr": options.lr, "lr_end": options.lr / 10,
+            "l0_coefficient": options.l0_coefficient, "buffer": options.buffer, "device": device, "epochs": epochs}
+
+
+def write(sae: TrainingSAE, meta: DictionaryMeta, target: Path) -> Trained:
     """SAELens' inference files and the sidecar into a temporary sibling of ``target``, renamed into place."""
     staging = target.with_name(f".{target.name}.tmp-{os.getpid()}")
     shutil.rmtree(staging, ignore_errors=True)

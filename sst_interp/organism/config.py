@@ -300,6 +300,10 @@ class ValidateConfig:
     seed: int = arg(0, help="seed of the counterfactuals' distractor choice")
     attribution_questions: int = arg(48, help="test questions of the window and attribution-patching rows (attribution: those whose depth-1 "
                                               "answer differs from the run's deepest depth's are attributed)")
+    features: Path | None = arg(None, help="a folder of shared dictionaries per block (trained/layer0, trained/layer1; "
+                                           "and untrained/, shuffled/ for the controls), from python -m "
+                                           "sst_interp.features train --live: adds the feature rows")
+    feature_questions: int = arg(240, help="test questions of the feature rows")
 
     def check(self) -> None:
         """Refuse values that cannot run (UsageError), before anything loads."""
@@ -310,6 +314,10 @@ class ValidateConfig:
                 or self.folds < 2:
             raise UsageError("--patch-questions, --patch-pairs, --attribution-questions and --table-questions must "
                              "be at least 1 and --folds at least 2")
+        if self.features is not None and not (self.features / "trained" / "layer0").is_dir():
+            raise UsageError(f"--features {self.features} holds no trained/layer0 dictionary; train one with python -m "
+                             "sst_interp.features train --live hops-organism --layer 0 --layout shared --out "
+                             f"{self.features}/trained/layer0")
 
 
 @dataclass(frozen=True)
