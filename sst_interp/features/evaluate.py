@@ -18,7 +18,6 @@ from typing import Any
 
 import numpy as np
 import pandas as pd
-from tqdm.auto import tqdm
 
 from sst_interp.features.dictionary import DictionarySet
 from sst_interp.features.options import EvaluateOptions
@@ -27,6 +26,7 @@ from sst_interp.features.sites import StateSite
 from sst_interp.features.splice import load_family_model, splice_columns, splice_table
 from sst_interp.features.states import site_rows
 from sst_interp.kernels.errors import UsageError
+from sst_interp.kernels.progress import progress
 from sst_interp.model.devices import check_device
 from sst_interp.outputs import write_output
 from sst_interp.store import Run
@@ -45,7 +45,7 @@ class Evaluation:
 
 
 def _quality(dictionaries: DictionarySet, run: Run, site: StateSite, ids: list[str], what: str) -> pd.DataFrame:
-    parts = tqdm(site_rows(run, site, dictionaries.split_for(run), question_ids=set(ids)), desc=what, unit="shard")
+    parts = progress(site_rows(run, site, dictionaries.split_for(run), question_ids=set(ids)), desc=what, unit="shard")
     return reconstruction_quality(dictionaries, parts, site.iterations)
 
 

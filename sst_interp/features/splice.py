@@ -27,7 +27,6 @@ from typing import Any
 import numpy as np
 import pandas as pd
 import torch
-from tqdm.auto import tqdm
 
 from sst_interp.checkpoints import resolve_model
 from sst_interp.data import grade
@@ -37,6 +36,7 @@ from sst_interp.features.sites import StateSite
 from sst_interp.interventions import InterventionSpec, Operation, Site
 from sst_interp.interventions.loops import FAMILY_STREAM, intervene_loop
 from sst_interp.kernels.errors import UsageError
+from sst_interp.kernels.progress import progress
 from sst_interp.model.generation import GenerationConfig
 from sst_interp.model.loop_model import LoopModel, generate_looped, load_loop_backbone
 from sst_interp.model.loops import LOOPS
@@ -128,7 +128,7 @@ def splice_table(run: Run, dictionaries: DictionarySet, site: StateSite, questio
     positions = tuple(range(max(1, int(run.manifest.get("full_positions", 1)))))
     cells = [(0, "clean")] + [(i, c) for i in site.iterations for c in CONDITIONS[1:]]
     rows = []
-    bar = tqdm(total=len(cells) * len(questions), desc="splice", unit="question")
+    bar = progress(total=len(cells) * len(questions), desc="splice", unit="question")
     for iteration, condition in cells:
         spec, functions = InterventionSpec(), {}
         if condition != "clean":

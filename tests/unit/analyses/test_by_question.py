@@ -74,7 +74,7 @@ def test_asking_a_figure_for_what_it_does_not_have_is_not_available(planted):
 
 def test_help_of_open_shows_the_real_signature_and_options():
     parameters = inspect.signature(study.open).parameters
-    assert list(parameters) == ["run", "baseline", "baseline_depth", "name", "alpha", "probe"]
+    assert list(parameters) == ["run", "baseline", "baseline_depth", "name", "alpha", "probe", "dictionary"]
     assert list(inspect.signature(study.open_run).parameters) == list(parameters)
     for option in parameters:
         assert f"{option}:" in study.open.__doc__ and f"{option}:" in study.open_run.__doc__
