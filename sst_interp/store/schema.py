@@ -32,6 +32,9 @@ KINDS = ("hidden", "logits", "sketch", "gates", "attention")
 UINT16_INDEX_LIMIT = 65536
 
 _COORD = pa.int32()
+#: The key columns of every per-layer shard (hidden, sketch, gates, attention), in order.
+_LAYER_KEYS = [("question_id", pa.string()), ("turn", _COORD), ("position", _COORD), ("iteration", _COORD),
+               ("layer", _COORD)]
 
 QUESTIONS_SCHEMA = pa.schema(
     [
@@ -86,11 +89,7 @@ def hidden_schema(d: int, dtype: str) -> pa.Schema:
     check_dtype(dtype)
     value_type = pa.list_(pa.float32(), d) if dtype == "float32" else pa.binary(2 * d)
     fields = [
-        ("question_id", pa.string()),
-        ("turn", _COORD),
-        ("position", _COORD),
-        ("iteration", _COORD),
-        ("layer", _COORD),
+        *_LAYER_KEYS,
         ("values", value_type),
     ]
     return pa.schema(fields, metadata={DTYPE_KEY: dtype.encode()})
@@ -125,11 +124,7 @@ def sketch_schema(k: int, hidden_size: int) -> pa.Schema:
     ``hidden_size`` = d, which picks the index type (:func:`sketch_index_type`)."""
     return pa.schema(
         [
-            ("question_id", pa.string()),
-            ("turn", _COORD),
-            ("position", _COORD),
-            ("iteration", _COORD),
-            ("layer", _COORD),
+            *_LAYER_KEYS,
             ("top_indices", pa.list_(sketch_index_type(hidden_size), k)),
         ]
     )
@@ -138,11 +133,7 @@ def sketch_schema(k: int, hidden_size: int) -> pa.Schema:
 def gates_schema(with_sign_bits: bool) -> pa.Schema:
     """Schema of ``gates/depth=D/*.parquet``; ``sign_bits`` (numpy.packbits of gate > 0) is optional."""
     fields = [
-        ("question_id", pa.string()),
-        ("turn", _COORD),
-        ("position", _COORD),
-        ("iteration", _COORD),
-        ("layer", _COORD),
+        *_LAYER_KEYS,
         ("active_fraction", pa.float32()),
     ]
     if with_sign_bits:
@@ -155,11 +146,7 @@ def attention_schema() -> pa.Schema:
     its keys' context indices and weights as variable-length lists (all keys, or the top-k by weight)."""
     return pa.schema(
         [
-            ("question_id", pa.string()),
-            ("turn", _COORD),
-            ("position", _COORD),
-            ("iteration", _COORD),
-            ("layer", _COORD),
+            *_LAYER_KEYS,
             ("head", _COORD),
             ("key_positions", pa.list_(pa.int32())),
             ("weights", pa.list_(pa.float32())),
