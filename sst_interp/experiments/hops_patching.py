@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import math
 import random
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
 import pandas as pd
@@ -82,7 +82,9 @@ def patch_spec(iteration: int) -> InterventionSpec:
                                Operation("patch", source=1))
 
 
-def _answer(model: LoopModel, tokenizer, prompts: list[str], depth: int, spec: InterventionSpec | None) -> list[str]:
+def answers(model: LoopModel, tokenizer, prompts: list[str], depth: int, spec: InterventionSpec | None
+            ) -> list[str]:
+    """Each prompt's first generated token at ``depth`` (one batch), under ``spec`` when given."""
     ids = [tokenizer(prompt)["input_ids"] for prompt in prompts]
     config = GenerationConfig(max_new_tokens=1, pad_token_id=int(tokenizer.pad_token_id))
     if spec is None:
@@ -106,26 +108,36 @@ def patch_by_iteration(model: LoopModel, tokenizer, questions: Sequence[HopsQues
     from A in the answer digit's own binding, which a prompt column can read directly (leakage, reported apart by
     :func:`flip_table`). Columns :data:`PATCHING_COLUMNS`.
     """
-    rng = random.Random(seed)
     rows = []
-    kept: dict[int, int] = {}
     with model.at_depth(depth):
-        for index, question in enumerate(progress(questions, desc="hops patching", unit="question")):
-            for hop in range(1, question.hops + 1):
-                # drawn even when skipped, so the counterfactuals of a question do not depend on max_pairs
-                other = counterfactual(question, hop, rng)
-                if max_pairs is not None and kept.get(hop, 0) >= max_pairs:
-                    continue
-                clean = _answer(model, tokenizer, [question.prompt, other.prompt], depth, None)
-                if clean != [question.answer, other.answer]:
-                    continue
-                kept[hop] = kept.get(hop, 0) + 1
-                for iteration in range(1, depth + 1):
-                    patched = _answer(model, tokenizer, [question.prompt, other.prompt], depth,
-                                      patch_spec(iteration))[0]
-                    rows.append((index, question.hops, hop, hop == question.hops, iteration, question.answer,
-                                 other.answer, patched, patched == other.answer, patched == question.answer))
+        for index, question, other in kept_pairs(model, tokenizer, questions, depth, seed, max_pairs,
+                                                 "hops patching"):
+            for iteration in range(1, depth + 1):
+                patched = answers(model, tokenizer, [question.prompt, other.prompt], depth, patch_spec(iteration))[0]
+                rows.append((index, question.hops, other.changed_hop, other.changed_hop == question.hops, iteration,
+                             question.answer, other.answer, patched, patched == other.answer,
+                             patched == question.answer))
     return pd.DataFrame(rows, columns=list(PATCHING_COLUMNS))
+
+
+def kept_pairs(model: LoopModel, tokenizer, questions: Sequence[HopsQuestion], depth: int, seed: int = 0,
+               max_pairs: int | None = None, desc: str = "pairs") -> Iterator[tuple[int, HopsQuestion, Counterfactual]]:
+    """(question index, A, B) for every question and hop whose A and B the model answers right at ``depth``, B
+    drawn with ``random.Random(seed)`` one hop after another; once a changed hop has ``max_pairs`` kept pairs,
+    further questions skip it (:func:`patch_by_iteration`). Run inside ``model.at_depth(depth)``."""
+    rng = random.Random(seed)
+    kept: dict[int, int] = {}
+    for index, question in enumerate(progress(questions, desc=desc, unit="question")):
+        for hop in range(1, question.hops + 1):
+            # drawn even when skipped, so the counterfactuals of a question do not depend on max_pairs
+            other = counterfactual(question, hop, rng)
+            if max_pairs is not None and kept.get(hop, 0) >= max_pairs:
+                continue
+            if answers(model, tokenizer, [question.prompt, other.prompt], depth, None) != [question.answer,
+                                                                                            other.answer]:
+                continue
+            kept[hop] = kept.get(hop, 0) + 1
+            yield index, question, other
 
 
 def flip_table(frame: pd.DataFrame) -> pd.DataFrame:

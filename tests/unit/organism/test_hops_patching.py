@@ -51,8 +51,8 @@ def test_a_patch_at_the_last_iteration_emits_the_source_rows_answer():
     for question in questions:
         other = counterfactual(question, 1, rng)
         with model.at_depth(3):
-            clean = hops_patching._answer(model, tokenizer, [question.prompt, other.prompt], 3, None)
-            last = hops_patching._answer(model, tokenizer, [question.prompt, other.prompt], 3, patch_spec(3))
+            clean = hops_patching.answers(model, tokenizer, [question.prompt, other.prompt], 3, None)
+            last = hops_patching.answers(model, tokenizer, [question.prompt, other.prompt], 3, patch_spec(3))
         assert last == [clean[1], clean[1]]
 
 
