@@ -11,6 +11,8 @@ are taken live (:func:`~sst_interp.features.live.live_states`; equal to a record
 - **basin shifts** (:func:`basin_row`): the Jaccard distance of the active feature sets between iterations 1 and 2
   (mean over the blocks), as a score for h > 2, against the paper's top-k overlap (``analyses.overlap``, k the
   recorder's sketch k) on the same questions;
+- **feature patching** (:mod:`~sst_interp.experiments.feature_patching`): the fraction of the patching staircase
+  that patching only the features attribution names reproduces;
 - **controls** (:func:`feature_rows` with another ``label``): the same rows with the untrained organism's states
   and dictionaries, and with dictionaries trained on dimension-shuffled states.
 
@@ -30,6 +32,7 @@ from sklearn.metrics import roc_auc_score
 from sklearn.model_selection import KFold
 
 from sst_interp.analyses.overlap import topk_overlap
+from sst_interp.experiments.feature_patching import feature_patching, feature_patching_row
 from sst_interp.experiments.validation_row import ValidationRow
 from sst_interp.features.dictionary import Dictionary
 from sst_interp.features.live import live_states
@@ -205,10 +208,12 @@ def feature_rows(model: LoopModel, dictionaries: Mapping[int, Dictionary], quest
 FEATURE_LABELS = ("trained", "untrained", "shuffled")
 
 
-def organism_feature_rows(root: Path, model: str, spec: HopsSpec, depth: int, questions: int, folds: int = 5
-                          ) -> dict[str, ValidationRow]:
+def organism_feature_rows(root: Path, model: str, spec: HopsSpec, depth: int, questions: int, folds: int = 5,
+                          pairs: int | None = None) -> dict[str, ValidationRow]:
     """Every feature row of ``organism validate --features ROOT``: ROOT/<label>/layer<b> for each of
-    :data:`FEATURE_LABELS` that is there (the untrained control runs the organism's initial weights)."""
+    :data:`FEATURE_LABELS` that is there (the untrained control runs the organism's initial weights): the pointer,
+    basin and feature-patching rows (:mod:`~sst_interp.experiments.feature_patching`, ``pairs`` counterfactual
+    pairs per changed hop, None: every one), named ``features_<row>_<label>``."""
     items = split_items(spec, "test", questions)
     rows: dict[str, ValidationRow] = {}
     for label in FEATURE_LABELS:
@@ -219,4 +224,6 @@ def organism_feature_rows(root: Path, model: str, spec: HopsSpec, depth: int, qu
         seed = dictionaries[0].meta.seed
         loop_model, _, _ = load_organism(model, untrained=label == "untrained", seed=seed)
         rows.update(feature_rows(loop_model, dictionaries, items, depth, label, folds))
+        patched = feature_patching(loop_model, hops_tokenizer(), folders, items, depth, max_pairs=pairs)
+        rows[f"features_patching_{label}"] = feature_patching_row(patched, label)
     return rows

@@ -49,7 +49,6 @@ from sst_interp.experiments import setup as experiment_setup
 from sst_interp.experiments.attribution import VERIFIED, run_attribution
 from sst_interp.experiments.configs import AttributionConfig, WindowConfig
 from sst_interp.experiments.window import condition_name, run_window
-from sst_interp.experiments.feature_validation import organism_feature_rows
 from sst_interp.experiments.hops_patching import flip_table, patch_by_iteration
 from sst_interp.experiments.sec5_validation import SEC5_ROWS, SEQUENTIAL, Measured, sec5_rows
 from sst_interp.experiments.validation_row import ValidationRow, markdown
@@ -447,8 +446,12 @@ def validate(config, open_analysis: Callable[[Path], Measured]) -> dict[str, Val
                                                                config.out / "attribution"))
     rows.update(zip(SEC5_ROWS, sec5_rows(open_analysis(config.run), SEQUENTIAL)))
     if config.features is not None:
+        # the feature rows read dictionaries with SAELens, the optional features extra: loaded only when asked, so
+        # that validate runs where the extra is not installed (the demo's environment)
+        from sst_interp.experiments.feature_validation import organism_feature_rows
+
         rows.update(organism_feature_rows(config.features, str(folder), spec, depth, config.feature_questions,
-                                          config.folds))
+                                          config.folds, config.patch_pairs))
     answer_resolution(run, depth).to_csv(config.out / RESOLUTION_FILE, index=False)
     for name, row in rows.items():
         row.detail.to_csv(config.out / f"{name}.csv", index=False)

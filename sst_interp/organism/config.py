@@ -302,8 +302,10 @@ class ValidateConfig:
                                               "answer differs from the run's deepest depth's are attributed)")
     features: Path | None = arg(None, help="a folder of shared dictionaries per block (trained/layer0, trained/layer1; "
                                            "and untrained/, shuffled/ for the controls), from python -m "
-                                           "sst_interp.features train --live: adds the feature rows")
-    feature_questions: int = arg(240, help="test questions of the feature rows")
+                                           "sst_interp.features train --live: adds the feature rows (pointer, basin "
+                                           "shifts, feature patching of the staircase, --patch-pairs pairs per hop)")
+    feature_questions: int = arg(240, help="test questions of the feature rows (the feature patching's pairs are "
+                                           "drawn from them)")
 
     def check(self) -> None:
         """Refuse values that cannot run (UsageError), before anything loads."""

@@ -87,6 +87,17 @@ def test_sae_lens_stays_off_every_command_line_and_the_features_package():
     assert out.stdout.strip() == "[]"
 
 
+@pytest.mark.parametrize("module", ["sst_interp.experiments.organism_validation",
+                                    "sst_interp.experiments.halting_validation",
+                                    "sst_interp.experiments.feature_patching", "sst_interp.interventions.apply"])
+def test_sae_lens_stays_off_the_jobs_that_read_a_dictionary_only_when_asked(module):
+    """``organism validate`` reads dictionaries only under --features, and an Intervener only for a feature
+    operation: without them they must run where the features extra is not installed (the demo's environment)."""
+    code = f"import importlib, sys; importlib.import_module({module!r}); print('sae_lens' in sys.modules)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, check=True)
+    assert out.stdout.strip() == "False"
+
+
 def test_a_submodule_of_interventions_loads_only_itself():
     """The package exports lazily: parsing a spec (a flag's value) loads neither torch nor the Intervener."""
     code = ("import sst_interp.interventions.spec, sys; "
