@@ -60,7 +60,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
         from sst_interp.experiments.organism_validation import RESOLUTION_FILE, markdown
         from sst_interp.experiments.organism_validation import validate as run_validation
-        from sst_interp.reporting.fig_organism import write_organism_figure
+        from sst_interp.reporting.fig_organism import write_feature_patching_figure, write_organism_figure
         from sst_interp.store import Run
 
         config = config_from_namespace(ValidateConfig, args)
@@ -68,6 +68,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         chains = json.loads(Run.open(config.run).questions()["metadata"].iloc[0])["chains"]
         write_organism_figure(pd.read_csv(config.out / RESOLUTION_FILE), rows["patching"].detail,
                               config.out, chance=1 / chains)
+        patched = {name.removeprefix("features_patching_"): row.detail for name, row in rows.items()
+                   if name.startswith("features_patching_") and len(row.detail)}
+        if patched:
+            write_feature_patching_figure(patched, config.out)
         print(markdown(list(rows.values())))
         return 0
     from sst_interp.organism.train import train_looped

@@ -13,6 +13,25 @@ from sst_interp.reporting.fig_common import BASE_FONT, new_figure, save_figure, 
 
 #: The figure's file name (``.png`` and ``.pdf``) in the validation folder.
 ORGANISM_FIGURE = "organism_hops"
+#: The feature-patching figure's file name (``validate --features``).
+FEATURE_PATCHING_FIGURE = "organism_feature_patching"
+#: The feature-patching table's columns drawn, with their panel titles.
+FEATURE_PATCHES = {"full": "whole state (the staircase)", "attributed": "attributed features",
+                   "all_features": "all changed features", "random": "as many random features"}
+
+
+def _heatmap(axes, table: pd.DataFrame, value: str) -> object:
+    """Draw ``table``'s ``value`` as a changed hop x iteration grid, each cell printed; returns the image."""
+    grid = table.pivot_table(index="changed_hop", columns="iteration", values=value)
+    image = axes.imshow(grid.to_numpy(), vmin=0, vmax=1, cmap="viridis", aspect="auto")
+    axes.set_xticks(range(grid.shape[1]), [str(c) for c in grid.columns])
+    pairs = table.groupby("changed_hop")["pairs"].min()
+    axes.set_yticks(range(grid.shape[0]), [f"{r} (n={pairs[r]})" for r in grid.index])
+    for (i, j), cell in np.ndenumerate(grid.to_numpy()):
+        axes.text(j, i, f"{cell:.2f}", ha="center", va="center", fontsize=BASE_FONT - 2,
+                  color="black" if cell > 0.5 else "white")
+    axes.grid(False)
+    return image
 
 
 def organism_figure(resolution: pd.DataFrame, flips: pd.DataFrame, chance: float | None = None) -> Figure:
@@ -39,18 +58,37 @@ def organism_figure(resolution: pd.DataFrame, flips: pd.DataFrame, chance: float
     lens.set_ylim(0, 1.05)
     lens.legend(fontsize=BASE_FONT - 2, loc="lower right")
     style(lens, "answer on top of the lens, by hop count", "iteration (H-cycle)", "fraction of questions")
-    grid = flips.pivot_table(index="changed_hop", columns="iteration", values="became_b")
-    image = patch.imshow(grid.to_numpy(), vmin=0, vmax=1, cmap="viridis", aspect="auto")
-    patch.set_xticks(range(grid.shape[1]), [str(c) for c in grid.columns])
-    pairs = flips.groupby("changed_hop")["pairs"].min()
-    patch.set_yticks(range(grid.shape[0]), [f"{r} (n={pairs[r]})" for r in grid.index])
-    for (i, j), value in np.ndenumerate(grid.to_numpy()):
-        patch.text(j, i, f"{value:.2f}", ha="center", va="center", fontsize=BASE_FONT - 2,
-                   color="black" if value > 0.5 else "white")
+    image = _heatmap(patch, flips, "became_b")
     fig.colorbar(image, ax=patch, label="answer became the counterfactual's")
     style(patch, "patching iteration i from a prompt whose hop j differs", "iteration i patched", "changed hop j")
     patch.grid(False)
     return fig
+
+
+def feature_patching_figure(tables: dict[str, pd.DataFrame]) -> Figure:
+    """One row per dictionary label, one panel per patch of :data:`FEATURE_PATCHES`: the fraction of pairs whose
+    answer became the counterfactual's, per changed hop and patched iteration.
+
+    Args:
+        tables: label -> :func:`~sst_interp.experiments.feature_patching.feature_patching_table` (``changed_hop``,
+            ``iteration``, ``pairs`` and a column per patch).
+    """
+    fig = new_figure(3.2 * len(FEATURE_PATCHES), 2.9 * len(tables))
+    panels = np.atleast_2d(fig.subplots(len(tables), len(FEATURE_PATCHES), squeeze=False))
+    image = None
+    for row, (label, table) in enumerate(tables.items()):
+        for column, (value, title) in enumerate(FEATURE_PATCHES.items()):
+            axes = panels[row, column]
+            image = _heatmap(axes, table, value)
+            style(axes, f"{title} ({label})", "iteration i patched", "changed hop j" if column == 0 else "")
+            axes.grid(False)
+    fig.colorbar(image, ax=panels.ravel().tolist(), label="answer became the counterfactual's")
+    return fig
+
+
+def write_feature_patching_figure(tables: dict[str, pd.DataFrame], out: Path) -> list[Path]:
+    """Draw :func:`feature_patching_figure` into ``out`` (PNG and PDF); returns the paths."""
+    return save_figure(feature_patching_figure(tables), out, FEATURE_PATCHING_FIGURE)
 
 
 def write_organism_figure(resolution: pd.DataFrame, flips: pd.DataFrame, out: Path,

@@ -15,6 +15,7 @@ from sst_interp.features.options import TrainOptions
 from sst_interp.kernels.errors import UsageError
 from sst_interp.organism.task import split_items
 from sst_interp.organism.tokenizer import hops_tokenizer
+from sst_interp.reporting.fig_organism import FEATURE_PATCHES, feature_patching_figure, write_feature_patching_figure
 
 pytest.importorskip("sae_lens")
 pytestmark = [pytest.mark.usefixtures("one_thread"), pytest.mark.slow]
@@ -117,3 +118,18 @@ def test_the_shuffled_control_is_measured_on_the_same_pairs_and_carries_little(f
     # (the trained one 0.94), and its attributed 4 per block 0.13
     assert fp.reproduced(shuffled, "all_features")[0] < fp.reproduced(trained, "all_features")[0] - 0.3
     assert not fp.feature_patching_row(shuffled, "shuffled").recovered
+
+
+def test_the_figure_draws_a_panel_per_label_and_patch(tmp_path):
+    frame = pd.DataFrame({"question": [0, 0, 1, 1], "hops": 2, "changed_hop": [1, 1, 2, 2], "last_binding": False,
+                          "iteration": [1, 2, 1, 2], "full": [True, True, False, True],
+                          "attributed": [True, False, False, True], "all_features": [True, True, False, True],
+                          "random": False, "attributed_features": ""})
+    tables = {"trained": fp.feature_patching_table(frame), "shuffled": fp.feature_patching_table(frame)}
+    figure = feature_patching_figure(tables)
+    heatmaps = [axes for axes in figure.axes if axes.images]
+    assert len(heatmaps) == 2 * len(FEATURE_PATCHES)
+    first = heatmaps[1].images[0].get_array()  # trained, attributed: hop x iteration
+    assert first.tolist() == [[1.0, 0.0], [0.0, 1.0]]
+    written = write_feature_patching_figure(tables, tmp_path)
+    assert sorted(p.suffix for p in written) == [".pdf", ".png"] and all(p.stat().st_size > 0 for p in written)
