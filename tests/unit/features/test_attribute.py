@@ -2,7 +2,7 @@
 block trained live for 150 steps: its CSV is exactly the table of
 :func:`~sst_interp.experiments.feature_attribution.feature_attribution` called with the same arguments, its default
 target and foil are the counterfactual's and the clean prompt's answers, and each bad input is one error line with
-nothing written."""
+nothing written. A dictionary of a recorded (tiny HRM-Text) run reruns the model that run names, as exactly."""
 
 from __future__ import annotations
 
@@ -15,16 +15,20 @@ import pytest
 import torch
 
 from sst_interp.cli.features import main
+from sst_interp.cli.record import main as record_main
 from sst_interp.experiments.feature_attribution import feature_attribution
 from sst_interp.experiments.hops_patching import kept_pairs
 from sst_interp.experiments.trace import Target
 from sst_interp.features.live_train import load_organism, train_live
 from sst_interp.features.meta import SIDECAR
 from sst_interp.features.options import TrainOptions
+from sst_interp.features.splice import load_family_model
 from sst_interp.model.generation import GenerationConfig
 from sst_interp.organism.task import split_items
 from sst_interp.organism.tokenizer import hops_tokenizer
-from tests.unit.conftest import fails_with_one_error_line
+from sst_interp.store import Run
+from tests.unit.conftest import FAST, fails_with_one_error_line, save_tiny_model
+from tests.unit.features.conftest import train
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -94,6 +98,35 @@ def test_the_defaults_are_the_answers_of_the_two_prompts(capsys, dictionary, org
     assert main(_argv(dictionary, pair, "--iteration", "2", "--out", str(out))) == 0
     assert f"M = logit('{b.answer}') - logit('{a.answer}')" in capsys.readouterr().out
     expected = _direct(organism[0], dictionary, pair, b.answer, a.answer, iteration=2, verify=5)
+    pd.testing.assert_frame_equal(_read(out), expected, check_exact=True)
+
+
+@pytest.fixture(scope="module")
+def hrm_dictionary(tmp_path_factory) -> tuple[Path, Path]:
+    """A shared dictionary of layer 1 over iterations 1 and 2 of a recorded tiny HRM-Text run, and the run."""
+    root = tmp_path_factory.mktemp("hrm")
+    model = save_tiny_model(root / "model", "hrm_text")
+    torch.set_num_threads(1)
+    assert record_main([*FAST, "--model", str(model), "--depths", "2", "--limit", "6", "--out", str(root / "run")]) == 0
+    train(root / "run", root / "d", layer=1, layout="shared", width=64, k=4, steps=50, batch_size=16, buffer=64)
+    return root / "d", root / "run"
+
+
+def test_a_dictionary_of_a_family_run_reruns_the_model_the_run_recorded(hrm_dictionary, tmp_path):
+    folder, run = hrm_dictionary
+    out = tmp_path / "table.csv"
+    prompts = ["What is 2+3?", "What is 2+4?"]
+    # the random model answers both prompts alike, so the target and foil are given
+    assert main(["attribute", "--dictionary", str(folder), "--iteration", "1", "--clean", prompts[0],
+                 "--counterfactual", prompts[1], "--target", "7", "--foil", "5", "--verify", "2", "--device", "cpu",
+                 "--out", str(out)]) == 0
+    model, tokenizer = load_family_model(Run.open(run), None, "cpu")
+    clean, counterfactual = (tokenizer(prompt)["input_ids"] for prompt in prompts)
+    vocabulary = tokenizer.get_vocab()
+    config = GenerationConfig(max_new_tokens=1, pad_token_id=int(tokenizer.pad_token_id))
+    expected = feature_attribution(model, folder, clean, counterfactual, Target("clean", 0, vocabulary["7"], ()), 2,
+                                   config, 1, 0, 1, verify=2, foil=vocabulary["5"])
+    assert len(expected) > 2 and expected["real"].notna().sum() == 3
     pd.testing.assert_frame_equal(_read(out), expected, check_exact=True)
 
 
