@@ -4,12 +4,15 @@
     python -m sst_interp.features train --run runs/hops --layer 1                      # one per iteration
     python -m sst_interp.features train --live hops-organism --layer 0 --layout shared --out feats/L  # every position
     python -m sst_interp.features evaluate --dictionary runs/hops/features/layer1-shared-topk --run runs/hops-test
+    python -m sst_interp.features attribute --dictionary feats/L --iteration 1 --clean "..." --counterfactual "..."
 
 ``train`` streams the run's full hidden states at the site and fits SAELens SAEs (TopK, BatchTopK, JumpReLU) with
 its trainer, saved in SAELens' format (``SAE.load_from_disk(folder)`` loads them) beside a sidecar naming the run,
 site, iterations, token count and seed. ``evaluate`` prints and writes the per-iteration quality table: FVE, L0,
 dead and dense features, sharing across the loop, the cost against per-iteration dictionaries (``--against``) and
-the spliced-in accuracy and loss. Needs the ``features`` extra (``pip install -e ".[features]"``, SAELens). Bad
+the spliced-in accuracy and loss. ``attribute`` estimates each feature's effect on the answer at one site when it
+is patched from a counterfactual prompt (feature-level attribution patching), checks the largest by real patching,
+and prints (``--out``: writes) the table. Needs the ``features`` extra (``pip install -e ".[features]"``, SAELens). Bad
 input prints one ``error: ...`` line and exits 2, with nothing written.
 """
 
@@ -19,7 +22,7 @@ import importlib.util
 from collections.abc import Sequence
 
 from sst_interp.cli.args import CliParser, add_config_flags, config_from_namespace, config_parser
-from sst_interp.features.options import EvaluateOptions, TrainOptions
+from sst_interp.features.options import AttributeOptions, EvaluateOptions, TrainOptions
 from sst_interp.kernels.errors import UsageError, cli_entry
 
 #: Subcommand -> (its help, its options).
@@ -27,6 +30,8 @@ SUBCOMMANDS: dict[str, tuple[str, type]] = {
     "train": ("train dictionaries on a run's states at a (layer, iterations) site", TrainOptions),
     "evaluate": ("score dictionaries per iteration: FVE, L0, dead and dense features, spliced-in accuracy and loss",
                  EvaluateOptions),
+    "attribute": ("feature-level attribution patching at one site: each feature's estimated effect on the answer "
+                  "when patched from a counterfactual prompt, the largest checked by real patching", AttributeOptions),
 }
 
 
@@ -58,6 +63,16 @@ def main(argv: Sequence[str] | None = None) -> int:
             m = trained.meta
             print(f"wrote {trained.path} ({m.architecture}, {m.d_in} -> {m.width}, iterations {list(m.iterations)}, "
                   f"{sum(m.tokens.values())} states)")
+        return 0
+    if args.command == "attribute":
+        from sst_interp.experiments.attribute_features import attribute_features
+
+        done = attribute_features(config_from_namespace(AttributeOptions, args))
+        print(f"M = logit({done.target!r}) - logit({done.foil!r}); M of the clean prompt: "
+              f"{done.table.attrs['clean_metric']:.6g}")
+        print(done.table.to_string(index=False, float_format=lambda x: f"{x:.6g}"))
+        if done.out is not None:
+            print(f"wrote {done.out}")
         return 0
     from sst_interp.features.evaluate import evaluate_dictionaries
 

@@ -1,6 +1,7 @@
-"""What ``python -m sst_interp.features train|evaluate`` is asked to do, in a module without torch or SAELens: the
-configs :mod:`sst_interp.features.train` and :mod:`sst_interp.features.evaluate` take, and the one declaration of
-the command's flags (``--help`` shows them at once)."""
+"""What ``python -m sst_interp.features train|evaluate|attribute`` is asked to do, in a module without torch or
+SAELens: the configs :mod:`sst_interp.features.train`, :mod:`sst_interp.features.evaluate` and
+:mod:`sst_interp.experiments.attribute_features` take, and the one declaration of the command's flags (``--help``
+shows them at once)."""
 
 from __future__ import annotations
 
@@ -77,4 +78,32 @@ class EvaluateOptions:
     limit: int | None = arg(None, help="score only the first N questions (default: all)")
     batch_size: int = arg(64, help="questions per generation batch when splicing")
     out: Path | None = arg(None, help="output folder of the table (default: <dictionary>/evaluation)")
+    device: str = device_arg()
+
+
+@dataclass(frozen=True)
+class AttributeOptions:
+    """Options of ``attribute`` (one flag per field): feature-level attribution patching at one site of a
+    dictionary, from a clean and a counterfactual prompt."""
+
+    dictionary: Path = arg(help="a dictionary folder (train's --out; of a per-iteration set, the iteration-N/ "
+                                "folder of --iteration)")
+    iteration: int = arg(help="the iteration of the site (the dictionary must cover it)")
+    clean: str = arg(help="the clean prompt, as text (tokenised by the model's tokenizer)")
+    counterfactual: str = arg(help="the counterfactual prompt, as text: each feature is patched from it into the "
+                                   "clean run")
+    model: str | None = arg(None, help="a model folder or a named model (default: the model the dictionary's "
+                                       "sidecar records, e.g. hops-organism for a --live dictionary)")
+    target: str | None = arg(None, help="the token whose logit M reads, as a token string (default: the "
+                                        "counterfactual's greedy answer token at --depth)")
+    foil: str | None = arg(None, help="the token whose logit M subtracts, M = logit(target) - logit(foil) "
+                                      "(default: the clean prompt's greedy answer token at --depth)")
+    layer: int | None = arg(None, help="the recorded layer of the site (default: the dictionary's; another is "
+                                       "refused)")
+    position: int = arg(0, help="the generated position of the site (0: the first answer token's column); at or "
+                                "before the target's, which is position 0")
+    depth: int | None = arg(None, help="iterations per position (default: the largest iteration the dictionary "
+                                       "covers)")
+    verify: int = arg(5, help="how many features, largest |estimate| first, are also patched for real")
+    out: Path | None = arg(None, help="write the table to this CSV file (default: print it only)")
     device: str = device_arg()

@@ -50,7 +50,8 @@ COMMANDS = [
     ["sst_interp.intervene"], *(["sst_interp.intervene", sub] for sub in ("window", "trace", "steer")),
     *(["sst_interp.probe", sub] for sub in ("train", "evaluate", "sweep", "loocv", "ablate", "policies")),
     *(["sst_interp.store", sub] for sub in ("verify", "repair")),
-    ["sst_interp.explore"], ["sst_interp.features"], *(["sst_interp.features", sub] for sub in ("train", "evaluate")),
+    ["sst_interp.explore"], ["sst_interp.features"],
+    *(["sst_interp.features", sub] for sub in ("train", "evaluate", "attribute")),
 ]
 
 
