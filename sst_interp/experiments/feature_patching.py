@@ -50,7 +50,7 @@ TOP_FEATURES = 4
 #: The patches of each (pair, iteration), in the columns' order.
 PATCHES = ("full", "attributed", "all_features", "random")
 FEATURE_PATCHING_COLUMNS = ("question", "hops", "changed_hop", "last_binding", "iteration", *PATCHES,
-                            "attributed_features")
+                            "attributed_features", "changed_features")
 FEATURE_PATCHING_TABLE = ("changed_hop", "iteration", "pairs", "full", "attributed", "attributed_low",
                           "attributed_high", "all_features", "random")
 #: Predictions: the attributed features reproduce at least this fraction of the staircase's flips ...
@@ -95,7 +95,8 @@ def feature_patching(model: LoopModel, tokenizer, folders: Mapping[int, str | Pa
 
     Returns:
         :data:`FEATURE_PATCHING_COLUMNS`, one row per (pair, iteration); ``attributed_features`` lists the patched
-        features as ``block:feature`` strings.
+        features as ``block:feature`` strings, ``changed_features`` counts the features (both blocks) whose activation
+        differs between the prompts (what ``all_features`` patches and ``random`` draws from).
     """
     folders = {int(block): Path(folder) for block, folder in folders.items()}
     dictionaries = {block: FeatureDictionary.load(folder) for block, folder in folders.items()}
@@ -131,7 +132,8 @@ def feature_patching(model: LoopModel, tokenizer, folders: Mapping[int, str | Pa
                                      feature_site_spec(folders, random_pick, iteration), other.answer)}
                 rows.append((index, question.hops, other.changed_hop, other.changed_hop == question.hops, iteration,
                              *(flips[name] for name in PATCHES),
-                             " ".join(f"{block}:{f}" for block, features in sorted(chosen.items()) for f in features)))
+                             " ".join(f"{block}:{f}" for block, features in sorted(chosen.items()) for f in features),
+                             sum(len(pool) for pool in changed.values())))
     return pd.DataFrame(rows, columns=list(FEATURE_PATCHING_COLUMNS))
 
 
@@ -188,7 +190,8 @@ def feature_patching_row(frame: pd.DataFrame, label: str = "trained", top: int =
     if staircase:
         found = (f"{pairs} pairs, {staircase} (pair, iteration) cells flipped by the full patch: attributed "
                  f"{top} per block reproduce {caught['attributed'][0]:.2f} (over-reach {caught['attributed'][2]:.2f}), "
-                 f"all changed features {caught['all_features'][0]:.2f}, as many random changed features "
+                 f"all changed features (mean {frame['changed_features'].mean():.1f} per cell, both blocks) "
+                 f"{caught['all_features'][0]:.2f}, as many random changed features "
                  f"{caught['random'][0]:.2f} (over-reach {caught['random'][2]:.2f})")
         passed = bool(caught["attributed"][0] >= REPRODUCED
                       and caught["attributed"][0] >= caught["random"][0] + ABOVE_RANDOM)

@@ -78,17 +78,19 @@ def test_the_attributed_features_reproduce_most_of_the_staircase_and_random_ones
     assert fp.feature_patching_row(frames["trained"]).recovered
 
 
-def test_the_attributed_features_are_at_most_top_per_block(frames):
-    for listed in frames["trained"]["attributed_features"]:
+def test_the_attributed_features_are_at_most_top_per_block_of_the_changed_ones(frames):
+    for listed, changed in zip(frames["trained"]["attributed_features"], frames["trained"]["changed_features"]):
         blocks = [item.split(":")[0] for item in listed.split()]
         assert all(blocks.count(block) <= fp.TOP_FEATURES for block in set(blocks))
+        assert len(blocks) <= changed
 
 
 def test_reproduced_and_the_row_on_known_flips():
     frame = pd.DataFrame({"question": [0, 0, 1, 1], "hops": 2, "changed_hop": [1, 1, 2, 2], "last_binding": False,
                           "iteration": [1, 2, 1, 2], "full": [True, True, False, True],
                           "attributed": [True, False, True, True], "all_features": [True, True, False, True],
-                          "random": [False, False, False, False], "attributed_features": ""})
+                          "random": [False, False, False, False], "attributed_features": "",
+                          "changed_features": 10})
     assert fp.reproduced(frame, "attributed") == (2 / 3, 3, 1.0)
     assert fp.reproduced(frame, "random") == (0.0, 3, 0.0)
     row = fp.feature_patching_row(frame)
@@ -124,7 +126,7 @@ def test_the_figure_draws_a_panel_per_label_and_patch(tmp_path):
     frame = pd.DataFrame({"question": [0, 0, 1, 1], "hops": 2, "changed_hop": [1, 1, 2, 2], "last_binding": False,
                           "iteration": [1, 2, 1, 2], "full": [True, True, False, True],
                           "attributed": [True, False, False, True], "all_features": [True, True, False, True],
-                          "random": False, "attributed_features": ""})
+                          "random": False, "attributed_features": "", "changed_features": 10})
     tables = {"trained": fp.feature_patching_table(frame), "shuffled": fp.feature_patching_table(frame)}
     figure = feature_patching_figure(tables)
     heatmaps = [axes for axes in figure.axes if axes.images]
