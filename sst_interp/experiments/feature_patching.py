@@ -181,11 +181,12 @@ def reproduced(frame: pd.DataFrame, patch: str) -> tuple[float, int, float]:
 
 def feature_patching_row(frame: pd.DataFrame, label: str = "trained", top: int = TOP_FEATURES) -> ValidationRow:
     """The validation row of :func:`feature_patching`'s frame: the fraction of the staircase each patch reproduces
-    (module docstring); its detail is :func:`feature_patching_table` with ``label``."""
+    (module docstring); its detail is the frame itself with ``label`` first (:func:`feature_patching_table` tallies
+    it per cell)."""
     caught = {name: reproduced(frame, name) for name in PATCHES[1:]}
     staircase = caught["attributed"][1]
-    table = feature_patching_table(frame) if len(frame) else pd.DataFrame(columns=list(FEATURE_PATCHING_TABLE))
-    table.insert(0, "label", label)
+    detail = frame.copy()
+    detail.insert(0, "label", label)
     pairs = frame[["question", "changed_hop"]].drop_duplicates().shape[0] if len(frame) else 0
     if staircase:
         found = (f"{pairs} pairs, {staircase} (pair, iteration) cells flipped by the full patch: attributed "
@@ -205,5 +206,5 @@ def feature_patching_row(frame: pd.DataFrame, label: str = "trained", top: int =
         f"(experiments.feature_patching)",
         f"the attributed features reproduce at least {REPRODUCED} of the staircase's flips, and at least "
         f"{ABOVE_RANDOM} more than random ones",
-        found, passed, table)
+        found, passed, detail)
 

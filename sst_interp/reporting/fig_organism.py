@@ -9,6 +9,7 @@ import numpy as np
 import pandas as pd
 from matplotlib.figure import Figure
 
+from sst_interp.experiments.feature_patching import feature_patching_table
 from sst_interp.reporting.fig_common import BASE_FONT, new_figure, save_figure, style
 
 #: The figure's file name (``.png`` and ``.pdf``) in the validation folder.
@@ -65,14 +66,15 @@ def organism_figure(resolution: pd.DataFrame, flips: pd.DataFrame, chance: float
     return fig
 
 
-def feature_patching_figure(tables: dict[str, pd.DataFrame]) -> Figure:
+def feature_patching_figure(frames: dict[str, pd.DataFrame]) -> Figure:
     """One row per dictionary label, one panel per patch of :data:`FEATURE_PATCHES`: the fraction of pairs whose
     answer became the counterfactual's, per changed hop and patched iteration.
 
     Args:
-        tables: label -> :func:`~sst_interp.experiments.feature_patching.feature_patching_table` (``changed_hop``,
-            ``iteration``, ``pairs`` and a column per patch).
+        frames: label -> :func:`~sst_interp.experiments.feature_patching.feature_patching`'s frame (a row per pair
+            and iteration; the ``features_patching_<label>`` row's detail), tallied per cell here.
     """
+    tables = {label: feature_patching_table(frame) for label, frame in frames.items()}
     fig = new_figure(3.2 * len(FEATURE_PATCHES), 2.9 * len(tables))
     panels = np.atleast_2d(fig.subplots(len(tables), len(FEATURE_PATCHES), squeeze=False))
     image = None
@@ -86,9 +88,9 @@ def feature_patching_figure(tables: dict[str, pd.DataFrame]) -> Figure:
     return fig
 
 
-def write_feature_patching_figure(tables: dict[str, pd.DataFrame], out: Path) -> list[Path]:
+def write_feature_patching_figure(frames: dict[str, pd.DataFrame], out: Path) -> list[Path]:
     """Draw :func:`feature_patching_figure` into ``out`` (PNG and PDF); returns the paths."""
-    return save_figure(feature_patching_figure(tables), out, FEATURE_PATCHING_FIGURE)
+    return save_figure(feature_patching_figure(frames), out, FEATURE_PATCHING_FIGURE)
 
 
 def write_organism_figure(resolution: pd.DataFrame, flips: pd.DataFrame, out: Path,

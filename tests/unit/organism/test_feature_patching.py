@@ -95,7 +95,8 @@ def test_reproduced_and_the_row_on_known_flips():
     assert fp.reproduced(frame, "random") == (0.0, 3, 0.0)
     row = fp.feature_patching_row(frame)
     assert row.recovered  # 0.67 >= 0.5 and 0.25 above random's 0
-    assert list(row.detail["attributed"]) == [1.0, 0.0, 1.0, 1.0]  # one pair per (hop, iteration) cell
+    assert list(row.detail["label"].unique()) == ["trained"] and len(row.detail) == len(frame)
+    assert list(fp.feature_patching_table(frame)["attributed"]) == [1.0, 0.0, 1.0, 1.0]  # a pair per cell
 
 
 def test_a_row_without_flips_is_not_recovered():
@@ -127,11 +128,11 @@ def test_the_figure_draws_a_panel_per_label_and_patch(tmp_path):
                           "iteration": [1, 2, 1, 2], "full": [True, True, False, True],
                           "attributed": [True, False, False, True], "all_features": [True, True, False, True],
                           "random": False, "attributed_features": "", "changed_features": 10})
-    tables = {"trained": fp.feature_patching_table(frame), "shuffled": fp.feature_patching_table(frame)}
-    figure = feature_patching_figure(tables)
+    frames = {"trained": frame, "shuffled": frame}
+    figure = feature_patching_figure(frames)
     heatmaps = [axes for axes in figure.axes if axes.images]
     assert len(heatmaps) == 2 * len(FEATURE_PATCHES)
     first = heatmaps[1].images[0].get_array()  # trained, attributed: hop x iteration
     assert first.tolist() == [[1.0, 0.0], [0.0, 1.0]]
-    written = write_feature_patching_figure(tables, tmp_path)
+    written = write_feature_patching_figure(frames, tmp_path)
     assert sorted(p.suffix for p in written) == [".pdf", ".png"] and all(p.stat().st_size > 0 for p in written)
