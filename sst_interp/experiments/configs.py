@@ -19,6 +19,7 @@ from typing import Any
 from sst_interp.kernels.errors import UsageError
 from sst_interp.kernels.fields import Flags, arg, setting
 from sst_interp.model.device_flags import Dtype, device_arg, dtype_arg
+from sst_interp.model.loop_options import LOOP_OPTION_FLAGS
 from sst_interp.sandbox import SandboxConfig
 
 WINDOW_MODES: tuple[str, ...] = ("freeze", "zero", "mean", "resample")
@@ -68,6 +69,10 @@ class ExperimentOptions:
                                 "(as record --loop; docs/bring-your-own.md)")
     trust_remote_code: bool = arg(False, help="run the modelling code in the --model folder (as record "
                                               "--trust-remote-code)")
+    loop_options: dict[str, str] = arg(default_factory=dict, flags=LOOP_OPTION_FLAGS,
+                                       help="settings the looped family declares changeable at inference (as record "
+                                            "--loop-option KEY=VALUE; dory: recurrent_kv_cache_mode); every "
+                                            "condition runs and records with them")
     checkpoint: str | None = arg(None, help="SST checkpoint folder or name (demo-codeact)")
     demo_preset: bool | None = arg(None, help="untrained SST with state_scale='hidden' (as record)")
     protocol: str = arg("completion", choices=("completion", "codeact"), help="completion | codeact")
@@ -88,7 +93,8 @@ class ExperimentOptions:
         from sst_interp.record.options import RecordOptions
 
         fields = {name: getattr(self, name) for name in (
-            "questions", "data", "limit", "ids", "model", "loop", "trust_remote_code", "checkpoint", "demo_preset",
+            "questions", "data", "limit", "ids", "model", "loop", "trust_remote_code", "loop_options", "checkpoint",
+            "demo_preset",
             "protocol", "max_new_tokens", "batch_size", "full_positions", "sketch_positions", "top_k", "dtype",
             "device", "prompt_mode")}
         if self.protocol == "codeact":

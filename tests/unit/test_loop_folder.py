@@ -15,6 +15,7 @@ import pytest
 import torch
 from transformers import AutoTokenizer
 
+from sst_interp.cli.intervene import main as intervene_main
 from sst_interp.cli.record import main as record_main
 from sst_interp.model.loop_file import load_loop_file
 from sst_interp.model.loop_model import LoopModel, load_loop_backbone, loop_compute_dtype
@@ -175,3 +176,22 @@ def test_dorys_options_are_declared_once() -> None:
     assert DORY_LOOP.options == ("recurrent_kv_cache_mode",)
     assert DORY_LOOP.setting_values(tiny_dory(cache_mode="last_loop").config) == {"recurrent_kv_cache_mode":
                                                                                    "last_loop"}
+
+
+def test_an_experiments_loop_option_runs_and_records_every_condition_with_it(dory: Path, tmp_path: Path) -> None:
+    """``intervene ... --loop-option recurrent_kv_cache_mode=last_loop`` records its conditions as ``record`` does with
+    the same option: the clean depth-2 run's settings and identity say last_loop, and its states are the ones
+    ``record --loop-option`` records, not the folder's own per_loop ones."""
+    option = ["--loop-option", "recurrent_kv_cache_mode=last_loop"]
+    argv = [*FAST, "--limit", "1"]
+    assert intervene_main(["window", "--out", str(tmp_path / "exp"), "--model", str(dory), *argv, "--depth", "2",
+                           "--size", "1", "--controls", "none", *option]) == 0
+    assert record_main([*argv, "--depths", "1,2", "--model", str(dory), *option, "--out", str(tmp_path / "flag")]) == 0
+    assert record_main([*argv, "--depths", "1,2", "--model", str(dory), "--out", str(tmp_path / "own")]) == 0
+    clean = Run.open(tmp_path / "exp" / "runs" / "clean")
+    assert clean.manifest["loop"]["settings"] == {"recurrent_kv_cache_mode": "last_loop"}
+    assert clean.manifest["identity"]["loop_options"] == {"recurrent_kv_cache_mode": "last_loop"}
+    mine, flag, own = (next(iter(Run.open(tmp_path / name).hidden(2))).values
+                       for name in ("exp/runs/clean", "flag", "own"))
+    assert np.array_equal(mine, flag, equal_nan=True)
+    assert not np.array_equal(mine[1], own[1], equal_nan=True)  # position 1 reads the cache: the modes differ
