@@ -17,7 +17,8 @@ run, each at both blocks' visits of iteration ``i`` (the L and the H block, as t
 - **random**: as many features per block as ``attributed`` patched, drawn uniformly from those whose activation
   differs between the prompts (the control for "any few features that changed would do").
 
-A patch "flips" a pair when A's answer becomes B's. The row's number is the fraction of the staircase reproduced:
+A patch "flips" a pair when A's answer becomes B's. Which features attribution names is kept per pair, with both
+answers, so that :func:`value_specificity` can ask whether they are the features of an answer value. The row's number is the fraction of the staircase reproduced:
 among the (pair, iteration) cells where the full patch flips, the fraction where the attributed patch flips too;
 and, apart, the cells where it flips while the full patch does not (over-reach). A row that reproduces little is a
 finding: the thresholds below are predictions, not tuned to pass.
@@ -26,9 +27,11 @@ finding: the thresholds below are predictions, not tuned to pass.
 from __future__ import annotations
 
 import random
+from collections import Counter
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 import torch
 
@@ -49,8 +52,9 @@ from sst_interp.organism.task import HopsQuestion
 TOP_FEATURES = 4
 #: The patches of each (pair, iteration), in the columns' order.
 PATCHES = ("full", "attributed", "all_features", "random")
-FEATURE_PATCHING_COLUMNS = ("question", "hops", "changed_hop", "last_binding", "iteration", *PATCHES,
-                            "attributed_features", "changed_features")
+FEATURE_PATCHING_COLUMNS = ("question", "hops", "changed_hop", "last_binding", "iteration", "answer_a", "answer_b",
+                            *PATCHES, "attributed_features", "changed_features")
+SPECIFICITY_COLUMNS = ("iteration", "pairs", "selections", "values", "purity", "chance", "chance_sd")
 FEATURE_PATCHING_TABLE = ("changed_hop", "iteration", "pairs", "full", "attributed", "attributed_low",
                           "attributed_high", "all_features", "random")
 #: Predictions: the attributed features reproduce at least this fraction of the staircase's flips ...
@@ -131,7 +135,7 @@ def feature_patching(model: LoopModel, tokenizer, folders: Mapping[int, str | Pa
                     "random": _flips(model, tokenizer, prompts, depth,
                                      feature_site_spec(folders, random_pick, iteration), other.answer)}
                 rows.append((index, question.hops, other.changed_hop, other.changed_hop == question.hops, iteration,
-                             *(flips[name] for name in PATCHES),
+                             question.answer, other.answer, *(flips[name] for name in PATCHES),
                              " ".join(f"{block}:{f}" for block, features in sorted(chosen.items()) for f in features),
                              sum(len(pool) for pool in changed.values())))
     return pd.DataFrame(rows, columns=list(FEATURE_PATCHING_COLUMNS))
@@ -179,6 +183,34 @@ def reproduced(frame: pd.DataFrame, patch: str) -> tuple[float, int, float]:
     return caught, staircase, over
 
 
+def value_specificity(frame: pd.DataFrame, by: str = "answer_b", permutations: int = 200, seed: int = 0
+                      ) -> pd.DataFrame:
+    """How much the attributed features depend on an answer value, per iteration: the *purity*, the share of all
+    attributed selections that fall on each feature's most common value of column ``by`` (1: every feature is
+    named for pairs of one value only), beside its mean and standard deviation over ``permutations`` shuffles of
+    ``by`` across the iteration's pairs (the purity that the features' counts alone give). Columns
+    :data:`SPECIFICITY_COLUMNS`."""
+    rng = np.random.default_rng(seed)
+    out = []
+    for iteration, rows in frame.groupby("iteration"):
+        features = [str(listed).split() if isinstance(listed, str) else [] for listed in rows["attributed_features"]]
+        values = rows[by].to_numpy()
+        selections = sum(len(named) for named in features)
+
+        def purity(labels: np.ndarray) -> float:
+            counts: dict[str, Counter] = {}
+            for named, label in zip(features, labels):
+                for feature in named:
+                    counts.setdefault(feature, Counter())[label] += 1
+            return sum(max(c.values()) for c in counts.values()) / selections if selections else float("nan")
+
+        shuffled = [purity(rng.permutation(values)) for _ in range(permutations)]
+        out.append({"iteration": iteration, "pairs": len(rows), "selections": selections,
+                    "values": len(np.unique(values)), "purity": purity(values), "chance": float(np.mean(shuffled)),
+                    "chance_sd": float(np.std(shuffled))})
+    return pd.DataFrame(out, columns=list(SPECIFICITY_COLUMNS))
+
+
 def feature_patching_row(frame: pd.DataFrame, label: str = "trained", top: int = TOP_FEATURES) -> ValidationRow:
     """The validation row of :func:`feature_patching`'s frame: the fraction of the staircase each patch reproduces
     (module docstring); its detail is the frame itself with ``label`` first (:func:`feature_patching_table` tallies
@@ -193,7 +225,10 @@ def feature_patching_row(frame: pd.DataFrame, label: str = "trained", top: int =
                  f"{top} per block reproduce {caught['attributed'][0]:.2f} (over-reach {caught['attributed'][2]:.2f}), "
                  f"all changed features (mean {frame['changed_features'].mean():.1f} per cell, both blocks) "
                  f"{caught['all_features'][0]:.2f}, as many random changed features "
-                 f"{caught['random'][0]:.2f} (over-reach {caught['random'][2]:.2f})")
+                 f"{caught['random'][0]:.2f} (over-reach {caught['random'][2]:.2f}); purity of the attributed "
+                 f"features by B's answer at i = 1..{int(frame['iteration'].max())}: "
+                 + ", ".join(f"{r.purity:.2f} (shuffled {r.chance:.2f})"
+                             for r in value_specificity(frame).itertuples()))
         passed = bool(caught["attributed"][0] >= REPRODUCED
                       and caught["attributed"][0] >= caught["random"][0] + ABOVE_RANDOM)
     else:

@@ -87,7 +87,7 @@ def test_the_attributed_features_are_at_most_top_per_block_of_the_changed_ones(f
 
 def test_reproduced_and_the_row_on_known_flips():
     frame = pd.DataFrame({"question": [0, 0, 1, 1], "hops": 2, "changed_hop": [1, 1, 2, 2], "last_binding": False,
-                          "iteration": [1, 2, 1, 2], "full": [True, True, False, True],
+                          "iteration": [1, 2, 1, 2], "answer_a": "1", "answer_b": "2", "full": [True, True, False, True],
                           "attributed": [True, False, True, True], "all_features": [True, True, False, True],
                           "random": [False, False, False, False], "attributed_features": "",
                           "changed_features": 10})
@@ -125,7 +125,7 @@ def test_the_shuffled_control_is_measured_on_the_same_pairs_and_carries_little(f
 
 def test_the_figure_draws_a_panel_per_label_and_patch(tmp_path):
     frame = pd.DataFrame({"question": [0, 0, 1, 1], "hops": 2, "changed_hop": [1, 1, 2, 2], "last_binding": False,
-                          "iteration": [1, 2, 1, 2], "full": [True, True, False, True],
+                          "iteration": [1, 2, 1, 2], "answer_a": "1", "answer_b": "2", "full": [True, True, False, True],
                           "attributed": [True, False, False, True], "all_features": [True, True, False, True],
                           "random": False, "attributed_features": "", "changed_features": 10})
     frames = {"trained": frame, "shuffled": frame}
@@ -136,3 +136,13 @@ def test_the_figure_draws_a_panel_per_label_and_patch(tmp_path):
     assert first.tolist() == [[1.0, 0.0], [0.0, 1.0]]
     written = write_feature_patching_figure(frames, tmp_path)
     assert sorted(p.suffix for p in written) == [".pdf", ".png"] and all(p.stat().st_size > 0 for p in written)
+
+
+def test_value_specificity_is_one_for_features_of_one_value_and_chance_for_shared_ones():
+    # iteration 1: each feature named only for pairs of one B value (purity 1); iteration 2: one feature for all
+    frame = pd.DataFrame({"iteration": [1, 1, 1, 1, 2, 2, 2, 2], "answer_b": ["3", "3", "7", "7"] * 2,
+                          "attributed_features": ["0:5 1:9", "0:5", "0:6", "0:6 1:2", "0:1", "0:1", "0:1", "0:1"]})
+    table = fp.value_specificity(frame, permutations=50).set_index("iteration")
+    assert table.loc[1, "purity"] == 1.0 and table.loc[1, "selections"] == 6 and table.loc[1, "values"] == 2
+    assert table.loc[2, "purity"] == 0.5 == table.loc[2, "chance"]  # a feature of every pair: half at its top value
+    assert table.loc[1, "chance"] < 1.0  # shuffling the values across pairs mixes them
