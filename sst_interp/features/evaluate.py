@@ -23,7 +23,7 @@ from sst_interp.features.dictionary import DictionarySet
 from sst_interp.features.options import EvaluateOptions
 from sst_interp.features.quality import reconstruction_quality
 from sst_interp.features.sites import StateSite
-from sst_interp.features.splice import load_family_model, splice_columns, splice_table
+from sst_interp.features.splice import load_run_model, splice_columns, splice_table
 from sst_interp.features.states import site_rows
 from sst_interp.kernels.errors import UsageError
 from sst_interp.kernels.progress import progress
@@ -83,7 +83,7 @@ def evaluate_dictionaries(options: EvaluateOptions) -> Evaluation:
     out = options.out or Path(options.dictionary) / "evaluation"
     if out.exists() and not out.is_dir():
         raise UsageError(f"--out {out} is a file; pass a folder")
-    model = load_family_model(run, options.model, device) if options.splice else None
+    model = load_run_model(run, options.model, device) if options.splice else None
 
     table = _quality(dictionaries, run, site, ids, "encode")
     if against is not None:

@@ -1,9 +1,13 @@
 """Spliced-in accuracy and loss: the model rerun with a site's state at one iteration replaced by its reconstruction.
 
-The replacement is the intervention layer's own: a ``map`` rule on the visit's output (``layer_out``) at the site's
-layer, iteration i and the positions the dictionary was trained on (the run's full positions), whose function is the
-dictionary's ``reconstruct`` (:mod:`sst_interp.interventions.spec`; a natively looping family through
-:func:`~sst_interp.interventions.loops.intervene_loop`). The later iterations, layers and positions then run on the
+The replacement is the intervention layer's own: a ``map`` rule on the layer's output (``layer_out``: an SST layer's
+output, which is the state the next pass reads, or a family visit's) at the site's layer, iteration i and the
+positions the dictionary was trained on (the run's full positions), whose function is the dictionary's
+``reconstruct`` (:mod:`sst_interp.interventions.spec`; an SST through
+:func:`~sst_interp.interventions.apply.intervene`, a natively looping family through
+:func:`~sst_interp.interventions.loops.intervene_loop`). The model is the one the run recorded
+(:func:`load_run_model`): an SST rebuilt from the run's identity (backbone, checkpoint, state scale, dtype) and
+generated with its prompt mode, or the family's folder. The later iterations, layers and positions then run on the
 reconstruction. Two references at the same site: ``clean`` (no rule) and ``zero`` (the state zeroed: the rule
 ``zero``, the usual zero-ablation baseline).
 
@@ -34,13 +38,17 @@ from sst_interp.data.question import Question, frame_to_questions
 from sst_interp.features.dictionary import DictionarySet
 from sst_interp.features.sites import StateSite
 from sst_interp.interventions import InterventionSpec, Operation, Site
+from sst_interp.interventions.apply import intervene
 from sst_interp.interventions.loops import FAMILY_STREAM, intervene_loop
 from sst_interp.kernels.errors import UsageError
 from sst_interp.kernels.progress import progress
-from sst_interp.model.generation import GenerationConfig
+from sst_interp.model.cache import DEFAULT_BACKBONE_ID, DEFAULT_MODEL
+from sst_interp.model.generation import GenerationConfig, generate
+from sst_interp.model.loading import CHECKPOINT_STATE_SCALE, ModelSpec, build_sst
 from sst_interp.model.loop_model import LoopModel, generate_looped, load_loop_backbone
 from sst_interp.model.loops import LOOPS
 from sst_interp.model.observers import ObserverGroup
+from sst_interp.model.sst import SSTModel
 from sst_interp.store import Run
 
 #: The conditions, in the table's order.
@@ -70,14 +78,42 @@ class _FirstLogits:
 
 
 def family_loop(run: Run) -> Any:
-    """The loop declaration of a natively looping family's run. UsageError for an SST run (not spliced here yet) and
-    for a family this package has no declaration of (a bring-your-own loop)."""
+    """The loop declaration of a natively looping family's run. UsageError for a family this package has no
+    declaration of (a bring-your-own loop)."""
     family = str(run.manifest.get("family", "sst"))
     loop = next((loop for loop in LOOPS if loop.family == family and loop.visit_sites is not None), None)
     if loop is None:
-        raise UsageError(f"--splice reruns natively looping families (HRM-Text, Inkling-2 Loop, Dory); {run.path} is "
-                         f"a {family} run: pass --no-splice")
+        raise UsageError(f"--splice reruns SSTs and the natively looping families this package declares (HRM-Text, "
+                         f"Inkling-2 Loop, Dory); {run.path} is a {family} run: pass --no-splice")
     return loop
+
+
+def load_run_model(run: Run, model: str | None, device: str) -> tuple[Any, Any]:
+    """The model ``run`` was recorded from, and its tokenizer: :func:`load_sst_model` for an SST run, else
+    :func:`load_family_model`. UsageError for a CodeACT run (its episodes are not regraded here)."""
+    if run.manifest.get("protocol", "completion") != "completion":
+        raise UsageError(f"--splice regrades completion runs; {run.path} is a {run.manifest.get('protocol')} run: "
+                         f"pass --no-splice")
+    if str(run.manifest.get("family", "sst")) == "sst":
+        return load_sst_model(run, model, device)
+    return load_family_model(run, model, device)
+
+
+def load_sst_model(run: Run, model: str | None, device: str) -> tuple[SSTModel, Any]:
+    """The SST of an SST run, rebuilt from its identity (backbone, checkpoint, state scale, dtype; ``model`` in place
+    of the backbone when given), on ``device``, and its tokenizer."""
+    identity = run.manifest.get("identity") or {}
+    backbone = model or str(identity.get("model", DEFAULT_MODEL))
+    scale = identity.get("state_scale")
+    spec = ModelSpec(model=DEFAULT_MODEL if backbone == DEFAULT_BACKBONE_ID else backbone,
+                     checkpoint=identity.get("checkpoint"),
+                     state_scale=None if scale in (None, CHECKPOINT_STATE_SCALE) else str(scale),
+                     dtype=str(identity.get("dtype", "float32")), device=device)
+    try:
+        return build_sst(spec)
+    except UsageError as err:
+        raise UsageError(f"--splice reruns the SST {run.path} was recorded from, and it does not load here ({err}); "
+                         f"pass --model FOLDER (its backbone), or --no-splice") from err
 
 
 def model_folder(run: Run, model: str | None) -> str:
@@ -115,16 +151,20 @@ def clean_tokens(run: Run, depth: int, question_ids: Sequence[str]) -> np.ndarra
 
 @torch.no_grad()
 def splice_table(run: Run, dictionaries: DictionarySet, site: StateSite, question_ids: Sequence[str],
-                 model: LoopModel, tokenizer: Any, batch_size: int = 64) -> pd.DataFrame:
+                 model: LoopModel | SSTModel, tokenizer: Any, batch_size: int = 64) -> pd.DataFrame:
     """Accuracy and loss per (iteration, condition) (:data:`SPLICE_COLUMNS`; the clean row once, as iteration 0)
-    of ``model`` on ``question_ids`` of ``run`` with the state at ``site`` spliced (module docstring)."""
+    of ``model`` (an SST or a LoopModel: :func:`load_run_model`) on ``question_ids`` of ``run`` with the state at
+    ``site`` spliced (module docstring)."""
     questions = scored_questions(run, question_ids)
     targets = torch.from_numpy(clean_tokens(run, site.depth, question_ids))
     decoding = run.manifest.get("decoding") or {}
+    looped = isinstance(model, LoopModel)
     config = GenerationConfig(max_new_tokens=int(decoding.get("max_new_tokens", 1)),
                               eos_token_ids=tuple(int(i) for i in decoding.get("eos_token_ids", ())),
                               stop_strings=tuple(decoding.get("stop_strings", ())),
-                              pad_token_id=int(tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0))
+                              pad_token_id=int(tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0),
+                              # a family's prompt runs through its own forward; an SST's as the run prefilled it
+                              **({} if looped else {"prompt_mode": str(run.manifest.get("prompt_mode", "two_pass"))}))
     positions = tuple(range(max(1, int(run.manifest.get("full_positions", 1)))))
     cells = [(0, "clean")] + [(i, c) for i in site.iterations for c in CONDITIONS[1:]]
     rows = []
@@ -132,6 +172,7 @@ def splice_table(run: Run, dictionaries: DictionarySet, site: StateSite, questio
     for iteration, condition in cells:
         spec, functions = InterventionSpec(), {}
         if condition != "clean":
+            # layer_out: a family visit's output, and an SST layer's (the state its next pass reads)
             where = Site(FAMILY_STREAM, layers=(site.layer,), iterations=(iteration,), positions=positions)
             operation = Operation("map", function=RECONSTRUCT) if condition == "spliced" else Operation("zero")
             spec = InterventionSpec.of(where, operation)
@@ -141,9 +182,15 @@ def splice_table(run: Run, dictionaries: DictionarySet, site: StateSite, questio
             batch = questions[start:start + batch_size]
             prompts = [list(tokenizer(q.prompt).input_ids) for q in batch]
             keeper = _FirstLogits()
-            with intervene_loop(model, spec, functions=functions) as intervener:
-                result = generate_looped(model, prompts, site.depth, config, observer=ObserverGroup(intervener, keeper),
-                                         decode_fn=lambda tokens: tokenizer.decode(tokens, skip_special_tokens=True))
+            decode = lambda tokens: tokenizer.decode(tokens, skip_special_tokens=True)  # noqa: E731
+            if looped:
+                with intervene_loop(model, spec, functions=functions) as intervener:
+                    result = generate_looped(model, prompts, site.depth, config,
+                                             observer=ObserverGroup(intervener, keeper), decode_fn=decode)
+            else:
+                with intervene(model, spec, functions=functions) as intervener:
+                    result = generate(model, prompts, site.depth, config, observer=ObserverGroup(intervener, keeper),
+                                      decode_fn=decode)
             for row, question in enumerate(batch):
                 text = tokenizer.decode(result.token_ids[row], skip_special_tokens=True)
                 correct.append(bool(grade(question, text).correct))

@@ -44,6 +44,10 @@ def resolve_prompt_mode(prompt_mode: str | None, demo_preset: bool) -> str:
     return DEMO_PROMPT_MODE if demo_preset else DEFAULT_PROMPT_MODE
 
 
+#: What a run's identity says of the state scale of an SST built from a checkpoint (which carries its own).
+CHECKPOINT_STATE_SCALE = "from checkpoint"
+
+
 @dataclass
 class ModelSpec:
     """Which SST to build.
@@ -82,7 +86,7 @@ class ModelSpec:
         return {
             "model": backbone_identity(self.model),
             "checkpoint": self.checkpoint,
-            "state_scale": self.resolved_state_scale() if self.checkpoint is None else "from checkpoint",
+            "state_scale": self.resolved_state_scale() if self.checkpoint is None else CHECKPOINT_STATE_SCALE,
             "dtype": self.dtype,
         }
 

@@ -121,9 +121,12 @@ def test_comparing_against_dictionaries_of_another_width(capsys, shared_dictiona
 
 
 def test_a_splice_of_a_run_that_cannot_be_rerun(capsys, shared_dictionary, tmp_path):
-    """The planted run is an SST run (no family): its quality numbers need no model, its splice is refused."""
+    """The planted run is a synthetic SST run whose model ('planted') exists nowhere: its quality numbers need no
+    model, its splice is refused, saying how to go on."""
     refuses(capsys, ["evaluate", "--dictionary", str(shared_dictionary), "--out", str(tmp_path / "e")],
-            "is a sst run: pass --no-splice", shared_dictionary, tmp_path)
+            "does not load here (could not load model 'planted'", shared_dictionary, tmp_path)
+    refuses(capsys, ["evaluate", "--dictionary", str(shared_dictionary), "--out", str(tmp_path / "e")],
+            "pass --model FOLDER (its backbone), or --no-splice", shared_dictionary, tmp_path)
 
 
 def test_an_empty_dictionary_folder(capsys, tmp_path):

@@ -1,11 +1,14 @@
-"""Spliced-in accuracy and loss on a tiny HRM-Text run: a reconstruction that is the identity gives exactly the clean
-numbers at every iteration (the splice goes through the intervention layer's ``map`` and changes nothing else),
-zeroing the state moves the loss, and ``evaluate`` writes the per-iteration table with the splice columns."""
+"""Spliced-in accuracy and loss on a tiny HRM-Text run and a tiny SST run: a reconstruction that is the identity
+gives exactly the clean numbers at every iteration (the splice goes through the intervention layer's ``map`` and
+changes nothing else), zeroing the state moves the loss, the clean rerun of the SST rebuilt from its run's identity is
+the recording (tokens and first-token log-probs), and ``evaluate`` writes the per-iteration table with the splice
+columns."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 import pytest
 import torch
@@ -76,3 +79,45 @@ def test_evaluate_writes_the_per_iteration_table_with_the_splice(hrm_run: Path, 
             "loss_recovered"} <= set(table.columns)
     assert pd.read_csv(out / "quality.csv")["iteration"].tolist() == [1, 2]
     assert "accuracy_spliced" in capsys.readouterr().out
+
+
+@pytest.fixture(scope="module")
+def sst_run(tmp_path_factory) -> Path:
+    root = tmp_path_factory.mktemp("sst")
+    model = save_tiny_model(root / "model", "gemma3")
+    out = root / "run"
+    torch.set_num_threads(1)
+    assert record_main([*FAST, "--model", str(model), "--depths", "1,3", "--limit", "6", "--out", str(out)]) == 0
+    return out
+
+
+def test_an_sst_run_is_spliced_into_the_sst_its_identity_names(sst_run: Path):
+    from sst_interp.features.sites import resolve_site
+    from sst_interp.features.splice import load_run_model, splice_columns, splice_table
+    from sst_interp.model.sst import SSTModel
+    from sst_interp.store import Run
+
+    run = Run.open(sst_run)
+    site = resolve_site(run, 1, depth=3)
+    ids = run.question_ids(3)
+    model, tokenizer = load_run_model(run, None, "cpu")
+    assert isinstance(model, SSTModel)
+    table = splice_table(run, _Identity(), site, ids, model, tokenizer, batch_size=4)
+    clean = table.iloc[0]
+    # the clean rerun is the recording: its accuracy, and its loss is -log p of the recorded first token, read from
+    # the recorded top-K log-probs of position 0 at the last iteration
+    gens = run.generations()
+    gens = gens[gens["depth"] == 3].set_index("question_id")
+    assert clean.accuracy == gens.loc[ids, "correct"].astype(float).mean()
+    recorded = []
+    for block in run.logits(3):
+        first = int(gens.at[block.question_id, "token_ids"][0])
+        top_ids, top_logprobs = block.top_ids[0, -1], block.top_logprobs[0, -1]
+        assert first == int(top_ids[0])  # greedy: the emitted token is the top one
+        recorded.append(-float(top_logprobs[0]))
+    assert clean.loss == pytest.approx(float(np.mean(recorded)), abs=1e-5)
+    spliced = table[table.condition == "spliced"]
+    assert (spliced["accuracy"] == clean.accuracy).all() and (spliced["loss"] == clean.loss).all()
+    zero = table[table.condition == "zero"]
+    assert (zero["loss"] != clean.loss).all()  # zeroing a layer's output at any iteration moves the first token
+    assert splice_columns(table)["iteration"].tolist() == [1, 2, 3]
