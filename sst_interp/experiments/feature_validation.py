@@ -38,6 +38,7 @@ from sst_interp.features.dictionary import Dictionary
 from sst_interp.features.live import live_states
 from sst_interp.features.live_train import load_organism
 from sst_interp.hooks.config import default_sketch_k
+from sst_interp.kernels.errors import UsageError
 from sst_interp.model.loop_model import LoopModel
 from sst_interp.organism.looped import encode_prompts
 from sst_interp.organism.task import HopsQuestion, HopsSpec, split_items
@@ -206,6 +207,21 @@ def feature_rows(model: LoopModel, dictionaries: Mapping[int, Dictionary], quest
 
 #: The dictionaries' folders under ``organism validate --features``: the organism's, and the two controls.
 FEATURE_LABELS = ("trained", "untrained", "shuffled")
+
+
+def check_feature_folders(root: Path, depth: int) -> None:
+    """Refuse (UsageError, one line) a ``--features ROOT`` whose dictionaries do not fit the run: each
+    ROOT/<label>/layer<b> present must be block b's and cover iterations 1..``depth``."""
+    for label in FEATURE_LABELS:
+        for block in (0, 1):
+            folder = root / label / f"layer{block}"
+            if not folder.is_dir():
+                continue
+            meta = Dictionary.load(folder).meta
+            if meta.layer != block or not set(range(1, depth + 1)) <= set(meta.iterations):
+                raise UsageError(f"--features: {folder} is a dictionary of layer {meta.layer}, iterations "
+                                 f"{list(meta.iterations)}; the run needs block {block}'s at iterations 1-{depth} "
+                                 f"(train --live --layer {block} --layout shared --depth {depth})")
 
 
 def organism_feature_rows(root: Path, model: str, spec: HopsSpec, depth: int, questions: int, folds: int = 5,

@@ -422,6 +422,12 @@ def validate(config, open_analysis: Callable[[Path], Measured]) -> dict[str, Val
     spec = HopsSpec(**organism["task"])
     run = Run.open(config.run)
     depth = max(run.depths)
+    if config.features is not None:
+        # SAELens, the optional features extra, loads only when asked (the demo's environment has none); the
+        # dictionaries are checked here, before minutes of rows run, not when their rows come
+        from sst_interp.experiments.feature_validation import check_feature_folders, organism_feature_rows
+
+        check_feature_folders(config.features, depth)
     loop = native_loop("hrm_text")
     backbone, tokenizer = load_loop_backbone(str(folder), loop)
     # the depth-by-hop table and the prompt-column row on many fresh test questions (the run's are too few per cell)
@@ -446,10 +452,6 @@ def validate(config, open_analysis: Callable[[Path], Measured]) -> dict[str, Val
                                                                config.out / "attribution"))
     rows.update(zip(SEC5_ROWS, sec5_rows(open_analysis(config.run), SEQUENTIAL)))
     if config.features is not None:
-        # the feature rows read dictionaries with SAELens, the optional features extra: loaded only when asked, so
-        # that validate runs where the extra is not installed (the demo's environment)
-        from sst_interp.experiments.feature_validation import organism_feature_rows
-
         rows.update(organism_feature_rows(config.features, str(folder), spec, depth, config.feature_questions,
                                           config.folds, config.patch_pairs))
     answer_resolution(run, depth).to_csv(config.out / RESOLUTION_FILE, index=False)

@@ -21,14 +21,18 @@ from tests.unit.features.conftest import train
 pytestmark = pytest.mark.usefixtures("one_thread")
 
 
-@pytest.fixture(scope="module")
-def hrm_run(tmp_path_factory) -> Path:
-    root = tmp_path_factory.mktemp("hrm")
-    model = save_tiny_model(root / "model", "hrm_text")
+def _recorded(root: Path, family: str, depths: str) -> Path:
+    """A run of 6 demo questions recorded from a tiny ``family`` model saved under ``root``."""
+    model = save_tiny_model(root / "model", family)
     out = root / "run"
     torch.set_num_threads(1)
-    assert record_main([*FAST, "--model", str(model), "--depths", "2", "--limit", "6", "--out", str(out)]) == 0
+    assert record_main([*FAST, "--model", str(model), "--depths", depths, "--limit", "6", "--out", str(out)]) == 0
     return out
+
+
+@pytest.fixture(scope="module")
+def hrm_run(tmp_path_factory) -> Path:
+    return _recorded(tmp_path_factory.mktemp("hrm"), "hrm_text", "2")
 
 
 class _Identity:
@@ -83,12 +87,7 @@ def test_evaluate_writes_the_per_iteration_table_with_the_splice(hrm_run: Path, 
 
 @pytest.fixture(scope="module")
 def sst_run(tmp_path_factory) -> Path:
-    root = tmp_path_factory.mktemp("sst")
-    model = save_tiny_model(root / "model", "gemma3")
-    out = root / "run"
-    torch.set_num_threads(1)
-    assert record_main([*FAST, "--model", str(model), "--depths", "1,3", "--limit", "6", "--out", str(out)]) == 0
-    return out
+    return _recorded(tmp_path_factory.mktemp("sst"), "gemma3", "1,3")
 
 
 def test_an_sst_run_is_spliced_into_the_sst_its_identity_names(sst_run: Path):

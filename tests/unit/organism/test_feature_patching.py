@@ -9,6 +9,9 @@ import pytest
 import torch
 
 from sst_interp.experiments import feature_patching as fp
+from sst_interp.cli.organism import main as organism_main
+from sst_interp.cli.record import main as record_main
+from sst_interp.experiments.feature_validation import check_feature_folders
 from sst_interp.experiments.hops_patching import patch_by_iteration
 from sst_interp.features.live_train import load_organism, train_live
 from sst_interp.features.options import TrainOptions
@@ -16,6 +19,7 @@ from sst_interp.kernels.errors import UsageError
 from sst_interp.organism.task import split_items
 from sst_interp.organism.tokenizer import hops_tokenizer
 from sst_interp.reporting.fig_organism import FEATURE_PATCHES, feature_patching_figure, write_feature_patching_figure
+from tests.unit.conftest import fails_with_one_error_line
 
 pytest.importorskip("sae_lens")
 pytestmark = [pytest.mark.usefixtures("one_thread"), pytest.mark.slow]
@@ -146,3 +150,24 @@ def test_value_specificity_is_one_for_features_of_one_value_and_chance_for_share
     assert table.loc[1, "purity"] == 1.0 and table.loc[1, "selections"] == 6 and table.loc[1, "values"] == 2
     assert table.loc[2, "purity"] == 0.5 == table.loc[2, "chance"]  # a feature of every pair: half at its top value
     assert table.loc[1, "chance"] < 1.0  # shuffling the values across pairs mixes them
+
+
+def test_validate_refuses_dictionaries_short_of_the_runs_depth_before_any_row(folders, tmp_path, capsys):
+    run, out = tmp_path / "run", tmp_path / "validation"
+    assert record_main(["--model", "hops-organism", "--questions", "hops", "--depths", "1,2,3", "--limit", "2",
+                        "--out", str(run)]) == 0
+    features = folders["trained"][0].parent.parent  # <root>/trained/layer<b>
+    capsys.readouterr()
+    fails_with_one_error_line(capsys, organism_main, ["validate", "--run", str(run), "--out", str(out), "--features",
+                                                      str(features)], "the run needs block 0's at iterations 1-3")
+    assert not out.exists()
+    with pytest.raises(UsageError, match="a dictionary of layer 1"):
+        check_feature_folders_of({0: folders["trained"][1]}, tmp_path / "swapped", DEPTH)
+
+
+def check_feature_folders_of(folders, root, depth):
+    """check_feature_folders on a ROOT/trained/layer<b> made of links to ``folders``."""
+    (root / "trained").mkdir(parents=True)
+    for block, folder in folders.items():
+        (root / "trained" / f"layer{block}").symlink_to(folder)
+    check_feature_folders(root, depth)
